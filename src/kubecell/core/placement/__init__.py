@@ -1,0 +1,1 @@
+"""Placement: which node and which GPUs a request gets (Filter, Score, choose-GPU)."""

@@ -1,0 +1,99 @@
+"""The Filter extension point: which nodes could hold a request right now.
+
+One vectorized pass over the allocation book replaces kube-scheduler's per-node Filter calls: host CPU
+and memory fit (NodeResourcesFit), allowed GPU model, and GPU fit (a GPU with the share and memory
+free, or enough completely free GPUs, optionally inside one NVLink group or NUMA node).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from kubecell.core.book import AllocationBook
+from kubecell.core.model import Request, TopologyLevel
+
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
+
+
+def model_mask(book: AllocationBook, request: Request) -> BoolArray:
+    """Nodes whose GPU model the request accepts (all nodes when it accepts any model)."""
+    if request.gpu_models is None:
+        return np.ones(book.size, np.bool_)
+    allowed = np.array([name in request.gpu_models for name in book.model_names], np.bool_)
+    mask: BoolArray = allowed[book.model_id]
+    return mask
+
+
+def whole_gpus_in_one_group(book: AllocationBook, rows: IntArray, level: TopologyLevel) -> IntArray:
+    """For each node in ``rows``: the most completely free GPUs inside one cell of ``level``."""
+    full = book.gpu_full[rows]
+    if level >= TopologyLevel.NODE:
+        counts: IntArray = full.sum(axis=1)
+        return counts
+    groups = book.nvlink_group[rows] if level == TopologyLevel.NVLINK else book.numa_group[rows]
+    if level == TopologyLevel.GPU:
+        single: IntArray = np.minimum(full.sum(axis=1), 1)
+        return single
+    best = np.zeros(len(rows), np.int64)
+    for group in range(book.max_gpus):
+        best = np.maximum(best, (full & (groups == group)).sum(axis=1))
+    return best
+
+
+def feasible_mask(book: AllocationBook, request: Request) -> BoolArray:
+    """Nodes where ``request`` fits now, as a boolean mask over the book's nodes."""
+    mask: BoolArray = (book.cpu_free >= request.cpu_milli) & (book.mem_free >= request.memory_mib)
+    if not request.wants_gpu:
+        return mask
+    mask &= book.gpu_count >= request.gpu_count
+    if request.gpu_models is not None:
+        mask &= model_mask(book, request)
+    if request.is_whole:
+        if request.topology is not None and request.topology < TopologyLevel.NODE:
+            rows = np.flatnonzero(mask & (book.full_count >= request.gpu_count))
+            ok = whole_gpus_in_one_group(book, rows, request.topology) >= request.gpu_count
+            mask[:] = False
+            mask[rows[ok]] = True
+        else:
+            mask &= book.full_count >= request.gpu_count
+        return mask
+    needed = max(request.gpu_milli, 1)
+    if request.gpu_memory_mib == 0:
+        mask &= book.max_avail >= needed
+        return mask
+    rows = np.flatnonzero(mask & (book.max_avail >= needed))
+    fits = (book.gpu_avail[rows] >= needed) & (book.gpu_mem_free[rows] >= request.gpu_memory_mib)
+    mask[:] = False
+    mask[rows[fits.any(axis=1)]] = True
+    return mask
+
+
+def never_fits(book: AllocationBook, request: Request) -> str | None:
+    """Why no node of this cluster could hold the request even when empty, or None if some could.
+
+    Used to reject impossible requests up front with a specific reason instead of letting them wait.
+    """
+    cap_cpu = book.cpu_capacity >= request.cpu_milli
+    cap_mem = book.mem_capacity >= request.memory_mib
+    if not cap_cpu.any():
+        return f"asks for {request.cpu_milli}m CPU; the largest node has {int(book.cpu_capacity.max())}m"
+    if not cap_mem.any():
+        return f"asks for {request.memory_mib} MiB memory; the largest node has {int(book.mem_capacity.max())} MiB"
+    if not (cap_cpu & cap_mem).any():
+        return "no node has both the CPU and the memory it asks for"
+    if not request.wants_gpu:
+        return None
+    models = model_mask(book, request)
+    if not models.any():
+        present = sorted({m for m in book.model_names if m})
+        return f"allows GPU models {sorted(request.gpu_models or [])}; the cluster has {present}"
+    candidates = cap_cpu & cap_mem & models & (book.gpu_count >= request.gpu_count)
+    if not candidates.any():
+        return f"asks for {request.gpu_count} GPUs on one node; no suitable node has that many"
+    if request.gpu_memory_mib:
+        mem_ok = (book.gpu_mem_capacity >= request.gpu_memory_mib) & book.gpu_present
+        if not (mem_ok.any(axis=1) & candidates).any():
+            return f"asks for {request.gpu_memory_mib} MiB of GPU memory; no allowed GPU has that much"
+    return None

@@ -1,0 +1,1 @@
+"""Placement policies: the FGD-paper baselines, FGD itself, and the binpack/spread modes."""

@@ -1,0 +1,74 @@
+"""The Score extension point: a placement policy scores candidate nodes and picks GPUs inside one.
+
+Scores are integers in 0..100 as in kube-scheduler's framework (``MaxNodeScore``); the scheduler keeps
+the highest and breaks ties by a node rank (see ``kubecell.core.placement.placer``). A policy declares
+whether a node's score depends only on that node's own state and the request (``node_local``): then
+the placer may cache scores per request shape and recompute only the nodes that changed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from kubecell.core.book import AllocationBook
+from kubecell.core.model import Request
+from kubecell.core.placement.gpu_choice import best_fit_gpu
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+MAX_NODE_SCORE = 100
+MAX_SPEC_CPU_MILLI = 128_000
+"""Normalisers of the FGD simulator's packing baselines (a 128-vCPU, 8-GPU machine)."""
+MAX_SPEC_GPU_MILLI = 8_000
+
+
+def truncate(values: FloatArray) -> IntArray:
+    """Float to integer toward zero, as Go's int64(x) conversion does."""
+    out: IntArray = np.trunc(values).astype(np.int64)
+    return out
+
+
+def divide_toward_zero(numerator: IntArray, denominator: int) -> IntArray:
+    """Integer division toward zero (Go semantics; numpy's // floors)."""
+    quotient: IntArray = np.sign(numerator) * (np.abs(numerator) // denominator)
+    return quotient
+
+
+def score_cpu_milli(request: Request) -> int:
+    """CPU as kube-scheduler's scoring sees it: a pod without a CPU request counts as 100m."""
+    return request.cpu_milli or 100
+
+
+class Policy(ABC):
+    """A node-scoring rule plus a GPU-choosing rule."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    node_local: ClassVar[bool] = True
+    normalize: ClassVar[bool] = False
+    random_node: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        self.cache_epoch = 0
+        """Bumped when the policy's own parameters change, so that cached scores are dropped."""
+
+    def attach(self, book: AllocationBook) -> None:  # noqa: B027 - optional hook
+        """Prepare per-cluster tables before the first decision on ``book``."""
+
+    @abstractmethod
+    def score(self, book: AllocationBook, request: Request, nodes: IntArray) -> IntArray:
+        """Integer scores (higher is better) for the feasible ``nodes``."""
+
+    def choose_gpus(
+        self, book: AllocationBook, request: Request, node: int, rng: np.random.Generator
+    ) -> tuple[int, ...]:
+        """The GPUs of ``node`` the request gets; best fit unless the policy says otherwise."""
+        return best_fit_gpu(book, request, node)
+
+    def observe(self, request: Request) -> None:  # noqa: B027 - optional hook
+        """Called once per arriving request, before it is placed (online policies learn here)."""

@@ -1,0 +1,83 @@
+"""Placement policies by name, so drivers and the CLI can select them from configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kubecell.core.errors import UnknownPolicyError
+from kubecell.core.placement.frag import TypicalPod
+from kubecell.core.placement.policies.baselines import (
+    BestFit,
+    DotProduct,
+    GpuClustering,
+    GpuPacking,
+    RandomFit,
+)
+from kubecell.core.placement.policies.fgd import FragmentationGradientDescent
+from kubecell.core.placement.policies.utilization import Binpack, Spread
+from kubecell.core.placement.policy import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyContext:
+    """What a policy may know when it is built: the typical pods, for the FGD family."""
+
+    typical_pods: Sequence[TypicalPod] = ()
+
+
+PolicyFactory = Callable[[PolicyContext], Policy]
+
+_FACTORIES: dict[str, tuple[PolicyFactory, str]] = {
+    "random": (lambda ctx: RandomFit(), RandomFit.summary),
+    "dotprod": (lambda ctx: DotProduct(), DotProduct.summary),
+    "gpuclustering": (lambda ctx: GpuClustering(), GpuClustering.summary),
+    "gpupacking": (lambda ctx: GpuPacking(), GpuPacking.summary),
+    "bestfit": (lambda ctx: BestFit(), BestFit.summary),
+    "fgd": (lambda ctx: FragmentationGradientDescent(ctx.typical_pods), FragmentationGradientDescent.summary),
+    "binpack": (lambda ctx: Binpack(), Binpack.summary),
+    "spread": (lambda ctx: Spread(), Spread.summary),
+}
+
+FGD_BASELINES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")
+"""The six policies of the FGD paper, in its order."""
+
+
+def register_policy(name: str, factory: PolicyFactory, summary: str) -> None:
+    _FACTORIES[name.lower()] = (factory, summary)
+
+
+def policy_names() -> list[str]:
+    return list(_FACTORIES)
+
+
+def policy_summaries() -> dict[str, str]:
+    return {name: summary for name, (_, summary) in _FACTORIES.items()}
+
+
+def canonical_policy_name(name: str) -> str:
+    """Lower-case a policy name and check it exists; error lists the accepted names."""
+    key = name.strip().lower().replace("-", "").replace("_", "")
+    if key not in _FACTORIES:
+        raise UnknownPolicyError(
+            f"unknown placement policy {name!r}", field="policy", accepted=", ".join(policy_names())
+        )
+    return key
+
+
+def make_policy(name: str, context: PolicyContext | None = None) -> Policy:
+    factory, _ = _FACTORIES[canonical_policy_name(name)]
+    return factory(context or PolicyContext())
+
+
+def parse_policy_list(text: str) -> list[str]:
+    """'FGD,bestfit' -> ['fgd', 'bestfit'], rejecting unknown and empty names."""
+    names = [part for part in (p.strip() for p in text.split(",")) if part]
+    if not names:
+        raise UnknownPolicyError("no policy given", field="policy", accepted=", ".join(policy_names()))
+    result: list[str] = []
+    for name in names:
+        canonical = canonical_policy_name(name)
+        if canonical not in result:
+            result.append(canonical)
+    return result

@@ -1,0 +1,1 @@
+"""The simulator: drives the scheduling core over traces on an embedded cluster and reports results."""

@@ -1,0 +1,191 @@
+"""Loaders for the Alibaba GPU trace v2023 ("openb") node and pod lists used by the FGD paper.
+
+Node list columns: ``sn, cpu_milli, memory_mib, gpu, model``. Pod list columns: ``name, cpu_milli,
+memory_mib, num_gpu, gpu_milli`` and optionally ``gpu_spec`` (allowed GPU models, ``A|B``) plus fields
+the packing experiment ignores (qos, phase, timestamps). Every problem is reported as
+``file:line: field 'x': what is wrong (accepted: ...)``.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubecell.core.errors import InvalidInputError
+from kubecell.core.model import GPU_MODELS, MILLI_PER_GPU, Node, Request, gpu_model_spec, make_node
+from kubecell.core.placement.frag import PodShape
+
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+
+
+@dataclass(frozen=True, slots=True)
+class TracePod:
+    """One row of an openb pod list. ``gpu_spec`` keeps the raw text; ``gpu_models`` is its set."""
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpu_count: int
+    gpu_milli: int
+    gpu_spec: str = ""
+
+    @property
+    def gpu_models(self) -> frozenset[str] | None:
+        models = frozenset(m for m in self.gpu_spec.split("|") if m)
+        return models or None
+
+    @property
+    def total_gpu_milli(self) -> int:
+        return self.gpu_count * self.gpu_milli
+
+    @property
+    def shape(self) -> PodShape:
+        """The fragmentation-measure shape; a pod without a CPU request counts as 100m, as in
+        kube-scheduler's scoring."""
+        return PodShape(self.cpu_milli or 100, self.gpu_milli, self.gpu_count, self.gpu_spec)
+
+    def request(self, name: str | None = None) -> Request:
+        return Request(
+            name=name or self.name,
+            cpu_milli=self.cpu_milli,
+            memory_mib=self.memory_mib,
+            gpu_count=self.gpu_count,
+            gpu_milli=self.gpu_milli if self.gpu_count else 0,
+            gpu_models=self.gpu_models,
+        )
+
+
+def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
+    if not path.is_file():
+        raise InvalidInputError("file not found", location=str(path))
+    try:
+        handle = path.open(newline="", encoding="utf-8")
+    except OSError as error:
+        raise InvalidInputError(f"cannot read file: {error.strerror}", location=str(path)) from None
+    with handle:
+        try:
+            reader = csv.DictReader(handle)
+            header = reader.fieldnames or []
+            missing = [c for c in required if c not in header]
+            if missing:
+                raise InvalidInputError(
+                    f"missing column(s) {', '.join(missing)} in header {header}",
+                    location=f"{path}:1",
+                    accepted="a header with " + ", ".join(required),
+                )
+            for number, row in enumerate(reader, start=2):
+                if None in row or any(v is None for v in row.values()):
+                    raise InvalidInputError(
+                        f"has {len(row) - (1 if None in row else 0)} fields, header has {len(header)}",
+                        location=f"{path}:{number}",
+                    )
+                yield number, row
+        except UnicodeDecodeError:
+            raise InvalidInputError("not a UTF-8 text file", location=str(path)) from None
+        except csv.Error as error:
+            raise InvalidInputError(f"malformed CSV: {error}", location=str(path)) from None
+
+
+def _int(row: dict[str, str], field: str, where: str, *, low: int = 0, high: int | None = None) -> int:
+    text = row[field].strip()
+    if text == "" and field in ("gpu", "num_gpu", "gpu_milli"):
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidInputError(f"{text!r} is not an integer", location=where, field=field,
+                                accepted="a whole number") from None
+    if value < low or (high is not None and value > high):
+        bounds = f"{low}..{high}" if high is not None else f">= {low}"
+        raise InvalidInputError(f"{value} is out of range", location=where, field=field, accepted=bounds)
+    return value
+
+
+def _check_spec(spec: str, where: str) -> str:
+    for model in (m for m in spec.split("|") if m):
+        if model not in GPU_MODELS:
+            raise InvalidInputError(f"unknown GPU model {model!r}", location=where, field="gpu_spec",
+                                    accepted="'|'-separated names from " + ", ".join(sorted(GPU_MODELS)))
+    return spec
+
+
+def load_nodes(path: str | Path, *, include_cpu_nodes: bool = False) -> list[Node]:
+    """Read a node list. CPU-only nodes are skipped unless asked for (the FGD experiments skip them)."""
+    path = Path(path)
+    nodes: list[Node] = []
+    seen: dict[str, int] = {}
+    for number, row in _rows(path, NODE_COLUMNS):
+        where = f"{path}:{number}"
+        name = row["sn"].strip()
+        if not name:
+            raise InvalidInputError("empty node name", location=where, field="sn")
+        if name in seen:
+            raise InvalidInputError(f"duplicate node name {name!r} (first at line {seen[name]})",
+                                    location=where, field="sn", accepted="unique names")
+        seen[name] = number
+        gpus = _int(row, "gpu", where, high=64)
+        model = row["model"].strip()
+        if gpus and not model:
+            raise InvalidInputError(f"{gpus} GPUs but no model", location=where, field="model",
+                                    accepted=", ".join(sorted(GPU_MODELS)))
+        if gpus:
+            gpu_model_spec(model, location=where, field="model")
+        if not gpus and not include_cpu_nodes:
+            continue
+        nodes.append(
+            make_node(
+                name,
+                cpu_milli=_int(row, "cpu_milli", where),
+                memory_mib=_int(row, "memory_mib", where),
+                gpu_count=gpus,
+                gpu_model=model if gpus else "",
+                location=where,
+            )
+        )
+    if not nodes:
+        raise InvalidInputError("no usable (GPU) nodes", location=str(path))
+    return nodes
+
+
+def load_pods(path: str | Path) -> list[TracePod]:
+    """Read a pod list, validating each row's GPU request."""
+    path = Path(path)
+    pods: list[TracePod] = []
+    seen: dict[str, int] = {}
+    for number, row in _rows(path, POD_COLUMNS):
+        where = f"{path}:{number}"
+        name = row["name"].strip()
+        if not name:
+            raise InvalidInputError("empty pod name", location=where, field="name")
+        if name in seen:
+            raise InvalidInputError(f"duplicate pod name {name!r} (first at line {seen[name]})",
+                                    location=where, field="name", accepted="unique names")
+        seen[name] = number
+        count = _int(row, "num_gpu", where, high=64)
+        milli = _int(row, "gpu_milli", where, high=MILLI_PER_GPU)
+        if count == 0 and milli:
+            raise InvalidInputError(f"gpu_milli {milli} with num_gpu 0", location=where, field="gpu_milli",
+                                    accepted="0 for CPU-only pods")
+        if count and milli == 0:
+            raise InvalidInputError(f"num_gpu {count} with gpu_milli 0", location=where, field="gpu_milli",
+                                    accepted="1..1000")
+        if count > 1 and milli != MILLI_PER_GPU:
+            raise InvalidInputError(f"{count} GPUs with a share of {milli} each", location=where,
+                                    field="gpu_milli", accepted="1000 for multi-GPU pods")
+        spec = _check_spec(row.get("gpu_spec", "") or "", where)
+        pods.append(
+            TracePod(
+                name=name,
+                cpu_milli=_int(row, "cpu_milli", where),
+                memory_mib=_int(row, "memory_mib", where),
+                gpu_count=count,
+                gpu_milli=milli,
+                gpu_spec=spec,
+            )
+        )
+    if not pods:
+        raise InvalidInputError("no pods", location=str(path))
+    return pods
