@@ -24,7 +24,7 @@ from kubecell.core.errors import KubecellError
 from kubecell.core.placement.registry import FGD_BASELINES, parse_policy_list, policy_summaries
 from kubecell.sim.packing.metrics import PolicySummary, RunCurves
 from kubecell.sim.packing.report import write_curves, write_html, write_plots, write_summary
-from kubecell.sim.packing.runner import parse_seeds, run_grid
+from kubecell.sim.packing.runner import load_inputs, parse_seeds, run_grid
 
 app = typer.Typer(
     help="kubecell: GPU-cluster scheduler and trace-driven simulator.",
@@ -49,7 +49,7 @@ def _summary_table(summaries: list[PolicySummary], title: str) -> Table:
     table = Table(title=title)
     for column in ("policy", "unallocated GPU % @100", "unallocated GPU % @130", "frag ratio % @90",
                    "failed pods", "seconds"):
-        table.add_column(column, justify="right" if column != "policy" else "left")
+        table.add_column(column, justify="right" if column != "policy" else "left", no_wrap=column == "policy")
     for summary in summaries:
         u100 = summary.at("unallocated_pct", 100)
         u130 = summary.at("unallocated_pct", 130)
@@ -68,20 +68,28 @@ def _summary_table(summaries: list[PolicySummary], title: str) -> Table:
 
 def _run_packing(
     nodes: Path, pods: Path, policies: list[str], seeds: list[int], inflate: float, jobs: int, out: Path,
-    title: str,
+    title: str, allow_impossible: bool = False,
 ) -> Path:
     started = time.perf_counter()
+    inputs = load_inputs(str(nodes), str(pods), allow_impossible)
+    if inputs.impossible:
+        pod, verdict = inputs.impossible[0]
+        errors.print(
+            f"warning: {len(inputs.impossible)} pod(s) can never be placed on this cluster and will count as "
+            f"failed (first: {pod.name}: {verdict.reason})", highlight=False, soft_wrap=True,
+        )
     total = len(policies) * len(seeds)
     with Progress(
         TextColumn("[bold]packing"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-        TimeElapsedColumn(), console=errors, transient=True,
+        TimeElapsedColumn(), console=errors, transient=True, disable=not errors.is_terminal,
     ) as progress:
         task = progress.add_task("", total=total)
 
         def done(run: RunCurves) -> None:
             progress.update(task, advance=1, description=f"{run.policy} seed {run.seed}")
 
-        summaries = run_grid(nodes, pods, policies, seeds, inflate=inflate, jobs=jobs, on_done=done)
+        summaries = run_grid(nodes, pods, policies, seeds, inflate=inflate, jobs=jobs,
+                             allow_impossible=allow_impossible, on_done=done)
     wall = time.perf_counter() - started
     meta = {
         "kubecell": __version__,
@@ -91,6 +99,7 @@ def _run_packing(
         "seeds": seeds,
         "inflate": inflate,
         "jobs": jobs,
+        "impossible_pods": len(inputs.impossible),
         "wall_seconds": round(wall, 2),
     }
     write_summary(out, summaries, meta)
@@ -98,7 +107,7 @@ def _run_packing(
     plots = write_plots(out, summaries, title=title)
     page = write_html(out, summaries, meta, plots)
     console.print(_summary_table(summaries, title))
-    console.print(f"wall time {wall:.1f} s; results in {out}/ (summary.json, curves.csv, *.png)")
+    console.print(f"wall time {wall:.1f} s; results in {out}/ (summary.json, curves.csv, *.png)", soft_wrap=True)
     return page
 
 
@@ -111,10 +120,12 @@ def sim_packing(
     seeds: Annotated[str, typer.Option(help="Seeds, e.g. 42-51 or 1,2,3.")] = "42-51",
     inflate: Annotated[float, typer.Option(help="Inflate the workload to this share of GPU capacity.")] = 1.3,
     jobs: Annotated[int, typer.Option(help="Parallel worker processes.", min=1)] = 1,
+    allow_impossible: Annotated[bool, typer.Option(
+        "--allow-impossible", help="Replay pods no node could ever hold as failures (FGD protocol).")] = False,
 ) -> None:
-    """The FGD paper's static packing experiment (traces.md section 3)."""
+    """The FGD paper's static packing experiment: seeded shuffle, inflation, online placement, no retries."""
     _run_packing(nodes, pods, parse_policy_list(policy), parse_seeds(seeds), inflate, jobs, out,
-                 title=f"{pods.stem} on {nodes.stem}")
+                 title=f"{pods.stem} on {nodes.stem}", allow_impossible=allow_impossible)
 
 
 @app.command()
@@ -127,8 +138,8 @@ def simulate(
     """Run the bundled example (64 heterogeneous nodes, ~400 pods) through every policy and report."""
     nodes, pods = example_paths()
     page = _run_packing(nodes, pods, parse_policy_list(policy), parse_seeds(seeds), 1.3, jobs, out,
-                        title="bundled example: 64 nodes, 282 GPUs")
-    console.print(f"report: {page}")
+                        title="bundled example: 64 nodes, 286 GPUs")
+    console.print(f"report: {page}", soft_wrap=True)
 
 
 @app.command()

@@ -7,6 +7,8 @@ free, or enough completely free GPUs, optionally inside one NVLink group or NUMA
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import numpy.typing as npt
 
@@ -70,7 +72,15 @@ def feasible_mask(book: AllocationBook, request: Request) -> BoolArray:
     return mask
 
 
-def never_fits(book: AllocationBook, request: Request) -> str | None:
+@dataclass(frozen=True, slots=True)
+class Impossible:
+    """Why a request can never be placed on a cluster: the request field at fault and a reason."""
+
+    field: str
+    reason: str
+
+
+def never_fits(book: AllocationBook, request: Request) -> Impossible | None:
     """Why no node of this cluster could hold the request even when empty, or None if some could.
 
     Used to reject impossible requests up front with a specific reason instead of letting them wait.
@@ -78,22 +88,54 @@ def never_fits(book: AllocationBook, request: Request) -> str | None:
     cap_cpu = book.cpu_capacity >= request.cpu_milli
     cap_mem = book.mem_capacity >= request.memory_mib
     if not cap_cpu.any():
-        return f"asks for {request.cpu_milli}m CPU; the largest node has {int(book.cpu_capacity.max())}m"
+        largest = int(book.cpu_capacity.max(initial=0))
+        return Impossible("cpu_milli", f"asks for {request.cpu_milli}m CPU; the largest node has {largest}m")
     if not cap_mem.any():
-        return f"asks for {request.memory_mib} MiB memory; the largest node has {int(book.mem_capacity.max())} MiB"
+        largest = int(book.mem_capacity.max(initial=0))
+        return Impossible("memory_mib", f"asks for {request.memory_mib} MiB memory; the largest node has {largest} MiB")
     if not (cap_cpu & cap_mem).any():
-        return "no node has both the CPU and the memory it asks for"
+        return Impossible("cpu_milli", "no node has both the CPU and the memory it asks for")
     if not request.wants_gpu:
         return None
-    models = model_mask(book, request)
+    models = model_mask(book, request) & (book.gpu_count > 0)
+    scope = f" of model {'|'.join(sorted(request.gpu_models))}" if request.gpu_models else ""
     if not models.any():
         present = sorted({m for m in book.model_names if m})
-        return f"allows GPU models {sorted(request.gpu_models or [])}; the cluster has {present}"
-    candidates = cap_cpu & cap_mem & models & (book.gpu_count >= request.gpu_count)
+        allowed = sorted(request.gpu_models or [])
+        return Impossible("gpu_models", f"allows GPU models {allowed}; the cluster has {present}")
+    sized = models & (book.gpu_count >= request.gpu_count)
+    if not sized.any():
+        most = int(book.gpu_count[models].max(initial=0))
+        return Impossible(
+            "gpu_count", f"asks for {request.gpu_count} GPUs{scope} on one node; such nodes have at most {most}"
+        )
+    hosts = f"nodes with {request.gpu_count}+ GPUs{scope}"
+    if not (sized & cap_cpu).any():
+        most = int(book.cpu_capacity[sized].max(initial=0))
+        return Impossible("cpu_milli", f"asks for {request.cpu_milli}m CPU; {hosts} have at most {most}m")
+    if not (sized & cap_mem).any():
+        most = int(book.mem_capacity[sized].max(initial=0))
+        return Impossible("memory_mib", f"asks for {request.memory_mib} MiB memory; {hosts} have at most {most} MiB")
+    candidates = sized & cap_cpu & cap_mem
     if not candidates.any():
-        return f"asks for {request.gpu_count} GPUs on one node; no suitable node has that many"
+        return Impossible("cpu_milli", f"none of the {hosts} has both {request.cpu_milli}m CPU and "
+                                       f"{request.memory_mib} MiB memory")
+    if request.is_whole and request.topology is not None and request.topology < TopologyLevel.NODE:
+        rows = np.flatnonzero(candidates)
+        empty = np.zeros(len(rows), np.int64)
+        groups = book.nvlink_group[rows] if request.topology == TopologyLevel.NVLINK else book.numa_group[rows]
+        for group in range(book.max_gpus):
+            empty = np.maximum(empty, ((groups == group) & book.gpu_present[rows]).sum(axis=1))
+        if not (empty >= request.gpu_count).any():
+            return Impossible(
+                "topology",
+                f"asks for {request.gpu_count} GPUs within one {request.topology.name} cell; none is that large",
+            )
     if request.gpu_memory_mib:
         mem_ok = (book.gpu_mem_capacity >= request.gpu_memory_mib) & book.gpu_present
         if not (mem_ok.any(axis=1) & candidates).any():
-            return f"asks for {request.gpu_memory_mib} MiB of GPU memory; no allowed GPU has that much"
+            return Impossible(
+                "gpu_memory_mib",
+                f"asks for {request.gpu_memory_mib} MiB of GPU memory; no allowed GPU has that much",
+            )
     return None

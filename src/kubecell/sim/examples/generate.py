@@ -22,7 +22,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 SEED = 20231122
 
-# (count, vCPU, memory GiB, GPUs, model): eight shapes, 64 nodes, 282 GPUs.
+# (count, vCPU, memory GiB, GPUs, model): eight shapes, 64 nodes, 286 GPUs.
 NODE_SHAPES = (
     (18, 96, 384, 8, "A100"),
     (6, 128, 768, 8, "V100M32"),

@@ -16,11 +16,11 @@ from pathlib import Path
 from kubecell.core.book import AllocationBook
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import Node
-from kubecell.core.placement.filters import never_fits
+from kubecell.core.placement.filters import Impossible, never_fits
 from kubecell.core.placement.frag import TypicalPod
 from kubecell.sim.packing.experiment import run_packing, typical_pods_of
 from kubecell.sim.packing.metrics import PolicySummary, RunCurves, curves_of
-from kubecell.sim.traces.openb import TracePod, load_nodes, load_pods
+from kubecell.sim.traces.openb import REQUEST_FIELD_COLUMNS, TracePod, load_nodes, load_pods
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,28 +28,41 @@ class PackingInputs:
     nodes: list[Node]
     pods: list[TracePod]
     typical: list[TypicalPod]
+    impossible: list[tuple[TracePod, Impossible]]
+    """Pods no node of the cluster could ever hold (replayed as failures only when allowed)."""
 
 
 @functools.lru_cache(maxsize=8)
-def load_inputs(nodes_path: str, pods_path: str) -> PackingInputs:
-    """Parse and validate both lists once per process; reject pods no node could ever hold."""
+def load_inputs(nodes_path: str, pods_path: str, allow_impossible: bool = False) -> PackingInputs:
+    """Parse and validate both lists once per process.
+
+    A pod that no node could hold even on an empty cluster is an input error unless
+    ``allow_impossible``: the FGD protocol replays such pods (a few 8-GPU pods of the gpuspec
+    variants are pinned to models without 8-GPU nodes) and counts them as failed.
+    """
     nodes = load_nodes(nodes_path)
     pods = load_pods(pods_path)
     book = AllocationBook(nodes)
-    checked: set[object] = set()
+    verdicts: dict[tuple[int, int, int, int, str], Impossible | None] = {}
+    impossible: list[tuple[TracePod, Impossible]] = []
     for pod in pods:
         key = (pod.cpu_milli, pod.memory_mib, pod.gpu_count, pod.gpu_milli, pod.gpu_spec)
-        if key in checked:
-            continue
-        checked.add(key)
-        reason = never_fits(book, pod.request())
-        if reason is not None:
-            raise InvalidInputError(
-                f"pod {pod.name!r} can never be placed on this cluster: {reason}",
-                location=pods_path,
-                accepted="requests that fit at least one node of " + nodes_path,
-            )
-    return PackingInputs(nodes, pods, typical_pods_of(pods))
+        if key not in verdicts:
+            verdicts[key] = never_fits(book, pod.request())
+        verdict = verdicts[key]
+        if verdict is not None:
+            impossible.append((pod, verdict))
+    if impossible and not allow_impossible:
+        pod, verdict = impossible[0]
+        more = f" ({len(impossible) - 1} more such pods)" if len(impossible) > 1 else ""
+        raise InvalidInputError(
+            f"pod {pod.name!r} can never be placed on the cluster of {nodes_path}: {verdict.reason}{more}",
+            location=f"{pods_path}:{pod.line}",
+            field=REQUEST_FIELD_COLUMNS.get(verdict.field, verdict.field),
+            accepted="requests that fit at least one node; pass --allow-impossible to replay such pods "
+            "as failures, as the FGD protocol does",
+        )
+    return PackingInputs(nodes, pods, typical_pods_of(pods), impossible)
 
 
 _SEED_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")
@@ -72,8 +85,10 @@ def parse_seeds(text: str) -> list[int]:
     return list(dict.fromkeys(seeds))
 
 
-def _run_one(nodes_path: str, pods_path: str, policy: str, seed: int, inflate: float) -> RunCurves:
-    inputs = load_inputs(nodes_path, pods_path)
+def _run_one(
+    nodes_path: str, pods_path: str, policy: str, seed: int, inflate: float, allow_impossible: bool
+) -> RunCurves:
+    inputs = load_inputs(nodes_path, pods_path, allow_impossible)
     record = run_packing(inputs.nodes, inputs.pods, policy, seed, inflate=inflate, typical=inputs.typical)
     return curves_of(record)
 
@@ -86,11 +101,12 @@ def run_grid(
     *,
     inflate: float = 1.3,
     jobs: int = 1,
+    allow_impossible: bool = False,
     on_done: Callable[[RunCurves], None] | None = None,
 ) -> list[PolicySummary]:
     """Run every (policy, seed); results grouped per policy in the order given."""
     nodes_path, pods_path = str(nodes_path), str(pods_path)
-    load_inputs(nodes_path, pods_path)  # validate up front, in this process, before forking work
+    load_inputs(nodes_path, pods_path, allow_impossible)  # validate here, before forking work
     if inflate < 0:
         raise InvalidInputError(f"inflate {inflate} is negative", field="inflate", accepted="a ratio such as 1.3")
     summaries = {policy: PolicySummary(policy) for policy in policies}
@@ -103,11 +119,12 @@ def run_grid(
 
     if jobs <= 1 or len(tasks) <= 1:
         for policy, seed in tasks:
-            record(_run_one(nodes_path, pods_path, policy, seed, inflate))
+            record(_run_one(nodes_path, pods_path, policy, seed, inflate, allow_impossible))
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             pending: set[Future[RunCurves]] = {
-                pool.submit(_run_one, nodes_path, pods_path, policy, seed, inflate) for policy, seed in tasks
+                pool.submit(_run_one, nodes_path, pods_path, policy, seed, inflate, allow_impossible)
+                for policy, seed in tasks
             }
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubecell.core.errors import InvalidInputError
@@ -19,6 +19,16 @@ from kubecell.core.placement.frag import PodShape
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+REQUEST_FIELD_COLUMNS = {
+    "cpu_milli": "cpu_milli",
+    "memory_mib": "memory_mib",
+    "gpu_count": "num_gpu",
+    "gpu_milli": "gpu_milli",
+    "gpu_models": "gpu_spec",
+    "topology": "num_gpu",
+    "gpu_memory_mib": "gpu_milli",
+}
+"""Which pod-list column carries each field of a core Request (for error messages)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +41,8 @@ class TracePod:
     gpu_count: int
     gpu_milli: int
     gpu_spec: str = ""
+    line: int = field(default=0, compare=False)
+    """Line of the source file (for error messages); 0 for pods not read from a file."""
 
     @property
     def gpu_models(self) -> frozenset[str] | None:
@@ -62,7 +74,7 @@ def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, 
     if not path.is_file():
         raise InvalidInputError("file not found", location=str(path))
     try:
-        handle = path.open(newline="", encoding="utf-8")
+        handle = path.open(newline="", encoding="utf-8-sig")  # tolerate the BOM spreadsheets write
     except OSError as error:
         raise InvalidInputError(f"cannot read file: {error.strerror}", location=str(path)) from None
     with handle:
@@ -76,11 +88,14 @@ def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, 
                     location=f"{path}:1",
                     accepted="a header with " + ", ".join(required),
                 )
-            for number, row in enumerate(reader, start=2):
+            for row in reader:
+                number = reader.line_num  # physical line: blank lines are skipped, quoted fields may span lines
                 if None in row or any(v is None for v in row.values()):
+                    fields = sum(v is not None for k, v in row.items() if k is not None) + len(row.get(None) or ())
                     raise InvalidInputError(
-                        f"has {len(row) - (1 if None in row else 0)} fields, header has {len(header)}",
+                        f"has {fields} fields, header has {len(header)}",
                         location=f"{path}:{number}",
+                        accepted=f"{len(header)} comma-separated fields per row",
                     )
                 yield number, row
         except UnicodeDecodeError:
@@ -133,13 +148,15 @@ def load_nodes(path: str | Path, *, include_cpu_nodes: bool = False) -> list[Nod
                                     accepted=", ".join(sorted(GPU_MODELS)))
         if gpus:
             gpu_model_spec(model, location=where, field="model")
+        cpu_milli = _int(row, "cpu_milli", where)  # validated even on rows that are then skipped
+        memory_mib = _int(row, "memory_mib", where)
         if not gpus and not include_cpu_nodes:
             continue
         nodes.append(
             make_node(
                 name,
-                cpu_milli=_int(row, "cpu_milli", where),
-                memory_mib=_int(row, "memory_mib", where),
+                cpu_milli=cpu_milli,
+                memory_mib=memory_mib,
                 gpu_count=gpus,
                 gpu_model=model if gpus else "",
                 location=where,
@@ -184,6 +201,7 @@ def load_pods(path: str | Path) -> list[TracePod]:
                 gpu_count=count,
                 gpu_milli=milli,
                 gpu_spec=spec,
+                line=number,
             )
         )
     if not pods:
