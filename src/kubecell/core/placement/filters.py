@@ -126,6 +126,8 @@ def never_fits(book: AllocationBook, request: Request) -> Impossible | None:
         groups = book.nvlink_group[rows] if request.topology == TopologyLevel.NVLINK else book.numa_group[rows]
         for group in range(book.max_gpus):
             empty = np.maximum(empty, ((groups == group) & book.gpu_present[rows]).sum(axis=1))
+        if request.topology == TopologyLevel.GPU:
+            empty = np.minimum(empty, 1)  # a GPU cell holds one GPU (as in ``whole_gpus_in_one_group``)
         if not (empty >= request.gpu_count).any():
             return Impossible(
                 "topology",

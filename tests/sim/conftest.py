@@ -1,0 +1,34 @@
+"""Fixtures shared by the simulator tests: the bundled example and CSV writing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kubecell.cli.main import example_paths
+from kubecell.sim.packing.runner import PackingInputs, load_inputs
+
+
+@pytest.fixture
+def write_csv(tmp_path: Path) -> Callable[[str, str], Path]:
+    """Write ``text`` to ``tmp_path/name`` (text is written exactly, no newline translation)."""
+
+    def write(name: str, text: str) -> Path:
+        path = tmp_path / name
+        path.write_bytes(text.encode("utf-8"))
+        return path
+
+    return write
+
+
+@pytest.fixture(scope="session")
+def example_files() -> tuple[Path, Path]:
+    return example_paths()
+
+
+@pytest.fixture(scope="session")
+def example_inputs(example_files: tuple[Path, Path]) -> PackingInputs:
+    nodes, pods = example_files
+    return load_inputs(str(nodes), str(pods))
