@@ -1,0 +1,142 @@
+"""Jobs: gangs of identical members that start together, and their life cycle.
+
+A job is the scheduling unit. It has a headcount and a minimum: ``min_members == members`` is
+all-or-nothing; a smaller minimum is KubeShare's threshold gang (start with at least ``min_members``,
+grow to ``members`` when capacity allows). Every member asks for the same request: a share of one GPU
+or whole GPUs, plus CPU and memory. A topology constraint keeps all members' GPUs within one cell of
+that level (one NVLink group, one node, one rack).
+
+Priority orders jobs inside a tenant; ``OPPORTUNISTIC_PRIORITY`` (-1) marks work that only scavenges
+idle capacity and is reclaimed before anything else.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+
+from kubecell.core.errors import InvalidInputError
+from kubecell.core.model import Request, TopologyLevel
+
+OPPORTUNISTIC_PRIORITY = -1
+
+
+class JobClass(Enum):
+    """How a running job holds its resources, which decides who may take them back."""
+
+    GUARANTEED = "guaranteed"  # inside its VC's guaranteed cells; preempted only by its own VC's priorities
+    BORROWED = "borrowed"  # idle capacity beyond its VC's guarantee; reclaimable by owners
+    OPPORTUNISTIC = "opportunistic"  # priority -1 scavenger; reclaimed first
+
+
+class JobPhase(Enum):
+    PENDING = "pending"
+    RESERVED = "reserved"  # capacity held (victims terminating or bind in flight); nobody else may take it
+    RUNNING = "running"
+    FINISHED = "finished"
+    REJECTED = "rejected"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What a user submits. ``work`` is the seconds of execution the job needs at full size (for
+    simulation); a job running with ``n`` of ``members`` members progresses at rate n / members."""
+
+    name: str
+    vc: str
+    member: Request
+    members: int = 1
+    min_members: int | None = None
+    priority: int = 0
+    topology: TopologyLevel | None = None
+    submit_time: float = 0.0
+    work: float = 0.0
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        where = f"job {self.name!r}"
+        if not self.name:
+            raise InvalidInputError("job name is empty", field="name")
+        if not self.vc:
+            raise InvalidInputError("job has no virtual cluster", location=where, field="vc",
+                                    accepted="the name of a VC from the tenant configuration")
+        if self.members < 1:
+            raise InvalidInputError(f"headcount {self.members} < 1", location=where, field="members")
+        minimum = self.min_members if self.min_members is not None else self.members
+        if not 1 <= minimum <= self.members:
+            raise InvalidInputError(f"minimum {minimum} outside 1..{self.members}", location=where,
+                                    field="min_members")
+        if self.priority < OPPORTUNISTIC_PRIORITY:
+            raise InvalidInputError(f"priority {self.priority}", location=where, field="priority",
+                                    accepted=f"{OPPORTUNISTIC_PRIORITY} (opportunistic) or >= 0")
+        if self.work < 0 or not math.isfinite(self.work):
+            raise InvalidInputError(f"work {self.work}", location=where, field="work", accepted="a finite value >= 0")
+
+    @property
+    def minimum(self) -> int:
+        return self.min_members if self.min_members is not None else self.members
+
+    @property
+    def opportunistic(self) -> bool:
+        return self.priority == OPPORTUNISTIC_PRIORITY
+
+    @property
+    def gpu_milli_per_member(self) -> int:
+        return self.member.total_gpu_milli
+
+    @property
+    def total_gpu_milli(self) -> int:
+        return self.member.total_gpu_milli * self.members
+
+    @property
+    def min_gpu_milli(self) -> int:
+        return self.member.total_gpu_milli * self.minimum
+
+    def member_request(self, index: int) -> Request:
+        """The request of member ``index``, named ``<job>/<index>`` (allocation ids in the book)."""
+        base = self.member
+        return Request(
+            name=f"{self.name}/{index}",
+            cpu_milli=base.cpu_milli,
+            memory_mib=base.memory_mib,
+            gpu_count=base.gpu_count,
+            gpu_milli=base.gpu_milli,
+            gpu_memory_mib=base.gpu_memory_mib,
+            gpu_models=base.gpu_models,
+            topology=base.topology,
+        )
+
+
+@dataclass(slots=True)
+class Job:
+    """A submitted job and its scheduling state (owned by the engine)."""
+
+    spec: JobSpec
+    phase: JobPhase = JobPhase.PENDING
+    job_class: JobClass | None = None
+    running_members: list[str] = field(default_factory=list)  # allocation names in the book
+    started_at: float | None = None  # current run
+    first_started_at: float | None = None
+    finished_at: float | None = None
+    preemptions: int = 0
+    wait_reason: str = "not yet considered"
+    reserved_until: float | None = None
+    lazily_preempted: bool = False
+    starving_since: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def vc(self) -> str:
+        return self.spec.vc
+
+    @property
+    def size(self) -> int:
+        return len(self.running_members)
+
+    @property
+    def held_gpu_milli(self) -> int:
+        return self.spec.gpu_milli_per_member * len(self.running_members)
