@@ -68,6 +68,7 @@ GPU_MODELS: Mapping[str, GpuModelSpec] = {
         GpuModelSpec("P4", 7611),
         GpuModelSpec("T4", 15109),
         GpuModelSpec("P100", 16280),
+        GpuModelSpec("P40", 22919),
         GpuModelSpec("V100M16", 16160, nvlink=True),
         GpuModelSpec("V100M32", 32510, nvlink=True),
         GpuModelSpec("A10", 22731),

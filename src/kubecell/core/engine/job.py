@@ -70,6 +70,15 @@ class JobSpec:
         if self.priority < OPPORTUNISTIC_PRIORITY:
             raise InvalidInputError(f"priority {self.priority}", location=where, field="priority",
                                     accepted=f"{OPPORTUNISTIC_PRIORITY} (opportunistic) or >= 0")
+        if self.topology is not None and self.topology < TopologyLevel.NODE and self.members > 1:
+            raise InvalidInputError(
+                f"{self.members} members cannot all sit inside one {self.topology.name} cell",
+                location=where, field="topology",
+                accepted="node, rack, zone or none for multi-member jobs; nvlink/numa for single-member jobs",
+            )
+        if self.topology is not None and self.topology < TopologyLevel.NODE and not self.member.is_whole:
+            raise InvalidInputError("a GPU share always sits on one GPU; an NVLink/NUMA constraint needs whole GPUs",
+                                    location=where, field="topology")
         if self.work < 0 or not math.isfinite(self.work):
             raise InvalidInputError(f"work {self.work}", location=where, field="work", accepted="a finite value >= 0")
 
@@ -104,7 +113,8 @@ class JobSpec:
             gpu_milli=base.gpu_milli,
             gpu_memory_mib=base.gpu_memory_mib,
             gpu_models=base.gpu_models,
-            topology=base.topology,
+            topology=self.topology if self.topology is not None and self.topology < TopologyLevel.NODE
+            else base.topology,
         )
 
 
@@ -115,6 +125,8 @@ class Job:
     spec: JobSpec
     phase: JobPhase = JobPhase.PENDING
     job_class: JobClass | None = None
+    job_class_hint: JobClass | None = None
+    """The class the engine is currently trying to start the job in (decides whom it may evict)."""
     running_members: list[str] = field(default_factory=list)  # allocation names in the book
     started_at: float | None = None  # current run
     first_started_at: float | None = None

@@ -1,0 +1,1 @@
+"""The scheduling engine: jobs and gangs, queues, tenancy classes, preemption, reservations."""

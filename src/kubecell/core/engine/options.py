@@ -1,0 +1,61 @@
+"""Engine policies: one engine, three tenancy regimes, compared side by side in the simulator.
+
+* ``quota``: a GPU-count quota per VC without topology (YARN capacity-scheduler / Kueue style).
+  Jobs within quota are guaranteed, jobs beyond it borrow idle GPUs; a VC below quota reclaims
+  borrowed GPUs by count, wherever they are, which frees the right number on the wrong nodes.
+* ``hived``: HiveD's cells. Guarantees cover quantity, GPU type and topology; beyond its cells a VC's
+  jobs wait (only opportunistic priority -1 jobs scavenge idle cells); priority preemption inside a VC
+  kills its victims.
+* ``kubecell``: HiveD's cells plus fair borrowing of idle capacity (weighted dominant share), topology-aware
+  reclaim that evicts whole gangs chosen by simulation, lazy preemption, reservations for preemptors,
+  a minimum-runtime guard, a preemption cap per job and reservation-based backfill against starvation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kubecell.core.errors import InvalidInputError
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    name: str
+    cells: bool = True
+    """Guarantees are cells bound to physical cells (True) or a GPU count anywhere (False)."""
+    borrowing: bool = True
+    """Jobs beyond their VC's guarantee may run on idle capacity (reclaimable)."""
+    fair_share: bool = True
+    """Order VCs by weighted dominant-resource share; otherwise by submission time only."""
+    lazy_preemption: bool = True
+    """Priority preemption first downgrades victims to borrowed; they die only if their GPUs are needed."""
+    topology_aware_reclaim: bool = True
+    """Reclaim picks victims by simulating the preemptor's placement; otherwise frees GPUs by count."""
+    starvation_seconds: float | None = 4 * 3600.0
+    """A job pending this long gets a reservation: its region stops taking other work until it fits."""
+    max_reservations: int = 2
+    max_preemptions: int = 3
+    """A job preempted this often (opportunistic jobs excepted) no longer borrows, so it cannot be hit again."""
+    reclaim_min_runtime_seconds: float = 0.0
+    """Guarantees are restored at once by default; priority preemption honours each VC's minRuntime."""
+    reservation_timeout_seconds: float = 600.0
+    victim_search_regions: int = 8
+
+    def with_(self, **changes: object) -> EngineOptions:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+PRESETS: dict[str, EngineOptions] = {
+    "quota": EngineOptions("quota", cells=False, borrowing=True, fair_share=False, lazy_preemption=False,
+                           topology_aware_reclaim=False, starvation_seconds=None, max_preemptions=1 << 30),
+    "hived": EngineOptions("hived", cells=True, borrowing=False, fair_share=False, lazy_preemption=False,
+                           topology_aware_reclaim=True, starvation_seconds=None, max_preemptions=1 << 30),
+    "kubecell": EngineOptions("kubecell"),
+}
+
+
+def engine_options(name: str) -> EngineOptions:
+    key = name.strip().lower()
+    if key not in PRESETS:
+        raise InvalidInputError(f"unknown tenancy policy {name!r}", field="policy", accepted=", ".join(PRESETS))
+    return PRESETS[key]

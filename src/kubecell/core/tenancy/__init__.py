@@ -1,0 +1,1 @@
+"""Tenancy: virtual clusters guaranteed cells of the physical topology (HiveD's model)."""

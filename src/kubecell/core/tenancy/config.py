@@ -1,0 +1,194 @@
+"""Tenant configuration: virtual clusters and what each is guaranteed, validated against the cluster.
+
+A virtual cluster (VC) is guaranteed a multiset of cells (``{cell type: count}``), optionally pinned
+physical cells, and ``gpus: N`` as a shorthand that expands to whole nodes plus the largest sub-node
+cells for the remainder. Beyond its guarantee a VC may borrow idle capacity, weighted by ``weight`` and
+capped by ``borrowLimitGpus``; ``minRuntimeMinutes`` protects its running jobs from priority
+preemption for that long. The configuration is rejected, with the VC, the cell type and the shortfall,
+unless every guarantee can be met at the same time at every level of the physical cluster.
+
+Example (YAML)::
+
+    cellTypes:                    # optional aliases for cell type names
+      dgx: V100M32x8/node
+    virtualClusters:
+      vision:
+        cells: {dgx: 4, V100M32x8/rack: 1}
+        weight: 2
+        borrowLimitGpus: 64
+      speech:
+        gpus: 12                  # -> 1 x V100M32x8/node + 1 x V100M32x8/4gpu
+        pinnedCells: [node-07]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kubecell.core.errors import InvalidInputError
+from kubecell.core.tenancy.feasibility import shortfalls
+from kubecell.core.topology import Cell, CellForest
+
+
+class GpuShorthand(BaseModel):
+    """``gpus: {count: 12, chain: V100M32x8}`` when the cluster has more than one chain."""
+
+    model_config = ConfigDict(extra="forbid")
+    count: int = Field(ge=1)
+    chain: str | None = None
+
+
+class VirtualClusterConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    cells: dict[str, int] = Field(default_factory=dict)
+    gpus: int | GpuShorthand | None = None
+    pinned_cells: list[str] = Field(default_factory=list, alias="pinnedCells")
+    weight: float = Field(default=1.0, gt=0)
+    borrow_limit_gpus: float | None = Field(default=None, ge=0, alias="borrowLimitGpus")
+    min_runtime_minutes: float = Field(default=0.0, ge=0, alias="minRuntimeMinutes")
+
+
+class TenantConfigFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    cell_types: dict[str, str] = Field(default_factory=dict, alias="cellTypes")
+    virtual_clusters: dict[str, VirtualClusterConfig] = Field(alias="virtualClusters")
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualCluster:
+    """A validated VC: its preassigned (unpinned) cell demand per (chain, level) and its pinned cells."""
+
+    name: str
+    index: int
+    demand: Mapping[tuple[str, int], int]
+    pinned: tuple[str, ...]
+    weight: float
+    borrow_limit_milli: int | None
+    min_runtime_seconds: float
+    guaranteed_gpus: int
+
+    @property
+    def guaranteed_milli(self) -> int:
+        return self.guaranteed_gpus * 1000
+
+
+@dataclass(frozen=True)
+class Tenants:
+    vcs: tuple[VirtualCluster, ...]
+    by_name: dict[str, VirtualCluster] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_name", {vc.name: vc for vc in self.vcs})
+
+    def get(self, name: str) -> VirtualCluster | None:
+        return self.by_name.get(name)
+
+    def require(self, name: str, *, location: str | None = None) -> VirtualCluster:
+        vc = self.get(name)
+        if vc is None:
+            raise InvalidInputError(f"unknown virtual cluster {name!r}", location=location, field="vc",
+                                    accepted=", ".join(v.name for v in self.vcs) or "none configured")
+        return vc
+
+    @property
+    def names(self) -> list[str]:
+        return [vc.name for vc in self.vcs]
+
+
+def _pydantic_message(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"])
+        parts.append(f"{where}: {item['msg']}")
+    return "; ".join(parts)
+
+
+def expand_gpus(forest: CellForest, count: int, chain_name: str) -> dict[tuple[str, int], int]:
+    """``gpus: N`` -> as many node cells as fit, then the largest sub-node cells for the rest."""
+    chain = forest.chains[chain_name]
+    cells: dict[tuple[str, int], int] = {}
+    left = count
+    for level in range(chain.node_level, -1, -1):
+        size = chain.sizes[level]
+        if left >= size:
+            cells[(chain.name, level)] = left // size
+            left %= size
+    return cells
+
+
+def resolve_tenants(raw: Any, forest: CellForest, *, source: str = "tenants") -> Tenants:
+    """Validate a parsed YAML document against the physical cluster and return the tenants."""
+    if not isinstance(raw, Mapping):
+        raise InvalidInputError("expected a mapping with 'virtualClusters'", location=source,
+                                accepted="virtualClusters: {name: {cells: {...}, gpus: N, ...}}")
+    try:
+        config = TenantConfigFile.model_validate(raw)
+    except ValidationError as error:
+        raise InvalidInputError(_pydantic_message(error), location=source,
+                                accepted="keys cellTypes, virtualClusters; per VC: cells, gpus, pinnedCells, "
+                                "weight, borrowLimitGpus, minRuntimeMinutes") from None
+    aliases = dict(config.cell_types)
+    for alias, target in aliases.items():
+        forest.parse_type(target, location=f"{source}: cellTypes.{alias}")
+    pinned_owner: dict[str, str] = {}
+    vcs: list[VirtualCluster] = []
+    for index, (name, vc) in enumerate(config.virtual_clusters.items()):
+        where = f"{source}: virtualClusters.{name}"
+        demand: dict[tuple[str, int], int] = {}
+        for type_name, count in vc.cells.items():
+            chain, level = forest.parse_type(aliases.get(type_name, type_name), location=f"{where}.cells")
+            if count < 0:
+                raise InvalidInputError(f"negative count {count} for {type_name}", location=f"{where}.cells",
+                                        accepted="whole numbers >= 0")
+            if count:
+                demand[(chain.name, level)] = demand.get((chain.name, level), 0) + count
+        if vc.gpus is not None:
+            shorthand = vc.gpus if isinstance(vc.gpus, GpuShorthand) else GpuShorthand(count=vc.gpus)
+            chain_name = shorthand.chain
+            if chain_name is None:
+                if len(forest.chains) != 1:
+                    raise InvalidInputError("gpus: N is ambiguous on a cluster with several chains",
+                                            location=f"{where}.gpus",
+                                            accepted="gpus: {count: N, chain: one of " + ", ".join(forest.chains) + "}")
+                chain_name = next(iter(forest.chains))
+            if chain_name not in forest.chains:
+                raise InvalidInputError(f"unknown chain {chain_name!r}", location=f"{where}.gpus",
+                                        accepted=", ".join(forest.chains))
+            for key, n in expand_gpus(forest, shorthand.count, chain_name).items():
+                demand[key] = demand.get(key, 0) + n
+        pinned: list[Cell] = []
+        for cell_id in vc.pinned_cells:
+            cell = forest.cell(cell_id, location=f"{where}.pinnedCells")
+            if cell_id in pinned_owner:
+                raise InvalidInputError(f"cell {cell_id!r} is pinned by both {pinned_owner[cell_id]!r} and {name!r}",
+                                        location=f"{where}.pinnedCells", accepted="each cell pinned by one VC")
+            pinned_owner[cell_id] = name
+            pinned.append(cell)
+        gpus = sum(forest.chains[c].sizes[level] * n for (c, level), n in demand.items())
+        gpus += sum(cell.size for cell in pinned)
+        if gpus == 0:
+            raise InvalidInputError("guarantees nothing", location=where,
+                                    accepted="cells: {type: count}, gpus: N or pinnedCells")
+        limit = None if vc.borrow_limit_gpus is None else round(vc.borrow_limit_gpus * 1000)
+        vcs.append(VirtualCluster(name, index, demand, tuple(vc.pinned_cells), vc.weight, limit,
+                                  vc.min_runtime_minutes * 60.0, gpus))
+    all_pinned = [forest.by_id[c] for c in pinned_owner]
+    for cell in all_pinned:
+        for other in all_pinned:
+            if other is not cell and other in set(cell.ancestors()):
+                raise InvalidInputError(
+                    f"pinned cell {cell.id!r} ({pinned_owner[cell.id]}) lies inside pinned cell {other.id!r} "
+                    f"({pinned_owner[other.id]})", location=f"{source}: virtualClusters",
+                    accepted="disjoint pinned cells")
+    problems = shortfalls(forest, {vc.name: vc.demand for vc in vcs}, blocked=all_pinned)
+    if problems:
+        raise InvalidInputError(
+            "guarantees cannot all be met at once: " + "; ".join(p.describe() for p in problems),
+            location=f"{source}: virtualClusters",
+            accepted="guarantees that fit the physical cluster together at every level",
+        )
+    return Tenants(tuple(vcs))

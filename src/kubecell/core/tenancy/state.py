@@ -1,0 +1,180 @@
+"""Runtime tenancy: which physical cells are bound to which virtual cluster, and what is left to bind.
+
+A VC's preassigned cells are bound to physical cells of the same type when first needed and unbound
+when its guaranteed jobs leave them (HiveD's dynamic binding), so an idle guarantee does not pin
+machines and fragmentation stays low. Pinned cells are bound for good. A free cell may be bound only if
+every VC's remaining guarantee can still be met afterwards (the safe-split rule). Bad hardware is
+handled with HiveD's doomed-bad-cell rule: when healthy free cells cannot cover the unbound guarantees
+at some level, that shortfall is charged to VCs as *doomed* cells, visible in their status and never
+bound, until the hardware recovers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+import numpy as np
+
+from kubecell.core.book import AllocationBook, IntArray
+from kubecell.core.tenancy.config import Tenants, VirtualCluster
+from kubecell.core.tenancy.feasibility import shortfalls
+from kubecell.core.topology import Cell, CellForest
+
+
+class TenancyState:
+    """Bindings of VCs to physical cells, kept consistent with the book's GPU health."""
+
+    def __init__(self, forest: CellForest, tenants: Tenants, book: AllocationBook) -> None:
+        self.forest = forest
+        self.book = book
+        self.tenants = tenants
+        self.owner: IntArray = np.full((book.size, book.max_gpus), -1, np.int64)
+        self.binding: dict[Cell, str] = {}
+        self.pinned: dict[Cell, str] = {}
+        self.bad: set[Cell] = set()
+        self.doomed: dict[str, Counter[tuple[str, int]]] = {}
+        self._blocked_below: Counter[Cell] = Counter()
+        self._configure(tenants)
+
+    # ------------------------------------------------------------------ configuration
+    def _configure(self, tenants: Tenants) -> None:
+        self.tenants = tenants
+        self.vc_index = {vc.name: vc.index for vc in tenants.vcs}
+        self.unbound: dict[str, Counter[tuple[str, int]]] = {vc.name: Counter(vc.demand) for vc in tenants.vcs}
+        for vc in tenants.vcs:
+            for cell_id in vc.pinned:
+                cell = self.forest.by_id[cell_id]
+                self.pinned[cell] = vc.name
+                self._bind(vc.name, cell)
+        self.refresh_health()
+
+    def reconfigure(self, tenants: Tenants) -> None:
+        """Drop every binding and adopt a new configuration (callers re-bind running work)."""
+        for cell in list(self.binding):
+            self._unbind(cell)
+        self.pinned.clear()
+        self._configure(tenants)
+
+    # ------------------------------------------------------------------ blocked / free cells
+    def _block(self, cell: Cell, delta: int) -> None:
+        self._blocked_below[cell] += delta
+        for ancestor in cell.ancestors():
+            self._blocked_below[ancestor] += delta
+
+    def is_free(self, cell: Cell) -> bool:
+        """Nothing bound or bad inside the cell or above it."""
+        if self._blocked_below[cell]:
+            return False
+        return not any(a in self.binding or a in self.bad for a in cell.ancestors())
+
+    def _blocked(self) -> list[Cell]:
+        return [*self.binding, *self.bad]
+
+    def vc_for(self, name: str) -> VirtualCluster:
+        return self.tenants.require(name)
+
+    # ------------------------------------------------------------------ bindings
+    def _bind(self, vc: str, cell: Cell) -> None:
+        self.binding[cell] = vc
+        self._block(cell, 1)
+        for node, gpu in cell.gpus:
+            self.owner[node, gpu] = self.vc_index[vc]
+
+    def _unbind(self, cell: Cell) -> None:
+        del self.binding[cell]
+        self._block(cell, -1)
+        for node, gpu in cell.gpus:
+            self.owner[node, gpu] = -1
+
+    def remaining(self, vc: str) -> Counter[tuple[str, int]]:
+        """Cells the VC may still bind (unbound and not doomed)."""
+        left = Counter(self.unbound[vc])
+        left.subtract(self.doomed.get(vc, Counter()))
+        return +left
+
+    def can_bind(self, vc: str, cell: Cell) -> bool:
+        """Is ``cell`` free, does the VC have an unbound cell of its type, and is the split safe?"""
+        key = (cell.chain.name, cell.level)
+        if self.remaining(vc)[key] <= 0 or not self.is_free(cell):
+            return False
+        if cell.parent is None or not self.is_free(cell.parent):
+            return True  # no free parent is split, so no other level loses availability
+        demand = {name: self.remaining(name) for name in self.unbound}
+        demand[vc] = Counter(demand[vc])
+        demand[vc][key] -= 1
+        return not shortfalls(self.forest, demand, [*self._blocked(), cell])
+
+    def bind(self, vc: str, cell: Cell) -> None:
+        key = (cell.chain.name, cell.level)
+        if not self.can_bind(vc, cell):
+            raise ValueError(f"cannot bind {cell.id} to {vc}")
+        self.unbound[vc][key] -= 1
+        self._bind(vc, cell)
+
+    def unbind(self, cell: Cell) -> None:
+        """Return a preassigned (not pinned) cell to the free pool."""
+        if cell in self.pinned:
+            return
+        vc = self.binding[cell]
+        self.unbound[vc][(cell.chain.name, cell.level)] += 1
+        self._unbind(cell)
+
+    def bindable(self, vc: str) -> list[Cell]:
+        """Free physical cells of every type the VC may still bind, safest first (no split needed)."""
+        cells: list[Cell] = []
+        for (chain_name, level), count in self.remaining(vc).items():
+            if count <= 0:
+                continue
+            type_name = self.forest.chains[chain_name].type_name(level)
+            cells.extend(cell for cell in self.forest.cells_of_type(type_name) if self.is_free(cell))
+        return cells
+
+    def bound_cells(self, vc: str) -> list[Cell]:
+        return [cell for cell, owner in self.binding.items() if owner == vc]
+
+    def cell_bound_above(self, cell: Cell) -> Cell | None:
+        """The bound cell containing ``cell`` (itself included), if any."""
+        if cell in self.binding:
+            return cell
+        return next((a for a in cell.ancestors() if a in self.binding), None)
+
+    # ------------------------------------------------------------------ health
+    def refresh_health(self) -> None:
+        """Recompute bad cells from GPU health and charge unmet guarantees as doomed cells."""
+        bad: set[Cell] = set()
+        healthy = self.book.gpu_healthy
+        for (node, gpu), cell in self.forest.gpu_cell.items():
+            if not healthy[node, gpu]:
+                bad.add(cell)
+        for cell in self.bad - bad:
+            self._block(cell, -1)
+        for cell in bad - self.bad:
+            self._block(cell, 1)
+        self.bad = bad
+        self.doomed = {}
+        if not bad:
+            return
+        problems = shortfalls(self.forest, {name: +c for name, c in self.unbound.items()}, self._blocked())
+        for problem in problems:
+            key = (problem.chain.name, problem.level)
+            missing = problem.needed - problem.available
+            for vc, _ in sorted(problem.askers, key=lambda a: (-a[1], a[0])):
+                if missing <= 0:
+                    break
+                take = min(missing, self.unbound[vc][key])
+                if take > 0:
+                    self.doomed.setdefault(vc, Counter())[key] += take
+                    missing -= take
+
+    def doomed_gpus(self, vc: str) -> int:
+        return sum(self.forest.chains[c].sizes[level] * n for (c, level), n in self.doomed.get(vc, Counter()).items())
+
+    def cells_touching(self, gpus: Iterable[tuple[int, int]]) -> set[Cell]:
+        """Bound cells that contain any of these GPUs."""
+        found: set[Cell] = set()
+        for node, gpu in gpus:
+            leaf = self.forest.gpu_cell.get((node, gpu))
+            if leaf is not None and (bound := self.cell_bound_above(leaf)) is not None:
+                found.add(bound)
+        return found

@@ -1,0 +1,1 @@
+"""The dynamic (discrete-event) simulator: multi-tenant arrival traces on an embedded cluster."""

@@ -1,0 +1,285 @@
+"""Discrete-event simulation of the engine on an embedded cluster: arrivals, starts, completions,
+preemptions, node failures and configuration reloads on a simulated clock.
+
+A job needs ``work`` seconds of execution at full size; running with n of its members it progresses
+at rate n / members. A preempted or failed job keeps the progress of its last checkpoint (every
+``checkpoint_seconds`` of its run) and loses the rest, which is reported as GPU-time lost. The engine
+runs one scheduling cycle per distinct event time. One bad job never stops a run: the engine rejects
+it with a reason and the simulation counts it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from kubecell.core.engine.engine import CycleResult, Engine
+from kubecell.core.engine.job import Job, JobClass, JobPhase, JobSpec
+from kubecell.core.engine.options import EngineOptions
+from kubecell.core.model import Node
+from kubecell.core.tenancy.config import Tenants
+
+
+class EventKind(IntEnum):
+    # Order inside one timestamp: finishes free capacity before new work arrives.
+    FINISH = 0
+    NODE = 1
+    RELOAD = 2
+    SUBMIT = 3
+    SAMPLE = 4
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEvent:
+    time: float
+    node: str
+    healthy: bool
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """What happened to one job (times in seconds of simulated time)."""
+
+    name: str
+    vc: str
+    gpus: float
+    members: int
+    priority: int
+    submit: float
+    first_start: float | None = None
+    finish: float | None = None
+    preemptions: int = 0
+    failures: int = 0
+    rejected: str | None = None
+    first_class: str | None = None
+    within_guarantee: bool = False
+    lost_gpu_seconds: float = 0.0
+
+    @property
+    def queueing_delay(self) -> float | None:
+        return None if self.first_start is None else self.first_start - self.submit
+
+    @property
+    def completion_time(self) -> float | None:
+        return None if self.finish is None else self.finish - self.submit
+
+
+@dataclass(slots=True)
+class Sample:
+    time: float
+    allocated_milli: int
+    per_vc: dict[str, tuple[float, float, float]]  # VC -> (guaranteed, borrowed, opportunistic) GPUs
+    pending: int
+
+
+@dataclass(slots=True)
+class SimulationResult:
+    policy: str
+    records: list[JobRecord]
+    samples: list[Sample]
+    total_gpus: int
+    start: float
+    end: float
+    gpu_seconds_allocated: float
+    gangs_broken: int
+    wall_seconds: float
+    guaranteed_gpus: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def utilisation(self) -> float:
+        span = self.end - self.start
+        return self.gpu_seconds_allocated / (self.total_gpus * span) if span > 0 and self.total_gpus else 0.0
+
+
+@dataclass(slots=True)
+class _Run:
+    token: int
+    started: float
+    rate: float
+    done_before: float  # work completed before this run segment
+
+
+class DynamicSimulation:
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        tenants: Tenants,
+        options: EngineOptions,
+        jobs: Sequence[JobSpec],
+        *,
+        node_events: Sequence[NodeEvent] = (),
+        reloads: Sequence[tuple[float, Tenants]] = (),
+        sample_seconds: float = 3600.0,
+        checkpoint_seconds: float = 1800.0,
+        horizon: float | None = None,
+    ) -> None:
+        self.engine = Engine(nodes, tenants, options)
+        self.options = options
+        self.jobs = list(jobs)
+        self.node_events = list(node_events)
+        self.reloads = list(reloads)
+        self.sample_seconds = sample_seconds
+        self.checkpoint_seconds = checkpoint_seconds
+        self.horizon = horizon
+        self._heap: list[tuple[float, int, int, object]] = []
+        self._sequence = 0
+        self._runs: dict[str, _Run] = {}
+        self._done: dict[str, float] = {}
+        self._tokens = 0
+        self.records: dict[str, JobRecord] = {}
+
+    def _push(self, when: float, kind: EventKind, payload: object) -> None:
+        self._sequence += 1
+        heapq.heappush(self._heap, (when, int(kind), self._sequence, payload))
+
+    def run(self) -> SimulationResult:
+        wall = time.perf_counter()
+        engine = self.engine
+        for spec in self.jobs:
+            self._push(spec.submit_time, EventKind.SUBMIT, spec)
+        for event in self.node_events:
+            self._push(event.time, EventKind.NODE, event)
+        for when, tenants in self.reloads:
+            self._push(when, EventKind.RELOAD, tenants)
+        start = min((s.submit_time for s in self.jobs), default=0.0)
+        end_limit = self.horizon if self.horizon is not None else math.inf
+        if self.sample_seconds > 0:
+            self._push(start, EventKind.SAMPLE, None)
+        samples: list[Sample] = []
+        allocated_integral = 0.0
+        last_time = start
+        gangs_broken = 0
+        now = start
+        while self._heap:
+            now = self._heap[0][0]
+            if now > end_limit:
+                now = end_limit
+                break
+            allocated = engine.book.allocated_gpu_milli
+            allocated_integral += allocated / 1000.0 * (now - last_time)
+            last_time = now
+            only_samples = True
+            while self._heap and self._heap[0][0] == now:
+                _, kind, _, payload = heapq.heappop(self._heap)
+                if kind != EventKind.SAMPLE:
+                    only_samples = False
+                self._handle(EventKind(kind), payload, now, samples)
+            if not only_samples:
+                result = engine.schedule(now)
+                self._apply(result, now)
+                gangs_broken += sum(1 for job in engine.running.values() if job.size < job.spec.minimum)
+            if not self._work_left():
+                break
+        for job in engine.jobs.values():
+            record = self.records.get(job.name)
+            if record is not None:
+                record.preemptions = job.preemptions
+        return SimulationResult(
+            policy=self.options.name,
+            records=list(self.records.values()),
+            samples=samples,
+            total_gpus=engine.book.total_gpu_milli // 1000,
+            start=start,
+            end=now,
+            gpu_seconds_allocated=allocated_integral,
+            gangs_broken=gangs_broken,
+            wall_seconds=time.perf_counter() - wall,
+            guaranteed_gpus={vc.name: vc.guaranteed_gpus for vc in engine.tenants.vcs},
+        )
+
+    def _work_left(self) -> bool:
+        engine = self.engine
+        if engine.running:
+            return True
+        return any(kind != EventKind.SAMPLE for _, kind, _, _ in self._heap)
+
+    # ------------------------------------------------------------------ events
+    def _handle(self, kind: EventKind, payload: object, now: float, samples: list[Sample]) -> None:
+        engine = self.engine
+        if kind == EventKind.SUBMIT:
+            assert isinstance(payload, JobSpec)
+            job = engine.submit(payload, now)
+            vc = engine.tenants.get(payload.vc)
+            record = JobRecord(payload.name, payload.vc, payload.total_gpu_milli / 1000, payload.members,
+                               payload.priority, payload.submit_time)
+            record.within_guarantee = vc is not None and not payload.opportunistic and (
+                engine.guarantee_could_hold(vc, payload))
+            if job.phase == JobPhase.REJECTED:
+                record.rejected = job.wait_reason
+            self.records.setdefault(payload.name, record)
+            self._done[payload.name] = 0.0
+        elif kind == EventKind.FINISH:
+            assert isinstance(payload, tuple)
+            name, token = payload
+            run = self._runs.get(name)
+            if run is None or run.token != token:
+                return  # stale: the job was preempted or resized since
+            del self._runs[name]
+            engine.finish(name, now)
+            self.records[name].finish = now
+        elif kind == EventKind.NODE:
+            assert isinstance(payload, NodeEvent)
+            for job in engine.set_node_health(payload.node, payload.healthy, now):
+                self._interrupt(job, now)
+                self.records[job.name].failures += 1
+        elif kind == EventKind.RELOAD:
+            assert isinstance(payload, Tenants)
+            engine.reload(payload, now)
+        elif kind == EventKind.SAMPLE:
+            per_vc = {name: (s["guaranteed_used_gpus"], s["borrowed_gpus"], s["opportunistic_gpus"])
+                      for name, s in engine.status().items()}
+            samples.append(Sample(now, engine.book.allocated_gpu_milli, per_vc, len(engine.pending)))
+            if self._work_left() or not samples or len(samples) < 2:
+                self._push(now + self.sample_seconds, EventKind.SAMPLE, None)
+
+    def _apply(self, result: CycleResult, now: float) -> None:
+        engine = self.engine
+        for job in result.evicted:
+            self._interrupt(job, now)
+        for job in result.started:
+            if job.phase == JobPhase.RESERVED:
+                engine.confirm(job.name, now)  # victims are gone at once in simulation
+            record = self.records[job.name]
+            if record.first_start is None:
+                record.first_start = now
+                record.first_class = (job.job_class or JobClass.GUARANTEED).value
+            self._begin(job, now)
+        for job in result.grown:
+            self._progress(job, now)
+            self._begin(job, now)
+
+    def _rate(self, job: Job) -> float:
+        return job.size / job.spec.members
+
+    def _progress(self, job: Job, now: float) -> None:
+        run = self._runs.get(job.name)
+        if run is not None:
+            self._done[job.name] = run.done_before + (now - run.started) * run.rate
+            run.done_before = self._done[job.name]
+            run.started = now
+
+    def _begin(self, job: Job, now: float) -> None:
+        self._tokens += 1
+        rate = self._rate(job)
+        done = self._done.get(job.name, 0.0)
+        self._runs[job.name] = _Run(self._tokens, now, rate, done)
+        remaining = max(job.spec.work - done, 0.0)
+        self._push(now + (remaining / rate if rate > 0 else 0.0), EventKind.FINISH, (job.name, self._tokens))
+
+    def _interrupt(self, job: Job, now: float) -> None:
+        """A running job stopped early: keep its last checkpoint, count the rest as lost."""
+        run = self._runs.pop(job.name, None)
+        if run is None:
+            return
+        elapsed = now - run.started
+        if self.checkpoint_seconds > 0:
+            kept = math.floor(elapsed / self.checkpoint_seconds) * self.checkpoint_seconds
+        else:
+            kept = elapsed
+        self._done[job.name] = run.done_before + kept * run.rate
+        lost = (elapsed - kept) * run.rate * job.spec.total_gpu_milli / 1000.0
+        self.records[job.name].lost_gpu_seconds += lost
