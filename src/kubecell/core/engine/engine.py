@@ -20,7 +20,7 @@ Preemptors start in the same transaction that evicts their victims, so the freed
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -37,6 +37,8 @@ from kubecell.core.placement.filters import model_mask, never_fits
 from kubecell.core.tenancy.config import Tenants, VirtualCluster
 from kubecell.core.tenancy.state import TenancyState
 from kubecell.core.topology import Cell, CellChain, CellForest
+
+VICTIM_SEARCH_BACKOFF_SECONDS = 60.0
 
 
 @dataclass(slots=True)
@@ -64,9 +66,11 @@ class _Region:
     """Where a job may go: a GPU mask, and the cell to bind first (guaranteed placements)."""
 
     mask: BoolArray | None
-    bind: Cell | None = None
+    binds: tuple[Cell, ...] = ()
     bound: bool = False
     label: str = "cluster"
+    free_gpus: int = 0
+    preference: tuple[int, int, int] = (0, 0, 0)
 
 
 class Engine:
@@ -95,6 +99,15 @@ class Engine:
         self._dirty = True
         self._new: list[str] = []
         self._cell_masks: dict[Cell, BoolArray] = {}
+        self._maybe_idle: set[Cell] = set()  # bound cells that lost guaranteed work this cycle
+        self._growable: set[str] = set()  # running threshold gangs below their headcount
+        self._reserved: set[str] = set()  # jobs holding capacity until their bind is confirmed
+        self._classes: dict[tuple[object, ...], deque[Job]] = {}  # pending jobs by class, oldest first
+        self._class_of: dict[str, tuple[object, ...]] = {}
+        self._class_reason: dict[tuple[object, ...], str] = {}
+        self._wake_at: float | None = None
+        self._reclaimable_on: dict[int, set[str]] = {}  # node -> running borrowed/opportunistic jobs there
+        self._victim_backoff: dict[tuple[object, ...], tuple[float, tuple[int, int]]] = {}
 
     # ================================================================== events
     def submit(self, spec: JobSpec, now: float) -> Job:
@@ -117,16 +130,15 @@ class Engine:
             if reason is not None:
                 return self._reject(job, f"{reason}, and this policy does not borrow")
         job.wait_reason = "submitted; waiting for the next scheduling cycle"
-        self.pending[spec.name] = job
-        self.pending_since[spec.name] = now
-        self._new.append(spec.name)
+        self._enqueue(job, now)
         return job
 
     def finish(self, name: str, now: float) -> Job:
         job = self.jobs[name]
         if job.phase in (JobPhase.RUNNING, JobPhase.RESERVED):
             self._stop(job)
-        self.pending.pop(name, None)
+        if name in self.pending:
+            self._dequeue(job)
         self.reservations.pop(name, None)
         job.phase = JobPhase.FINISHED
         job.finished_at = now
@@ -166,50 +178,83 @@ class Engine:
         for vc in tenants.vcs:
             self.usage.setdefault(vc.name, VcUsage())
         downgraded: list[Job] = []
-        for job in sorted(self.running.values(), key=lambda j: (j.started_at or 0.0, j.name)):
+        for job in sorted(self.running.values(), key=lambda j: (j.started_at if j.started_at is not None else 0.0,
+                                                                j.name)):
             if job.job_class != JobClass.GUARANTEED:
                 continue
             if self.tenants.get(job.vc) is None or not self._adopt_cells(job):
                 self._downgrade(job, JobClass.BORROWED if self.tenants.get(job.vc) else JobClass.OPPORTUNISTIC)
                 downgraded.append(job)
-        self._release_idle_cells()
+        self._release_idle_cells(everything=True)
         self._dirty = True
         return downgraded
 
     # ================================================================== the cycle
     def schedule(self, now: float) -> CycleResult:
+        """One cycle. Pending jobs are grouped into classes of identical jobs (same VC, priority, shape,
+        gang size, constraint); only a class's oldest job is tried, and when it cannot start neither can
+        the others, so a cycle costs O(classes), not O(pending jobs)."""
         result = CycleResult()
         self._expire_reservations(now)
+        if self._wake_at is not None and now >= self._wake_at:
+            self._dirty = True
+            self._wake_at = None
         if self._dirty:
-            candidates = list(self.pending.values())
+            active = [key for key, queue in self._classes.items() if queue]
         else:
-            candidates = [self.jobs[n] for n in self._new if n in self.pending]
+            active = list(dict.fromkeys(self._class_of[n] for n in self._new if n in self.pending))
         self._dirty = False
         self._new = []
-        queues: dict[str, list[Job]] = {}
-        for job in sorted(candidates, key=lambda j: (-j.spec.priority, self.pending_since[j.name], j.name)):
-            queues.setdefault(job.vc, []).append(job)
-        failed: dict[tuple[object, ...], str] = {}
-        heads = dict.fromkeys(queues, 0)
-        while heads:
-            vc_name = min(heads, key=lambda v: self._queue_key(queues[v][heads[v]], now))
-            job = queues[vc_name][heads[vc_name]]
-            heads[vc_name] += 1
-            if heads[vc_name] >= len(queues[vc_name]):
-                del heads[vc_name]
-            if job.name not in self.pending:
+        while active:
+            key = min(active, key=lambda k: self._queue_key(self._classes[k][0], now))
+            queue = self._classes[key]
+            job = queue[0]
+            if self._try_start(job, now, result):
+                if not queue:
+                    active.remove(key)
                 continue
-            key = self._shape_key(job)
-            if key in failed:
-                job.wait_reason = failed[key]
-                self._maybe_reserve(job, now)
-                continue
-            if not self._try_start(job, now, result):
-                failed[key] = job.wait_reason
-                self._maybe_reserve(job, now)
+            active.remove(key)
+            self._class_waits(key, job.wait_reason)
+            self._maybe_reserve(job, now)
         self._grow(now, result)
         self._release_idle_cells()
         return result
+
+    def _class_waits(self, key: tuple[object, ...], reason: str) -> None:
+        """Every job of a class waits for the same reason (updated only when the text changes)."""
+        if self._class_reason.get(key) == reason:
+            return
+        self._class_reason[key] = reason
+        for job in self._classes[key]:
+            job.wait_reason = reason
+
+    def _enqueue(self, job: Job, now: float) -> None:
+        key = self._shape_key(job)
+        self.pending[job.name] = job
+        self.pending_since[job.name] = now
+        self._class_of[job.name] = key
+        self._classes.setdefault(key, deque()).append(job)
+        self._new.append(job.name)
+
+    def _dequeue(self, job: Job) -> None:
+        self.pending.pop(job.name, None)
+        self.pending_since.pop(job.name, None)
+        key = self._class_of.pop(job.name, None)
+        if key is None:
+            return
+        queue = self._classes[key]
+        if queue and queue[0] is job:
+            queue.popleft()
+        else:
+            queue.remove(job)
+        if not queue:
+            del self._classes[key]
+            self._class_reason.pop(key, None)
+
+    def _wake_later(self, when: float) -> None:
+        """Reconsider every waiting job at ``when`` (a protection expires or a job starts starving)."""
+        if self._wake_at is None or when < self._wake_at:
+            self._wake_at = when
 
     def _queue_key(self, job: Job, now: float) -> tuple[float, float, float, str]:
         share = self.dominant_share(job.vc) if self.options.fair_share else 0.0
@@ -224,11 +269,10 @@ class Engine:
         cpu = usage.cpu_milli / self.total_cpu_milli
         return max(gpu, cpu) / vc.weight
 
-    @staticmethod
-    def _shape_key(job: Job) -> tuple[object, ...]:
+    def _shape_key(self, job: Job) -> tuple[object, ...]:
         spec = job.spec
-        return (spec.vc, spec.member.shape, spec.members, spec.minimum, spec.topology, spec.priority,
-                job.preemptions >= 3)
+        return (spec.vc, spec.priority, spec.member.shape, spec.members, spec.minimum, spec.topology,
+                job.preemptions >= self.options.max_preemptions)
 
     # ================================================================== starting a job
     def _try_start(self, job: Job, now: float, result: CycleResult) -> bool:
@@ -246,11 +290,6 @@ class Engine:
                     return True
             elif self._try_priority_preemption(job, vc, now, result):
                 return True
-            else:
-                used = self.usage[vc.name].guaranteed_milli / 1000
-                total = self._effective_guarantee(vc) / 1000
-                job.wait_reason = (f"VC {vc.name} guarantee in use ({used:g} of {total:g} GPUs) "
-                                   "by work of equal or higher priority")
         else:
             job.wait_reason = reason
         guaranteed_reason = job.wait_reason
@@ -361,6 +400,9 @@ class Engine:
         return base & ~blocked
 
     def _guaranteed_regions(self, vc: VirtualCluster, spec: JobSpec) -> list[_Region]:
+        """Candidate regions for a guaranteed job, best first: the VC's bound cells, then free cells it may
+        bind, preferring cells that split no free parent (buddy allocation) and hold the least borrowed
+        work (fewest victims). Masks of new cells are built only when a candidate is tried."""
         if not self.options.cells:
             return [_Region(None, label="cluster")]
         models = spec.member.gpu_models
@@ -374,28 +416,79 @@ class Engine:
                 for cell in bound:
                     if self._cell_holds(cell.size, cell.level, cell.chain, spec, level):
                         regions.append(_Region(self._mask_of([cell]), bound=True, label=cell.id))
+        candidates: list[_Region] = []
+        full = self.book.gpu_full
         for cell in self.tenancy.bindable(vc.name):
             if models is not None and cell.chain.model not in models:
                 continue
             if not self._cell_holds(cell.size, cell.level, cell.chain, spec, level):
                 continue
-            cells = [cell, *bound] if level == TopologyLevel.GPU else [cell]
-            regions.append(_Region(self._mask_of(cells), bind=cell, label=cell.id))
+            if cell.level == cell.chain.node_level:
+                free = int(self.book.full_count[cell.nodes[0]])
+            else:
+                free = sum(1 for node, gpu in cell.gpus if full[node, gpu])
+            parent = cell.parent
+            splits = 1 if parent is not None and self.tenancy.is_free(parent) else 0
+            candidates.append(_Region(None, binds=(cell,), label=cell.id, free_gpus=free,
+                                      preference=(1, cell.size - free, splits)))
+        candidates.sort(key=lambda r: (r.preference, r.label))
+        regions.extend(candidates)
+        if level == TopologyLevel.GPU and spec.members > 1 and len(candidates) > 1:
+            # Members may spread over several cells: add the VC's bound cells plus as many new cells
+            # as the whole gang needs (each binding is checked for safety when the region is tried).
+            need = spec.members * max(spec.member.gpu_count, 1) - self._bound_free(vc, spec)
+            chosen: list[Cell] = []
+            free_total = 0
+            for candidate in candidates:
+                if free_total >= need:
+                    break
+                chosen.extend(candidate.binds)
+                free_total += candidate.free_gpus
+            if len(chosen) > 1:
+                regions.insert(len(regions) - len(candidates),
+                               _Region(None, binds=tuple(chosen), label="+".join(c.id for c in chosen),
+                                       free_gpus=free_total, preference=(1, 0, 0)))
         return regions
 
-    def _region_preference(self, region: _Region) -> tuple[int, int, int]:
-        """Bound cells first; then free cells whose parent is already split (buddy), fewest borrowed jobs."""
-        if region.bind is None:
-            return (0, 0, 0)
-        parent = region.bind.parent
-        splits = 1 if parent is not None and self.tenancy.is_free(parent) else 0
-        occupied = int((~self.book.gpu_full[tuple(np.array(region.bind.gpus).T)]).sum())
-        return (1, occupied, splits)
+    def _region_mask(self, region: _Region, vc: VirtualCluster, spec: JobSpec) -> BoolArray | None:
+        """Materialise a candidate's GPU mask (a new cell, plus the VC's bound cells for per-member jobs)."""
+        if region.mask is not None or not region.binds:
+            return region.mask
+        cells = list(region.binds)
+        if self._container_level(spec) == TopologyLevel.GPU:
+            models = spec.member.gpu_models
+            cells += [c for c in self.tenancy.bound_cells(vc.name) if models is None or c.chain.model in models]
+        region.mask = self._mask_of(cells)
+        return region.mask
+
+    def _can_bind_all(self, vc: str, cells: Sequence[Cell]) -> bool:
+        """Could the VC bind all these cells, one after the other, keeping every guarantee safe?"""
+        if len(cells) == 1:
+            return self.tenancy.can_bind(vc, cells[0])
+        done: list[Cell] = []
+        try:
+            for cell in cells:
+                if not self.tenancy.can_bind(vc, cell):
+                    return False
+                self.tenancy.bind(vc, cell)
+                done.append(cell)
+            return True
+        finally:
+            for cell in reversed(done):
+                self.tenancy.unbind(cell)
+
+    def _bound_free(self, vc: VirtualCluster, spec: JobSpec) -> int:
+        """Completely free GPUs in the VC's bound cells (they join a new cell for per-member jobs)."""
+        if self._container_level(spec) != TopologyLevel.GPU:
+            return 0
+        mask = self.tenancy.owner == self.tenancy.vc_index[vc.name]
+        return int((self.book.gpu_full & mask).sum())
 
     # ------------------------------------------------------------------ guaranteed placement
-    def _plan(self, job: Job, region: _Region, most: int | None = None) -> GangPlan | None:
+    def _plan(self, job: Job, region: _Region, most: int | None = None, least: int | None = None) -> GangPlan | None:
         domain = self.zone_of if job.spec.topology == TopologyLevel.ZONE else self.rack_of
-        return plan_gang(self.book, job.spec, most=most, allowed=self._allowed(region, job), domain_of=domain)
+        return plan_gang(self.book, job.spec, most=most, least=least, allowed=self._allowed(region, job),
+                         domain_of=domain)
 
     def _try_guaranteed(self, job: Job, vc: VirtualCluster, now: float, result: CycleResult, room: int,
                         extra_victims: Sequence[Job] = ()) -> bool:
@@ -406,25 +499,42 @@ class Engine:
         if not regions:
             job.wait_reason = f"VC {vc.name} has no free cell that could hold it (all its cells are bound or doomed)"
             return False
-        regions.sort(key=self._region_preference)
-        for region in regions:
-            if region.bind is not None and not self.tenancy.can_bind(vc.name, region.bind):
-                continue
-            plan = self._plan(job, region, most)
-            if plan is not None:
-                self._start(job, plan, region, JobClass.GUARANTEED, now, result, victims=())
-                return True
+        bound_free = self._bound_free(vc, spec) if spec.member.is_whole else 0
+        # A threshold gang first looks for room for its whole headcount, then settles for its minimum.
+        for least in dict.fromkeys((most, spec.minimum)):
+            need_gpus = least * max(spec.member.gpu_count, 1)
+            for region in regions:
+                if region.binds:
+                    if spec.member.is_whole and region.free_gpus + bound_free < need_gpus:
+                        continue  # cannot fit without victims; considered below
+                    if not self._can_bind_all(vc.name, region.binds):
+                        continue
+                    self._region_mask(region, vc, spec)
+                plan = self._plan(job, region, most, least)
+                if plan is not None:
+                    self._start(job, plan, region, JobClass.GUARANTEED, now, result, victims=())
+                    return True
         if not self.options.topology_aware_reclaim:
             return self._reclaim_by_count(job, vc, now, result, regions[0], most)
+        # A victim search that failed is retried after a back-off, or at once when the VC's situation
+        # changed (its cells or its guaranteed usage), like kube-scheduler's unschedulable back-off.
+        key = self._class_of.get(job.name, (job.name,))
+        state = (self.tenancy.version, self.usage[vc.name].guaranteed_milli)
+        backoff = self._victim_backoff.get(key)
+        if backoff is not None and now < backoff[0] and backoff[1] == state:
+            job.wait_reason = self._no_room_reason(job, regions[0], "in its VC's cells")
+            return False
         # Reclaim: borrowed and opportunistic work (and lazily downgraded jobs) in the way, chosen by
         # simulating the placement in each candidate region; the cheapest victim set wins.
-        best: tuple[tuple[int, float], _Region, tuple[Job, ...]] | None = None
+        best: tuple[tuple[int, int, float], _Region, tuple[Job, ...]] | None = None
         tried = 0
         for region in regions:
             if tried >= self.options.victim_search_regions:
                 break
-            if region.bind is not None and not self.tenancy.can_bind(vc.name, region.bind):
-                continue
+            if region.binds:
+                if not self._can_bind_all(vc.name, region.binds):
+                    continue
+                self._region_mask(region, vc, spec)
             candidates = self._victim_candidates(job, region, extra_victims, now)
             if not candidates:
                 continue
@@ -433,6 +543,7 @@ class Engine:
             if found is not None and (best is None or found[0] < best[0]):
                 best = (found[0], region, found[1])
         if best is None:
+            self._victim_backoff[key] = (now + VICTIM_SEARCH_BACKOFF_SECONDS, state)
             job.wait_reason = self._no_room_reason(job, regions[0], "in its VC's cells")
             return False
         _, region, victims = best
@@ -472,7 +583,7 @@ class Engine:
         return True
 
     def _victims_for(self, job: Job, region: _Region, candidates: list[Job], now: float,
-                     most: int) -> tuple[tuple[int, float], tuple[Job, ...]] | None:
+                     most: int) -> tuple[tuple[int, int, float], tuple[Job, ...]] | None:
         def fits() -> bool:
             return self._plan(job, region, most) is not None
 
@@ -482,14 +593,16 @@ class Engine:
         return chosen.cost, chosen.jobs
 
     def _victim_candidates(self, job: Job, region: _Region, extra: Sequence[Job], now: float) -> list[Job]:
-        """Jobs that may be evicted for ``job`` and hold GPUs or CPU in the region, cheapest first."""
-        nodes = set(np.flatnonzero(region.mask.any(axis=1)).tolist()) if region.mask is not None else None
+        """Jobs that may be evicted for ``job`` and hold GPUs or CPU in the region, cheapest first:
+        opportunistic before borrowed, then least GPU-time lost."""
+        nodes = (np.flatnonzero(region.mask.any(axis=1)).tolist() if region.mask is not None
+                 else list(self._reclaimable_on))
+        names: set[str] = set()
+        for node in nodes:
+            names |= self._reclaimable_on.get(node, set())
         out: list[tuple[tuple[int, float, str], Job]] = []
-        for other in self.running.values():
+        for other in (self.jobs[n] for n in names):
             if other is job or not self._may_evict(job, other, now, extra):
-                continue
-            if nodes is not None and not any(self.book.index[self.book.allocations[a].node] in nodes
-                                             for a in other.running_members):
                 continue
             rank = 0 if other.job_class == JobClass.OPPORTUNISTIC else 1
             out.append(((rank, gpu_seconds(other, now), other.name), other))
@@ -508,38 +621,62 @@ class Engine:
         if victim.preemptions >= self.options.max_preemptions:
             return False
         if victim.job_class == JobClass.BORROWED and preemptor.job_class_hint == JobClass.GUARANTEED:
-            started = victim.started_at or now
-            return now - started >= self.options.reclaim_min_runtime_seconds
+            started = victim.started_at if victim.started_at is not None else now
+            if now - started < self.options.reclaim_min_runtime_seconds:
+                self._wake_later(started + self.options.reclaim_min_runtime_seconds)
+                return False
+            return True
         return victim in extra
 
     def _try_priority_preemption(self, job: Job, vc: VirtualCluster, now: float, result: CycleResult) -> bool:
-        """The VC's guarantee is full: downgrade lower-priority guaranteed jobs of the same VC (lazy
-        preemption); they are evicted only if the preemptor needs their GPUs (or always, non-lazy)."""
+        """The VC's guarantee is full: downgrade lower-priority guaranteed jobs of the same VC. With lazy
+        preemption their cells are released, so the preemptor may bind idle cells instead, and a victim
+        dies only if its GPUs are needed; without it (HiveD's default) every chosen victim is killed."""
         spec = job.spec
         need = spec.min_gpu_milli - self._guarantee_room(vc)
-        eligible = sorted(
-            (j for j in self.running.values()
-             if j.vc == vc.name and j.job_class == JobClass.GUARANTEED and j.spec.priority < spec.priority
-             and now - (j.started_at or now) >= vc.min_runtime_seconds
-             and j.preemptions < self.options.max_preemptions),
-            key=lambda j: (j.spec.priority, -(j.started_at or 0.0), j.name),
-        )
+        lower = [j for j in self.running.values()
+                 if j.vc == vc.name and j.job_class == JobClass.GUARANTEED and j.spec.priority < spec.priority]
+        eligible: list[Job] = []
+        protected_until: float | None = None
+        for other in lower:
+            started = other.started_at if other.started_at is not None else now
+            if other.preemptions >= self.options.max_preemptions:
+                continue
+            if now - started < vc.min_runtime_seconds:
+                until = started + vc.min_runtime_seconds
+                protected_until = until if protected_until is None else min(protected_until, until)
+                continue
+            eligible.append(other)
+        eligible.sort(key=lambda j: (j.spec.priority, -(j.started_at if j.started_at is not None else 0.0), j.name))
         chosen: list[Job] = []
         for victim in eligible:
             if need <= 0:
                 break
             chosen.append(victim)
             need -= victim.held_gpu_milli
+        used = self.usage[vc.name].guaranteed_milli / 1000
+        total = self._effective_guarantee(vc) / 1000
         if need > 0:
+            if protected_until is not None:
+                self._wake_later(protected_until)
+                job.wait_reason = (f"VC {vc.name} guarantee in use ({used:g} of {total:g} GPUs); its lower-priority "
+                                   f"jobs are protected by minRuntime until t={protected_until:g}")
+            else:
+                job.wait_reason = (f"VC {vc.name} guarantee in use ({used:g} of {total:g} GPUs) "
+                                   "by work of equal or higher priority")
             return False
         for victim in chosen:
             self._downgrade(victim, JobClass.BORROWED)
+        if self.options.lazy_preemption:
+            self._release_idle_cells()
         job.job_class_hint = JobClass.GUARANTEED
         started = self._try_guaranteed(job, vc, now, result, self._guarantee_room(vc), extra_victims=chosen)
         if not started:
             for victim in chosen:
                 if victim.phase == JobPhase.RUNNING and victim.job_class == JobClass.BORROWED:
                     self._upgrade(victim)
+                    if self.options.cells:
+                        self._adopt_cells(victim)
             return False
         for victim in chosen:
             if victim.phase != JobPhase.RUNNING:
@@ -607,30 +744,38 @@ class Engine:
     # ------------------------------------------------------------------ state changes
     def _start(self, job: Job, plan: GangPlan, region: _Region, job_class: JobClass, now: float,
                result: CycleResult, victims: Sequence[Job]) -> None:
-        if region.bind is not None:
-            self.tenancy.bind(job.vc, region.bind)
+        for cell in region.binds:
+            self.tenancy.bind(job.vc, cell)
         try:
             allocations = commit(self.book, job.spec, plan, allowed=self._allowed(region, job))
         except AllocationError:
-            if region.bind is not None and not self._cell_has_guaranteed(region.bind):
-                self.tenancy.unbind(region.bind)
+            for cell in reversed(region.binds):
+                self.tenancy.unbind(cell)
             raise
+        if len(region.binds) > 1:
+            used = {(self.book.index[a.node], g) for a in allocations for g in a.gpu_indices}
+            for cell in reversed(region.binds):
+                if not any(gpu in used for gpu in cell.gpus):
+                    self.tenancy.unbind(cell)
         job.running_members = [a.name for a in allocations]
         for allocation in allocations:
             self.owner_of[allocation.name] = job.name
         job.job_class = job_class
         job.job_class_hint = job_class
         job.phase = JobPhase.RESERVED if victims else JobPhase.RUNNING
+        if victims:
+            self._reserved.add(job.name)
         job.reserved_until = now + self.options.reservation_timeout_seconds if victims else None
         job.started_at = now
         if job.first_started_at is None:
             job.first_started_at = now
         job.wait_reason = f"running ({job_class.value}) since {now:g}"
         self._account(job, +1)
-        self.pending.pop(job.name, None)
-        self.pending_since.pop(job.name, None)
+        self._dequeue(job)
         self.reservations.pop(job.name, None)
         self.running[job.name] = job
+        if job.size < job.spec.members:
+            self._growable.add(job.name)
         result.started.append(job)
 
     def _account(self, job: Job, sign: int) -> None:
@@ -638,15 +783,26 @@ class Engine:
         milli = job.held_gpu_milli * sign
         if job.job_class == JobClass.GUARANTEED:
             usage.guaranteed_milli += milli
+            touched: list[tuple[int, int]] = []
             for name in job.running_members:
                 allocation = self.book.allocations[name]
                 node = self.book.index[allocation.node]
                 for gpu in allocation.gpu_indices:
                     self.guaranteed_use[node, gpu] += sign
-        elif job.job_class == JobClass.BORROWED:
-            usage.borrowed_milli += milli
+                    touched.append((node, gpu))
+            if sign < 0 and self.options.cells:
+                self._maybe_idle |= self.tenancy.cells_touching(touched)
         else:
-            usage.opportunistic_milli += milli
+            if job.job_class == JobClass.BORROWED:
+                usage.borrowed_milli += milli
+            else:
+                usage.opportunistic_milli += milli
+            for name in job.running_members:
+                holders = self._reclaimable_on.setdefault(self.book.index[self.book.allocations[name].node], set())
+                if sign > 0:
+                    holders.add(job.name)
+                else:
+                    holders.discard(job.name)
         usage.cpu_milli += job.spec.member.cpu_milli * len(job.running_members) * sign
 
     def _stop(self, job: Job) -> None:
@@ -656,6 +812,7 @@ class Engine:
             self.owner_of.pop(name, None)
         job.running_members = []
         self.running.pop(job.name, None)
+        self._growable.discard(job.name)
         self._dirty = True
 
     def _requeue(self, job: Job, now: float, reason: str) -> None:
@@ -664,8 +821,7 @@ class Engine:
         job.started_at = None
         job.lazily_preempted = False
         job.wait_reason = reason
-        self.pending[job.name] = job
-        self.pending_since[job.name] = now
+        self._enqueue(job, now)
 
     def _evict(self, job: Job, now: float, result: CycleResult, reason: str) -> None:
         self._stop(job)
@@ -685,38 +841,61 @@ class Engine:
 
     def _reject(self, job: Job, reason: str) -> Job:
         job.phase = JobPhase.REJECTED
-        job.wait_reason = f"rejected: {reason}"
+        job.wait_reason = reason
         self.rejected.append(job)
         return job
 
     def _cell_has_guaranteed(self, cell: Cell) -> bool:
         return any(self.guaranteed_use[node, gpu] > 0 for node, gpu in cell.gpus)
 
-    def _release_idle_cells(self) -> None:
+    def _release_idle_cells(self, everything: bool = False) -> None:
+        """Unbind preassigned cells no guaranteed job uses any more (HiveD frees bindings when idle)."""
         if not self.options.cells:
             return
-        for cell in list(self.tenancy.binding):
-            if cell not in self.tenancy.pinned and not self._cell_has_guaranteed(cell):
+        cells = list(self.tenancy.binding) if everything else list(self._maybe_idle)
+        self._maybe_idle.clear()
+        for cell in cells:
+            if (cell in self.tenancy.binding and cell not in self.tenancy.pinned
+                    and not self._cell_has_guaranteed(cell)):
                 self.tenancy.unbind(cell)
 
     def _adopt_cells(self, job: Job) -> bool:
-        """Bind, under the current configuration, cells that cover a running guaranteed job."""
+        """Bind, under the current configuration, cells that cover a running guaranteed job: one cell per
+        member (or one for the whole gang when it must share a node or rack) that could have held it.
+        Returns False, binding nothing, when some part fits no cell the VC may hold."""
         if not self.options.cells:
             vc = self.tenants.require(job.vc)
             return self.usage[job.vc].guaranteed_milli <= vc.guaranteed_milli
-        gpus = [(self.book.index[self.book.allocations[a].node], g)
-                for a in job.running_members for g in self.book.allocations[a].gpu_indices]
-        covered = {(n, g) for n, g in gpus if self.tenancy.owner[n, g] == self.tenancy.vc_index.get(job.vc, -2)}
-        for node, gpu in gpus:
-            if (node, gpu) in covered:
+        owner = self.tenancy.vc_index.get(job.vc)
+        if owner is None:
+            return False
+        spec = job.spec
+        level = self._container_level(spec)
+        members = [[(self.book.index[self.book.allocations[a].node], g) for g in self.book.allocations[a].gpu_indices]
+                   for a in job.running_members]
+        groups = members if level == TopologyLevel.GPU else [[gpu for member in members for gpu in member]]
+        bound_now: list[Cell] = []
+        for group in groups:
+            if not group:
                 continue
-            cell: Cell | None = self.forest.gpu_cell.get((node, gpu))
-            while cell is not None and not self.tenancy.can_bind(job.vc, cell):
+            wanted = set(group)
+            cell: Cell | None = self.forest.gpu_cell.get(group[0])
+            while cell is not None and not wanted.issubset(cell.gpus):
+                cell = cell.parent
+            while cell is not None:
+                holder = self.tenancy.cell_bound_above(cell)
+                if holder is not None and self.tenancy.binding[holder] == job.vc:
+                    break
+                if (holder is None and self._cell_holds(cell.size, cell.level, cell.chain, spec, level)
+                        and self.tenancy.can_bind(job.vc, cell)):
+                    self.tenancy.bind(job.vc, cell)
+                    bound_now.append(cell)
+                    break
                 cell = cell.parent
             if cell is None:
+                for done in reversed(bound_now):
+                    self.tenancy.unbind(done)
                 return False
-            self.tenancy.bind(job.vc, cell)
-            covered.update(cell.gpus)
         return True
 
     def _cluster_could_hold(self, spec: JobSpec) -> bool:
@@ -743,8 +922,12 @@ class Engine:
 
     # ------------------------------------------------------------------ reservations and growth
     def _expire_reservations(self, now: float) -> None:
-        for job in list(self.running.values()):
-            if job.phase == JobPhase.RESERVED and job.reserved_until is not None and now > job.reserved_until:
+        for name in list(self._reserved):
+            job = self.jobs[name]
+            if job.phase != JobPhase.RESERVED:
+                self._reserved.discard(name)
+            elif job.reserved_until is not None and now > job.reserved_until:
+                self._reserved.discard(name)
                 self._stop(job)
                 self._requeue(job, now, "reservation timed out before the job was bound; requeued")
 
@@ -752,7 +935,9 @@ class Engine:
         threshold = self.options.starvation_seconds
         if threshold is None or job.name in self.reservations:
             return
-        if now - self.pending_since.get(job.name, now) < threshold:
+        since = self.pending_since.get(job.name, now)
+        if now - since < threshold:
+            self._wake_later(since + threshold)
             return
         if len(self.reservations) >= self.options.max_reservations:
             return
@@ -792,9 +977,13 @@ class Engine:
         return mask
 
     def _grow(self, now: float, result: CycleResult) -> None:
-        for job in list(self.running.values()):
+        for name in sorted(self._growable):
+            job = self.jobs[name]
             spec = job.spec
-            if job.phase != JobPhase.RUNNING or job.size >= spec.members:
+            if job.size >= spec.members:
+                self._growable.discard(name)
+                continue
+            if job.phase != JobPhase.RUNNING:
                 continue
             nodes = {self.book.index[self.book.allocations[a].node] for a in job.running_members}
             mask = np.zeros((self.book.size, self.book.max_gpus), np.bool_)
@@ -805,8 +994,6 @@ class Engine:
             else:
                 scope = list(range(self.book.size))
             mask[scope] = True
-            if job.job_class == JobClass.GUARANTEED and self.options.cells:
-                mask &= self.tenancy.owner == self.tenancy.vc_index[job.vc]
             if job.job_class == JobClass.GUARANTEED:
                 vc = self.tenants.require(job.vc)
                 room = self._guarantee_room(vc) // max(spec.gpu_milli_per_member, 1)
@@ -815,16 +1002,49 @@ class Engine:
                 extra_most = spec.members - job.size
             if extra_most <= 0:
                 continue
+            fresh: list[Cell] = []
+            if job.job_class == JobClass.GUARANTEED and self.options.cells:
+                # Grow inside the VC's bound cells, binding free cells of the VC (safely) as needed.
+                fresh = self._bind_for_growth(job, scope, extra_most)
+                mask &= self.tenancy.owner == self.tenancy.vc_index[job.vc]
             plan = plan_gang(self.book, spec, most=extra_most, least=1, allowed=mask, domain_of=self.rack_of)
             if plan is None:
+                for cell in reversed(fresh):
+                    self.tenancy.unbind(cell)
                 continue
             self._account(job, -1)
             allocations = commit(self.book, spec, plan, allowed=mask, first_index=self._next_index(job))
+            if fresh:
+                used = {(self.book.index[a.node], g) for a in allocations for g in a.gpu_indices}
+                for cell in reversed(fresh):
+                    if not any(gpu in used for gpu in cell.gpus):
+                        self.tenancy.unbind(cell)
             job.running_members.extend(a.name for a in allocations)
             for allocation in allocations:
                 self.owner_of[allocation.name] = job.name
             self._account(job, +1)
+            if job.size >= spec.members:
+                self._growable.discard(name)
             result.grown.append(job)
+
+    def _bind_for_growth(self, job: Job, scope: Sequence[int], members: int) -> list[Cell]:
+        """Bind free cells of the job's VC inside ``scope`` until they could hold ``members`` more."""
+        spec = job.spec
+        vc = self.tenants.require(job.vc)
+        in_scope = set(scope)
+        need = members * max(spec.member.gpu_count, 1) - self._bound_free(vc, spec)
+        bound: list[Cell] = []
+        for region in self._guaranteed_regions(vc, spec):
+            if need <= 0:
+                break
+            if len(region.binds) != 1 or not in_scope.issuperset(region.binds[0].nodes):
+                continue
+            cell = region.binds[0]
+            if self.tenancy.can_bind(job.vc, cell):
+                self.tenancy.bind(job.vc, cell)
+                bound.append(cell)
+                need -= region.free_gpus
+        return bound
 
     @staticmethod
     def _next_index(job: Job) -> int:
@@ -835,6 +1055,10 @@ class Engine:
         return index
 
     # ================================================================== queries
+    def next_wake(self) -> float | None:
+        """When a time-based rule (minimum runtime, starvation threshold) next needs a cycle."""
+        return self._wake_at
+
     def explain(self, name: str) -> str:
         job = self.jobs.get(name)
         if job is None:

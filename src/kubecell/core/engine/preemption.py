@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kubecell.core.book import AllocationBook
-from kubecell.core.engine.job import Job
+from kubecell.core.engine.job import Job, JobClass
 from kubecell.core.errors import AllocationError
 from kubecell.core.model import Allocation
 
@@ -24,13 +24,15 @@ class VictimSet:
     gpu_seconds_lost: float
 
     @property
-    def cost(self) -> tuple[int, float]:
-        return (len(self.jobs), self.gpu_seconds_lost)
+    def cost(self) -> tuple[int, int, float]:
+        """Compare victim sets: fewest non-opportunistic gangs, then fewest gangs, then least work lost."""
+        protected = sum(1 for job in self.jobs if job.job_class != JobClass.OPPORTUNISTIC)
+        return (protected, len(self.jobs), self.gpu_seconds_lost)
 
 
 def gpu_seconds(job: Job, now: float) -> float:
     """Work a job loses if killed now: GPUs held times time since its current run started."""
-    started = job.started_at if job.started_at is not None else now
+    started = job.started_at if job.started_at is not None else now  # 0.0 is a valid start time
     return job.held_gpu_milli / 1000.0 * max(now - started, 0.0)
 
 

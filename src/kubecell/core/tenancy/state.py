@@ -35,6 +35,8 @@ class TenancyState:
         self.bad: set[Cell] = set()
         self.doomed: dict[str, Counter[tuple[str, int]]] = {}
         self._blocked_below: Counter[Cell] = Counter()
+        self.version = 0  # bumped on every binding or health change; keys the free-cell cache
+        self._free_cache: dict[str, tuple[int, list[Cell]]] = {}
         self._configure(tenants)
 
     # ------------------------------------------------------------------ configuration
@@ -58,6 +60,7 @@ class TenancyState:
 
     # ------------------------------------------------------------------ blocked / free cells
     def _block(self, cell: Cell, delta: int) -> None:
+        self.version += 1
         self._blocked_below[cell] += delta
         for ancestor in cell.ancestors():
             self._blocked_below[ancestor] += delta
@@ -120,14 +123,21 @@ class TenancyState:
         self.unbound[vc][(cell.chain.name, cell.level)] += 1
         self._unbind(cell)
 
+    def free_cells_of_type(self, type_name: str) -> list[Cell]:
+        """Free cells of one type (cached until the next binding or health change)."""
+        cached = self._free_cache.get(type_name)
+        if cached is not None and cached[0] == self.version:
+            return cached[1]
+        cells = [cell for cell in self.forest.cells_of_type(type_name) if self.is_free(cell)]
+        self._free_cache[type_name] = (self.version, cells)
+        return cells
+
     def bindable(self, vc: str) -> list[Cell]:
-        """Free physical cells of every type the VC may still bind, safest first (no split needed)."""
+        """Free physical cells of every type the VC may still bind."""
         cells: list[Cell] = []
         for (chain_name, level), count in self.remaining(vc).items():
-            if count <= 0:
-                continue
-            type_name = self.forest.chains[chain_name].type_name(level)
-            cells.extend(cell for cell in self.forest.cells_of_type(type_name) if self.is_free(cell))
+            if count > 0:
+                cells.extend(self.free_cells_of_type(self.forest.chains[chain_name].type_name(level)))
         return cells
 
     def bound_cells(self, vc: str) -> list[Cell]:

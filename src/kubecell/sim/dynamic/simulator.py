@@ -30,7 +30,8 @@ class EventKind(IntEnum):
     NODE = 1
     RELOAD = 2
     SUBMIT = 3
-    SAMPLE = 4
+    WAKE = 4  # a time-based rule (minimum runtime, starvation threshold) needs a cycle
+    SAMPLE = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +132,7 @@ class DynamicSimulation:
         self._done: dict[str, float] = {}
         self._tokens = 0
         self.records: dict[str, JobRecord] = {}
+        self._wake_pushed: float | None = None
 
     def _push(self, when: float, kind: EventKind, payload: object) -> None:
         self._sequence += 1
@@ -171,7 +173,13 @@ class DynamicSimulation:
             if not only_samples:
                 result = engine.schedule(now)
                 self._apply(result, now)
-                gangs_broken += sum(1 for job in engine.running.values() if job.size < job.spec.minimum)
+                wake = engine.next_wake()
+                if wake is not None and wake > now and wake != self._wake_pushed:
+                    self._wake_pushed = wake
+                    self._push(wake, EventKind.WAKE, None)
+                # Gangs only shrink by whole-job stops, so checking the jobs this cycle touched suffices.
+                touched = [*result.started, *result.grown]
+                gangs_broken += sum(1 for job in touched if 0 < job.size < job.spec.minimum)
             if not self._work_left():
                 break
         for job in engine.jobs.values():
@@ -195,7 +203,7 @@ class DynamicSimulation:
         engine = self.engine
         if engine.running:
             return True
-        return any(kind != EventKind.SAMPLE for _, kind, _, _ in self._heap)
+        return any(kind not in (EventKind.SAMPLE, EventKind.WAKE) for _, kind, _, _ in self._heap)
 
     # ------------------------------------------------------------------ events
     def _handle(self, kind: EventKind, payload: object, now: float, samples: list[Sample]) -> None:
@@ -229,6 +237,8 @@ class DynamicSimulation:
         elif kind == EventKind.RELOAD:
             assert isinstance(payload, Tenants)
             engine.reload(payload, now)
+        elif kind == EventKind.WAKE:
+            pass  # the cycle after this batch of events does the work
         elif kind == EventKind.SAMPLE:
             per_vc = {name: (s["guaranteed_used_gpus"], s["borrowed_gpus"], s["opportunistic_gpus"])
                       for name, s in engine.status().items()}
