@@ -39,6 +39,8 @@ from kubecell.core.tenancy.state import TenancyState
 from kubecell.core.topology import Cell, CellChain, CellForest
 
 VICTIM_SEARCH_BACKOFF_SECONDS = 60.0
+CANDIDATE_CELLS = 32
+"""Free cells considered per decision for a new binding (the best ones by occupancy and buddy order)."""
 
 
 @dataclass(slots=True)
@@ -98,7 +100,6 @@ class Engine:
         self.rejected: list[Job] = []
         self._dirty = True
         self._new: list[str] = []
-        self._cell_masks: dict[Cell, BoolArray] = {}
         self._maybe_idle: set[Cell] = set()  # bound cells that lost guaranteed work this cycle
         self._growable: set[str] = set()  # running threshold gangs below their headcount
         self._reserved: set[str] = set()  # jobs holding capacity until their bind is confirmed
@@ -106,7 +107,10 @@ class Engine:
         self._class_of: dict[str, tuple[object, ...]] = {}
         self._class_reason: dict[tuple[object, ...], str] = {}
         self._wake_at: float | None = None
-        self._reclaimable_on: dict[int, set[str]] = {}  # node -> running borrowed/opportunistic jobs there
+        self._reclaimable_on: dict[int, set[str]] = {}  # node -> running borrowed jobs there
+        self._opportunistic_on: dict[int, set[str]] = {}  # node -> running opportunistic jobs there
+        self._guaranteed_priorities: dict[str, Counter[int]] = {}  # VC -> priorities of its guaranteed jobs
+        self._guaranteed_of: dict[str, set[str]] = {}  # VC -> its running guaranteed jobs
         self._victim_backoff: dict[tuple[object, ...], tuple[float, tuple[int, int]]] = {}
 
     # ================================================================== events
@@ -372,19 +376,30 @@ class Engine:
 
     # ------------------------------------------------------------------ regions
     def _mask_of(self, cells: Iterable[Cell]) -> BoolArray:
+        """GPU mask of some cells (built from their index lists; no per-cell cache, which would cost
+        nodes x GPUs bytes per cell on large clusters)."""
         mask = np.zeros((self.book.size, self.book.max_gpus), np.bool_)
-        for cell in cells:
-            cached = self._cell_masks.get(cell)
-            if cached is None:
-                cached = np.zeros_like(mask)
-                for node, gpu in cell.gpus:
-                    cached[node, gpu] = True
-                self._cell_masks[cell] = cached
-            mask |= cached
+        gpus = [gpu for cell in cells for gpu in cell.gpus]
+        if gpus:
+            rows, cols = zip(*gpus, strict=True)
+            mask[list(rows), list(cols)] = True
+        return mask
+
+    def _owned_mask(self, vc: VirtualCluster, models: frozenset[str] | None) -> BoolArray:
+        """GPUs of every cell bound to the VC (of the allowed models)."""
+        mask: BoolArray = self.tenancy.owner == self.tenancy.vc_index[vc.name]
+        if models is not None:
+            allowed = np.array([name in models for name in self.book.model_names], np.bool_)
+            mask &= allowed[self.book.model_id][:, None]
         return mask
 
     def _reserved_for_others(self, job: Job) -> BoolArray | None:
-        others = [mask for name, mask in self.reservations.items() if name != job.name]
+        """GPUs held for starving jobs that ``job`` must leave alone. A reservation never blocks another
+        VC's guaranteed work: it only holds back borrowed and opportunistic work, and work of its own VC."""
+        if not self.reservations:
+            return None
+        others = [mask for name, mask in self.reservations.items()
+                  if name != job.name and (job.job_class_hint != JobClass.GUARANTEED or self.jobs[name].vc == job.vc)]
         if not others:
             return None
         combined = others[0].copy()
@@ -411,27 +426,12 @@ class Engine:
         regions: list[_Region] = []
         if bound:
             if level == TopologyLevel.GPU:
-                regions.append(_Region(self._mask_of(bound), bound=True, label=f"{vc.name}'s bound cells"))
+                regions.append(_Region(self._owned_mask(vc, models), bound=True, label=f"{vc.name}'s bound cells"))
             else:
                 for cell in bound:
                     if self._cell_holds(cell.size, cell.level, cell.chain, spec, level):
                         regions.append(_Region(self._mask_of([cell]), bound=True, label=cell.id))
-        candidates: list[_Region] = []
-        full = self.book.gpu_full
-        for cell in self.tenancy.bindable(vc.name):
-            if models is not None and cell.chain.model not in models:
-                continue
-            if not self._cell_holds(cell.size, cell.level, cell.chain, spec, level):
-                continue
-            if cell.level == cell.chain.node_level:
-                free = int(self.book.full_count[cell.nodes[0]])
-            else:
-                free = sum(1 for node, gpu in cell.gpus if full[node, gpu])
-            parent = cell.parent
-            splits = 1 if parent is not None and self.tenancy.is_free(parent) else 0
-            candidates.append(_Region(None, binds=(cell,), label=cell.id, free_gpus=free,
-                                      preference=(1, cell.size - free, splits)))
-        candidates.sort(key=lambda r: (r.preference, r.label))
+        candidates = self._bindable_candidates(vc, spec, level, models)
         regions.extend(candidates)
         if level == TopologyLevel.GPU and spec.members > 1 and len(candidates) > 1:
             # Members may spread over several cells: add the VC's bound cells plus as many new cells
@@ -450,15 +450,41 @@ class Engine:
                                        free_gpus=free_total, preference=(1, 0, 0)))
         return regions
 
+    def _bindable_candidates(self, vc: VirtualCluster, spec: JobSpec, level: TopologyLevel,
+                             models: frozenset[str] | None) -> list[_Region]:
+        """The best free cells the VC may bind for this job, at most ``CANDIDATE_CELLS`` of them: least
+        occupied by borrowed work first (fewest victims), then cells whose parent is already split
+        (buddy allocation keeps whole parents free), then by name. Scored with array operations per
+        cell type, so a cluster of thousands of free nodes costs little per decision."""
+        scored: list[tuple[int, int, str, Cell, int]] = []
+        for (chain_name, cell_level), count in self.tenancy.remaining(vc.name).items():
+            chain = self.forest.chains[chain_name]
+            if count <= 0 or (models is not None and chain.model not in models):
+                continue
+            if not self._cell_holds(chain.sizes[cell_level], cell_level, chain, spec, level):
+                continue
+            cells, flags, rows, cols, parent_free = self.tenancy.type_arrays(chain.type_name(cell_level))
+            index = np.flatnonzero(flags)
+            if index.size == 0:
+                continue
+            free = self.book.gpu_full[rows[index], cols[index]].sum(axis=1)
+            split = parent_free[index].astype(np.int64)
+            occupancy = chain.sizes[cell_level] - free
+            order = np.lexsort((index, split, occupancy))[:CANDIDATE_CELLS]
+            scored.extend((int(occupancy[i]), int(split[i]), cells[index[i]].id, cells[index[i]], int(free[i]))
+                          for i in order)
+        scored.sort(key=lambda item: item[:3])
+        return [_Region(None, binds=(cell,), label=cell_id, free_gpus=free, preference=(1, occupancy, split))
+                for occupancy, split, cell_id, cell, free in scored[:CANDIDATE_CELLS]]
+
     def _region_mask(self, region: _Region, vc: VirtualCluster, spec: JobSpec) -> BoolArray | None:
         """Materialise a candidate's GPU mask (a new cell, plus the VC's bound cells for per-member jobs)."""
         if region.mask is not None or not region.binds:
             return region.mask
-        cells = list(region.binds)
+        mask = self._mask_of(region.binds)
         if self._container_level(spec) == TopologyLevel.GPU:
-            models = spec.member.gpu_models
-            cells += [c for c in self.tenancy.bound_cells(vc.name) if models is None or c.chain.model in models]
-        region.mask = self._mask_of(cells)
+            mask |= self._owned_mask(vc, spec.member.gpu_models)
+        region.mask = mask
         return region.mask
 
     def _can_bind_all(self, vc: str, cells: Sequence[Cell]) -> bool:
@@ -595,11 +621,14 @@ class Engine:
     def _victim_candidates(self, job: Job, region: _Region, extra: Sequence[Job], now: float) -> list[Job]:
         """Jobs that may be evicted for ``job`` and hold GPUs or CPU in the region, cheapest first:
         opportunistic before borrowed, then least GPU-time lost."""
-        nodes = (np.flatnonzero(region.mask.any(axis=1)).tolist() if region.mask is not None
-                 else list(self._reclaimable_on))
+        indexes = [self._opportunistic_on]
+        if job.job_class_hint == JobClass.GUARANTEED:
+            indexes.append(self._reclaimable_on)  # only guarantees reclaim borrowed work
         names: set[str] = set()
-        for node in nodes:
-            names |= self._reclaimable_on.get(node, set())
+        for index in indexes:
+            nodes = np.flatnonzero(region.mask.any(axis=1)).tolist() if region.mask is not None else list(index)
+            for node in nodes:
+                names |= index.get(node, set())
         out: list[tuple[tuple[int, float, str], Job]] = []
         for other in (self.jobs[n] for n in names):
             if other is job or not self._may_evict(job, other, now, extra):
@@ -634,8 +663,14 @@ class Engine:
         dies only if its GPUs are needed; without it (HiveD's default) every chosen victim is killed."""
         spec = job.spec
         need = spec.min_gpu_milli - self._guarantee_room(vc)
-        lower = [j for j in self.running.values()
-                 if j.vc == vc.name and j.job_class == JobClass.GUARANTEED and j.spec.priority < spec.priority]
+        priorities = self._guaranteed_priorities.get(vc.name, Counter())
+        if not any(count > 0 and priority < spec.priority for priority, count in priorities.items()):
+            used = self.usage[vc.name].guaranteed_milli / 1000
+            job.wait_reason = (f"VC {vc.name} guarantee in use ({used:g} of {self._effective_guarantee(vc) / 1000:g} "
+                               "GPUs) by work of equal or higher priority")
+            return False
+        lower = [j for j in (self.jobs[n] for n in self._guaranteed_of.get(vc.name, ()))
+                 if j.spec.priority < spec.priority]
         eligible: list[Job] = []
         protected_until: float | None = None
         for other in lower:
@@ -783,6 +818,14 @@ class Engine:
         milli = job.held_gpu_milli * sign
         if job.job_class == JobClass.GUARANTEED:
             usage.guaranteed_milli += milli
+            members = self._guaranteed_of.setdefault(job.vc, set())
+            priorities = self._guaranteed_priorities.setdefault(job.vc, Counter())
+            if sign > 0:
+                members.add(job.name)
+                priorities[job.spec.priority] += 1
+            else:
+                members.discard(job.name)
+                priorities[job.spec.priority] -= 1
             touched: list[tuple[int, int]] = []
             for name in job.running_members:
                 allocation = self.book.allocations[name]
@@ -797,8 +840,9 @@ class Engine:
                 usage.borrowed_milli += milli
             else:
                 usage.opportunistic_milli += milli
+            index = self._reclaimable_on if job.job_class == JobClass.BORROWED else self._opportunistic_on
             for name in job.running_members:
-                holders = self._reclaimable_on.setdefault(self.book.index[self.book.allocations[name].node], set())
+                holders = index.setdefault(self.book.index[self.book.allocations[name].node], set())
                 if sign > 0:
                     holders.add(job.name)
                 else:

@@ -51,17 +51,26 @@ def free_cells(forest: CellForest, blocked: Collection[Cell]) -> set[Cell]:
 
 def shortfalls(forest: CellForest, demand: CellDemand, blocked: Collection[Cell] = ()) -> list[Shortfall]:
     """Every (chain, level) whose demand the free cells cannot meet; empty when all guarantees fit."""
-    free = free_cells(forest, blocked)
-    per_level: dict[tuple[str, int], int] = {}
-    for cell in free:
-        if cell.parent is None or cell.parent not in free:
-            key = (cell.chain.name, cell.level)
-            per_level[key] = per_level.get(key, 0) + 1
+    counts: dict[tuple[str, int], int] = {}
+    for cell in free_cells(forest, blocked):
+        key = (cell.chain.name, cell.level)
+        counts[key] = counts.get(key, 0) + 1
+    return shortfalls_from_counts(forest, demand, counts)
+
+
+def shortfalls_from_counts(forest: CellForest, demand: CellDemand,
+                           free_count: Mapping[tuple[str, int], int]) -> list[Shortfall]:
+    """The same check from the number of free cells per (chain, level). Every child of a free cell is
+    free, so the free cells at a level whose parent is not free number
+    ``free(L) - fanout(L + 1) x free(L + 1)``: the check costs O(levels), not O(cells)."""
     problems: list[Shortfall] = []
     for chain in forest.chains.values():
         carry = 0
         for level in range(chain.top_level, -1, -1):
-            available = carry + per_level.get((chain.name, level), 0)
+            here = free_count.get((chain.name, level), 0)
+            if level < chain.top_level:
+                here -= chain.fanout(level + 1) * free_count.get((chain.name, level + 1), 0)
+            available = carry + here
             askers = tuple(sorted((vc, n) for vc, cells in demand.items()
                                   if (n := cells.get((chain.name, level), 0)) > 0))
             needed = sum(n for _, n in askers)

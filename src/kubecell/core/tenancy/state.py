@@ -18,7 +18,7 @@ import numpy as np
 
 from kubecell.core.book import AllocationBook, IntArray
 from kubecell.core.tenancy.config import Tenants, VirtualCluster
-from kubecell.core.tenancy.feasibility import shortfalls
+from kubecell.core.tenancy.feasibility import shortfalls_from_counts
 from kubecell.core.topology import Cell, CellForest
 
 
@@ -34,9 +34,20 @@ class TenancyState:
         self.pinned: dict[Cell, str] = {}
         self.bad: set[Cell] = set()
         self.doomed: dict[str, Counter[tuple[str, int]]] = {}
-        self._blocked_below: Counter[Cell] = Counter()
-        self.version = 0  # bumped on every binding or health change; keys the free-cell cache
+        self._blocked_below: Counter[Cell] = Counter()  # blocked cells in each cell's subtree
+        self._direct: Counter[Cell] = Counter()  # cells blocked themselves (bound and/or bad)
+        self.version = 0  # bumped on every binding or health change
+        # Free cells per type, maintained incrementally: a binding touches only its subtree and ancestors.
+        self._free: dict[str, set[Cell]] = {t: set(forest.cells_of_type(t)) for t in forest.type_names()}
+        # The same as arrays in each type's fixed cell order, for vectorized scoring of free cells.
+        self._position: dict[Cell, int] = {
+            c: i for t in forest.type_names() for i, c in enumerate(forest.cells_of_type(t))}
+        self._flags: dict[str, np.ndarray] = {t: np.ones(len(forest.cells_of_type(t)), np.bool_)
+                                              for t in forest.type_names()}
+        self._arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._type_version: Counter[str] = Counter()
         self._free_cache: dict[str, tuple[int, list[Cell]]] = {}
+        self._index_cache: dict[str, tuple[int, list[Cell], np.ndarray, np.ndarray]] = {}
         self._configure(tenants)
 
     # ------------------------------------------------------------------ configuration
@@ -61,18 +72,38 @@ class TenancyState:
     # ------------------------------------------------------------------ blocked / free cells
     def _block(self, cell: Cell, delta: int) -> None:
         self.version += 1
+        self._direct[cell] += delta
         self._blocked_below[cell] += delta
-        for ancestor in cell.ancestors():
+        ancestors = list(cell.ancestors())
+        for ancestor in ancestors:
             self._blocked_below[ancestor] += delta
+        for touched in (*ancestors, *cell.walk()):
+            free = self._compute_free(touched)
+            members = self._free[touched.type_name]
+            if free != (touched in members):
+                if free:
+                    members.add(touched)
+                else:
+                    members.discard(touched)
+                self._flags[touched.type_name][self._position[touched]] = free
+                self._type_version[touched.type_name] += 1
+
+    def _compute_free(self, cell: Cell) -> bool:
+        if self._blocked_below[cell]:
+            return False
+        return not any(self._direct[a] for a in cell.ancestors())
 
     def is_free(self, cell: Cell) -> bool:
         """Nothing bound or bad inside the cell or above it."""
-        if self._blocked_below[cell]:
-            return False
-        return not any(a in self.binding or a in self.bad for a in cell.ancestors())
+        return cell in self._free[cell.type_name]
 
-    def _blocked(self) -> list[Cell]:
-        return [*self.binding, *self.bad]
+    def free_counts(self) -> dict[tuple[str, int], int]:
+        """Number of free cells per (chain, level)."""
+        counts: dict[tuple[str, int], int] = {}
+        for chain in self.forest.chains.values():
+            for level in range(len(chain.kinds)):
+                counts[(chain.name, level)] = len(self._free[chain.type_name(level)])
+        return counts
 
     def vc_for(self, name: str) -> VirtualCluster:
         return self.tenants.require(name)
@@ -106,7 +137,11 @@ class TenancyState:
         demand = {name: self.remaining(name) for name in self.unbound}
         demand[vc] = Counter(demand[vc])
         demand[vc][key] -= 1
-        return not shortfalls(self.forest, demand, [*self._blocked(), cell])
+        self._block(cell, 1)  # try the binding, count, undo: O(subtree), not O(cluster)
+        try:
+            return not shortfalls_from_counts(self.forest, demand, self.free_counts())
+        finally:
+            self._block(cell, -1)
 
     def bind(self, vc: str, cell: Cell) -> None:
         key = (cell.chain.name, cell.level)
@@ -124,13 +159,32 @@ class TenancyState:
         self._unbind(cell)
 
     def free_cells_of_type(self, type_name: str) -> list[Cell]:
-        """Free cells of one type (cached until the next binding or health change)."""
+        """Free cells of one type, in name order (cached until cells of that type change)."""
+        version = self._type_version[type_name]
         cached = self._free_cache.get(type_name)
-        if cached is not None and cached[0] == self.version:
+        if cached is not None and cached[0] == version:
             return cached[1]
-        cells = [cell for cell in self.forest.cells_of_type(type_name) if self.is_free(cell)]
-        self._free_cache[type_name] = (self.version, cells)
+        cells = sorted(self._free.get(type_name, ()), key=lambda cell: cell.id)
+        self._free_cache[type_name] = (version, cells)
         return cells
+
+    def type_arrays(self, type_name: str) -> tuple[list[Cell], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """For one cell type, in fixed order: the cells, their free flags, their GPUs as (cells x size)
+        node-row and GPU-column arrays, and whether each cell's parent is free (False at the top level).
+        Scoring every free cell of a type is then a handful of array operations."""
+        cells = self.forest.cells_of_type(type_name)
+        arrays = self._arrays.get(type_name)
+        if arrays is None:
+            rows = np.array([[node for node, _ in cell.gpus] for cell in cells], np.int64)
+            cols = np.array([[gpu for _, gpu in cell.gpus] for cell in cells], np.int64)
+            parents = np.array([self._position[c.parent] if c.parent is not None else -1 for c in cells], np.int64)
+            arrays = self._arrays[type_name] = (rows, cols, parents)
+        rows, cols, parents = arrays
+        if cells and cells[0].parent is not None:
+            parent_flags = self._flags[cells[0].parent.type_name][parents]
+        else:
+            parent_flags = np.zeros(len(cells), np.bool_)
+        return cells, self._flags[type_name], rows, cols, parent_flags
 
     def bindable(self, vc: str) -> list[Cell]:
         """Free physical cells of every type the VC may still bind."""
@@ -165,7 +219,8 @@ class TenancyState:
         self.doomed = {}
         if not bad:
             return
-        problems = shortfalls(self.forest, {name: +c for name, c in self.unbound.items()}, self._blocked())
+        problems = shortfalls_from_counts(self.forest, {name: +c for name, c in self.unbound.items()},
+                                          self.free_counts())
         for problem in problems:
             key = (problem.chain.name, problem.level)
             missing = problem.needed - problem.available

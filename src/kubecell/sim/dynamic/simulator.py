@@ -165,10 +165,13 @@ class DynamicSimulation:
             allocated_integral += allocated / 1000.0 * (now - last_time)
             last_time = now
             only_samples = True
+            sample_due = False
             while self._heap and self._heap[0][0] == now:
                 _, kind, _, payload = heapq.heappop(self._heap)
-                if kind != EventKind.SAMPLE:
-                    only_samples = False
+                if kind == EventKind.SAMPLE:
+                    sample_due = True  # taken after this time's cycle, so it shows the decisions made
+                    continue
+                only_samples = False
                 self._handle(EventKind(kind), payload, now, samples)
             if not only_samples:
                 result = engine.schedule(now)
@@ -180,6 +183,8 @@ class DynamicSimulation:
                 # Gangs only shrink by whole-job stops, so checking the jobs this cycle touched suffices.
                 touched = [*result.started, *result.grown]
                 gangs_broken += sum(1 for job in touched if 0 < job.size < job.spec.minimum)
+            if sample_due:
+                self._handle(EventKind.SAMPLE, None, now, samples)
             if not self._work_left():
                 break
         for job in engine.jobs.values():
