@@ -49,6 +49,7 @@ class VcUsage:
     borrowed_milli: int = 0
     opportunistic_milli: int = 0
     cpu_milli: int = 0
+    admitted_milli: int = 0  # quota held by admitted jobs that are not placed yet (quota policy)
 
     @property
     def total_milli(self) -> int:
@@ -111,6 +112,7 @@ class Engine:
         self._opportunistic_on: dict[int, set[str]] = {}  # node -> running opportunistic jobs there
         self._guaranteed_priorities: dict[str, Counter[int]] = {}  # VC -> priorities of its guaranteed jobs
         self._guaranteed_of: dict[str, set[str]] = {}  # VC -> its running guaranteed jobs
+        self._admitted: dict[str, int] = {}  # quota policy: job -> quota milli it holds while unplaced
         self._victim_backoff: dict[tuple[object, ...], tuple[float, tuple[int, int]]] = {}
 
     # ================================================================== events
@@ -143,6 +145,7 @@ class Engine:
             self._stop(job)
         if name in self.pending:
             self._dequeue(job)
+        self._release_admission(job)
         self.reservations.pop(name, None)
         job.phase = JobPhase.FINISHED
         job.finished_at = now
@@ -288,7 +291,7 @@ class Engine:
             return self._start_anywhere(job, now, result, JobClass.GUARANTEED)
         reason = self._never_guaranteed(vc, spec)
         if reason is None:
-            room = self._guarantee_room(vc)
+            room = self._guarantee_room(vc, job)
             if spec.min_gpu_milli <= room:
                 if self._try_guaranteed(job, vc, now, result, room):
                     return True
@@ -304,6 +307,14 @@ class Engine:
             job.wait_reason = (f"{guaranteed_reason}; preempted {job.preemptions} times, so it now waits for "
                                "guaranteed capacity instead of borrowing")
             return False
+        if job.name in self._admitted:
+            return False  # admitted against its quota: it waits for a placement, it does not borrow
+        if not self.options.cells:
+            # A quota cohort lends only quota nobody holds: admitted-but-unplaced jobs keep theirs.
+            held = sum(u.total_milli + u.admitted_milli for u in self.usage.values())
+            if held + spec.min_gpu_milli > sum(v.guaranteed_milli for v in self.tenants.vcs):
+                job.wait_reason = f"{guaranteed_reason}; no unused quota left in the cohort to borrow"
+                return False
         limit = vc.borrow_limit_milli
         if limit is not None and self.usage[vc.name].borrowed_milli + spec.min_gpu_milli > limit:
             job.wait_reason = (f"{guaranteed_reason}; VC {vc.name} borrowing limit reached "
@@ -319,8 +330,11 @@ class Engine:
             return vc.guaranteed_milli
         return vc.guaranteed_milli - self.tenancy.doomed_gpus(vc.name) * 1000
 
-    def _guarantee_room(self, vc: VirtualCluster) -> int:
-        return self._effective_guarantee(vc) - self.usage[vc.name].guaranteed_milli
+    def _guarantee_room(self, vc: VirtualCluster, job: Job | None = None) -> int:
+        """Guarantee not yet used by running guaranteed work or held by admitted jobs (other than ``job``)."""
+        usage = self.usage[vc.name]
+        own = self._admitted.get(job.name, 0) if job is not None else 0
+        return self._effective_guarantee(vc) - usage.guaranteed_milli - usage.admitted_milli + own
 
     def _never_guaranteed(self, vc: VirtualCluster, spec: JobSpec) -> str | None:
         """Why this job can never run inside its VC's guarantee (None if it can)."""
@@ -585,28 +599,37 @@ class Engine:
 
     def _reclaim_by_count(self, job: Job, vc: VirtualCluster, now: float, result: CycleResult,
                           region: _Region, most: int) -> bool:
-        """Quota-style reclaim: evict the newest borrowed jobs of other VCs until enough GPUs are free
-        by count, wherever they are; the job starts only if the freed GPUs happen to fit its shape."""
-        need = job.spec.min_gpu_milli - int(self.book.total_avail.sum())
-        victims: list[Job] = []
-        for other in sorted(self.running.values(), key=lambda j: (-(j.started_at or 0.0), j.name)):
-            if need <= 0:
-                break
-            if other.job_class in (JobClass.BORROWED, JobClass.OPPORTUNISTIC) and other.vc != vc.name:
-                victims.append(other)
-                need -= other.held_gpu_milli
-        if need > 0 or not victims:
-            job.wait_reason = self._no_room_reason(job, region, "within its quota")
-            return False
-        for victim in victims:
-            self._evict(victim, now, result, f"reclaimed by quota of VC {vc.name} for {job.name}")
+        """Quota-style reclaim (Kueue without topology-aware scheduling): the job is *admitted* against
+        its VC's quota at once, which reserves the quota so borrowers cannot take it back, and the newest
+        borrowed jobs of other VCs are evicted until enough GPUs are free by count, wherever they are.
+        The job then starts only if the freed GPUs happen to fit its shape; otherwise it waits, admitted,
+        holding quota it cannot use (Kueue #4329: quota admits, placement fails)."""
+        if job.name not in self._admitted:
+            self._admitted[job.name] = job.spec.min_gpu_milli
+            self.usage[vc.name].admitted_milli += job.spec.min_gpu_milli
+            need = job.spec.min_gpu_milli - int(self.book.total_avail.sum())
+            victims: list[Job] = []
+            for other in sorted(self.running.values(),
+                                key=lambda j: (-(j.started_at if j.started_at is not None else 0.0), j.name)):
+                if need <= 0:
+                    break
+                if other.job_class in (JobClass.BORROWED, JobClass.OPPORTUNISTIC) and other.vc != vc.name:
+                    victims.append(other)
+                    need -= other.held_gpu_milli
+            for victim in victims:
+                self._evict(victim, now, result, f"reclaimed by quota of VC {vc.name} for {job.name}")
         plan = self._plan(job, region, most)
         if plan is None:
-            job.wait_reason = (f"reclaimed {len(victims)} borrowed job(s) by GPU count, but the freed GPUs do not "
-                               "fit its shape; " + self._no_room_reason(job, region, "within its quota"))
+            job.wait_reason = ("admitted by quota, but no placement fits its shape: "
+                               + self._no_room_reason(job, region, "within its quota"))
             return False
-        self._start(job, plan, region, JobClass.GUARANTEED, now, result, victims=tuple(victims))
+        self._start(job, plan, region, JobClass.GUARANTEED, now, result, victims=())
         return True
+
+    def _release_admission(self, job: Job) -> None:
+        milli = self._admitted.pop(job.name, 0)
+        if milli:
+            self.usage[job.vc].admitted_milli -= milli
 
     def _victims_for(self, job: Job, region: _Region, candidates: list[Job], now: float,
                      most: int) -> tuple[tuple[int, int, float], tuple[Job, ...]] | None:
@@ -779,6 +802,7 @@ class Engine:
     # ------------------------------------------------------------------ state changes
     def _start(self, job: Job, plan: GangPlan, region: _Region, job_class: JobClass, now: float,
                result: CycleResult, victims: Sequence[Job]) -> None:
+        self._release_admission(job)
         for cell in region.binds:
             self.tenancy.bind(job.vc, cell)
         try:
