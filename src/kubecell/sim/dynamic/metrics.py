@@ -178,6 +178,17 @@ class PolicyMetrics:
                 "seconds": round(self.seconds, 3)}
 
 
+def fragmentation_ratio(result: SimulationResult, stop: float) -> float | None:
+    """Time-averaged share of idle GPU capacity that the workload's typical jobs cannot use (FGD's
+    measure against the member shapes of the trace), over the samples up to ``stop``."""
+    samples = [s for s in result.samples if s.time <= stop and s.idle_milli > 0]
+    if not samples:
+        return None
+    weights = _weights(samples, stop)
+    ratios = [s.fragment_milli / s.idle_milli for s in samples]
+    return _time_mean(ratios, weights)
+
+
 def policy_metrics(result: SimulationResult, baselines: Mapping[str, PrivateBaseline] | None = None) -> PolicyMetrics:
     """Overall and per-VC metrics of one run, with the sharing anomaly against the private baselines."""
     baselines = baselines or {}
@@ -190,6 +201,8 @@ def policy_metrics(result: SimulationResult, baselines: Mapping[str, PrivateBase
         "simulated_hours": _round((result.end - result.start) / 3600.0),
         "gangs_broken": result.gangs_broken,
         "pending_jobs_mean": _time_mean([float(s.pending) for s in result.samples], weights),
+        "fragmentation_ratio_mean": fragmentation_ratio(
+            result, max((r.submit for r in result.records), default=result.start)),
         **job_metrics(result.records),
     }
     by_vc: dict[str, list[JobRecord]] = {}

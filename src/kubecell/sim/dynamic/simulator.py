@@ -21,6 +21,7 @@ from kubecell.core.engine.engine import CycleResult, Engine
 from kubecell.core.engine.job import Job, JobClass, JobPhase, JobSpec
 from kubecell.core.engine.options import EngineOptions
 from kubecell.core.model import Node
+from kubecell.core.placement.frag import FragmentationMeasure, PodShape, typical_pods
 from kubecell.core.tenancy.config import Tenants
 
 
@@ -75,6 +76,8 @@ class Sample:
     allocated_milli: int
     per_vc: dict[str, tuple[float, float, float]]  # VC -> (guaranteed, borrowed, opportunistic) GPUs
     pending: int
+    fragment_milli: float = 0.0  # free GPU milli the workload's typical jobs cannot use (FGD measure)
+    idle_milli: int = 0
 
 
 @dataclass(slots=True)
@@ -119,6 +122,12 @@ class DynamicSimulation:
         horizon: float | None = None,
     ) -> None:
         self.engine = Engine(nodes, tenants, options)
+        # Fragmentation is measured against the workload's own typical member shapes (by job count).
+        typical = typical_pods(
+            (PodShape(s.member.cpu_milli or 100, s.member.gpu_milli, s.member.gpu_count,
+                      "|".join(sorted(s.member.gpu_models or ()))) for s in jobs),
+            coverage=0.95, include_cpu_pods=True)
+        self._measure = FragmentationMeasure(typical, self.engine.book.model_names)
         self.options = options
         self.jobs = list(jobs)
         self.node_events = list(node_events)
@@ -247,7 +256,10 @@ class DynamicSimulation:
         elif kind == EventKind.SAMPLE:
             per_vc = {name: (s["guaranteed_used_gpus"], s["borrowed_gpus"], s["opportunistic_gpus"])
                       for name, s in engine.status().items()}
-            samples.append(Sample(now, engine.book.allocated_gpu_milli, per_vc, len(engine.pending)))
+            book = engine.book
+            fragment = float(self._measure.node_fragmentation(book.cpu_free, book.gpu_avail, book.model_id).sum())
+            samples.append(Sample(now, book.allocated_gpu_milli, per_vc, len(engine.pending), fragment,
+                                  int(book.total_avail.sum())))
             if self._work_left() or not samples or len(samples) < 2:
                 self._push(now + self.sample_seconds, EventKind.SAMPLE, None)
 
