@@ -31,7 +31,7 @@ from kubecell.core.placement.registry import (
     policy_summaries,
 )
 
-ALL_POLICIES = ["random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd", "binpack", "spread"]
+ALL_POLICIES = ["random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd", "binpack", "spread", "kubecell"]
 
 
 def share(name: str = "s", milli: int = 0, memory: int = 0, cpu: int = 0, **kw: Any) -> Request:

@@ -21,7 +21,7 @@ Writer = Callable[[str, str], Path]
 
 REQUIRED_KEYS = {"policy", "seeds", "unallocated_gpu_pct_at_100", "unallocated_gpu_pct_at_130", "frag_ratio_pct_at",
                  "seconds"}
-ALL_POLICIES = {"random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd", "binpack", "spread"}
+ALL_POLICIES = {"random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd", "binpack", "spread", "kubecell"}
 REPORT_FILES = ("summary.json", "curves.csv", "curves_mean.csv", "allocation.png", "fragmentation.png", "index.html")
 
 
@@ -163,7 +163,7 @@ def test_simulate_runs_the_bundled_example(tmp_path: Path) -> None:
     for name in REPORT_FILES:
         assert (out / name).is_file(), name
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-    assert [entry["policy"] for entry in summary] == list(FGD_BASELINES)
+    assert [entry["policy"] for entry in summary] == [*FGD_BASELINES, "kubecell"]
     assert all(entry["seeds"] == [42, 43] for entry in summary)
 
 

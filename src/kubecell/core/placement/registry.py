@@ -15,13 +15,15 @@ from kubecell.core.placement.policies.baselines import (
     RandomFit,
 )
 from kubecell.core.placement.policies.fgd import FragmentationGradientDescent
+from kubecell.core.placement.policies.stranding_aware import StrandingAwareFGD
 from kubecell.core.placement.policies.utilization import Binpack, Spread
 from kubecell.core.placement.policy import Policy
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyContext:
-    """What a policy may know when it is built: the typical pods, for the FGD family."""
+    """What a policy may know when it is built: the typical pods, for FGD (which, as published, is
+    given the workload's distribution in advance; the ``kubecell`` policy learns it online instead)."""
 
     typical_pods: Sequence[TypicalPod] = ()
 
@@ -37,14 +39,21 @@ _FACTORIES: dict[str, tuple[PolicyFactory, str]] = {
     "fgd": (lambda ctx: FragmentationGradientDescent(ctx.typical_pods), FragmentationGradientDescent.summary),
     "binpack": (lambda ctx: Binpack(), Binpack.summary),
     "spread": (lambda ctx: Spread(), Spread.summary),
+    # Online by design: it ignores ctx.typical_pods and learns the demand from the arrivals.
+    "kubecell": (lambda ctx: StrandingAwareFGD(), StrandingAwareFGD.summary),
 }
 
 FGD_BASELINES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")
 """The six policies of the FGD paper, in its order."""
 
 
+def _key(name: str) -> str:
+    return name.strip().lower().replace("-", "").replace("_", "")
+
+
 def register_policy(name: str, factory: PolicyFactory, summary: str) -> None:
-    _FACTORIES[name.lower()] = (factory, summary)
+    """Add a policy under the same normalised name that lookups use (case, '-' and '_' ignored)."""
+    _FACTORIES[_key(name)] = (factory, summary)
 
 
 def policy_names() -> list[str]:
@@ -57,7 +66,7 @@ def policy_summaries() -> dict[str, str]:
 
 def canonical_policy_name(name: str) -> str:
     """Lower-case a policy name and check it exists; error lists the accepted names."""
-    key = name.strip().lower().replace("-", "").replace("_", "")
+    key = _key(name)
     if key not in _FACTORIES:
         raise UnknownPolicyError(
             f"unknown placement policy {name!r}", field="policy", accepted=", ".join(policy_names())
