@@ -135,6 +135,11 @@ class Engine:
             reason = self._never_guaranteed(vc, spec)
             if reason is not None:
                 return self._reject(job, f"{reason}, and this policy does not borrow")
+        limit = vc.borrow_limit_milli
+        if not spec.opportunistic and self.options.borrowing and limit is not None and spec.min_gpu_milli > limit:
+            reason = self._never_guaranteed(vc, spec)
+            if reason is not None:
+                return self._reject(job, f"{reason}, and it may borrow at most {limit / 1000:g} GPUs")
         job.wait_reason = "submitted; waiting for the next scheduling cycle"
         self._enqueue(job, now)
         return job
@@ -179,18 +184,30 @@ class Engine:
     def reload(self, tenants: Tenants, now: float) -> list[Job]:
         """Adopt a new tenant configuration as a diff: running jobs keep running. Guaranteed jobs whose
         cells the new guarantees still cover stay guaranteed; the others become borrowed (or
-        opportunistic when their VC is gone) and are the first reclaimed. Returns downgraded jobs."""
+        opportunistic when their VC is gone) and are the first reclaimed. Waiting jobs of a removed VC
+        are rejected (nothing could ever admit them); running ones keep running as opportunistic.
+        Returns downgraded jobs."""
         self.tenants = tenants
         self.tenancy.reconfigure(tenants)
         for vc in tenants.vcs:
             self.usage.setdefault(vc.name, VcUsage())
+        for job in [j for j in self.pending.values() if self.tenants.get(j.vc) is None]:
+            self._dequeue(job)
+            self._release_admission(job)
+            self.reservations.pop(job.name, None)
+            self._reject(job, self._removed_vc_reason(job))
         downgraded: list[Job] = []
         for job in sorted(self.running.values(), key=lambda j: (j.started_at if j.started_at is not None else 0.0,
                                                                 j.name)):
+            if self.tenants.get(job.vc) is None:
+                if job.job_class != JobClass.OPPORTUNISTIC:
+                    self._downgrade(job, JobClass.OPPORTUNISTIC)
+                    downgraded.append(job)
+                continue
             if job.job_class != JobClass.GUARANTEED:
                 continue
-            if self.tenants.get(job.vc) is None or not self._adopt_cells(job):
-                self._downgrade(job, JobClass.BORROWED if self.tenants.get(job.vc) else JobClass.OPPORTUNISTIC)
+            if not self._adopt_cells(job):
+                self._downgrade(job, JobClass.BORROWED)
                 downgraded.append(job)
         self._release_idle_cells(everything=True)
         self._dirty = True
@@ -241,6 +258,9 @@ class Engine:
         self.pending_since[job.name] = now
         self._class_of[job.name] = key
         self._classes.setdefault(key, deque()).append(job)
+        # The newcomer has not been told why its class waits: forget the cached text so that the
+        # next cycle writes it to every member again.
+        self._class_reason.pop(key, None)
         self._new.append(job.name)
 
     def _dequeue(self, job: Job) -> None:
@@ -282,9 +302,18 @@ class Engine:
                 job.preemptions >= self.options.max_preemptions)
 
     # ================================================================== starting a job
+    def _removed_vc_reason(self, job: Job) -> str:
+        return (f"virtual cluster {job.vc!r} was removed by a configuration reload "
+                f"(known: {', '.join(self.tenants.names) or 'none'})")
+
     def _try_start(self, job: Job, now: float, result: CycleResult) -> bool:
         spec = job.spec
-        vc = self.tenants.require(spec.vc)
+        vc = self.tenants.get(spec.vc)
+        if vc is None:  # requeued (node failure, eviction) after its VC was removed
+            self._dequeue(job)
+            self._release_admission(job)
+            self._reject(job, self._removed_vc_reason(job))
+            return True
         if spec.opportunistic:
             return self._try_scavenge(job, now, result, JobClass.OPPORTUNISTIC)
         if not spec.member.wants_gpu:

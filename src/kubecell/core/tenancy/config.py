@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -33,23 +33,28 @@ from kubecell.core.errors import InvalidInputError
 from kubecell.core.tenancy.feasibility import shortfalls
 from kubecell.core.topology import Cell, CellForest
 
+# Counts are strict integers: YAML's ``yes``/``true`` must not silently become 1 GPU or 1 cell.
+PositiveCount = Annotated[int, Field(strict=True, ge=1)]
+CellCount = Annotated[int, Field(strict=True, ge=0)]
+
 
 class GpuShorthand(BaseModel):
     """``gpus: {count: 12, chain: V100M32x8}`` when the cluster has more than one chain."""
 
     model_config = ConfigDict(extra="forbid")
-    count: int = Field(ge=1)
+    count: PositiveCount
     chain: str | None = None
 
 
 class VirtualClusterConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    cells: dict[str, int] = Field(default_factory=dict)
-    gpus: int | GpuShorthand | None = None
+    # Numbers must be finite: '.inf' as a weight or a limit is a typo, not a policy.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+    cells: dict[str, CellCount] = Field(default_factory=dict)
+    gpus: PositiveCount | GpuShorthand | None = None
     pinned_cells: list[str] = Field(default_factory=list, alias="pinnedCells")
-    weight: float = Field(default=1.0, gt=0)
-    borrow_limit_gpus: float | None = Field(default=None, ge=0, alias="borrowLimitGpus")
-    min_runtime_minutes: float = Field(default=0.0, ge=0, alias="minRuntimeMinutes")
+    weight: float = Field(default=1.0, gt=0, strict=True)
+    borrow_limit_gpus: float | None = Field(default=None, ge=0, strict=True, alias="borrowLimitGpus")
+    min_runtime_minutes: float = Field(default=0.0, ge=0, strict=True, alias="minRuntimeMinutes")
 
 
 class TenantConfigFile(BaseModel):

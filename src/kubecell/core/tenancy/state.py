@@ -151,12 +151,16 @@ class TenancyState:
         self._bind(vc, cell)
 
     def unbind(self, cell: Cell) -> None:
-        """Return a preassigned (not pinned) cell to the free pool."""
+        """Return a preassigned (not pinned) cell to the free pool. A released cell that holds bad
+        GPUs puts back a guarantee only bad hardware could meet, so the doomed charge is recomputed
+        then (O(levels))."""
         if cell in self.pinned:
             return
         vc = self.binding[cell]
         self.unbound[vc][(cell.chain.name, cell.level)] += 1
         self._unbind(cell)
+        if self.bad and any(self.forest.gpu_cell[gpu] in self.bad for gpu in cell.gpus):
+            self._charge_doomed()
 
     def free_cells_of_type(self, type_name: str) -> list[Cell]:
         """Free cells of one type, in name order (cached until cells of that type change)."""
@@ -216,15 +220,23 @@ class TenancyState:
         for cell in bad - self.bad:
             self._block(cell, 1)
         self.bad = bad
+        self._charge_doomed()
+
+    def _charge_doomed(self) -> None:
+        """HiveD's rule: charge what healthy free cells cannot cover to the VCs asking for most. A VC
+        already charged for a cell type keeps its charge first, so that a recomputation does not move
+        the doom from one tenant to another while nothing about the hardware changed for them."""
+        previous = self.doomed
         self.doomed = {}
-        if not bad:
+        if not self.bad:
             return
         problems = shortfalls_from_counts(self.forest, {name: +c for name, c in self.unbound.items()},
                                           self.free_counts())
         for problem in problems:
             key = (problem.chain.name, problem.level)
             missing = problem.needed - problem.available
-            for vc, _ in sorted(problem.askers, key=lambda a: (-a[1], a[0])):
+            charged_before = {vc: previous.get(vc, Counter())[key] for vc, _ in problem.askers}
+            for vc, _ in sorted(problem.askers, key=lambda a: (-charged_before[a[0]], -a[1], a[0])):
                 if missing <= 0:
                     break
                 take = min(missing, self.unbound[vc][key])
