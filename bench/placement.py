@@ -38,9 +38,11 @@ VARIANTS: dict[str, dict[str, float | None]] = {
     "kchalflife2000": {"half_life": 2000.0},
     "kchalflifenone": {"half_life": None},
     "kcrefresh005": {"refresh_distance": 0.05},
+    "kccoverage090": {"coverage": 0.90},
+    "kccoverage099": {"coverage": 0.99},
 }
 """One constant changed at a time (defaults: stranding_weight 0.5, half_life 10,000 arrivals,
-refresh_distance 0.2)."""
+refresh_distance 0.2, coverage 0.95)."""
 
 for _name, _kwargs in VARIANTS.items():
     # Module level, so that worker processes (fork or spawn) know the names too.

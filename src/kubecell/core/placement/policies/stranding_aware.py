@@ -47,6 +47,7 @@ class StrandingAwareFGD(Policy):
         half_life: float | None = 10_000.0,
         refresh_distance: float = 0.2,
         check_every: int = 1024,
+        coverage: float = 0.95,
     ) -> None:
         """``demand=None`` learns the distribution online; a list fixes it (for experiments)."""
         super().__init__()
@@ -61,7 +62,9 @@ class StrandingAwareFGD(Policy):
         self.stranding_weight = stranding_weight
         self.refresh_distance = refresh_distance
         self.check_every = check_every
-        self.model: DemandModel | None = None if demand is not None else DemandModel(half_life=half_life)
+        self.model: DemandModel | None = None if demand is not None else DemandModel(
+            half_life=half_life, coverage=coverage
+        )
         self.demand: list[DemandType] = list(demand or ())
         self.refreshes = 0
         self._book: AllocationBook | None = None
