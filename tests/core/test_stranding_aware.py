@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kubecell.core.book import AllocationBook
 from kubecell.core.errors import InvalidInputError
@@ -22,7 +23,7 @@ from kubecell.core.placement.policies.stranding_aware import StrandingAwareFGD
 from kubecell.core.placement.policy import Policy
 from kubecell.core.placement.registry import make_policy
 from kubecell.core.placement.stranding import HostAwareMeasure, demand_from_typical
-from tests.core.test_fgd import cluster_strategy, typical_strategy
+from tests.core.test_fgd import cluster_strategy, request_strategy, typical_strategy
 
 GIB = 1024
 
@@ -280,3 +281,20 @@ def test_refreshes_are_rare_on_a_steady_stream() -> None:
             settled = policy.refreshes
     assert policy.refreshes == settled
     assert settled <= 14
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(book=cluster_strategy(), requests=st.lists(request_strategy(), min_size=1, max_size=6))
+def test_every_decision_is_feasible_and_commits(book: AllocationBook, requests: list[Request]) -> None:
+    """Whatever the cluster and the mix (shares by compute or by memory, whole GPUs, CPU-only, model
+    constraints, unhealthy GPUs), the online policy places a request iff some node fits it, and the
+    GPUs it picks take the request without breaking the book's invariants."""
+    placer = Placer(book, StrandingAwareFGD())
+    for i, request in enumerate(requests):
+        request = Request(f"r{i}", cpu_milli=request.cpu_milli, memory_mib=request.memory_mib,
+                          gpu_count=request.gpu_count, gpu_milli=request.gpu_milli,
+                          gpu_memory_mib=request.gpu_memory_mib, gpu_models=request.gpu_models)
+        fits_somewhere = placer.feasible(request).size > 0
+        placement = placer.place_and_commit(request)
+        assert (placement is not None) == fits_somewhere
+        book.check_invariants()
