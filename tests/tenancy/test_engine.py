@@ -250,6 +250,26 @@ def test_an_identical_job_submitted_later_gets_the_reason_too() -> None:
     assert pending_reason(eng, "a4") == first.replace("a3:", "a4:", 1)
 
 
+def test_a_newcomer_is_told_without_rewriting_its_whole_class() -> None:
+    # A cycle costs O(classes + newcomers): when the class's reason has not changed, only the newcomer
+    # is written (the marker on an old member shows that it was not touched).
+    eng = engine(make_nodes(2), {"a": {"gpus": 16}})
+    for name in ("a1", "a2", "a3", "a4"):
+        eng.submit(whole(name, "a"), 0)
+    eng.schedule(0)
+    reason = eng.jobs["a3"].wait_reason
+    eng.jobs["a4"].wait_reason = "marker"
+    eng.submit(whole("a5", "a"), 1)
+    eng.schedule(1)
+    assert eng.jobs["a5"].wait_reason == reason
+    assert eng.jobs["a4"].wait_reason == "marker"
+    eng.finish("a1", 2)  # the class's reason changes: every member hears it
+    eng.submit(whole("a6", "a"), 2)
+    eng.schedule(2)
+    assert eng.jobs["a3"].phase == JobPhase.RUNNING
+    assert {eng.jobs[n].wait_reason for n in ("a4", "a5", "a6")} == {reason}
+
+
 # ============================================================================ rejection at submission
 def test_gang_larger_than_its_vc_is_rejected_when_the_policy_does_not_borrow() -> None:
     eng = engine(make_nodes(4), {"a": {"cells": {f"{V}/node": 2}}, "b": {"cells": {f"{V}/node": 2}}}, "hived")
@@ -308,7 +328,26 @@ def test_gang_larger_than_guarantee_plus_borrow_limit_is_rejected() -> None:
     job = eng.submit(whole("big", "a", 8, members=2), 0)
     eng.schedule(0)
     assert job.phase == JobPhase.REJECTED
-    assert "borrow" in job.wait_reason
+    assert job.wait_reason == "VC a guarantees 8 GPUs; the job needs 16, and it may borrow at most 4 GPUs"
+    assert eng.rejected == [job]
+    assert eng.counts()["rejected"] == 1
+
+
+def test_gangs_within_the_guarantee_or_the_borrow_limit_are_accepted() -> None:
+    eng = engine(make_nodes(4), {"a": {"gpus": 8, "borrowLimitGpus": 12}, "b": {"gpus": 24}})
+    fits_guarantee = eng.submit(whole("g", "a", 8), 0)
+    fits_limit = eng.submit(whole("l", "a", 4, members=3), 0)  # 12 GPUs: beyond the guarantee, borrowed
+    beyond_both = eng.submit(whole("x", "a", 8, members=2), 0)  # 16 GPUs: neither (not 8 + 12 = 20)
+    assert (fits_guarantee.phase, fits_limit.phase, beyond_both.phase) == (
+        JobPhase.PENDING, JobPhase.PENDING, JobPhase.REJECTED)
+    eng.schedule(0)
+    assert (fits_guarantee.job_class, fits_limit.job_class) == (JobClass.GUARANTEED, JobClass.BORROWED)
+
+
+def test_gang_beyond_its_guarantee_keeps_the_no_borrowing_reason_under_hived() -> None:
+    eng = engine(make_nodes(4), {"a": {"gpus": 8, "borrowLimitGpus": 4}, "b": {"gpus": 24}}, "hived")
+    job = eng.submit(whole("big", "a", 8, members=2), 0)
+    assert job.wait_reason == "VC a guarantees 8 GPUs; the job needs 16, and this policy does not borrow"
 
 
 def test_unknown_vc_is_rejected_and_never_scheduled() -> None:
@@ -463,6 +502,25 @@ def test_doomed_cells_follow_a_failure_inside_a_bound_cell() -> None:
     assert status["b"]["guaranteed_used_gpus"] == status["b"]["guaranteed_gpus"] - status["b"]["doomed_gpus"]
 
 
+@pytest.mark.parametrize("policy", ["kubecell", "hived"])
+def test_doom_is_lifted_when_another_vc_releases_the_healthy_cell_it_split(policy: str) -> None:
+    # b's 4-GPU job splits one node, the other node fails: a's node is doomed. When b's job ends its
+    # node is whole and healthy again, so a's guarantee must be usable without waiting for the repair.
+    eng = engine(make_nodes(2), {"a": {"gpus": 8}, "b": {"cells": {f"{V}/4gpu": 1}}}, policy)
+    eng.submit(whole("b1", "b", 4), 0)
+    eng.schedule(0)
+    (used,) = nodes_of(eng, eng.jobs["b1"])
+    eng.set_node_health(({"n0", "n1"} - {used}).pop(), False, 1)
+    assert eng.status()["a"]["doomed_gpus"] == 8
+    eng.finish("b1", 2)
+    eng.schedule(2)
+    assert eng.status()["a"]["doomed_gpus"] == 0
+    job = eng.submit(whole("a1", "a"), 3)
+    eng.schedule(3)
+    assert (job.phase, job.job_class) == (JobPhase.RUNNING, JobClass.GUARANTEED)
+    check_engine(eng)
+
+
 # ============================================================================ property: random workloads
 @st.composite
 def workload(draw: st.DrawFn) -> list[tuple[str, int, int, int, int]]:
@@ -500,6 +558,8 @@ def test_random_workloads_keep_every_gang_whole(policy: str, ops: list[tuple[str
                 assert job in result.evicted
                 assert job.phase == JobPhase.PENDING
         check_engine(eng)
+        for job in eng.pending.values():  # every waiting job says why, newcomers and requeued ones too
+            assert job.wait_reason not in GENERIC_REASONS, eng.explain(job.name)
         unhealthy = ~eng.book.gpu_healthy & eng.book.gpu_present
         for job in result.started + result.grown:
             for name in job.running_members:

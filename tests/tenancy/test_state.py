@@ -263,6 +263,19 @@ def test_unbinding_a_bad_bound_cell_recomputes_doomed_cells() -> None:
     assert remaining_fits(forest, state)
 
 
+def test_releasing_a_healthy_cell_lifts_the_doom_its_split_caused() -> None:
+    # b's 4-GPU cell splits n1, then n0 fails: a's node cannot be met. Releasing b's (healthy) cell makes
+    # n1 whole again, so a's doom must go; a stale charge would keep a off n1 until n0 is repaired.
+    forest, book, state = build(make_nodes(2), {"a": {"gpus": 8}, "b": {"cells": {f"{V}/4gpu": 1}}})
+    state.bind("b", forest.by_id["n1/4gpu0"])
+    mark_bad(book, state, 0, [3])
+    assert state.doomed == {"a": Counter({(V, NODE): 1})}
+    state.unbind(forest.by_id["n1/4gpu0"])
+    assert state.doomed == {}
+    assert state.can_bind("a", forest.by_id["n1"])
+    assert_consistent(forest, state)
+
+
 def test_doom_at_a_lower_level_after_a_partial_failure() -> None:
     # Two nodes; a wants a node, b two 4-GPU cells. A bad GPU on n1 leaves one free node and one free
     # 4-GPU cell: b is short one 4-GPU cell, not a node, and a is not charged anything.
@@ -326,14 +339,15 @@ def test_random_operations_keep_free_sets_consistent_and_every_guarantee_feasibl
             node, gpu = x % len(nodes), y % int(book.gpu_count[0])
             book.set_gpu_health(node, gpu, not bool(book.gpu_healthy[node, gpu]))
             state.refresh_health()
-            # doomed cells absorb exactly what the healthy free cells cannot provide
-            unbound = {vc: +c for vc, c in state.unbound.items()}
-            problems = shortfalls_from_counts(forest, unbound, state.free_counts())
-            doomed = Counter[tuple[str, int]]()
-            for per_vc in state.doomed.values():
-                doomed.update(per_vc)
-            assert doomed == Counter({(p.chain.name, p.level): p.needed - p.available for p in problems})
-            for vc, per_vc in state.doomed.items():
-                assert all(n <= state.unbound[vc][key] for key, n in per_vc.items())
-            assert remaining_fits(forest, state)
+        # after every operation (not only health changes), doomed cells absorb exactly what the
+        # healthy free cells cannot provide
+        unbound = {vc: +c for vc, c in state.unbound.items()}
+        problems = shortfalls_from_counts(forest, unbound, state.free_counts())
+        doomed = Counter[tuple[str, int]]()
+        for per_vc in state.doomed.values():
+            doomed.update(per_vc)
+        assert doomed == Counter({(p.chain.name, p.level): p.needed - p.available for p in problems}), op
+        for vc, per_vc in state.doomed.items():
+            assert all(n <= state.unbound[vc][key] for key, n in per_vc.items())
+        assert remaining_fits(forest, state)
         assert_consistent(forest, state)

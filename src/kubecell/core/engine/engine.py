@@ -107,6 +107,7 @@ class Engine:
         self._classes: dict[tuple[object, ...], deque[Job]] = {}  # pending jobs by class, oldest first
         self._class_of: dict[str, tuple[object, ...]] = {}
         self._class_reason: dict[tuple[object, ...], str] = {}
+        self._unsynced: dict[tuple[object, ...], list[Job]] = {}  # joined a class since it was last tried
         self._wake_at: float | None = None
         self._reclaimable_on: dict[int, set[str]] = {}  # node -> running borrowed jobs there
         self._opportunistic_on: dict[int, set[str]] = {}  # node -> running opportunistic jobs there
@@ -245,8 +246,14 @@ class Engine:
         return result
 
     def _class_waits(self, key: tuple[object, ...], reason: str) -> None:
-        """Every job of a class waits for the same reason (updated only when the text changes)."""
+        """Every job of a class waits for the same reason. The text goes to every member only when it
+        changes; otherwise only to the members that joined since the class was last tried, so that a
+        cycle costs O(classes + newcomers), not O(pending jobs)."""
+        newcomers = self._unsynced.pop(key, [])
         if self._class_reason.get(key) == reason:
+            for job in newcomers:
+                if self._class_of.get(job.name) == key:  # still waiting in this class
+                    job.wait_reason = reason
             return
         self._class_reason[key] = reason
         for job in self._classes[key]:
@@ -258,9 +265,7 @@ class Engine:
         self.pending_since[job.name] = now
         self._class_of[job.name] = key
         self._classes.setdefault(key, deque()).append(job)
-        # The newcomer has not been told why its class waits: forget the cached text so that the
-        # next cycle writes it to every member again.
-        self._class_reason.pop(key, None)
+        self._unsynced.setdefault(key, []).append(job)  # told why its class waits when the class is tried
         self._new.append(job.name)
 
     def _dequeue(self, job: Job) -> None:
@@ -277,6 +282,7 @@ class Engine:
         if not queue:
             del self._classes[key]
             self._class_reason.pop(key, None)
+            self._unsynced.pop(key, None)
 
     def _wake_later(self, when: float) -> None:
         """Reconsider every waiting job at ``when`` (a protection expires or a job starts starving)."""

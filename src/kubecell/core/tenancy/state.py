@@ -151,15 +151,18 @@ class TenancyState:
         self._bind(vc, cell)
 
     def unbind(self, cell: Cell) -> None:
-        """Return a preassigned (not pinned) cell to the free pool. A released cell that holds bad
-        GPUs puts back a guarantee only bad hardware could meet, so the doomed charge is recomputed
-        then (O(levels))."""
+        """Return a preassigned (not pinned) cell to the free pool. While any hardware is bad the doomed
+        charge is recomputed (O(levels x VCs)): a released cell holding bad GPUs puts back a guarantee
+        only bad hardware could meet (more doom), and a released healthy cell may free a parent that
+        covers a doomed guarantee again (less doom; otherwise that VC could not use it until the bad
+        hardware recovers). A bind needs no recomputation: it is only allowed when every remaining
+        guarantee still fits, and it never adds healthy free cells."""
         if cell in self.pinned:
             return
         vc = self.binding[cell]
         self.unbound[vc][(cell.chain.name, cell.level)] += 1
         self._unbind(cell)
-        if self.bad and any(self.forest.gpu_cell[gpu] in self.bad for gpu in cell.gpus):
+        if self.bad:
             self._charge_doomed()
 
     def free_cells_of_type(self, type_name: str) -> list[Cell]:
