@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from kubecell.core.book import AllocationBook
 from kubecell.core.model import Request
-from kubecell.core.placement.gpu_choice import best_fit_gpu
+from kubecell.core.placement.gpu_choice import best_fit_gpu, whole_gpus
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -72,3 +72,33 @@ class Policy(ABC):
 
     def observe(self, request: Request) -> None:  # noqa: B027 - optional hook
         """Called once per arriving request, before it is placed (online policies learn here)."""
+
+
+class GpuScoringPolicy(Policy):
+    """A policy that scores every (node, GPU) pair for a share request: a node scores as its best GPU,
+    and the GPU chosen inside the winning node is that best GPU, so node choice and GPU choice follow
+    one measure (FGD and kubecell's own policy)."""
+
+    @abstractmethod
+    def gpu_scores(self, book: AllocationBook, request: Request, nodes: IntArray) -> IntArray:
+        """For a share request: score per (node, GPU slot); -1 where the GPU cannot take it."""
+
+    @abstractmethod
+    def node_scores(self, book: AllocationBook, request: Request, nodes: IntArray) -> IntArray:
+        """For a whole-GPU or CPU-only request: score per node."""
+
+    def score(self, book: AllocationBook, request: Request, nodes: IntArray) -> IntArray:
+        if request.is_share:
+            best: IntArray = self.gpu_scores(book, request, nodes).max(axis=1)
+            return best
+        return self.node_scores(book, request, nodes)
+
+    def choose_gpus(
+        self, book: AllocationBook, request: Request, node: int, rng: np.random.Generator
+    ) -> tuple[int, ...]:
+        if not request.wants_gpu:
+            return ()
+        if request.is_whole:
+            return whole_gpus(book, request, node)
+        scores = self.gpu_scores(book, request, np.array([node], np.int64))[0]
+        return (int(np.argmax(scores)),)

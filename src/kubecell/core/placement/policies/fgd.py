@@ -19,8 +19,7 @@ import numpy as np
 from kubecell.core.book import AllocationBook
 from kubecell.core.model import MILLI_PER_GPU, Request
 from kubecell.core.placement.frag import FloatArray, FragmentationMeasure, TypicalPod
-from kubecell.core.placement.gpu_choice import whole_gpus
-from kubecell.core.placement.policy import MAX_NODE_SCORE, IntArray, Policy, score_cpu_milli, truncate
+from kubecell.core.placement.policy import MAX_NODE_SCORE, GpuScoringPolicy, IntArray, score_cpu_milli, truncate
 
 
 def sigmoid_score(delta: FloatArray) -> IntArray:
@@ -28,7 +27,7 @@ def sigmoid_score(delta: FloatArray) -> IntArray:
     return truncate(1.0 / (1.0 + np.exp(-delta / 1000.0)) * float(MAX_NODE_SCORE))
 
 
-class FragmentationGradientDescent(Policy):
+class FragmentationGradientDescent(GpuScoringPolicy):
     """FGD with a fixed typical-pod distribution (computed from the workload in advance)."""
 
     name = "fgd"
@@ -81,10 +80,7 @@ class FragmentationGradientDescent(Policy):
         result: IntArray = np.where(fits, scores, -1)
         return result
 
-    def score(self, book: AllocationBook, request: Request, nodes: IntArray) -> IntArray:
-        if request.is_share:
-            best: IntArray = self.gpu_scores(book, request, nodes).max(axis=1)
-            return best
+    def node_scores(self, book: AllocationBook, request: Request, nodes: IntArray) -> IntArray:
         measure = self._measure(book)
         cpu = book.cpu_free[nodes]
         model = book.model_id[nodes]
@@ -96,13 +92,3 @@ class FragmentationGradientDescent(Policy):
         after = measure.fragment(cpu - score_cpu_milli(request), fit_after, small, total_after, model)
         delta = (before - after).astype(np.float64) @ measure.share
         return sigmoid_score(delta)
-
-    def choose_gpus(
-        self, book: AllocationBook, request: Request, node: int, rng: np.random.Generator
-    ) -> tuple[int, ...]:
-        if not request.wants_gpu:
-            return ()
-        if request.is_whole:
-            return whole_gpus(book, request, node)
-        scores = self.gpu_scores(book, request, np.array([node], np.int64))[0]
-        return (int(np.argmax(scores)),)
