@@ -172,3 +172,5 @@ def test_policies_lists_every_policy(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     words = set(result.stdout.replace("│", " ").split())
     assert words >= ALL_POLICIES
+    assert any(line.split("│")[1].split() == ["kubecell", "(default)"]
+               for line in result.stdout.splitlines() if line.count("│") >= 2), result.stdout

@@ -22,7 +22,7 @@ from rich.table import Table
 
 from kubecell import __version__
 from kubecell.core.errors import KubecellError
-from kubecell.core.placement.registry import FGD_BASELINES, parse_policy_list, policy_summaries
+from kubecell.core.placement.registry import DEFAULT_POLICY, FGD_BASELINES, parse_policy_list, policy_summaries
 from kubecell.sim.dynamic import runner as dynamic
 from kubecell.sim.dynamic.metrics import PolicyMetrics
 from kubecell.sim.packing.metrics import PolicySummary, RunCurves
@@ -125,7 +125,8 @@ def sim_packing(
     nodes: Annotated[Path, typer.Option(help="Node list CSV (sn,cpu_milli,memory_mib,gpu,model).")],
     pods: Annotated[Path, typer.Option(help="Pod list CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec]).")],
     out: Annotated[Path, typer.Option(help="Output directory.")],
-    policy: Annotated[str, typer.Option(help="Comma-separated policies (case-insensitive).")] = ",".join(FGD_BASELINES),
+    policy: Annotated[str, typer.Option(help="Comma-separated policies (case-insensitive).")] = ",".join(
+        (*FGD_BASELINES, DEFAULT_POLICY)),
     seeds: Annotated[str, typer.Option(help="Seeds, e.g. 42-51 or 1,2,3.")] = "42-51",
     inflate: Annotated[float, typer.Option(help="Inflate the workload to this share of GPU capacity.")] = 1.3,
     jobs: Annotated[int, typer.Option(help="Parallel worker processes.", min=1)] = 1,
@@ -243,7 +244,7 @@ def sim_dynamic(
 @app.command()
 def simulate(
     out: Annotated[Path, typer.Option(help="Report directory.")] = Path("kubecell-report"),
-    policy: Annotated[str, typer.Option(help="Comma-separated policies.")] = ",".join((*FGD_BASELINES, "kubecell")),
+    policy: Annotated[str, typer.Option(help="Comma-separated policies.")] = ",".join((*FGD_BASELINES, DEFAULT_POLICY)),
     seeds: Annotated[str, typer.Option(help="Seeds.")] = "42-51",
     jobs: Annotated[int, typer.Option(help="Parallel worker processes.", min=1)] = 1,
 ) -> None:
@@ -262,7 +263,7 @@ def policies() -> None:
     table.add_column("name")
     table.add_column("what it does")
     for name, summary in policy_summaries().items():
-        table.add_row(name, summary)
+        table.add_row(f"{name} (default)" if name == DEFAULT_POLICY else name, summary)
     console.print(table)
 
 

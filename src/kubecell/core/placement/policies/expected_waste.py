@@ -1,0 +1,230 @@
+"""kubecell's placement policy: place where the expected never-allocated GPU share grows least.
+
+The step is FGD's (Weng et al., ATC'23): score each candidate node, and each GPU of it for a share,
+by how much a measure of lost capacity shrinks, ``int(100 x sigmoid(delta / 1000))``, ties to the node
+rank. The measure is ``waste.ExpectedWaste``; everything it needs is learned online:
+
+1. the request-type distribution from the arrivals so far (``demand.DemandModel``), never read from
+   the workload in advance; it replaces the one in use only when it has moved by more than
+   ``refresh_distance`` (total variation), checked after 1, 2, 4, ... arrivals and then every
+   ``check_every``, because a new distribution invalidates every cached node score;
+2. what becomes of each free GPU share (``gap_fate.GapFateModel``) from the fills the cluster has
+   seen, re-solved every ``relearn_every`` arrivals (also a cache invalidation).
+
+Per decision the work is FGD's (a few array operations over the candidate nodes, GPUs and request
+types) plus the host terms; the placer's cache of node scores per request shape stays valid between
+refreshes, so the cost stays within a small factor of FGD's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from kubecell.core.book import AllocationBook
+from kubecell.core.errors import InvalidInputError
+from kubecell.core.model import MILLI_PER_GPU, Request
+from kubecell.core.placement.demand import DemandModel, DemandType, total_variation
+from kubecell.core.placement.gap_fate import GapFateModel, static_waste_table
+from kubecell.core.placement.policies.fgd import sigmoid_score
+from kubecell.core.placement.policy import FloatArray, GpuScoringPolicy, IntArray, score_cpu_milli
+from kubecell.core.placement.waste import ExpectedWaste
+
+
+def prior_chain(demand: Sequence[DemandType]) -> tuple[list[int], list[float]]:
+    """Sizes and arrival rates of the GPU request types, as the prior chain sees them: a share fills
+    its milli, a request of k whole GPUs fills k fully free GPUs (size 1000, k times the rate)."""
+    sizes: list[int] = []
+    rates: list[float] = []
+    for t in demand:
+        if t.shape.gpu_count == 0:
+            continue
+        sizes.append(t.shape.gpu_milli if t.shape.gpu_count == 1 else MILLI_PER_GPU)
+        rates.append(t.share * t.shape.gpu_count)
+    total = sum(rates)
+    return sizes, [r / total for r in rates] if total > 0 else rates
+
+
+class ExpectedWastePolicy(GpuScoringPolicy):
+    """The ``kubecell`` policy; see the module docstring."""
+
+    name = "kubecell"
+    summary = "least growth of expected never-allocated GPU share (learned gap fates, host stranding), online"
+
+    def __init__(
+        self,
+        demand: Sequence[DemandType] | None = None,
+        *,
+        half_life: float | None = 10_000.0,
+        refresh_distance: float = 0.2,
+        check_every: int = 1024,
+        coverage: float = 0.95,
+        learn_fates: bool = True,
+        fate_half_life: float | None = 10_000.0,
+        prior_strength: float = 50.0,
+        prior_hazard: float = 0.01,
+        relearn_every: int = 1024,
+        host_blend: float = 0.5,
+    ) -> None:
+        """``demand=None`` learns the distribution online; a list fixes it (for experiments and tests).
+        ``learn_fates=False`` keeps the prior waste table (no learning from the cluster)."""
+        super().__init__()
+        if not 0 <= refresh_distance <= 1:
+            raise InvalidInputError(
+                f"refresh distance {refresh_distance} out of range", field="refresh_distance", accepted="0..1"
+            )
+        for value, field in ((check_every, "check_every"), (relearn_every, "relearn_every")):
+            if value < 1:
+                raise InvalidInputError(
+                    f"{field.replace('_', ' ')} {value} is not positive", field=field, accepted="an integer >= 1"
+                )
+        if not prior_hazard > 0:
+            raise InvalidInputError(
+                f"prior hazard {prior_hazard} is not positive", field="prior_hazard", accepted="a number > 0"
+            )
+        if not 0 <= host_blend <= 1:
+            raise InvalidInputError(f"host blend {host_blend} out of range", field="host_blend", accepted="0..1")
+        self.refresh_distance = refresh_distance
+        self.check_every = check_every
+        self.relearn_every = relearn_every
+        self.prior_hazard = prior_hazard
+        self.host_blend = host_blend
+        self.demand_model: DemandModel | None = None if demand is not None else DemandModel(
+            half_life=half_life, coverage=coverage
+        )
+        self.demand: list[DemandType] = list(demand or ())
+        self.fates: GapFateModel | None = (
+            GapFateModel(half_life=fate_half_life, prior_strength=prior_strength) if learn_fates else None
+        )
+        self.refreshes = 0
+        self.relearns = 0
+        self.table: FloatArray = np.arange(MILLI_PER_GPU + 1, dtype=np.float64)
+        self.measure: ExpectedWaste | None = None
+        self._book: AllocationBook | None = None
+        self._prior_sizes: list[int] = []
+        self._prior_rates: list[float] = []
+        self._prior_table: FloatArray = self.table
+
+    # ------------------------------------------------------------------ learning
+    def attach(self, book: AllocationBook) -> None:
+        self._book = book
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        """New demand estimate: new prior, new table, new measure."""
+        self._prior_sizes, self._prior_rates = prior_chain(self.demand)
+        self._prior_table = static_waste_table(self._prior_sizes, self._prior_rates, self.prior_hazard)
+        self._relearn()
+
+    def _relearn(self) -> None:
+        book = self._book
+        if book is None:
+            return
+        if self.fates is not None and self.fates.arrivals:
+            self.table = self.fates.table(
+                self._prior_sizes, self._prior_rates, self.prior_hazard, self._horizon(book),
+                float(self._prior_table[MILLI_PER_GPU]),
+            )
+            self.relearns += 1
+        else:
+            self.table = self._prior_table
+        model_gpus = [int(book.gpu_present[book.model_id == m].sum()) for m in range(len(book.model_names))]
+        self.measure = ExpectedWaste(self.demand, book.model_names, model_gpus, self.table, host_blend=self.host_blend)
+        self.cache_epoch += 1
+
+    def _horizon(self, book: AllocationBook) -> float:
+        """Arrivals the free capacity can still absorb at the demand's mean GPU request per arrival."""
+        mean = sum(t.share * t.shape.gpu_milli * t.shape.gpu_count for t in self.demand)
+        free = float(book.gpu_avail.sum())
+        return free / mean if mean > 0 else 1.0
+
+    def observe(self, request: Request) -> None:
+        if self.fates is not None and self._book is not None:
+            self.fates.sync(self._book)
+            self.fates.tick()
+        refreshed = False
+        if self.demand_model is not None:
+            self.demand_model.observe(request)
+            n = self.demand_model.arrivals
+            # Check often while the estimate is young (powers of two), then at a fixed interval.
+            if not (n & (n - 1) and n % self.check_every):
+                estimate = self.demand_model.typical()
+                if not self.demand or total_variation(estimate, self.demand) > self.refresh_distance:
+                    self.demand = estimate
+                    self.refreshes += 1
+                    self._rebuild()
+                    refreshed = True
+        if not refreshed and self.fates is not None and self.fates.arrivals % self.relearn_every == 0:
+            self._relearn()
+
+    def _measure(self, book: AllocationBook) -> ExpectedWaste:
+        if self.measure is None or self._book is not book:
+            self.attach(book)
+        assert self.measure is not None
+        return self.measure
+
+    # ------------------------------------------------------------------ scoring
+    def gpu_scores(self, book: AllocationBook, request: Request, nodes: IntArray) -> IntArray:
+        """For a share request: score per (node, GPU slot); -1 where the GPU cannot take it."""
+        measure = self._measure(book)
+        avail = book.gpu_avail[nodes]
+        fits = (avail >= max(request.gpu_milli, 1)) & (book.gpu_mem_free[nodes] >= request.gpu_memory_mib)
+        fits &= book.gpu_present[nodes] & book.gpu_healthy[nodes]
+        if not measure.size:
+            return np.where(fits, 50, -1).astype(np.int64)
+        cpu, memory, model = book.cpu_free[nodes], book.mem_free[nodes], book.model_id[nodes]
+        per_gpu = measure.gap_waste(avail)
+        gap, total = per_gpu.sum(axis=1), avail.sum(axis=1)
+        fit_count = measure.fit_count(avail)
+        before = measure.combine(
+            measure.served(cpu, memory, model, fit_count), gap, total, measure.stranded(cpu, memory, total - gap)
+        )
+        # After the share lands on one GPU only that GPU's free amount changes; evaluate the (node, GPU)
+        # pairs that can take it, which on a busy cluster are a small part of all slots.
+        row, slot = np.nonzero(fits)
+        free_before = avail[row, slot]
+        free_after = free_before - request.gpu_milli
+        fit_after = (
+            fit_count[row]
+            - (free_before[:, None] >= measure.milli)
+            + (free_after[:, None] >= measure.milli)
+        )
+        cpu_after = cpu[row] - score_cpu_milli(request)
+        memory_after = memory[row] - request.memory_mib
+        gap_after = gap[row] - per_gpu[row, slot] + measure.gap_waste(free_after)
+        total_after = total[row] - request.gpu_milli
+        after = measure.combine(
+            measure.served(cpu_after, memory_after, model[row], fit_after),
+            gap_after,
+            total_after,
+            measure.stranded(cpu_after, memory_after, total_after - gap_after),
+        )
+        result: IntArray = np.full(avail.shape, -1, np.int64)
+        result[row, slot] = sigmoid_score(before[row] - after)
+        return result
+
+    def node_scores(self, book: AllocationBook, request: Request, nodes: IntArray) -> IntArray:
+        measure = self._measure(book)
+        if not measure.size:
+            return np.full(len(nodes), 50, np.int64)
+        cpu, memory, model = book.cpu_free[nodes], book.mem_free[nodes], book.model_id[nodes]
+        avail = book.gpu_avail[nodes]
+        gap, total = measure.gap_waste(avail).sum(axis=1), avail.sum(axis=1)
+        fit_count = measure.fit_count(avail)
+        before = measure.combine(
+            measure.served(cpu, memory, model, fit_count), gap, total, measure.stranded(cpu, memory, total - gap)
+        )
+        # Whole GPUs come from the fully free ones, which fit every type and have W(1000) expected waste.
+        taken = request.gpu_count if request.is_whole else 0
+        cpu_after = cpu - score_cpu_milli(request)
+        memory_after = memory - request.memory_mib
+        gap_after = gap - taken * measure.table[MILLI_PER_GPU]
+        total_after = total - taken * MILLI_PER_GPU
+        after = measure.combine(
+            measure.served(cpu_after, memory_after, model, fit_count - taken * (measure.milli <= MILLI_PER_GPU)),
+            gap_after,
+            total_after,
+            measure.stranded(cpu_after, memory_after, total_after - gap_after),
+        )
+        return sigmoid_score(before - after)

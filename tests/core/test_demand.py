@@ -1,0 +1,81 @@
+"""The online demand model: what the kubecell policy knows about the workload, learned from arrivals."""
+
+from __future__ import annotations
+
+import pytest
+
+from kubecell.core.errors import InvalidInputError
+from kubecell.core.model import Request
+from kubecell.core.placement.demand import DemandModel, DemandType, shape_of, total_variation
+from kubecell.core.placement.frag import PodShape
+
+GIB = 1024
+
+
+def gpu_pod(name: str, *, cpu: int = 8000, memory: int = 0, milli: int = 1000) -> Request:
+    return Request(name, cpu_milli=cpu, memory_mib=memory, gpu_count=1, gpu_milli=milli)
+
+
+def test_demand_model_counts_shapes_and_mean_memory() -> None:
+    model = DemandModel(half_life=None)
+    for i in range(6):
+        model.observe(gpu_pod(f"a{i}", cpu=4000, memory=(10 + i) * GIB, milli=500))
+    for i in range(2):
+        model.observe(Request(f"c{i}", cpu_milli=0, memory_mib=GIB))
+    typical = model.typical()
+    assert [t.shape for t in typical] == [PodShape(4000, 500, 1), PodShape(100, 0, 0)]
+    assert [t.share for t in typical] == pytest.approx([0.75, 0.25])
+    assert typical[0].memory_mib == round(12.5 * GIB)
+    assert model.arrivals == 8
+
+
+def test_demand_model_coverage_drops_the_rare_tail() -> None:
+    model = DemandModel(half_life=None, coverage=0.9)
+    for i in range(95):
+        model.observe(gpu_pod(f"a{i}"))
+    for i in range(5):
+        model.observe(gpu_pod(f"b{i}", milli=250))
+    assert [t.shape.gpu_milli for t in model.typical()] == [1000]
+
+
+def test_demand_model_forgets_with_its_half_life() -> None:
+    """After a workload change, the new shape dominates once a few half-lives have passed; without
+    decay the old one would still hold half of the mass."""
+    decayed, kept = DemandModel(half_life=100), DemandModel(half_life=None)
+    for model in (decayed, kept):
+        for i in range(1000):
+            model.observe(gpu_pod(f"old{i}"))
+        for i in range(1000):
+            model.observe(gpu_pod(f"new{i}", milli=300))
+    share = {m: {t.shape.gpu_milli: t.share for t in m.typical()} for m in (decayed, kept)}
+    assert share[decayed][300] == pytest.approx(1.0)
+    assert share[kept][300] == pytest.approx(0.5)
+
+
+def test_demand_model_survives_rescaling() -> None:
+    """Lazy decay grows the increment; rescaling must keep shares and memory means intact."""
+    model = DemandModel(half_life=1.0)
+    for i in range(400):
+        model.observe(gpu_pod(f"a{i}", memory=GIB, milli=500 if i % 2 else 250))
+    typical = {t.shape.gpu_milli: t for t in model.typical()}
+    assert typical[500].share == pytest.approx(2 / 3, rel=1e-6)
+    assert typical[500].memory_mib == GIB
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [({"half_life": 0}, "half-life"), ({"coverage": 1.5}, "coverage")])
+def test_demand_model_parameters_are_checked(kwargs: dict[str, float], match: str) -> None:
+    with pytest.raises(InvalidInputError, match=match):
+        DemandModel(**kwargs)
+
+
+def test_total_variation() -> None:
+    a = [DemandType(PodShape(1, 1, 1), 0.5, 0), DemandType(PodShape(2, 2, 1), 0.5, 0)]
+    b = [DemandType(PodShape(1, 1, 1), 1.0, 0)]
+    assert total_variation(a, a) == 0
+    assert total_variation(a, b) == pytest.approx(0.5)
+    assert total_variation(b, [DemandType(PodShape(3, 3, 1), 1.0, 0)]) == pytest.approx(1.0)
+
+
+def test_shape_of_uses_scoring_defaults_and_sorted_models() -> None:
+    request = Request("x", gpu_count=1, gpu_milli=300, gpu_models=frozenset({"V100M32", "T4"}))
+    assert shape_of(request) == PodShape(100, 300, 1, "T4|V100M32")
