@@ -24,29 +24,37 @@ from pathlib import Path
 
 import numpy as np
 
-from kubecell.core.placement.policies.stranding_aware import StrandingAwareFGD
+from kubecell.core.placement.policies.expected_waste import ExpectedWastePolicy
 from kubecell.core.placement.registry import register_policy
 from kubecell.sim.packing.runner import parse_seeds, run_grid
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / ".." / "shared" / "data" / "alibaba-gpu-v2023-openb" / "csv"
 
-VARIANTS: dict[str, dict[str, float | None]] = {
-    "kcstrand0": {"stranding_weight": 0.0},
-    "kcstrand025": {"stranding_weight": 0.25},
-    "kcstrand1": {"stranding_weight": 1.0},
+VARIANTS: dict[str, dict[str, float | bool | None]] = {
+    "kcnofates": {"learn_fates": False},
+    "kcpriorhazard0.003": {"prior_hazard": 0.003},
+    "kcpriorhazard0.03": {"prior_hazard": 0.03},
+    "kcpriorstrength10": {"prior_strength": 10.0},
+    "kcpriorstrength250": {"prior_strength": 250.0},
+    "kcrelearn256": {"relearn_every": 256},
+    "kcrelearn4096": {"relearn_every": 4096},
+    "kcfatehalflife2000": {"fate_half_life": 2000.0},
+    "kcfatehalflifenone": {"fate_half_life": None},
+    "kchostblend0": {"host_blend": 0.0},
+    "kchostblend1": {"host_blend": 1.0},
     "kchalflife2000": {"half_life": 2000.0},
-    "kchalflifenone": {"half_life": None},
-    "kcrefresh005": {"refresh_distance": 0.05},
-    "kccoverage090": {"coverage": 0.90},
-    "kccoverage099": {"coverage": 0.99},
+    "kcrefresh0.05": {"refresh_distance": 0.05},
+    "kccoverage0.90": {"coverage": 0.90},
+    "kccoverage0.99": {"coverage": 0.99},
 }
-"""One constant changed at a time (defaults: stranding_weight 0.5, half_life 10,000 arrivals,
-refresh_distance 0.2, coverage 0.95)."""
+"""One constant changed at a time. Defaults: learn_fates on, prior_hazard 0.01, prior_strength 50
+GPU-arrivals, relearn_every 1,024 arrivals, fate_half_life 10,000 arrivals, host_blend 0.5, half_life
+(demand) 10,000 arrivals, refresh_distance 0.2, coverage 0.95."""
 
 for _name, _kwargs in VARIANTS.items():
     # Module level, so that worker processes (fork or spawn) know the names too.
-    register_policy(_name, lambda ctx, kw=_kwargs: StrandingAwareFGD(**kw), f"kubecell with {_kwargs}")  # type: ignore[misc]
+    register_policy(_name, lambda ctx, kw=_kwargs: ExpectedWastePolicy(**kw), f"kubecell with {_kwargs}")  # type: ignore[misc]
 
 
 def run(traces: list[str], policies: list[str], seeds: list[int], jobs: int) -> dict[str, dict[str, dict[str, float]]]:
