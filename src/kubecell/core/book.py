@@ -157,8 +157,9 @@ class AllocationBook:
         except KeyError:
             raise InvalidInputError(f"unknown node {name!r}", field="node") from None
 
-    def gpu_fits(self, node: int, request: Request) -> BoolArray:
-        """Per GPU slot of ``node``: could this GPU take (one GPU's worth of) the request?"""
+    def gpu_fits(self, node: int | IntArray, request: Request) -> BoolArray:
+        """Per GPU slot of ``node`` (or of each node in an array: shape (nodes, slots)): could this GPU
+        take (one GPU's worth of) the request?"""
         if request.is_whole:
             whole: BoolArray = self.gpu_full[node].copy()
             return whole

@@ -134,10 +134,12 @@ class ExpectedWaste:
         result: FloatArray = (1.0 - self.host_blend) * by_mix + self.host_blend * by_type
         return result
 
-    @staticmethod
-    def combine(served: FloatArray, gap_waste: FloatArray, total: IntArray | FloatArray,
-                stranded: FloatArray) -> FloatArray:
-        result: FloatArray = served * gap_waste + (1.0 - served) * total + stranded
+    def waste(self, cpu: IntArray, memory: IntArray, model: IntArray, fit_count: IntArray,
+              gap: FloatArray, total: IntArray) -> FloatArray:
+        """``S * SW + (1 - S) * total + M`` from a node's parts (shapes broadcast), so that scoring can
+        update the parts a placement changes instead of recomputing them from the GPU arrays."""
+        served = self.served(cpu, memory, model, fit_count)
+        result: FloatArray = served * gap + (1.0 - served) * total + self.stranded(cpu, memory, total - gap)
         return result
 
     def node_waste(self, cpu: IntArray, memory: IntArray, avail: IntArray, model: IntArray) -> FloatArray:
@@ -146,6 +148,4 @@ class ExpectedWaste:
         if not self.size:
             free: FloatArray = total.astype(np.float64)
             return free
-        gap = self.gap_waste(avail).sum(axis=1)
-        served = self.served(cpu, memory, model, self.fit_count(avail))
-        return self.combine(served, gap, total, self.stranded(cpu, memory, total - gap))
+        return self.waste(cpu, memory, model, self.fit_count(avail), self.gap_waste(avail).sum(axis=1), total)

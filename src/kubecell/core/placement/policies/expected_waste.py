@@ -168,37 +168,26 @@ class ExpectedWastePolicy(GpuScoringPolicy):
     def gpu_scores(self, book: AllocationBook, request: Request, nodes: IntArray) -> IntArray:
         """For a share request: score per (node, GPU slot); -1 where the GPU cannot take it."""
         measure = self._measure(book)
-        avail = book.gpu_avail[nodes]
-        fits = (avail >= max(request.gpu_milli, 1)) & (book.gpu_mem_free[nodes] >= request.gpu_memory_mib)
-        fits &= book.gpu_present[nodes] & book.gpu_healthy[nodes]
+        fits = book.gpu_fits(nodes, request)
         if not measure.size:
             return np.where(fits, 50, -1).astype(np.int64)
         cpu, memory, model = book.cpu_free[nodes], book.mem_free[nodes], book.model_id[nodes]
+        avail = book.gpu_avail[nodes]
         per_gpu = measure.gap_waste(avail)
-        gap, total = per_gpu.sum(axis=1), avail.sum(axis=1)
-        fit_count = measure.fit_count(avail)
-        before = measure.combine(
-            measure.served(cpu, memory, model, fit_count), gap, total, measure.stranded(cpu, memory, total - gap)
-        )
+        gap, total, fit_count = per_gpu.sum(axis=1), avail.sum(axis=1), measure.fit_count(avail)
+        before = measure.waste(cpu, memory, model, fit_count, gap, total)
         # After the share lands on one GPU only that GPU's free amount changes; evaluate the (node, GPU)
         # pairs that can take it, which on a busy cluster are a small part of all slots.
         row, slot = np.nonzero(fits)
         free_before = avail[row, slot]
         free_after = free_before - request.gpu_milli
-        fit_after = (
-            fit_count[row]
-            - (free_before[:, None] >= measure.milli)
-            + (free_after[:, None] >= measure.milli)
-        )
-        cpu_after = cpu[row] - score_cpu_milli(request)
-        memory_after = memory[row] - request.memory_mib
-        gap_after = gap[row] - per_gpu[row, slot] + measure.gap_waste(free_after)
-        total_after = total[row] - request.gpu_milli
-        after = measure.combine(
-            measure.served(cpu_after, memory_after, model[row], fit_after),
-            gap_after,
-            total_after,
-            measure.stranded(cpu_after, memory_after, total_after - gap_after),
+        after = measure.waste(
+            cpu[row] - score_cpu_milli(request),
+            memory[row] - request.memory_mib,
+            model[row],
+            fit_count[row] - (free_before[:, None] >= measure.milli) + (free_after[:, None] >= measure.milli),
+            gap[row] - per_gpu[row, slot] + measure.gap_waste(free_after),
+            total[row] - request.gpu_milli,
         )
         result: IntArray = np.full(avail.shape, -1, np.int64)
         result[row, slot] = sigmoid_score(before[row] - after)
@@ -210,21 +199,16 @@ class ExpectedWastePolicy(GpuScoringPolicy):
             return np.full(len(nodes), 50, np.int64)
         cpu, memory, model = book.cpu_free[nodes], book.mem_free[nodes], book.model_id[nodes]
         avail = book.gpu_avail[nodes]
-        gap, total = measure.gap_waste(avail).sum(axis=1), avail.sum(axis=1)
-        fit_count = measure.fit_count(avail)
-        before = measure.combine(
-            measure.served(cpu, memory, model, fit_count), gap, total, measure.stranded(cpu, memory, total - gap)
-        )
+        gap, total, fit_count = measure.gap_waste(avail).sum(axis=1), avail.sum(axis=1), measure.fit_count(avail)
+        before = measure.waste(cpu, memory, model, fit_count, gap, total)
         # Whole GPUs come from the fully free ones, which fit every type and have W(1000) expected waste.
         taken = request.gpu_count if request.is_whole else 0
-        cpu_after = cpu - score_cpu_milli(request)
-        memory_after = memory - request.memory_mib
-        gap_after = gap - taken * measure.table[MILLI_PER_GPU]
-        total_after = total - taken * MILLI_PER_GPU
-        after = measure.combine(
-            measure.served(cpu_after, memory_after, model, fit_count - taken * (measure.milli <= MILLI_PER_GPU)),
-            gap_after,
-            total_after,
-            measure.stranded(cpu_after, memory_after, total_after - gap_after),
+        after = measure.waste(
+            cpu - score_cpu_milli(request),
+            memory - request.memory_mib,
+            model,
+            fit_count - taken * (measure.milli <= MILLI_PER_GPU),
+            gap - taken * measure.table[MILLI_PER_GPU],
+            total - taken * MILLI_PER_GPU,
         )
         return sigmoid_score(before - after)

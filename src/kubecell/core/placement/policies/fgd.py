@@ -75,8 +75,7 @@ class FragmentationGradientDescent(GpuScoringPolicy):
         after = measure.fragment(cpu_after, fit_after, small_after, total_after, model[:, None])
         delta = (before[:, None, :] - after).astype(np.float64) @ measure.share
         scores = sigmoid_score(delta)
-        fits = (avail >= max(request.gpu_milli, 1)) & (book.gpu_mem_free[nodes] >= request.gpu_memory_mib)
-        fits &= book.gpu_present[nodes] & book.gpu_healthy[nodes]
+        fits = book.gpu_fits(nodes, request)
         result: IntArray = np.where(fits, scores, -1)
         return result
 
