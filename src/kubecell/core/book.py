@@ -50,6 +50,7 @@ class BookSnapshot:
     gpu_milli_free: IntArray
     gpu_mem_free: IntArray
     gpu_healthy: BoolArray
+    node_ok: BoolArray
     affinity: IntArray
     allocations: dict[str, Allocation]
 
@@ -105,6 +106,8 @@ class AllocationBook:
         self.gpu_milli_free: IntArray = np.where(self.gpu_present, MILLI_PER_GPU, 0).astype(np.int64)
         self.gpu_mem_free: IntArray = self.gpu_mem_capacity.copy()
         self.gpu_healthy: BoolArray = healthy
+        self.node_ok: BoolArray = np.ones(n, np.bool_)
+        """Schedulable nodes: a failed node takes no new work of any kind (CPU-only requests included)."""
         self.affinity: IntArray = np.zeros((n, AFFINITY_CLASSES), np.int64)
 
         # Derived, maintained per changed row: what filters and scores read.
@@ -121,7 +124,7 @@ class AllocationBook:
     # ------------------------------------------------------------------ derived state
     def _refresh(self, rows: npt.ArrayLike) -> None:
         rows = np.atleast_1d(np.asarray(rows, dtype=np.int64))
-        usable = self.gpu_present[rows] & self.gpu_healthy[rows]
+        usable = self.gpu_present[rows] & self.gpu_healthy[rows] & self.node_ok[rows][:, None]
         avail = np.where(usable, self.gpu_milli_free[rows], 0)
         full = usable & (self.gpu_milli_free[rows] == MILLI_PER_GPU) & (
             self.gpu_mem_free[rows] == self.gpu_mem_capacity[rows]
@@ -236,6 +239,13 @@ class AllocationBook:
         self._refresh(node)
         return allocation
 
+    def set_node_health(self, node: int, healthy: bool) -> None:
+        """Mark a node and every GPU of it healthy or not. Running allocations stay; a failed node takes
+        no new work at all, whatever the request asks for."""
+        self.node_ok[node] = healthy
+        self.gpu_healthy[node, self.gpu_present[node]] = healthy
+        self._refresh(node)
+
     def set_gpu_health(self, node: int, gpu: int, healthy: bool) -> None:
         """Mark a GPU healthy or not. Running allocations stay; an unhealthy GPU takes no new work."""
         if not self.gpu_present[node, gpu]:
@@ -251,6 +261,7 @@ class AllocationBook:
             self.gpu_milli_free.copy(),
             self.gpu_mem_free.copy(),
             self.gpu_healthy.copy(),
+            self.node_ok.copy(),
             self.affinity.copy(),
             dict(self.allocations),
         )
@@ -263,6 +274,7 @@ class AllocationBook:
             | (self.gpu_milli_free != snapshot.gpu_milli_free).any(axis=1)
             | (self.gpu_mem_free != snapshot.gpu_mem_free).any(axis=1)
             | (self.gpu_healthy != snapshot.gpu_healthy).any(axis=1)
+            | (self.node_ok != snapshot.node_ok)
             | (self.affinity != snapshot.affinity).any(axis=1)
         )
         self.cpu_free[:] = snapshot.cpu_free
@@ -270,6 +282,7 @@ class AllocationBook:
         self.gpu_milli_free[:] = snapshot.gpu_milli_free
         self.gpu_mem_free[:] = snapshot.gpu_mem_free
         self.gpu_healthy[:] = snapshot.gpu_healthy
+        self.node_ok[:] = snapshot.node_ok
         self.affinity[:] = snapshot.affinity
         self.allocations = dict(snapshot.allocations)
         rows = np.flatnonzero(changed)

@@ -61,15 +61,23 @@ class DemandModel:
         """Weighted sum of memory per shape; divided by the weight it gives the mean."""
         self.arrivals = 0
 
-    def observe(self, request: Request) -> None:
+    def observe(self, request: Request, count: int = 1) -> None:
+        """``count`` arrivals of ``request``'s shape (a gang's identical members arrive together)."""
         shape = shape_of(request)
-        self._increment *= self._growth
-        if self._increment > _RESCALE_AT:
-            self._rescale(1.0 / self._increment)
-        weight = self._increment
-        self._weight[shape] = self._weight.get(shape, 0.0) + weight
-        self._memory[shape] = self._memory.get(shape, 0.0) + weight * request.memory_mib
-        self.arrivals += 1
+        weight = self._weight.get(shape, 0.0)
+        memory = self._memory.get(shape, 0.0)
+        for _ in range(count):
+            self._increment *= self._growth
+            if self._increment > _RESCALE_AT:
+                factor = 1.0 / self._increment
+                self._weight[shape], self._memory[shape] = weight, memory
+                self._rescale(factor)
+                weight, memory = self._weight[shape], self._memory[shape]
+            weight += self._increment
+            memory += self._increment * request.memory_mib
+        self._weight[shape] = weight
+        self._memory[shape] = memory
+        self.arrivals += count
 
     def _rescale(self, factor: float) -> None:
         self._increment *= factor

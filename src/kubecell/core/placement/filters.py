@@ -28,9 +28,11 @@ def model_mask(book: AllocationBook, request: Request) -> BoolArray:
     return mask
 
 
-def whole_gpus_in_one_group(book: AllocationBook, rows: IntArray, level: TopologyLevel) -> IntArray:
-    """For each node in ``rows``: the most completely free GPUs inside one cell of ``level``."""
-    full = book.gpu_full[rows]
+def whole_gpus_in_one_group(book: AllocationBook, rows: IntArray, level: TopologyLevel,
+                            full: BoolArray | None = None) -> IntArray:
+    """For each node in ``rows``: the most completely free GPUs inside one cell of ``level``
+    (``full``: the free GPUs of those rows to count, when only some of them may be used)."""
+    full = book.gpu_full[rows] if full is None else full
     if level >= TopologyLevel.NODE:
         counts: IntArray = full.sum(axis=1)
         return counts
@@ -44,29 +46,41 @@ def whole_gpus_in_one_group(book: AllocationBook, rows: IntArray, level: Topolog
     return best
 
 
-def feasible_mask(book: AllocationBook, request: Request) -> BoolArray:
-    """Nodes where ``request`` fits now, as a boolean mask over the book's nodes."""
-    mask: BoolArray = (book.cpu_free >= request.cpu_milli) & (book.mem_free >= request.memory_mib)
+def feasible_mask(book: AllocationBook, request: Request, allowed: BoolArray | None = None,
+                  nodes: BoolArray | None = None) -> BoolArray:
+    """Nodes where ``request`` fits now, as a boolean mask over the book's nodes.
+
+    ``allowed`` (nodes x GPU slots) limits the GPUs the request may take, which is how tenancy speaks
+    to placement: a virtual cluster's cells, capacity nobody has bound, everything but a reservation.
+    ``nodes`` limits the nodes (a rack, or the nodes a GPU-less job may use).
+    """
+    mask: BoolArray = (book.cpu_free >= request.cpu_milli) & (book.mem_free >= request.memory_mib) & book.node_ok
+    if nodes is not None:
+        mask &= nodes
     if not request.wants_gpu:
         return mask
     mask &= book.gpu_count >= request.gpu_count
     if request.gpu_models is not None:
         mask &= model_mask(book, request)
     if request.is_whole:
-        if request.topology is not None and request.topology < TopologyLevel.NODE:
-            rows = np.flatnonzero(mask & (book.full_count >= request.gpu_count))
-            ok = whole_gpus_in_one_group(book, rows, request.topology) >= request.gpu_count
-            mask[:] = False
-            mask[rows[ok]] = True
-        else:
+        if allowed is None and (request.topology is None or request.topology >= TopologyLevel.NODE):
             mask &= book.full_count >= request.gpu_count
+            return mask
+        rows = np.flatnonzero(mask & (book.full_count >= request.gpu_count))
+        full = book.gpu_full[rows] if allowed is None else book.gpu_full[rows] & allowed[rows]
+        level = request.topology if request.topology is not None else TopologyLevel.NODE
+        ok = whole_gpus_in_one_group(book, rows, level, full) >= request.gpu_count
+        mask[:] = False
+        mask[rows[ok]] = True
         return mask
     needed = max(request.gpu_milli, 1)
-    if request.gpu_memory_mib == 0:
+    if request.gpu_memory_mib == 0 and allowed is None:
         mask &= book.max_avail >= needed
         return mask
     rows = np.flatnonzero(mask & (book.max_avail >= needed))
     fits = (book.gpu_avail[rows] >= needed) & (book.gpu_mem_free[rows] >= request.gpu_memory_mib)
+    if allowed is not None:
+        fits &= allowed[rows]
     mask[:] = False
     mask[rows[fits.any(axis=1)]] = True
     return mask

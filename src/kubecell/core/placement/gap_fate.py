@@ -132,10 +132,10 @@ class GapFateModel:
         np.add.at(self.fills, (before[filled], after[filled]), 1.0)
         self._seen[rows] = new
 
-    def tick(self) -> None:
-        """One arrival passes."""
-        self.exposure += self.count
-        self.arrivals += 1
+    def tick(self, count: int = 1) -> None:
+        """``count`` arrivals pass (while no GPU changes its free amount)."""
+        self.exposure += self.count * count
+        self.arrivals += count
 
     def _decay(self) -> None:
         if self.half_life is None:

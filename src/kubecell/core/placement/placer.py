@@ -8,6 +8,10 @@ kube-scheduler tie-break does; experiments pass a seeded random permutation inst
 Scores of ``node_local`` policies are cached per request shape and recomputed only for nodes whose
 version changed since the shape was last scored, so a decision costs O(changed nodes) policy work
 plus O(nodes) vectorized filtering.
+
+``place`` is one arrival (the policy observes it, then decides); ``decide`` is the decision alone, for
+drivers that observe arrivals themselves and retry waiting requests (the engine). Both take the same
+path, so a request placed by the packing experiment and by the engine lands on the same node.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kubecell.core.book import AllocationBook, IntArray
+from kubecell.core.book import AllocationBook, BoolArray, IntArray
 from kubecell.core.model import Request, RequestShape
 from kubecell.core.placement.filters import feasible_mask
 from kubecell.core.placement.policy import MAX_NODE_SCORE, Policy
@@ -74,8 +78,9 @@ class Placer:
         self._cache: OrderedDict[tuple[int, RequestShape], _ScoreCacheEntry] = OrderedDict()
         policy.attach(book)
 
-    def feasible(self, request: Request) -> IntArray:
-        return np.flatnonzero(feasible_mask(self.book, request))
+    def feasible(self, request: Request, allowed: BoolArray | None = None, nodes: BoolArray | None = None) -> IntArray:
+        """Indices of the nodes where ``request`` fits now (within the ``allowed`` GPUs and ``nodes``)."""
+        return np.flatnonzero(feasible_mask(self.book, request, allowed, nodes))
 
     def scores(self, request: Request, nodes: IntArray) -> IntArray:
         """Raw policy scores for ``nodes`` (cached for node-local policies)."""
@@ -102,27 +107,47 @@ class Placer:
         result: IntArray = entry.scores[nodes]
         return result
 
-    def select(self, request: Request, nodes: IntArray) -> int:
+    def scores_within(self, request: Request, nodes: IntArray, allowed: BoolArray | None) -> IntArray:
+        """Raw scores when the request may take only the ``allowed`` GPUs: cached scores where a node's
+        every GPU is allowed, the policy's ``score_within`` where only some are."""
+        scores = self.scores(request, nodes)
+        if allowed is None or not request.wants_gpu or not nodes.size:
+            return scores
+        partial = (self.book.gpu_present[nodes] & ~allowed[nodes]).any(axis=1)
+        if partial.any():
+            rows = nodes[partial]
+            scores = scores.copy()
+            scores[partial] = self.policy.score_within(self.book, request, rows, allowed[rows])
+        return scores
+
+    def select(self, request: Request, nodes: IntArray, allowed: BoolArray | None = None) -> int:
         """The chosen node among the feasible ``nodes`` (non-empty)."""
         if self.policy.random_node:
             return int(nodes[int(self.rng.integers(nodes.size))])
         if nodes.size == 1:
             return int(nodes[0])
-        scores = self.scores(request, nodes)
+        scores = self.scores_within(request, nodes, allowed)
         if self.policy.normalize:
             scores = normalize_scores(scores)
         best = nodes[scores == scores.max()]
         return int(best[int(np.argmin(self.tie_rank[best]))])
 
-    def place(self, request: Request) -> Placement | None:
-        """Decide where ``request`` goes, or None if no node fits it now."""
-        self.policy.observe(request)
-        nodes = self.feasible(request)
-        if nodes.size == 0:
+    def decide(self, request: Request, allowed: BoolArray | None = None, nodes: BoolArray | None = None
+               ) -> Placement | None:
+        """Where ``request`` goes (within the ``allowed`` GPUs and ``nodes``), or None if it fits nowhere
+        now. The policy does not observe the request here."""
+        candidates = self.feasible(request, allowed, nodes)
+        if candidates.size == 0:
             return None
-        node = self.select(request, nodes)
-        gpus = self.policy.choose_gpus(self.book, request, node, self.rng)
+        node = self.select(request, candidates, allowed)
+        row = allowed[node] if allowed is not None else None
+        gpus = self.policy.choose_gpus(self.book, request, node, self.rng, row)
         return Placement(node, gpus)
+
+    def place(self, request: Request) -> Placement | None:
+        """One arrival: the policy observes ``request``, then decides where it goes (None: nowhere now)."""
+        self.policy.observe(request)
+        return self.decide(request)
 
     def place_and_commit(self, request: Request) -> Placement | None:
         placement = self.place(request)

@@ -3,7 +3,13 @@
 Scores are integers in 0..100 as in kube-scheduler's framework (``MaxNodeScore``); the scheduler keeps
 the highest and breaks ties by a node rank (see ``kubecell.core.placement.placer``). A policy declares
 whether a node's score depends only on that node's own state and the request (``node_local``): then
-the placer may cache scores per request shape and recompute only the nodes that changed.
+the placer may cache scores per request shape and recompute only the nodes that changed. A
+``node_local`` score is a function of the node's resources (capacity and free amounts, per GPU
+included) and the request, never of the node's name or position: equal nodes score equally.
+
+Tenancy restricts some requests to some GPUs of a node (a virtual cluster's cells). Node scores that
+depend on which GPU a share would take say so by overriding ``score_within``; every GPU rule takes the
+allowed GPUs of the chosen node.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from kubecell.core.book import AllocationBook
+from kubecell.core.book import AllocationBook, BoolArray
 from kubecell.core.model import Request
 from kubecell.core.placement.gpu_choice import best_fit_gpu, whole_gpus
 
@@ -64,14 +70,22 @@ class Policy(ABC):
     def score(self, book: AllocationBook, request: Request, nodes: IntArray) -> IntArray:
         """Integer scores (higher is better) for the feasible ``nodes``."""
 
-    def choose_gpus(
-        self, book: AllocationBook, request: Request, node: int, rng: np.random.Generator
-    ) -> tuple[int, ...]:
-        """The GPUs of ``node`` the request gets; best fit unless the policy says otherwise."""
-        return best_fit_gpu(book, request, node)
+    def score_within(self, book: AllocationBook, request: Request, nodes: IntArray, allowed: BoolArray) -> IntArray:
+        """Scores for ``nodes`` when the request may take only the GPUs flagged in ``allowed`` (one row per
+        node). Node-level rules (free totals, counts of whole GPUs) do not depend on which GPU is taken,
+        so by default this is ``score``."""
+        return self.score(book, request, nodes)
 
-    def observe(self, request: Request) -> None:  # noqa: B027 - optional hook
-        """Called once per arriving request, before it is placed (online policies learn here)."""
+    def choose_gpus(
+        self, book: AllocationBook, request: Request, node: int, rng: np.random.Generator,
+        allowed: BoolArray | None = None,
+    ) -> tuple[int, ...]:
+        """The GPUs of ``node`` (among ``allowed``) the request gets; best fit unless the policy says otherwise."""
+        return best_fit_gpu(book, request, node, allowed)
+
+    def observe(self, request: Request, count: int = 1) -> None:  # noqa: B027 - optional hook
+        """Called once per arrival of ``count`` identical requests (a gang's members), before they are
+        placed (online policies learn here)."""
 
 
 class GpuScoringPolicy(Policy):
@@ -93,12 +107,21 @@ class GpuScoringPolicy(Policy):
             return best
         return self.node_scores(book, request, nodes)
 
+    def score_within(self, book: AllocationBook, request: Request, nodes: IntArray, allowed: BoolArray) -> IntArray:
+        if request.is_share:
+            best: IntArray = np.where(allowed, self.gpu_scores(book, request, nodes), -1).max(axis=1)
+            return best
+        return self.node_scores(book, request, nodes)
+
     def choose_gpus(
-        self, book: AllocationBook, request: Request, node: int, rng: np.random.Generator
+        self, book: AllocationBook, request: Request, node: int, rng: np.random.Generator,
+        allowed: BoolArray | None = None,
     ) -> tuple[int, ...]:
         if not request.wants_gpu:
             return ()
         if request.is_whole:
-            return whole_gpus(book, request, node)
+            return whole_gpus(book, request, node, allowed)
         scores = self.gpu_scores(book, request, np.array([node], np.int64))[0]
+        if allowed is not None:
+            scores = np.where(allowed, scores, -1)
         return (int(np.argmax(scores)),)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kubecell.core.book import AllocationBook, affinity_class
+from kubecell.core.book import AllocationBook, BoolArray, affinity_class
 from kubecell.core.model import MILLI_PER_GPU, Request
 from kubecell.core.placement.gpu_choice import random_gpu
 from kubecell.core.placement.policy import (
@@ -37,9 +37,10 @@ class RandomFit(Policy):
         return np.zeros(len(nodes), np.int64)
 
     def choose_gpus(
-        self, book: AllocationBook, request: Request, node: int, rng: np.random.Generator
+        self, book: AllocationBook, request: Request, node: int, rng: np.random.Generator,
+        allowed: BoolArray | None = None,
     ) -> tuple[int, ...]:
-        return random_gpu(book, request, node, rng)
+        return random_gpu(book, request, node, rng, allowed)
 
 
 class DotProduct(Policy):
@@ -103,6 +104,12 @@ class GpuPacking(Policy):
     summary = "shared GPUs first, then used nodes, then idle nodes"
 
     def score(self, book: AllocationBook, request: Request, nodes: IntArray) -> IntArray:
+        return self._score(book, request, nodes, None)
+
+    def score_within(self, book: AllocationBook, request: Request, nodes: IntArray, allowed: BoolArray) -> IntArray:
+        return self._score(book, request, nodes, allowed)
+
+    def _score(self, book: AllocationBook, request: Request, nodes: IntArray, allowed: BoolArray | None) -> IntArray:
         if not request.wants_gpu:
             return np.zeros(len(nodes), np.int64)
         fully_free = (book.gpu_avail[nodes] == MILLI_PER_GPU).sum(axis=1)
@@ -115,6 +122,8 @@ class GpuPacking(Policy):
         else:
             avail = book.gpu_avail[nodes]
             fits = (avail >= max(request.gpu_milli, 1)) & (book.gpu_mem_free[nodes] >= request.gpu_memory_mib)
+            if allowed is not None:
+                fits &= allowed
             tightest = np.where(fits, avail, MILLI_PER_GPU + 1).min(axis=1)
             opens_free_gpu = tightest == MILLI_PER_GPU
             shared = np.maximum(MAX_NODE_SCORE - (tightest * 100 // MILLI_PER_GPU) // 10, MAX_NODE_SCORE // 2)

@@ -139,13 +139,38 @@ class ExpectedWastePolicy(GpuScoringPolicy):
         free = float(book.gpu_avail.sum())
         return free / mean if mean > 0 else 1.0
 
-    def observe(self, request: Request) -> None:
+    def observe(self, request: Request, count: int = 1) -> None:
+        """``count`` arrivals of ``request``. The book cannot change between them, so the fate model
+        syncs once and the arrivals are counted in runs that end where a check is due (a refresh of
+        the demand estimate or a relearn of the fates), exactly where one-by-one arrivals check."""
+        attached = self.fates is not None and self._book is not None
         if self.fates is not None and self._book is not None:
             self.fates.sync(self._book)
-            self.fates.tick()
+        left = count
+        while left > 0:
+            step = min(left, self._arrivals_to_next_check(attached))
+            if self.fates is not None and attached:
+                self.fates.tick(step)
+            if self.demand_model is not None:
+                self.demand_model.observe(request, step)
+            left -= step
+            self._check_after_arrivals()
+
+    def _arrivals_to_next_check(self, attached: bool) -> int:
+        steps = [1 << 62]
+        if self.demand_model is not None:
+            n = self.demand_model.arrivals
+            power = 1 << n.bit_length()  # the next power of two above n
+            multiple = (n // self.check_every + 1) * self.check_every
+            steps.append(min(power, multiple) - n)
+        if self.fates is not None and attached:
+            n = self.fates.arrivals
+            steps.append((n // self.relearn_every + 1) * self.relearn_every - n)
+        return min(steps)
+
+    def _check_after_arrivals(self) -> None:
         refreshed = False
         if self.demand_model is not None:
-            self.demand_model.observe(request)
             n = self.demand_model.arrivals
             # Check often while the estimate is young (powers of two), then at a fixed interval.
             if not (n & (n - 1) and n % self.check_every):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kubecell.core.book import AllocationBook
+from kubecell.core.book import AllocationBook, BoolArray
 from kubecell.core.model import MILLI_PER_GPU, Request
 from kubecell.core.placement.gpu_choice import worst_fit_gpu
 from kubecell.core.placement.policy import MAX_NODE_SCORE, IntArray, Policy, truncate
@@ -60,6 +60,7 @@ class Spread(Policy):
         return _percent(left, capacity)
 
     def choose_gpus(
-        self, book: AllocationBook, request: Request, node: int, rng: np.random.Generator
+        self, book: AllocationBook, request: Request, node: int, rng: np.random.Generator,
+        allowed: BoolArray | None = None,
     ) -> tuple[int, ...]:
-        return worst_fit_gpu(book, request, node)
+        return worst_fit_gpu(book, request, node, allowed)
