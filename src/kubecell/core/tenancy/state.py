@@ -6,7 +6,8 @@ machines and fragmentation stays low. Pinned cells are bound for good. A free ce
 every VC's remaining guarantee can still be met afterwards (the safe-split rule). Bad hardware is
 handled with HiveD's doomed-bad-cell rule: when healthy free cells cannot cover the unbound guarantees
 at some level, that shortfall is charged to VCs as *doomed* cells, visible in their status and never
-bound, until the hardware recovers.
+bound, until the hardware recovers. The VC whose bound cell held the failed GPUs bears the doom first:
+a tenant that lost nothing keeps its guarantee wherever the failed tenant's own demand can absorb it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class TenancyState:
         self.pinned: dict[Cell, str] = {}
         self.bad: set[Cell] = set()
         self.doomed: dict[str, Counter[tuple[str, int]]] = {}
+        self._failed_under: dict[Cell, str] = {}  # bad GPU cell -> VC whose bound cell held it when it failed
         self._blocked_below: Counter[Cell] = Counter()  # blocked cells in each cell's subtree
         self._direct: Counter[Cell] = Counter()  # cells blocked themselves (bound and/or bad)
         self.version = 0  # bumped on every binding or health change
@@ -220,26 +222,33 @@ class TenancyState:
                 bad.add(cell)
         for cell in self.bad - bad:
             self._block(cell, -1)
+            self._failed_under.pop(cell, None)
         for cell in bad - self.bad:
+            holder = self.cell_bound_above(cell)
+            if holder is not None:
+                self._failed_under[cell] = self.binding[holder]
             self._block(cell, 1)
         self.bad = bad
         self._charge_doomed()
 
     def _charge_doomed(self) -> None:
-        """HiveD's rule: charge what healthy free cells cannot cover to the VCs asking for most. A VC
-        already charged for a cell type keeps its charge first, so that a recomputation does not move
-        the doom from one tenant to another while nothing about the hardware changed for them."""
+        """HiveD's rule, with the failed tenant first: charge what healthy free cells cannot cover to the
+        VCs whose bound cells held the failed GPUs (of that chain), then to VCs already charged for the
+        cell type (a recomputation does not move the doom from one tenant to another while nothing about
+        the hardware changed for them), then to the VCs asking for most."""
         previous = self.doomed
         self.doomed = {}
         if not self.bad:
             return
+        failed = Counter((vc, cell.chain.name) for cell, vc in self._failed_under.items())
         problems = shortfalls_from_counts(self.forest, {name: +c for name, c in self.unbound.items()},
                                           self.free_counts())
         for problem in problems:
             key = (problem.chain.name, problem.level)
             missing = problem.needed - problem.available
-            charged_before = {vc: previous.get(vc, Counter())[key] for vc, _ in problem.askers}
-            for vc, _ in sorted(problem.askers, key=lambda a: (-charged_before[a[0]], -a[1], a[0])):
+            ranked = sorted((failed[(vc, problem.chain.name)] == 0, -previous.get(vc, Counter())[key], -asked, vc)
+                            for vc, asked in problem.askers)
+            for *_, vc in ranked:
                 if missing <= 0:
                     break
                 take = min(missing, self.unbound[vc][key])
