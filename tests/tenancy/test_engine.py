@@ -6,16 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubecell.core.book import AllocationBook
 from kubecell.core.engine.engine import Engine
-from kubecell.core.engine.gang import GangPlan, commit, plan_gang
 from kubecell.core.engine.job import JobClass, JobPhase
+from kubecell.core.engine.placement import GangPlacer
 from kubecell.core.errors import AllocationError
-from kubecell.core.model import TopologyLevel
+from kubecell.core.model import Request, TopologyLevel
+from kubecell.core.placement.placer import Placer
+from kubecell.core.placement.policies.utilization import Binpack
 
 from .support import (
     GENERIC_REASONS,
@@ -108,25 +111,41 @@ def test_borrowed_gang_is_all_or_nothing_too() -> None:
     check_engine(eng)
 
 
+class _BrokenAfterFirst(Binpack):
+    """Hands out the GPUs of the first member again for the second: the second allocation must fail."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first: tuple[int, ...] | None = None
+
+    def choose_gpus(self, book: AllocationBook, request: Request, node: int, rng: np.random.Generator,
+                    allowed: Any = None) -> tuple[int, ...]:
+        if self.first is None:
+            self.first = super().choose_gpus(book, request, node, rng, allowed)
+        return self.first
+
+
 def test_commit_rolls_back_every_member_when_one_fails() -> None:
     nodes = make_nodes(2)
     book = AllocationBook(nodes)
-    spec = whole("gang", "a", 4, members=3)
-    # A stale plan: the second node cannot take a 4-GPU member once five of its GPUs are taken.
-    plan = GangPlan(((0, 1), (1, 2)))
     book.allocate(whole("other", "a", 5).member_request(0), 1, range(5))
     free_before, cpu_before = book.gpu_milli_free.copy(), book.cpu_free.copy()
+    gangs = GangPlacer(book, Placer(book, _BrokenAfterFirst()), np.full(2, -1), np.full(2, -1))
     with pytest.raises(AllocationError):
-        commit(book, spec, plan)
-    assert set(book.allocations) == {"other/0"}  # the member placed on the first node was released
+        gangs.place(whole("gang", "a", 4, members=2), None, None, 2, 2)
+    assert set(book.allocations) == {"other/0"}  # the member placed first was released
     assert (book.gpu_milli_free == free_before).all()
     assert (book.cpu_free == cpu_before).all()
     book.check_invariants()
-    # The planner itself never proposes a partial gang.
-    assert plan_gang(book, spec) is None
-    fitting = plan_gang(book, whole("gang", "a", 4, members=3, min_members=2))
-    assert fitting is not None
-    assert fitting.size == 2
+    # The PreFilter never lets a gang start below its minimum.
+    healthy = GangPlacer(book, Placer(book, Binpack()), np.full(2, -1), np.full(2, -1))
+    spec = whole("gang", "a", 4, members=3)
+    assert not healthy.fits(spec, None, None, 3, 3)
+    assert healthy.place(spec, None, None, 3, 3) is None
+    assert set(book.allocations) == {"other/0"}
+    placed = healthy.place(whole("gang", "a", 4, members=3, min_members=2), None, None, 3, 2)
+    assert placed is not None
+    assert len(placed) == 2
 
 
 # ============================================================================ threshold gangs

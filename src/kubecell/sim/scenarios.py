@@ -45,11 +45,11 @@ check an ``expect_*`` before the implied cycle):
 * ``expect_class``, ``expect_phase``, ``expect_status`` (``vc`` plus any keys of ``Engine.status()``),
   ``expect_preemptions`` (``job``, ``count``), ``expect_invariants``.
 
-After every step the runner checks the allocation book, that no running job holds fewer members than
-its minimum (or more than its headcount) and that no pending job holds anything. ``expect_invariants``
-adds: no GPU oversubscribed, every guaranteed job inside cells bound to its VC, usage accounting that
-matches the running jobs, guaranteed use within each guarantee, and a specific reason for every
-waiting job.
+After every step the runner checks the engine's invariants (``Engine.check_invariants``, the same check
+the unit suite uses): a consistent allocation book, no gang below its minimum or above its headcount,
+nothing held by a job that is not running, every guaranteed job inside cells bound to its VC, usage
+accounting that matches the running jobs, guaranteed use within each guarantee, and a specific reason
+for every waiting job a cycle has seen. ``expect_invariants`` states that check as a step.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ from typing import Any
 import yaml
 
 from kubecell.core.engine.engine import CycleResult, Engine
+from kubecell.core.engine.invariants import EngineInvariantError
 from kubecell.core.engine.job import Job, JobClass, JobPhase, JobSpec
 from kubecell.core.engine.options import PRESETS, EngineOptions
 from kubecell.core.errors import InvalidInputError, KubecellError
@@ -521,7 +522,7 @@ class _Runner:
                 raise
             except Exception as error:  # an engine crash (any error it raises) is a failure of the scenario
                 raise self.fail(f"the engine raised {type(error).__name__}: {error}") from error
-            self.check_basic_invariants()
+            self.check_invariants()
         self.step = None
         return ScenarioResult(self.scenario, self.engine, self.cycles, time.perf_counter() - started, self.log)
 
@@ -577,7 +578,7 @@ class _Runner:
         job = self.job(args["job"])
         if job.phase != JobPhase.PENDING:
             raise self.fail(f"cannot cancel {job.name}, it is not waiting: {self.describe(job)}")
-        self.engine.finish(job.name, self.now)
+        self.engine.cancel(job.name, self.now)
         self.changed = True
 
     def do_confirm(self, args: Mapping[str, Any]) -> None:
@@ -821,71 +822,13 @@ class _Runner:
                 raise self.fail(f"VC {vc}: expected {key} = {expected:g}, got {row[key]:g} (status {row})")
 
     def do_expect_invariants(self, args: Mapping[str, Any]) -> None:
-        self.check_basic_invariants()
-        self.check_full_invariants()
+        self.check_invariants()
 
-    # ------------------------------------------------------------------ invariants
-    def check_basic_invariants(self) -> None:
-        engine = self.engine
+    def check_invariants(self) -> None:
         try:
-            engine.book.check_invariants()
-        except KubecellError as error:
-            raise self.fail(f"allocation book invariant broken: {error}") from None
-        held: set[str] = set()
-        for job in engine.jobs.values():
-            if job.phase in (JobPhase.RUNNING, JobPhase.RESERVED):
-                if job.name not in engine.running:
-                    raise self.fail(f"{job.name} is {job.phase.value} but not in the running set")
-                if not job.spec.minimum <= job.size <= job.spec.members:
-                    raise self.fail(f"{job.name} runs {job.size} member(s), outside {job.spec.minimum}.."
-                                    f"{job.spec.members} (a partially bound gang): {self.describe(job)}")
-                for name in job.running_members:
-                    if name not in engine.book.allocations:
-                        raise self.fail(f"{job.name} lists member {name} that holds nothing")
-                    held.add(name)
-            elif job.running_members:
-                raise self.fail(f"{job.name} is {job.phase.value} but holds members {job.running_members}")
-        stray = sorted(set(engine.book.allocations) - held)
-        if stray:
-            raise self.fail(f"allocations owned by no running job: {stray}")
-
-    def check_full_invariants(self) -> None:
-        engine = self.engine
-        book = engine.book
-        use: dict[tuple[int, int], int] = {}
-        for allocation in book.allocations.values():
-            for gpu in allocation.gpu_indices:
-                key = (book.index[allocation.node], gpu)
-                use[key] = use.get(key, 0) + allocation.gpu_milli
-        over = [f"{book.nodes[n].name}/{g}" for (n, g), milli in use.items() if milli > MILLI_PER_GPU]
-        if over:
-            raise self.fail(f"GPUs oversubscribed: {over}")
-        totals: dict[str, dict[JobClass, int]] = {}
-        for job in engine.running.values():
-            if job.job_class is None:
-                raise self.fail(f"running job {job.name} has no class")
-            per = totals.setdefault(job.vc, {})
-            per[job.job_class] = per.get(job.job_class, 0) + job.held_gpu_milli
-            if job.job_class == JobClass.GUARANTEED and engine.options.cells:
-                outside = self._outside_vc_cells(job)
-                if outside:
-                    raise self.fail(f"guaranteed job {job.name} holds GPUs outside VC {job.vc}'s bound cells: "
-                                    f"{outside}")
-        for vc_name, usage in engine.usage.items():
-            per = totals.get(vc_name, {})
-            actual = (usage.guaranteed_milli, usage.borrowed_milli, usage.opportunistic_milli)
-            expected = (per.get(JobClass.GUARANTEED, 0), per.get(JobClass.BORROWED, 0),
-                        per.get(JobClass.OPPORTUNISTIC, 0))
-            if actual != expected:
-                raise self.fail(f"VC {vc_name} usage (guaranteed, borrowed, opportunistic milli) {actual} "
-                                f"differs from its running jobs {expected}")
-            vc = engine.tenants.get(vc_name)
-            if vc is not None and usage.guaranteed_milli > vc.guaranteed_milli:
-                raise self.fail(f"VC {vc_name} uses {usage.guaranteed_milli / 1000:g} guaranteed GPUs of "
-                                f"{vc.guaranteed_gpus}")
-        for job in engine.pending.values():
-            if job.wait_reason in _GENERIC_REASONS or not job.wait_reason:
-                raise self.fail(f"waiting job {job.name} has no specific reason: {self.describe(job)}")
+            self.engine.check_invariants()
+        except EngineInvariantError as error:
+            raise self.fail(f"engine invariant broken: {error}") from None
 
 
 def run_scenario(scenario: Scenario | str | Path) -> ScenarioResult:

@@ -8,6 +8,10 @@ that level (one NVLink group, one node, one rack).
 
 Priority orders jobs inside a tenant; ``OPPORTUNISTIC_PRIORITY`` (-1) marks work that only scavenges
 idle capacity and is reclaimed before anything else.
+
+A member is charged against guarantees and borrowing limits in GPU units (milli-GPU): its compute share,
+or, for a share asked for by GPU memory, at least the fraction of memory it takes (see
+``admission.member_charge``), so a memory-only share never counts as zero GPUs.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class JobPhase(Enum):
     RESERVED = "reserved"  # capacity held (victims terminating or bind in flight); nobody else may take it
     RUNNING = "running"
     FINISHED = "finished"
+    CANCELLED = "cancelled"  # withdrawn by its user (waiting or running)
     REJECTED = "rejected"
 
 
@@ -125,9 +130,12 @@ class Job:
     spec: JobSpec
     phase: JobPhase = JobPhase.PENDING
     job_class: JobClass | None = None
-    job_class_hint: JobClass | None = None
-    """The class the engine is currently trying to start the job in (decides whom it may evict)."""
     running_members: list[str] = field(default_factory=list)  # allocation names in the book
+    member_milli: int = 0
+    """GPU units (milli-GPU) each member is charged against guarantees and limits; set at submission."""
+    queued_at: float | None = None
+    """When its current wait began: its age in the queue. A job whose bind fails or times out goes back
+    with this age, so it does not lose its turn to the work it displaced."""
     started_at: float | None = None  # current run
     first_started_at: float | None = None
     finished_at: float | None = None
@@ -135,7 +143,6 @@ class Job:
     wait_reason: str = "not yet considered"
     reserved_until: float | None = None
     lazily_preempted: bool = False
-    starving_since: float | None = None
 
     @property
     def name(self) -> str:
@@ -151,4 +158,9 @@ class Job:
 
     @property
     def held_gpu_milli(self) -> int:
-        return self.spec.gpu_milli_per_member * len(self.running_members)
+        return self.member_milli * len(self.running_members)
+
+    @property
+    def min_milli(self) -> int:
+        """GPU units the job needs to start (its minimum headcount)."""
+        return self.member_milli * self.spec.minimum

@@ -1,0 +1,96 @@
+"""Threshold gangs grow toward their headcount when capacity allows (KubeShare's elastic gangs).
+
+Growth takes capacity like a start does and obeys the same limits: a guaranteed gang grows inside its
+VC's cells and within the guarantee's room; a borrowed one within ``borrowLimitGpus`` (and, under the
+quota policy, the cohort's unused quota), preferring unbound cells; no gang grows onto nodes reserved
+for a starving job it must leave alone; members stay within the gang's node, rack or zone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kubecell.core.engine.attempt import Attempt, CycleResult
+from kubecell.core.engine.bindings import bind_for_growth
+from kubecell.core.engine.job import Job, JobClass, JobPhase
+from kubecell.core.engine.regions import Region
+from kubecell.core.engine.scavenge import borrowable_members
+from kubecell.core.engine.session import Session
+from kubecell.core.model import TopologyLevel
+
+
+def grow(session: Session, now: float, result: CycleResult) -> None:
+    for name in sorted(session.growable):
+        job = session.jobs[name]
+        if job.size >= job.spec.members:
+            session.growable.discard(name)
+            continue
+        if job.phase == JobPhase.RUNNING and _grow_one(session, job, Attempt(job, now, result, job.job_class)):
+            result.grown.append(job)
+            if job.size >= job.spec.members:
+                session.growable.discard(name)
+
+
+def _scope(session: Session, job: Job) -> list[int]:
+    """The nodes new members may use: the gang's node, rack or zone when it is constrained."""
+    book, spec = session.book, job.spec
+    nodes = sorted({book.index[book.allocations[a].node] for a in job.running_members})
+    if spec.topology == TopologyLevel.NODE:
+        return nodes
+    if spec.topology is not None and TopologyLevel.RACK <= spec.topology < TopologyLevel.CLUSTER:
+        domain = session.zone_of if spec.topology == TopologyLevel.ZONE else session.rack_of
+        return np.flatnonzero(np.isin(domain, domain[nodes]) & (domain >= 0)).tolist()
+    return list(range(book.size))
+
+
+def _grow_one(session: Session, job: Job, attempt: Attempt) -> bool:
+    spec = job.spec
+    vc = session.tenants.get(job.vc)
+    missing = spec.members - job.size
+    per = max(job.member_milli, 1)
+    if job.job_class == JobClass.GUARANTEED and vc is not None:
+        extra = min(missing, session.guarantee_room(vc) // per)
+    elif job.job_class == JobClass.BORROWED and vc is not None:
+        room, _ = borrowable_members(session, job, vc)
+        extra = min(missing, room if job.member_milli else missing)
+    else:
+        extra = missing
+    if extra <= 0:
+        return False
+    scope = _scope(session, job)
+    in_scope = np.zeros(session.book.size, np.bool_)
+    in_scope[scope] = True
+    fresh = []
+    if job.job_class == JobClass.GUARANTEED and session.options.cells and vc is not None:
+        fresh = bind_for_growth(session, job, scope, extra)
+        regions = [Region(session.regions.owned_mask(vc, spec.member.gpu_models), in_scope)]
+    elif job.job_class == JobClass.GUARANTEED:
+        regions = [Region(None, in_scope)]
+    else:
+        regions = [Region(r.mask, in_scope if r.nodes is None else r.nodes & in_scope)
+                   for r in session.regions.scavenge(spec)]
+    allocations = None
+    for region in regions:
+        mask, nodes = session.filters(region, attempt)
+        allocations = session.gangs.place(spec, mask, nodes, extra, 1, first_index=_next_index(job))
+        if allocations is not None:
+            break
+    if fresh:
+        used = {(session.book.index[a.node], g) for a in allocations or () for g in a.gpu_indices}
+        for cell in reversed(fresh):
+            if not any(gpu in used for gpu in cell.gpus):
+                session.tenancy.unbind(cell)
+    if allocations is None:
+        return False
+    session.ledger.remove(job)
+    job.running_members.extend(a.name for a in allocations)
+    session.ledger.add(job)
+    return True
+
+
+def _next_index(job: Job) -> int:
+    used = {int(name.rsplit("/", 1)[1]) for name in job.running_members}
+    index = 0
+    while index in used:
+        index += 1
+    return index

@@ -1,0 +1,61 @@
+"""Start a job inside its virtual cluster's guarantee.
+
+The job is placed inside the VC's bound cells, binding free cells as needed (safe splits only); a
+threshold gang first looks for room for as many members as the guarantee has room for (its headcount
+at most), then settles for its minimum, so a gang whose minimum fits the guarantee runs guaranteed.
+When nothing fits, borrowed and opportunistic work in the way is reclaimed (``reclaim``).
+
+A job without GPUs holds no cell: it runs guaranteed only on nodes without GPUs, which no guarantee
+covers, and borrows elsewhere (``scavenge``).
+"""
+
+from __future__ import annotations
+
+from kubecell.core.engine.attempt import Attempt
+from kubecell.core.engine.explain import no_room_reason
+from kubecell.core.engine.job import JobClass
+from kubecell.core.engine.reclaim import reclaim_by_count, reclaim_for_guarantee
+from kubecell.core.engine.session import Session
+from kubecell.core.tenancy.config import VirtualCluster
+
+
+def start_guaranteed(session: Session, attempt: Attempt, vc: VirtualCluster, room: int) -> bool:
+    """Start the job as guaranteed work within ``room`` milli-GPU of its VC's guarantee, reclaiming if needed."""
+    job = attempt.job
+    spec = job.spec
+    attempt.job_class = JobClass.GUARANTEED
+    if not spec.member.wants_gpu:
+        return _start_without_gpus(session, attempt, vc)
+    most = max(spec.minimum, min(spec.members, room // max(job.member_milli, 1)))
+    regions = session.regions.guaranteed(vc, spec, most)
+    if not regions:
+        attempt.reason = f"VC {vc.name} has no free cell that could hold it (all its cells are bound or doomed)"
+        return False
+    bound_free = session.regions.bound_free(vc, spec) if spec.member.is_whole else 0
+    for least in dict.fromkeys((most, spec.minimum)):
+        need_gpus = least * max(spec.member.gpu_count, 1)
+        for region in regions:
+            if region.binds:
+                if spec.member.is_whole and region.free_gpus + bound_free < need_gpus:
+                    continue  # cannot fit without victims; considered below
+                if not session.regions.can_bind_all(vc.name, region.binds):
+                    continue
+                session.regions.materialise(region, vc, spec)
+            if session.fits(attempt, region, most, least):
+                return session.start(attempt, region, JobClass.GUARANTEED, most=most, least=least)
+    if not session.options.topology_aware_reclaim:
+        return reclaim_by_count(session, attempt, vc, regions[0], most)
+    return reclaim_for_guarantee(session, attempt, vc, regions, most)
+
+
+def _start_without_gpus(session: Session, attempt: Attempt, vc: VirtualCluster) -> bool:
+    spec = attempt.job.spec
+    regions = session.regions.guaranteed(vc, spec, spec.members)
+    region = regions[0]
+    if session.fits(attempt, region, spec.members, spec.minimum):
+        return session.start(attempt, region, JobClass.GUARANTEED, most=spec.members, least=spec.minimum)
+    if session.options.cells and session.options.topology_aware_reclaim and session.regions.gpu_free_nodes.any():
+        return reclaim_for_guarantee(session, attempt, vc, regions, spec.members, "on nodes without GPUs")
+    where = "on nodes without GPUs" if session.options.cells else "anywhere"
+    attempt.reason = no_room_reason(session, attempt, region, where)
+    return False

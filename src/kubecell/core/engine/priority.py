@@ -1,0 +1,91 @@
+"""Priority inside a virtual cluster: a job whose VC's guarantee is full of its own lower-priority work.
+
+The newest lowest-priority guaranteed jobs of the VC are downgraded to borrowed until the guarantee
+has room (HiveD's lazy preemption): their cells are released, so the preemptor may bind idle cells
+instead, and a victim dies only if its GPUs are needed. A downgraded job keeps running only as far as
+the VC may borrow (``borrowLimitGpus`` is a hard cap; a policy without borrowing kills every victim,
+HiveD's default). Jobs inside the VC's ``minRuntimeMinutes`` are protected (the waiting job says until
+when and the engine wakes up then); a job preempted ``max_preemptions`` times is not chosen again.
+Priority never crosses VCs: another tenant's guarantee is not a lower priority's to take.
+"""
+
+from __future__ import annotations
+
+from kubecell.core.engine.attempt import Attempt
+from kubecell.core.engine.bindings import adopt_cells, release_idle_cells
+from kubecell.core.engine.guaranteed import start_guaranteed
+from kubecell.core.engine.job import Job, JobClass, JobPhase
+from kubecell.core.engine.session import Session
+from kubecell.core.tenancy.config import VirtualCluster
+
+
+def preempt_lower_priority(session: Session, attempt: Attempt, vc: VirtualCluster) -> bool:
+    job = attempt.job
+    spec = job.spec
+    used = session.ledger.of(vc.name).guaranteed_milli / 1000
+    total = session.effective_guarantee(vc) / 1000
+    if not session.ledger.has_guaranteed_below(vc.name, spec.priority):
+        attempt.reason = (f"VC {vc.name} guarantee in use ({used:g} of {total:g} GPUs) "
+                          "by work of equal or higher priority")
+        return False
+    need = job.min_milli - session.guarantee_room(vc)
+    eligible: list[Job] = []
+    protected_until: float | None = None
+    for other in (session.jobs[name] for name in session.ledger.guaranteed_jobs(vc.name)):
+        if other.spec.priority >= spec.priority or other.preemptions >= session.options.max_preemptions:
+            continue
+        started = other.started_at if other.started_at is not None else attempt.now
+        if attempt.now - started < vc.min_runtime_seconds:
+            until = started + vc.min_runtime_seconds
+            protected_until = until if protected_until is None else min(protected_until, until)
+            continue
+        eligible.append(other)
+    eligible.sort(key=lambda j: (j.spec.priority, -(j.started_at if j.started_at is not None else 0.0), j.name))
+    chosen: list[Job] = []
+    for victim in eligible:
+        if need <= 0:
+            break
+        chosen.append(victim)
+        need -= victim.held_gpu_milli
+    if need > 0:
+        if protected_until is not None:
+            session.queue.wake_later(protected_until)
+            attempt.reason = (f"VC {vc.name} guarantee in use ({used:g} of {total:g} GPUs); its lower-priority "
+                              f"jobs are protected by minRuntime until t={protected_until:g}")
+        else:
+            attempt.reason = (f"VC {vc.name} guarantee in use ({used:g} of {total:g} GPUs) "
+                              "by work of equal or higher priority")
+        return False
+    for victim in chosen:
+        session.set_class(victim, JobClass.BORROWED)
+    if session.options.lazy_preemption:
+        release_idle_cells(session)
+    attempt.extra_victims = tuple(chosen)
+    if not start_guaranteed(session, attempt, vc, session.guarantee_room(vc)):
+        for victim in chosen:
+            if victim.phase == JobPhase.RUNNING and victim.job_class == JobClass.BORROWED:
+                session.set_class(victim, JobClass.GUARANTEED)
+                if session.options.cells:
+                    adopt_cells(session, victim)
+        return False
+    _settle_victims(session, attempt, vc, chosen)
+    return True
+
+
+def _settle_victims(session: Session, attempt: Attempt, vc: VirtualCluster, chosen: list[Job]) -> None:
+    """Victims the preemptor did not need keep running as borrowed work while the VC may borrow them;
+    the rest are evicted, first chosen first."""
+    limit = vc.borrow_limit_milli if session.options.borrowing else 0
+    usage = session.ledger.of(vc.name)
+    for victim in chosen:
+        if victim.phase != JobPhase.RUNNING:
+            continue  # evicted to make room for the preemptor
+        over_limit = limit is not None and usage.borrowed_milli > limit
+        if session.options.lazy_preemption and not over_limit:
+            victim.lazily_preempted = True
+            victim.wait_reason = f"lazily preempted by {attempt.job.name}: running as borrowed capacity"
+            attempt.result.downgraded.append(victim)
+        else:
+            why = (f"preempted by higher-priority {attempt.job.name} (VC {vc.name})"
+                   + ("; the VC may not borrow that much" if session.options.lazy_preemption else ""))
+            session.evict(victim, attempt, why)

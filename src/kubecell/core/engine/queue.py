@@ -1,0 +1,150 @@
+"""The queue of waiting jobs: classes of identical jobs, the order they are tried in, and when to try.
+
+Identical jobs (same VC, priority, member shape, headcount, minimum, constraint, and whether they may
+still borrow) form a *class*, oldest first. A cycle tries only a class's oldest job: when it cannot
+start neither can the rest, so a cycle costs O(classes), not O(waiting jobs). The class's wait reason
+is copied to every member when it changes and otherwise only to the jobs that joined since, so every
+waiting job can say why at no extra cost.
+
+Order: opportunistic work last; between VCs, the lowest weighted dominant share first (fair share
+divides idle capacity); inside a VC, priority, then age. Priority therefore never lets one tenant jump
+ahead of another (KAI and Kueue: fair share between queues, priority within a queue); with fair
+sharing off (the quota baseline) it is priority, then age, across the whole cluster.
+
+A cycle tries every class when something changed that could let a waiting job start (a job stopped,
+hardware or configuration changed, a wake-up time passed), and otherwise only the classes that
+received new jobs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+
+from kubecell.core.engine.job import Job
+
+ClassKey = tuple[object, ...]
+_SUBMITTED = "submitted; waiting for the next scheduling cycle"
+
+
+class JobQueue:
+    def __init__(self, max_preemptions: int) -> None:
+        self.max_preemptions = max_preemptions
+        self.pending: dict[str, Job] = {}
+        self._classes: dict[ClassKey, deque[Job]] = {}
+        self._class_of: dict[str, ClassKey] = {}
+        self._class_reason: dict[ClassKey, str] = {}
+        self._unsynced: dict[ClassKey, list[Job]] = {}  # joined a class since it was last tried
+        self._new: dict[str, None] = {}  # joined since the last cycle began (ordered)
+        self._dirty = True
+        self._wake_at: float | None = None
+
+    # ------------------------------------------------------------------ membership
+    def class_key(self, job: Job) -> ClassKey:
+        spec = job.spec
+        return (spec.vc, spec.priority, spec.member.shape, spec.members, spec.minimum, spec.topology,
+                job.preemptions >= self.max_preemptions)
+
+    def enqueue(self, job: Job, now: float, *, since: float | None = None) -> None:
+        """Add a waiting job; ``since`` keeps the age it had (a failed bind), else it waits from ``now``."""
+        key = self.class_key(job)
+        job.queued_at = now if since is None else since
+        if job.wait_reason in ("", "not yet considered"):
+            job.wait_reason = _SUBMITTED
+        self.pending[job.name] = job
+        self._class_of[job.name] = key
+        queue = self._classes.setdefault(key, deque())
+        if queue and since is not None and (queue[-1].queued_at or 0.0) > job.queued_at:
+            ordered = sorted([*queue, job], key=lambda j: (j.queued_at or 0.0, j.name))
+            queue.clear()
+            queue.extend(ordered)
+        else:
+            queue.append(job)
+        self._unsynced.setdefault(key, []).append(job)
+        self._new[job.name] = None
+
+    def dequeue(self, job: Job) -> None:
+        self.pending.pop(job.name, None)
+        self._new.pop(job.name, None)
+        key = self._class_of.pop(job.name, None)
+        if key is None:
+            return
+        queue = self._classes[key]
+        if queue and queue[0] is job:
+            queue.popleft()
+        else:
+            queue.remove(job)
+        if not queue:
+            del self._classes[key]
+            self._class_reason.pop(key, None)
+            self._unsynced.pop(key, None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.pending
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+    def class_of(self, job: Job) -> ClassKey:
+        return self._class_of.get(job.name, (job.name,))
+
+    def head(self, key: ClassKey) -> Job | None:
+        queue = self._classes.get(key)
+        return queue[0] if queue else None
+
+    def classes(self) -> Iterator[tuple[ClassKey, deque[Job]]]:
+        return iter(self._classes.items())
+
+    def is_newcomer(self, name: str) -> bool:
+        """Did the job join after the last cycle began (so no cycle has told it anything yet)?"""
+        return name in self._new
+
+    # ------------------------------------------------------------------ when and what to try
+    def mark_dirty(self) -> None:
+        """Something changed that could let any waiting job start: the next cycle tries every class."""
+        self._dirty = True
+
+    def wake_later(self, when: float) -> None:
+        """Try every class again at ``when`` (a protection expires, a back-off ends, a job starts starving)."""
+        if self._wake_at is None or when < self._wake_at:
+            self._wake_at = when
+
+    @property
+    def next_wake(self) -> float | None:
+        return self._wake_at
+
+    def begin_cycle(self, now: float) -> list[ClassKey]:
+        """The classes this cycle tries: all of them after a change or a wake-up, else the new ones."""
+        if self._wake_at is not None and now >= self._wake_at:
+            self._dirty = True
+            self._wake_at = None
+        if self._dirty:
+            keys = list(self._classes)
+        else:
+            keys = list(dict.fromkeys(self._class_of[n] for n in self._new if n in self._class_of))
+        self._dirty = False
+        self._new.clear()
+        return keys
+
+    def all_classes(self) -> list[ClassKey]:
+        return list(self._classes)
+
+    def order_key(self, job: Job, share: Callable[[str], float]) -> tuple[bool, float, int, float, str]:
+        return (job.spec.opportunistic, share(job.vc), -job.spec.priority, job.queued_at or 0.0, job.name)
+
+    def class_waits(self, key: ClassKey, reason: str) -> None:
+        """Every job of a class waits for the same reason. The text goes to every member only when it
+        changes; otherwise to the job that was tried and those that joined since the class was last tried."""
+        newcomers = self._unsynced.pop(key, [])
+        queue = self._classes.get(key)
+        if queue is None:
+            return
+        queue[0].wait_reason = reason
+        if self._class_reason.get(key) == reason:
+            for job in newcomers:
+                if self._class_of.get(job.name) == key:  # still waiting in this class
+                    job.wait_reason = reason
+            return
+        self._class_reason[key] = reason
+        for job in queue:
+            job.wait_reason = reason

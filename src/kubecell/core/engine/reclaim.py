@@ -1,0 +1,161 @@
+"""Reclaim: a job entitled to capacity takes it back from work that is only borrowing it.
+
+Who may evict whom: opportunistic work yields to everyone; borrowed work yields to guarantees, after the
+optional ``reclaim_min_runtime_seconds`` (the waiting job wakes up when the protection ends); a VC's
+lazily downgraded jobs yield to the job they were downgraded for. A guarantee always prevails over
+borrowed work, whatever that work's preemption count: the preemption cap keeps a job from borrowing
+again, it never makes borrowed work untouchable (a job a reload turned into borrowed work would
+otherwise block another VC's guarantee for good).
+
+Topology-aware reclaim chooses whole gangs by simulating the preemptor's placement in each candidate
+region on a snapshot of the book (``preemption.select_victims``); the preemptor is placed in the same
+transaction, so the freed capacity is its own. A search that found nothing backs off for a minute (or
+until a protected victim becomes evictable, if sooner) and sets a wake-up for then, like kube-scheduler's
+unschedulable back-off; a change in the VC's cells or guaranteed use retries at once.
+
+Quota-style reclaim (Kueue without topology-aware scheduling) admits the job against its quota and
+evicts the newest borrowed jobs of other VCs until enough GPUs are free by count, wherever they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from kubecell.core.engine.attempt import Attempt
+from kubecell.core.engine.explain import no_room_reason
+from kubecell.core.engine.job import Job, JobClass, JobPhase
+from kubecell.core.engine.preemption import gpu_seconds, select_victims
+from kubecell.core.engine.regions import Region
+from kubecell.core.engine.session import Session
+from kubecell.core.tenancy.config import VirtualCluster
+
+VICTIM_SEARCH_BACKOFF_SECONDS = 60.0
+
+
+def may_evict(session: Session, attempt: Attempt, victim: Job) -> bool:
+    if victim.phase != JobPhase.RUNNING:
+        return False
+    if victim.job_class == JobClass.OPPORTUNISTIC:
+        return True
+    if attempt.job_class == JobClass.OPPORTUNISTIC:
+        return False
+    if victim.job_class == JobClass.BORROWED and attempt.job_class == JobClass.GUARANTEED:
+        started = victim.started_at if victim.started_at is not None else attempt.now
+        until = started + session.options.reclaim_min_runtime_seconds
+        if attempt.now < until:
+            attempt.protected(until)
+            session.queue.wake_later(until)
+            return False
+        return True
+    return victim in attempt.extra_victims
+
+
+def victim_candidates(session: Session, attempt: Attempt, region: Region) -> list[Job]:
+    """Jobs ``attempt`` may evict that hold capacity in the region, cheapest first: opportunistic before
+    borrowed, then least GPU-time lost."""
+    classes = [JobClass.OPPORTUNISTIC]
+    if attempt.job_class == JobClass.GUARANTEED:
+        classes.append(JobClass.BORROWED)  # only guarantees reclaim borrowed work
+    rows = region.mask.any(axis=1) if region.mask is not None else None
+    if region.nodes is not None:
+        rows = region.nodes if rows is None else rows & region.nodes
+    nodes = np.flatnonzero(rows).tolist() if rows is not None else None
+    names: set[str] = set()
+    for job_class in classes:
+        names |= session.ledger.holders(job_class, nodes)
+    ranked: list[tuple[tuple[int, float, str], Job]] = []
+    for other in (session.jobs[name] for name in names):
+        if other is attempt.job or not may_evict(session, attempt, other):
+            continue
+        rank = 0 if other.job_class == JobClass.OPPORTUNISTIC else 1
+        ranked.append(((rank, gpu_seconds(other, attempt.now), other.name), other))
+    ranked.sort(key=lambda item: item[0])
+    return [other for _, other in ranked]
+
+
+def cheapest_victims(session: Session, attempt: Attempt, region: Region, most: int,
+                     candidates: Sequence[Job]) -> tuple[Job, ...] | None:
+    """The cheapest set of ``candidates`` whose removal lets at least the job's minimum fit in ``region``."""
+    minimum = attempt.job.spec.minimum
+    chosen = select_victims(session.book, lambda: session.fits(attempt, region, most, minimum), candidates,
+                            attempt.now)
+    return None if chosen is None else chosen.jobs
+
+
+def reclaim_for_guarantee(session: Session, attempt: Attempt, vc: VirtualCluster, regions: Sequence[Region],
+                          most: int, where: str = "in its VC's cells") -> bool:
+    """Evict borrowed and opportunistic work in the way of a guaranteed job and start it in its place."""
+    job, now = attempt.job, attempt.now
+    key = session.queue.class_of(job)
+    state = (session.tenancy.version, session.ledger.of(vc.name).guaranteed_milli)
+    backoff = session.victim_backoff.get(key)
+    if backoff is not None and now < backoff[0] and backoff[1] == state:
+        attempt.reason = no_room_reason(session, attempt, regions[0], where)
+        return False
+    best: tuple[tuple[int, int, float], Region, tuple[Job, ...]] | None = None
+    tried = 0
+    for region in regions:
+        if tried >= session.options.victim_search_regions:
+            break
+        if region.binds:
+            if not session.regions.can_bind_all(vc.name, region.binds):
+                continue
+            session.regions.materialise(region, vc, job.spec)
+        candidates = victim_candidates(session, attempt, region)
+        if not candidates:
+            continue
+        tried += 1
+        victims = cheapest_victims(session, attempt, region, most, candidates)
+        if victims is not None:
+            cost = _cost(victims, now)
+            if best is None or cost < best[0]:
+                best = (cost, region, victims)
+    if best is None:
+        until = now + VICTIM_SEARCH_BACKOFF_SECONDS
+        if attempt.protected_until is not None:
+            until = min(until, attempt.protected_until)
+        session.victim_backoff[key] = (until, state)
+        session.queue.wake_later(until)
+        attempt.reason = no_room_reason(session, attempt, regions[0], where)
+        return False
+    _, region, victims = best
+    for victim in victims:
+        session.evict(victim, attempt, f"preempted by {job.name} (VC {job.vc})")
+    if session.start(attempt, region, JobClass.GUARANTEED, most=most, least=job.spec.minimum, victims=victims):
+        return True
+    attempt.reason = "waiting for capacity freed by preemption"  # pragma: no cover - the simulation said it fits
+    return False  # pragma: no cover
+
+
+def _cost(victims: Sequence[Job], now: float) -> tuple[int, int, float]:
+    protected = sum(1 for job in victims if job.job_class != JobClass.OPPORTUNISTIC)
+    return (protected, len(victims), sum(gpu_seconds(j, now) for j in victims))
+
+
+def reclaim_by_count(session: Session, attempt: Attempt, vc: VirtualCluster, region: Region, most: int) -> bool:
+    """Quota-style reclaim: the job is *admitted* against its VC's quota at once, which reserves the quota
+    so borrowers cannot take it back, and the newest borrowed jobs of other VCs are evicted until enough
+    GPUs are free by count, wherever they are. The job then starts only if the freed GPUs happen to fit
+    its shape; otherwise it waits, admitted, holding quota it cannot use (Kueue #4329)."""
+    job = attempt.job
+    if job.name not in session.admitted:
+        session.admitted[job.name] = job.min_milli
+        session.ledger.of(vc.name).admitted_milli += job.min_milli
+        need = job.min_milli - int(session.book.total_avail.sum())
+        victims: list[Job] = []
+        for other in sorted(session.running.values(),
+                            key=lambda j: (-(j.started_at if j.started_at is not None else 0.0), j.name)):
+            if need <= 0:
+                break
+            if other.job_class in (JobClass.BORROWED, JobClass.OPPORTUNISTIC) and other.vc != vc.name:
+                victims.append(other)
+                need -= other.held_gpu_milli
+        for victim in victims:
+            session.evict(victim, attempt, f"reclaimed by quota of VC {vc.name} for {job.name}")
+    if session.start(attempt, region, JobClass.GUARANTEED, most=most, least=job.spec.minimum):
+        return True
+    attempt.reason = ("admitted by quota, but no placement fits its shape: "
+                      + no_room_reason(session, attempt, region, "within its quota"))
+    return False

@@ -1,0 +1,117 @@
+"""The starvation backstop: nodes held for jobs that have waited too long.
+
+A job pending longer than ``starvation_seconds`` reserves the nodes it needs (the ones holding the most
+free capacity for it, as few as cover it, inside one rack when it needs one). From then on borrowed and
+opportunistic work, growth included, and work of its own VC stop landing there, so the region drains
+and the job starts (Volcano #13: large jobs starved by a stream of small ones). A reservation never
+blocks another VC's guaranteed work: a guarantee is a promise, a reservation a backstop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from kubecell.core.book import AllocationBook, BoolArray, IntArray
+from kubecell.core.engine.attempt import Attempt
+from kubecell.core.engine.job import Job, JobClass
+from kubecell.core.engine.options import EngineOptions
+from kubecell.core.engine.placement import member_capacity
+from kubecell.core.model import TopologyLevel
+from kubecell.core.placement.filters import model_mask
+
+
+class Reservations:
+    def __init__(self, book: AllocationBook, options: EngineOptions, rack_of: IntArray) -> None:
+        self.book = book
+        self.options = options
+        self.rack_of = rack_of
+        self.held: dict[str, BoolArray] = {}  # job -> the nodes held for it
+        self.since: dict[str, float] = {}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.held
+
+    def drop(self, name: str) -> None:
+        self.held.pop(name, None)
+        self.since.pop(name, None)
+
+    def note(self, name: str) -> str:
+        """What a waiting job's reason adds while it holds a reservation."""
+        since = self.since.get(name)
+        return "" if since is None else f"; holding a reservation since {since:g} (starvation backstop)"
+
+    def blocking(self, attempt: Attempt, jobs: Mapping[str, Job]) -> BoolArray | None:
+        """Nodes ``attempt`` must leave alone: other jobs' reservations, unless it starts guaranteed work
+        and the starving job belongs to another VC."""
+        blocked: BoolArray | None = None
+        for name, nodes in self.held.items():
+            if name == attempt.job.name:
+                continue
+            if attempt.job_class == JobClass.GUARANTEED and jobs[name].vc != attempt.job.vc:
+                continue
+            blocked = nodes.copy() if blocked is None else blocked | nodes
+        return blocked
+
+    def starving_after(self, job: Job) -> float | None:
+        """When the job starts starving (None: never, the backstop is off)."""
+        threshold = self.options.starvation_seconds
+        if threshold is None:
+            return None
+        return (job.queued_at or 0.0) + threshold
+
+    def maybe_reserve(self, job: Job, now: float) -> float | None:
+        """Reserve nodes for a starving job. Returns the time to look again when it is not starving yet."""
+        starving = self.starving_after(job)
+        if starving is None or job.name in self.held:
+            return None
+        if now < starving:
+            return starving
+        if len(self.held) >= self.options.max_reservations:
+            return None
+        nodes = self._region(job)
+        if nodes is not None:
+            self.held[job.name] = nodes
+            self.since[job.name] = now
+        return None
+
+    def _region(self, job: Job) -> BoolArray | None:
+        """The nodes the job should wait for: the ones that take the most members now, as few as cover
+        the job when empty, inside one rack when the job needs one."""
+        spec = job.spec
+        member = spec.member_request(0)
+        book = self.book
+        empty = np.full(book.size, 1 << 30, np.int64)
+        if member.cpu_milli:
+            empty = np.minimum(empty, book.cpu_capacity // member.cpu_milli)
+        if member.memory_mib:
+            empty = np.minimum(empty, book.mem_capacity // member.memory_mib)
+        if member.wants_gpu:
+            per = member.gpu_count if member.is_whole else 1
+            empty = np.minimum(empty, book.gpu_count // per)
+            if member.gpu_models is not None:
+                empty = np.where(model_mask(book, member), empty, 0)
+        now = np.minimum(empty, member_capacity(book, member, None))
+        candidates = np.flatnonzero((empty > 0) & book.node_ok)
+        if candidates.size == 0:
+            return None
+        if spec.topology is not None and TopologyLevel.RACK <= spec.topology < TopologyLevel.CLUSTER \
+                and spec.members > 1:
+            candidates = candidates[self.rack_of[candidates] >= 0]
+            if candidates.size == 0:
+                return None
+            racks = self.rack_of[candidates]
+            best_rack = max(set(racks.tolist()), key=lambda r: (now[candidates[racks == r]].sum(), -r))
+            candidates = candidates[racks == best_rack]
+        order = candidates[np.lexsort((candidates, -now[candidates]))]
+        chosen: list[int] = []
+        total = 0
+        for node in order:
+            chosen.append(int(node))
+            total += int(empty[node])
+            if total >= spec.minimum or (spec.topology == TopologyLevel.NODE and spec.members > 1):
+                break
+        held = np.zeros(book.size, np.bool_)
+        held[np.array(chosen, np.int64)] = True
+        return held

@@ -1,0 +1,76 @@
+"""Beyond the guarantee: borrowed and opportunistic work on idle capacity.
+
+A job beyond its VC's guarantee borrows idle capacity, preferring cells nobody has bound, and may evict
+opportunistic work to fit; it is reclaimed when an owner needs its GPUs. ``borrowLimitGpus`` caps what a
+VC holds as borrowed work wherever capacity is taken: a threshold gang starts (and later grows) with no
+more members than the limit leaves room for. Under the quota policy a cohort lends only quota nobody
+holds, admitted-but-unplaced jobs included. Opportunistic work (priority -1) scavenges idle capacity,
+evicts nobody, and is reclaimed first.
+"""
+
+from __future__ import annotations
+
+from kubecell.core.engine.attempt import Attempt
+from kubecell.core.engine.explain import no_room_reason
+from kubecell.core.engine.job import Job, JobClass
+from kubecell.core.engine.reclaim import cheapest_victims, victim_candidates
+from kubecell.core.engine.session import Session
+from kubecell.core.tenancy.config import VirtualCluster
+
+
+def borrowable_members(session: Session, job: Job, vc: VirtualCluster) -> tuple[int, str]:
+    """How many more members of ``job`` its VC may hold as borrowed work now, and, if that is fewer than it
+    needs, why."""
+    per = job.member_milli
+    if per <= 0:
+        return job.spec.members, ""
+    most = job.spec.members
+    if not session.options.cells:
+        held = sum(u.total_milli + u.admitted_milli for u in session.ledger.usage.values())
+        unused = sum(v.guaranteed_milli for v in session.tenants.vcs) - held
+        if unused < job.min_milli:
+            return 0, "no unused quota left in the cohort to borrow"
+        most = min(most, unused // per)
+    limit = vc.borrow_limit_milli
+    if limit is not None:
+        borrowed = session.ledger.of(vc.name).borrowed_milli
+        left = limit - borrowed
+        if left < job.min_milli:
+            return 0, f"VC {vc.name} borrowing limit reached ({borrowed / 1000:g} of {limit / 1000:g} GPUs)"
+        most = min(most, left // per)
+    return most, ""
+
+
+def start_borrowed(session: Session, attempt: Attempt, vc: VirtualCluster, why_not_guaranteed: str) -> bool:
+    job = attempt.job
+    prefix = f"{why_not_guaranteed}; " if why_not_guaranteed else ""
+    most, limited = borrowable_members(session, job, vc)
+    if limited:
+        attempt.reason = prefix + limited
+        return False
+    if scavenge(session, attempt, JobClass.BORROWED, min(most, job.spec.members)):
+        return True
+    attempt.reason = f"{prefix}no idle capacity to borrow: {attempt.reason}"
+    return False
+
+
+def scavenge(session: Session, attempt: Attempt, job_class: JobClass, most: int) -> bool:
+    """Start on idle capacity in ``job_class`` (borrowed work may evict opportunistic work to fit)."""
+    job = attempt.job
+    spec = job.spec
+    attempt.job_class = job_class
+    regions = session.regions.scavenge(spec)
+    for region in regions:
+        if session.fits(attempt, region, most, spec.minimum):
+            return session.start(attempt, region, job_class, most=most, least=spec.minimum)
+    last = regions[-1]
+    if job_class == JobClass.BORROWED:
+        candidates = victim_candidates(session, attempt, last)
+        victims = cheapest_victims(session, attempt, last, most, candidates) if candidates else None
+        if victims is not None:
+            for victim in victims:
+                session.evict(victim, attempt, f"opportunistic work reclaimed by {job.name}")
+            if session.start(attempt, last, job_class, most=most, least=spec.minimum, victims=victims):
+                return True
+    attempt.reason = no_room_reason(session, attempt, last, "on idle capacity")
+    return False

@@ -1,0 +1,187 @@
+"""The session: the state one engine decides on, and the only code that changes a job's state.
+
+Like a KAI-Scheduler session, it bundles what every action reads (the allocation book, the cell forest
+and its bindings, the tenants, the placement policy, the queue, the usage ledger, the reservations) so
+that each action (``guaranteed``, ``reclaim``, ``priority``, ``scavenge``, ``growth``) is a small module
+of rules over one object. Every transition of a job (start, stop, requeue, evict, downgrade, reject)
+happens here, so the ledger, the queue, the book and the bindings move together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from kubecell.core.book import AllocationBook, BoolArray, IntArray
+from kubecell.core.engine.admission import Admission
+from kubecell.core.engine.attempt import Attempt
+from kubecell.core.engine.job import Job, JobClass, JobPhase
+from kubecell.core.engine.ledger import UsageLedger
+from kubecell.core.engine.options import EngineOptions
+from kubecell.core.engine.placement import GangPlacer
+from kubecell.core.engine.queue import ClassKey, JobQueue
+from kubecell.core.engine.regions import Region, Regions
+from kubecell.core.engine.reservations import Reservations
+from kubecell.core.model import Node
+from kubecell.core.placement.placer import Placer
+from kubecell.core.placement.policy import Policy
+from kubecell.core.tenancy.config import Tenants, VirtualCluster
+from kubecell.core.tenancy.state import TenancyState
+from kubecell.core.topology import CellForest
+
+
+def domain_ids(labels: Sequence[tuple[str, ...]]) -> IntArray:
+    """Dense ids for labelled domains; -1 for a node without the label (it belongs to no such domain)."""
+    ids: dict[tuple[str, ...], int] = {}
+    return np.array([ids.setdefault(label, len(ids)) if label[-1] else -1 for label in labels], np.int64)
+
+
+class Session:
+    def __init__(self, nodes: Sequence[Node], tenants: Tenants, options: EngineOptions, forest: CellForest | None,
+                 policy: Policy, tie_rank: IntArray | None, rng: np.random.Generator | None) -> None:
+        self.book = AllocationBook(nodes)
+        self.forest = forest or CellForest(nodes)
+        self.options = options
+        self.tenants = tenants
+        self.tenancy = TenancyState(self.forest, tenants, self.book)
+        self.placer = Placer(self.book, policy, rng=rng, tie_rank=tie_rank)
+        self.rack_of = domain_ids([(n.zone, n.rack) for n in self.book.nodes])
+        self.zone_of = domain_ids([(n.zone,) for n in self.book.nodes])
+        self.gangs = GangPlacer(self.book, self.placer, self.rack_of, self.zone_of)
+        self.regions = Regions(self.book, self.forest, self.tenancy, options, self.rack_of)
+        self.admission = Admission(self.book, self.forest, options, self.rack_of, self.zone_of)
+        self.queue = JobQueue(options.max_preemptions)
+        self.ledger = UsageLedger(self.book, tenants.names)
+        self.reservations = Reservations(self.book, options, self.rack_of)
+        self.jobs: dict[str, Job] = {}
+        self.running: dict[str, Job] = {}
+        self.rejected: list[Job] = []
+        self.growable: set[str] = set()  # running threshold gangs below their headcount
+        self.binding: set[str] = set()  # RESERVED jobs whose bind the driver has not confirmed yet
+        self.admitted: dict[str, int] = {}  # quota policy: job -> quota milli it holds while unplaced
+        self.victim_backoff: dict[ClassKey, tuple[float, tuple[int, int]]] = {}
+
+    # ------------------------------------------------------------------ shared queries
+    def share(self, vc: str) -> float:
+        """The VC's weighted dominant share when fair sharing orders the queue, else 0 (no order)."""
+        if not self.options.fair_share:
+            return 0.0
+        config = self.tenants.get(vc)
+        return float("inf") if config is None else self.ledger.dominant_share(vc, config.weight)
+
+    def effective_guarantee(self, vc: VirtualCluster) -> int:
+        if not self.options.cells:
+            return vc.guaranteed_milli
+        return vc.guaranteed_milli - self.tenancy.doomed_gpus(vc.name) * 1000
+
+    def guarantee_room(self, vc: VirtualCluster, job: Job | None = None) -> int:
+        """Guarantee not yet used by running guaranteed work or held by admitted jobs (other than ``job``)."""
+        usage = self.ledger.of(vc.name)
+        own = self.admitted.get(job.name, 0) if job is not None else 0
+        return self.effective_guarantee(vc) - usage.guaranteed_milli - usage.admitted_milli + own
+
+    def filters(self, region: Region, attempt: Attempt) -> tuple[BoolArray | None, BoolArray | None]:
+        """The region's GPU and node masks, without the nodes other jobs' reservations hold against it."""
+        blocked = self.reservations.blocking(attempt, self.jobs)
+        if blocked is None:
+            return region.mask, region.nodes
+        nodes = ~blocked if region.nodes is None else region.nodes & ~blocked
+        return region.mask, nodes
+
+    def fits(self, attempt: Attempt, region: Region, most: int, least: int) -> bool:
+        mask, nodes = self.filters(region, attempt)
+        return self.gangs.fits(attempt.job.spec, mask, nodes, most, least)
+
+    # ------------------------------------------------------------------ transitions
+    def start(self, attempt: Attempt, region: Region, job_class: JobClass, *, most: int, least: int,
+              victims: Sequence[Job] = ()) -> bool:
+        """Bind the region's cells, place the gang through the policy, and account it; with victims the
+        job is RESERVED until the driver confirms the bind. False (nothing changed) if it does not fit."""
+        job = attempt.job
+        attempt.job_class = job_class
+        for cell in region.binds:
+            self.tenancy.bind(job.vc, cell)
+        mask, nodes = self.filters(region, attempt)
+        allocations = self.gangs.place(job.spec, mask, nodes, most, least)
+        if allocations is None:
+            for cell in reversed(region.binds):
+                self.tenancy.unbind(cell)
+            return False
+        if region.binds:
+            used = {(self.book.index[a.node], g) for a in allocations for g in a.gpu_indices}
+            for cell in reversed(region.binds):
+                if not any(gpu in used for gpu in cell.gpus):
+                    self.tenancy.unbind(cell)
+        self.release_admission(job)
+        job.running_members = [a.name for a in allocations]
+        job.job_class = job_class
+        job.phase = JobPhase.RESERVED if victims else JobPhase.RUNNING
+        job.reserved_until = attempt.now + self.options.reservation_timeout_seconds if victims else None
+        if victims:
+            self.binding.add(job.name)
+        job.started_at = attempt.now
+        if job.first_started_at is None:
+            job.first_started_at = attempt.now
+        job.wait_reason = f"running ({job_class.value}) since {attempt.now:g}"
+        self.ledger.add(job)
+        self.queue.dequeue(job)
+        self.reservations.drop(job.name)
+        self.running[job.name] = job
+        if job.size < job.spec.members:
+            self.growable.add(job.name)
+        attempt.result.started.append(job)
+        return True
+
+    def stop(self, job: Job) -> None:
+        """Release everything a running job holds (it leaves the running set; the caller says where to)."""
+        self.ledger.remove(job)
+        for name in job.running_members:
+            self.book.release(name)
+        job.running_members = []
+        self.running.pop(job.name, None)
+        self.growable.discard(job.name)
+        self.binding.discard(job.name)
+        job.reserved_until = None
+        self.queue.mark_dirty()
+
+    def requeue(self, job: Job, now: float, reason: str, *, keep_age: bool = False) -> None:
+        """Back to the queue; ``keep_age``: with the age of its last wait (a bind that failed, not a new wait)."""
+        since = job.queued_at if keep_age else None
+        job.phase = JobPhase.PENDING
+        job.job_class = None
+        job.started_at = None
+        job.lazily_preempted = False
+        job.wait_reason = reason
+        self.queue.enqueue(job, now, since=since)
+
+    def evict(self, job: Job, attempt: Attempt, reason: str) -> None:
+        self.stop(job)
+        job.preemptions += 1
+        self.requeue(job, attempt.now, reason)
+        attempt.result.evicted.append(job)
+
+    def set_class(self, job: Job, job_class: JobClass) -> None:
+        """Change a running job's class (lazy preemption, reload) without moving it."""
+        self.ledger.remove(job)
+        job.job_class = job_class
+        self.ledger.add(job)
+        if job_class == JobClass.GUARANTEED:
+            job.lazily_preempted = False
+
+    def reject(self, job: Job, reason: str) -> Job:
+        job.phase = JobPhase.REJECTED
+        job.wait_reason = reason
+        self.rejected.append(job)
+        return job
+
+    def withdraw(self, job: Job) -> None:
+        """Take a waiting job out of the queue and out of everything it holds while waiting."""
+        self.queue.dequeue(job)
+        self.release_admission(job)
+        self.reservations.drop(job.name)
+
+    def release_admission(self, job: Job) -> None:
+        milli = self.admitted.pop(job.name, 0)
+        if milli:
+            self.ledger.of(job.vc).admitted_milli -= milli
