@@ -1,19 +1,32 @@
 """Speed of the multi-tenant engine: large gangs on large clusters, and a 30-day Philly simulation.
 
-1. A 1,000-member gang on 5,000 nodes x 8 GPUs (racks of 20): the time of the scheduling cycle that
-   places it (members of 1 and of 8 GPUs, with and without a rack constraint, on an empty and on a
-   half-full cluster), and the time to reject a gang that can never fit.
+1. A 1,000-member gang on 5,000 nodes x 8 GPUs (racks of 20): the time to submit it and run the
+   scheduling cycle that places it (members of 1 and of 8 GPUs, with and without a rack constraint, on
+   an empty and on a half-full cluster), and the time to reject a gang that can never fit. Submission
+   includes what the placement policy learns from the arrivals.
 2. The wall time of simulating a 30-day multi-VC window of the Philly-derived trace on the bundled
    512-GPU cluster under each tenancy policy (skipped with a message when ../shared/data is absent).
 
-    python bench/tenancy.py [--skip-philly] [--start-day 30] [--days 30]
+    python bench/tenancy.py [--skip-philly] [--start-day 30] [--days 30] [--repeat 5]
+    python bench/tenancy.py --baseline a1b5478      # the same measurements on that commit, side by side
+
+With ``--baseline REV`` every measurement runs in a fresh process, alternately on a checkout of REV
+(``git worktree``, removed afterwards) and on this tree, so both see the same machine at the same time;
+each gang case reports the median of ``--repeat`` runs, and the last column is this tree / REV.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +39,13 @@ from kubecell.core.topology import CellForest
 
 ROOT = Path(__file__).resolve().parent.parent
 PCS = ROOT / ".." / "shared" / "data" / "philly" / "pcs_osdi24_per_vc_traces"
+GANG_CASES = {
+    "1gpu": ("1 GPU each, no constraint", 1000, 1, None),
+    "8gpu": ("8 GPUs each, no constraint", 1000, 8, None),
+    "rack": ("1 GPU each, one rack (160 GPUs) -> rejected", 1000, 1, TopologyLevel.RACK),
+    "borrow": ("3,000 x 8 GPUs, beyond the VC's 20,000 -> borrows", 3000, 8, None),
+}
+POLICIES = ("quota", "hived", "kubecell")
 
 
 def big_engine(nodes: int = 5000, rack: int = 20, policy: str = "kubecell") -> Engine:
@@ -60,40 +80,80 @@ def half_full(engine: Engine) -> None:
     engine.schedule(0.0)
 
 
-def gang_bench() -> None:
-    print("1,000-member gangs on 5,000 nodes x 8 GPUs (racks of 20 nodes):")
-    cases = [
-        ("1 GPU each, no constraint", 1000, 1, None),
-        ("8 GPUs each, no constraint", 1000, 8, None),
-        ("1 GPU each, one rack (160 GPUs) -> rejected", 1000, 1, TopologyLevel.RACK),
-        ("3,000 x 8 GPUs, beyond the VC's 20,000 -> borrows", 3000, 8, None),
-    ]
-    for fill in (False, True):
-        for label, members, gpus, topology in cases:
-            engine = big_engine()
-            if fill:
-                half_full(engine)
-            elapsed, outcome = timed_cycle(engine, gang("g", members, gpus, topology))
-            state = "half-full" if fill else "empty"
-            print(f"  {state:9} {label:48} {elapsed * 1000:8.1f} ms  {outcome}")
+def measure_gang(case: str, fill: bool, repeat: int) -> dict[str, Any]:
+    _, members, gpus, topology = GANG_CASES[case]
+    times: list[float] = []
+    outcome = ""
+    for _ in range(repeat):
+        engine = big_engine()
+        if fill:
+            half_full(engine)
+        elapsed, outcome = timed_cycle(engine, gang("g", members, gpus, topology))
+        times.append(elapsed)
+    return {"seconds": statistics.median(times), "outcome": outcome}
 
 
-def philly_bench(start_day: float, days: float) -> None:
-    if not PCS.is_dir():
-        print(f"Philly simulation skipped: {PCS} is absent")
-        return
+def measure_philly(policy: str, start_day: float, days: float) -> dict[str, Any]:
     from kubecell.cli.main import philly_example_paths
     from kubecell.sim.dynamic.runner import load_inputs
     from kubecell.sim.dynamic.simulator import DynamicSimulation
 
     cluster, tenants = philly_example_paths()
     inputs = load_inputs(cluster, tenants, [PCS], days=days, start_day=start_day)
-    print(f"Philly-derived trace, days {start_day:g}-{start_day + days:g}: {len(inputs.jobs)} jobs on "
-          f"{len(inputs.nodes)} nodes ({sum(n.gpu_count for n in inputs.nodes)} GPUs)")
-    for policy in ("quota", "hived", "kubecell"):
-        started = time.perf_counter()
-        result = DynamicSimulation(inputs.nodes, inputs.tenants, PRESETS[policy], inputs.jobs).run()
-        print(f"  {policy:9} {time.perf_counter() - started:7.1f} s wall  ({result.end / 86400:.0f} simulated days)")
+    started = time.perf_counter()
+    result = DynamicSimulation(inputs.nodes, inputs.tenants, PRESETS[policy], inputs.jobs).run()
+    return {"seconds": time.perf_counter() - started, "outcome": f"{result.end / 86400:.0f} simulated days",
+            "jobs": len(inputs.jobs)}
+
+
+def measure(what: str, args: argparse.Namespace) -> dict[str, Any]:
+    kind, _, rest = what.partition(":")
+    if kind == "gang":
+        fill, _, case = rest.partition(":")
+        return measure_gang(case, fill == "half", args.repeat)
+    return measure_philly(rest, args.start_day, args.days)
+
+
+def measurements(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(key, label) of every measurement, in the order they are printed."""
+    out = [(f"gang:{fill}:{case}", f"{fill + '-full' if fill == 'half' else fill:9} {label}")
+           for fill in ("empty", "half") for case, (label, *_) in GANG_CASES.items()]
+    if not args.skip_philly and PCS.is_dir():
+        out += [(f"philly:{policy}", f"Philly days {args.start_day:g}-{args.start_day + args.days:g}: {policy}")
+                for policy in POLICIES]
+    return out
+
+
+def run_in(tree: Path, what: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One measurement in a fresh process that imports kubecell from ``tree``."""
+    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    command = [sys.executable, str(Path(__file__).resolve()), "--measure", what, "--repeat", str(args.repeat),
+               "--start-day", str(args.start_day), "--days", str(args.days)]
+    output = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+    result: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
+    return result
+
+
+def compare(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="kubecell-baseline-") as scratch:
+        baseline = Path(scratch) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(baseline),
+                        args.baseline], check=True)
+        try:
+            commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=True,
+                                    capture_output=True, text=True).stdout.strip()
+            print(f"{'measurement':62} {args.baseline:>12} {commit + ' (this tree)':>20} {'ratio':>7}")
+            if args.skip_philly or not PCS.is_dir():
+                print(f"(Philly simulation skipped: {PCS} is absent)" if not args.skip_philly else "")
+            for what, label in measurements(args):
+                before = run_in(baseline, what, args)
+                after = run_in(ROOT, what, args)
+                ratio = after["seconds"] / before["seconds"] if before["seconds"] > 0 else float("nan")
+                unit, scale = ("ms", 1000.0) if what.startswith("gang") else ("s", 1.0)
+                print(f"{label:62} {before['seconds'] * scale:9.1f} {unit:2} {after['seconds'] * scale:17.1f} {unit:2} "
+                      f"{ratio:6.2f}x   {after['outcome']}", flush=True)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline)], check=False)
 
 
 def main() -> int:
@@ -101,10 +161,23 @@ def main() -> int:
     parser.add_argument("--skip-philly", action="store_true")
     parser.add_argument("--start-day", type=float, default=30.0)
     parser.add_argument("--days", type=float, default=30.0)
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each gang case (the median is reported)")
+    parser.add_argument("--baseline", help="a git revision to measure side by side with this tree")
+    parser.add_argument("--measure", help=argparse.SUPPRESS)  # one measurement, as JSON (used by --baseline)
     args = parser.parse_args()
-    gang_bench()
-    if not args.skip_philly:
-        philly_bench(args.start_day, args.days)
+    if args.measure:
+        print(json.dumps(measure(args.measure, args)))
+        return 0
+    if args.baseline:
+        compare(args)
+        return 0
+    print("1,000-member gangs on 5,000 nodes x 8 GPUs (racks of 20 nodes), submit + one cycle:")
+    if not args.skip_philly and not PCS.is_dir():
+        print(f"(Philly simulation skipped: {PCS} is absent)")
+    for what, label in measurements(args):
+        result = measure(what, args)
+        unit, scale = ("ms", 1000.0) if what.startswith("gang") else ("s wall", 1.0)
+        print(f"  {label:62} {result['seconds'] * scale:8.1f} {unit}  {result['outcome']}", flush=True)
     return 0
 
 

@@ -236,11 +236,9 @@ class GangPlacer:
         """Everything a node-local policy may read about a node: equal keys, equal scores and GPU choices."""
         book = self.book
         if self._hardware is None:
-            signatures: dict[tuple[object, ...], int] = {}
-            self._hardware = np.array([signatures.setdefault(
-                (int(book.model_id[i]), int(book.cpu_capacity[i]), int(book.mem_capacity[i]),
-                 book.gpu_mem_capacity[i].tobytes(), book.gpu_present[i].tobytes(), book.nvlink_group[i].tobytes(),
-                 book.numa_group[i].tobytes()), len(signatures)) for i in range(book.size)], np.int64)
+            rows = np.column_stack([book.model_id, book.cpu_capacity, book.mem_capacity, book.gpu_mem_capacity,
+                                    book.gpu_present, book.nvlink_group, book.numa_group]).astype(np.int64)
+            self._hardware = np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
         return (int(self._hardware[node]), int(book.cpu_free[node]), int(book.mem_free[node]),
                 book.gpu_milli_free[node].tobytes(), book.gpu_mem_free[node].tobytes(),
                 book.gpu_healthy[node].tobytes(), bool(book.node_ok[node]), book.affinity[node].tobytes(),

@@ -140,48 +140,46 @@ class ExpectedWastePolicy(GpuScoringPolicy):
         return free / mean if mean > 0 else 1.0
 
     def observe(self, request: Request, count: int = 1) -> None:
-        """``count`` arrivals of ``request``. The book cannot change between them, so the fate model
-        syncs once and the arrivals are counted in runs that end where a check is due (a refresh of
-        the demand estimate or a relearn of the fates), exactly where one-by-one arrivals check."""
+        """``count`` arrivals of ``request`` at once (a gang's members). The book cannot change and no
+        decision is made between them, so they are counted together and the estimate is checked once,
+        after them, if a check fell due among them (for one arrival: exactly the one-by-one schedule)."""
+        if count <= 0:
+            return
         attached = self.fates is not None and self._book is not None
+        demand_due, relearn_due = self._checks_due(count, attached)
         if self.fates is not None and self._book is not None:
             self.fates.sync(self._book)
-        left = count
-        while left > 0:
-            step = min(left, self._arrivals_to_next_check(attached))
-            if self.fates is not None and attached:
-                self.fates.tick(step)
-            if self.demand_model is not None:
-                self.demand_model.observe(request, step)
-            left -= step
-            self._check_after_arrivals()
+            self.fates.tick(count)
+        if self.demand_model is not None:
+            self.demand_model.observe(request, count)
+        refreshed = False
+        if demand_due:
+            estimate = self.demand_model.typical() if self.demand_model is not None else []
+            if not self.demand or total_variation(estimate, self.demand) > self.refresh_distance:
+                self.demand = estimate
+                self.refreshes += 1
+                self._rebuild()
+                refreshed = True
+        if relearn_due and not refreshed:
+            self._relearn()
 
-    def _arrivals_to_next_check(self, attached: bool) -> int:
-        steps = [1 << 62]
+    def _checks_due(self, count: int, attached: bool) -> tuple[bool, bool]:
+        """Do a demand check and a fate relearn fall due within the next ``count`` arrivals? The demand is
+        checked often while the estimate is young (after 1, 2, 4, ... arrivals), then every
+        ``check_every``; the fates are relearned every ``relearn_every`` arrivals they count."""
+        demand_due = relearn_due = False
         if self.demand_model is not None:
             n = self.demand_model.arrivals
             power = 1 << n.bit_length()  # the next power of two above n
             multiple = (n // self.check_every + 1) * self.check_every
-            steps.append(min(power, multiple) - n)
-        if self.fates is not None and attached:
+            demand_due = min(power, multiple) <= n + count
+        if self.fates is not None:
             n = self.fates.arrivals
-            steps.append((n // self.relearn_every + 1) * self.relearn_every - n)
-        return min(steps)
-
-    def _check_after_arrivals(self) -> None:
-        refreshed = False
-        if self.demand_model is not None:
-            n = self.demand_model.arrivals
-            # Check often while the estimate is young (powers of two), then at a fixed interval.
-            if not (n & (n - 1) and n % self.check_every):
-                estimate = self.demand_model.typical()
-                if not self.demand or total_variation(estimate, self.demand) > self.refresh_distance:
-                    self.demand = estimate
-                    self.refreshes += 1
-                    self._rebuild()
-                    refreshed = True
-        if not refreshed and self.fates is not None and self.fates.arrivals % self.relearn_every == 0:
-            self._relearn()
+            if attached:
+                relearn_due = (n // self.relearn_every + 1) * self.relearn_every <= n + count
+            else:
+                relearn_due = n % self.relearn_every == 0  # without a book the count does not move
+        return demand_due, relearn_due
 
     def _measure(self, book: AllocationBook) -> ExpectedWaste:
         if self.measure is None or self._book is not book:
