@@ -119,10 +119,14 @@ class AllocationBook:
         self.version: IntArray = np.zeros(n, np.int64)
         self.clock = 0
         self.allocations: dict[str, Allocation] = {}
+        self._allocated_milli = 0
         self._refresh(np.arange(n))
 
     # ------------------------------------------------------------------ derived state
     def _refresh(self, rows: npt.ArrayLike) -> None:
+        if isinstance(rows, int | np.integer):
+            self._refresh_row(int(rows))
+            return
         rows = np.atleast_1d(np.asarray(rows, dtype=np.int64))
         usable = self.gpu_present[rows] & self.gpu_healthy[rows] & self.node_ok[rows][:, None]
         avail = np.where(usable, self.gpu_milli_free[rows], 0)
@@ -136,6 +140,20 @@ class AllocationBook:
         self.total_avail[rows] = avail.sum(axis=1)
         self.clock += 1
         self.version[rows] = self.clock
+
+    def _refresh_row(self, row: int) -> None:
+        """The same for one node (every allocation and release): one-dimensional work on its GPU slots."""
+        free = self.gpu_milli_free[row]
+        usable = self.gpu_present[row] & self.gpu_healthy[row] if self.node_ok[row] else np.zeros_like(free, np.bool_)
+        avail = np.where(usable, free, 0)
+        full = usable & (free == MILLI_PER_GPU) & (self.gpu_mem_free[row] == self.gpu_mem_capacity[row])
+        self.gpu_avail[row] = avail
+        self.gpu_full[row] = full
+        self.full_count[row] = np.count_nonzero(full)
+        self.max_avail[row] = avail.max() if self.max_gpus else 0
+        self.total_avail[row] = avail.sum()
+        self.clock += 1
+        self.version[row] = self.clock
 
     def changed_since(self, clock: int) -> IntArray:
         """Indices of the nodes whose state changed after ``clock`` (a value of ``self.clock``)."""
@@ -152,7 +170,8 @@ class AllocationBook:
 
     @property
     def allocated_gpu_milli(self) -> int:
-        return int((np.where(self.gpu_present, MILLI_PER_GPU - self.gpu_milli_free, 0)).sum())
+        """Milli-GPU held by allocations (kept as they change; ``check_invariants`` re-derives it)."""
+        return self._allocated_milli
 
     def node(self, name: str) -> int:
         try:
@@ -208,6 +227,7 @@ class AllocationBook:
         if gpus:
             idx = np.array(gpus, np.int64)
             self.gpu_milli_free[node, idx] -= request.gpu_milli
+            self._allocated_milli += request.gpu_milli * len(gpus)
             if request.is_whole:
                 gpu_memory = int(self.gpu_mem_capacity[node, idx].max())
                 self.gpu_mem_free[node, idx] = 0
@@ -231,6 +251,7 @@ class AllocationBook:
         if allocation.gpu_indices:
             idx = np.array(allocation.gpu_indices, np.int64)
             self.gpu_milli_free[node, idx] += allocation.gpu_milli
+            self._allocated_milli -= allocation.gpu_milli * len(allocation.gpu_indices)
             if request.is_whole:
                 self.gpu_mem_free[node, idx] = self.gpu_mem_capacity[node, idx]
             else:
@@ -285,9 +306,13 @@ class AllocationBook:
         self.node_ok[:] = snapshot.node_ok
         self.affinity[:] = snapshot.affinity
         self.allocations = dict(snapshot.allocations)
+        self._allocated_milli = self._derived_allocated_milli()
         rows = np.flatnonzero(changed)
         if rows.size:
             self._refresh(rows)
+
+    def _derived_allocated_milli(self) -> int:
+        return int((np.where(self.gpu_present, MILLI_PER_GPU - self.gpu_milli_free, 0)).sum())
 
     # ------------------------------------------------------------------ audit
     def check_invariants(self) -> None:
@@ -323,5 +348,7 @@ class AllocationBook:
             problems.append("GPU free amounts drifted from the allocations")
         if not np.array_equal(affinity, self.affinity):
             problems.append("affinity counts drifted from the allocations")
+        if self._allocated_milli != self._derived_allocated_milli():
+            problems.append("the allocated milli-GPU total drifted from the allocations")
         if problems:
             raise AllocationError("; ".join(problems))

@@ -52,6 +52,9 @@ class Admission:
         self.options = options
         self.rack_of = rack_of
         self.zone_of = zone_of
+        # Capacities never change, so verdicts are kept per shape (a trace repeats a few shapes).
+        self._impossible: dict[tuple[object, ...], str | None] = {}
+        self._holds: dict[tuple[object, ...], bool] = {}
 
     def rejection(self, job: Job, tenants: Tenants) -> str | None:
         """Why the job can never run (None: it may, some day)."""
@@ -59,10 +62,17 @@ class Admission:
         vc = tenants.get(spec.vc)
         if vc is None:
             return f"unknown virtual cluster {spec.vc!r} (known: {', '.join(tenants.names)})"
-        impossible = never_fits(self.book, spec.member_request(0))
+        shape = (spec.member.shape, spec.topology)
+        if shape not in self._impossible:
+            verdict = never_fits(self.book, spec.member_request(0))
+            self._impossible[shape] = None if verdict is None else verdict.reason
+        impossible = self._impossible[shape]
         if impossible is not None:
-            return f"no node could ever hold a member: {impossible.reason}"
-        if not self.cluster_could_hold(spec):
+            return f"no node could ever hold a member: {impossible}"
+        gang = (*shape, spec.members, spec.minimum)
+        if gang not in self._holds:
+            self._holds[gang] = self.cluster_could_hold(spec)
+        if not self._holds[gang]:
             return (f"the gang ({spec.minimum}+ members) is larger than the cluster could ever hold"
                     + (f" within one {spec.topology.name.lower()}" if spec.topology else ""))
         if spec.opportunistic:

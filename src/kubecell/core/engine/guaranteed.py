@@ -6,7 +6,7 @@ at most), then settles for its minimum, so a gang whose minimum fits the guarant
 When nothing fits, borrowed and opportunistic work in the way is reclaimed (``reclaim``).
 
 A job without GPUs holds no cell: it runs guaranteed only on nodes without GPUs, which no guarantee
-covers, and borrows elsewhere (``scavenge``).
+covers, or on nodes pinned whole to its VC, and borrows elsewhere (``scavenge``).
 """
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ def start_guaranteed(session: Session, attempt: Attempt, vc: VirtualCluster, roo
                 if not session.regions.can_bind_all(vc.name, region.binds):
                     continue
                 session.regions.materialise(region, vc, spec)
-            if session.fits(attempt, region, most, least):
-                return session.start(attempt, region, JobClass.GUARANTEED, most=most, least=least)
+                if session.fits(attempt, region, most, least):
+                    return session.start(attempt, region, JobClass.GUARANTEED, most=most, least=least)
+            elif session.start(attempt, region, JobClass.GUARANTEED, most=most, least=least):
+                return True  # nothing to bind first: trying to place is the fit test
     if not session.options.topology_aware_reclaim:
         return reclaim_by_count(session, attempt, vc, regions[0], most)
     return reclaim_for_guarantee(session, attempt, vc, regions, most)
@@ -54,8 +56,9 @@ def _start_without_gpus(session: Session, attempt: Attempt, vc: VirtualCluster) 
     region = regions[0]
     if session.fits(attempt, region, spec.members, spec.minimum):
         return session.start(attempt, region, JobClass.GUARANTEED, most=spec.members, least=spec.minimum)
-    if session.options.cells and session.options.topology_aware_reclaim and session.regions.gpu_free_nodes.any():
-        return reclaim_for_guarantee(session, attempt, vc, regions, spec.members, "on nodes without GPUs")
-    where = "on nodes without GPUs" if session.options.cells else "anywhere"
+    where = f"on {region.label}" if session.options.cells else "anywhere"
+    if session.options.cells and session.options.topology_aware_reclaim and region.nodes is not None \
+            and region.nodes.any():
+        return reclaim_for_guarantee(session, attempt, vc, regions, spec.members, where)
     attempt.reason = no_room_reason(session, attempt, region, where)
     return False

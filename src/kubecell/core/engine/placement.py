@@ -98,7 +98,6 @@ class GangPlacer:
         self.placer = placer
         self.rack_of = rack_of
         self.zone_of = zone_of
-        self._hardware: IntArray | None = None
 
     # ------------------------------------------------------------------ PreFilter
     def scope(self, spec: JobSpec, allowed: BoolArray | None, nodes: BoolArray | None, most: int,
@@ -211,7 +210,7 @@ class GangPlacer:
                 _, rank, node, stamp = heapq.heappop(heap)
                 if version.get(node, 0) == stamp:
                     break
-            key = key_of.get(node) or self._state_key(node, allowed)
+            key = key_of.get(node) or placer.state_key(node, allowed)
             gpus = gpus_by_state.get(key)
             if gpus is None:
                 row = allowed[node] if allowed is not None else None
@@ -221,7 +220,7 @@ class GangPlacer:
             version[node] = version.get(node, 0) + 1
             if capacity[node] <= 0:
                 continue
-            key = key_of[node] = self._state_key(node, allowed)
+            key = key_of[node] = placer.state_key(node, allowed)
             score = score_by_state.get(key)
             if score is None:
                 one = np.array([node], np.int64)
@@ -231,15 +230,3 @@ class GangPlacer:
                     value = placer.policy.score(book, first, one)
                 score = score_by_state[key] = int(value[0])
             heapq.heappush(heap, (-score, rank, node, version[node]))
-
-    def _state_key(self, node: int, allowed: BoolArray | None) -> tuple[object, ...]:
-        """Everything a node-local policy may read about a node: equal keys, equal scores and GPU choices."""
-        book = self.book
-        if self._hardware is None:
-            rows = np.column_stack([book.model_id, book.cpu_capacity, book.mem_capacity, book.gpu_mem_capacity,
-                                    book.gpu_present, book.nvlink_group, book.numa_group]).astype(np.int64)
-            self._hardware = np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
-        return (int(self._hardware[node]), int(book.cpu_free[node]), int(book.mem_free[node]),
-                book.gpu_milli_free[node].tobytes(), book.gpu_mem_free[node].tobytes(),
-                book.gpu_healthy[node].tobytes(), bool(book.node_ok[node]), book.affinity[node].tobytes(),
-                allowed[node].tobytes() if allowed is not None else None)

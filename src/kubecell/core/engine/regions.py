@@ -9,8 +9,10 @@ over cells also gets a region made of the VC's bound cells plus as many new cell
 needs (bounded by the cells the VC may still bind).
 
 Borrowed and opportunistic work prefers cells nobody has bound, then takes any idle capacity. A
-GPU-less job runs guaranteed only on nodes without GPUs, which no guarantee covers; on GPU nodes it
-borrows, so that it can be reclaimed when a guarantee needs the host's CPU or memory.
+GPU-less job runs guaranteed only where it can keep no other VC from its guarantee: on nodes without
+GPUs, which no guarantee covers, and on nodes pinned whole to its own VC. Elsewhere it borrows, so it is
+reclaimed when a guarantee needs the host's CPU or memory (a binding is dynamic: a node bound to its VC
+today may be another VC's tomorrow).
 """
 
 from __future__ import annotations
@@ -68,7 +70,8 @@ class Regions:
         if not spec.member.wants_gpu:
             if not self.options.cells:
                 return [Region(None)]
-            return [Region(None, self.gpu_free_nodes, label="nodes without GPUs")]
+            return [Region(None, self.gpu_free_nodes | self.pinned_nodes(vc), label="nodes without GPUs or "
+                           f"pinned to {vc.name}")]
         if not self.options.cells:
             return [Region(None, label="cluster")]
         models = spec.member.gpu_models
@@ -184,6 +187,12 @@ class Regions:
             return 0
         mask = self.tenancy.owner == self.tenancy.vc_index[vc.name]
         return int((self.book.gpu_full & mask).sum())
+
+    def pinned_nodes(self, vc: VirtualCluster) -> BoolArray:
+        """Nodes whose every GPU lies in cells pinned to the VC (its for good, whatever runs there)."""
+        pinned = self.mask_of(cell for cell, owner in self.tenancy.pinned.items() if owner == vc.name)
+        covered: BoolArray = (pinned | ~self.book.gpu_present).all(axis=1) & self.gpu_nodes
+        return covered
 
     # ------------------------------------------------------------------ beyond the guarantee
     def scavenge(self, spec: JobSpec) -> list[Region]:

@@ -61,8 +61,8 @@ def scavenge(session: Session, attempt: Attempt, job_class: JobClass, most: int)
     attempt.job_class = job_class
     regions = session.regions.scavenge(spec)
     for region in regions:
-        if session.fits(attempt, region, most, spec.minimum):
-            return session.start(attempt, region, job_class, most=most, least=spec.minimum)
+        if session.start(attempt, region, job_class, most=most, least=spec.minimum):
+            return True
     last = regions[-1]
     if job_class == JobClass.BORROWED:
         candidates = victim_candidates(session, attempt, last)

@@ -41,6 +41,8 @@ class RunRecord:
     placed: int
     failed: int
     seconds: float
+    placements: dict[str, tuple[str, tuple[int, ...]]] | None = None
+    """Pod name -> (node name, GPU indices), when asked for (to compare decision paths)."""
 
     @property
     def decisions(self) -> int:
@@ -60,9 +62,11 @@ def run_packing(
     *,
     inflate: float = 1.3,
     typical: Sequence[TypicalPod] | None = None,
+    record_placements: bool = False,
 ) -> RunRecord:
     """Replay ``pods`` onto an empty cluster of ``nodes`` with ``policy``; one RNG per seed drives
-    the shuffle, the inflation draws, the tie-break rank of nodes and any random choices."""
+    the shuffle, the inflation draws, the tie-break rank of nodes and any random choices.
+    ``record_placements`` keeps where every placed pod went."""
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
     typical = list(typical) if typical is not None else typical_pods_of(pods)
@@ -84,6 +88,7 @@ def run_packing(
     idle_milli = int(book.total_avail.sum())
     fragment_total = float(node_fragment.sum())
     failed = 0
+    placements: dict[str, tuple[str, tuple[int, ...]]] | None = {} if record_placements else None
     for i, pod in enumerate(sequence):
         request = pod.request()
         arrived_milli += pod.total_gpu_milli
@@ -92,6 +97,8 @@ def run_packing(
             failed += 1
         else:
             book.allocate(request, placement.node, placement.gpus)
+            if placements is not None:
+                placements[pod.name] = (book.nodes[placement.node].name, placement.gpus)
             row = np.array([placement.node], np.int64)
             new = measure.node_fragmentation(book.cpu_free[row], book.gpu_avail[row], book.model_id[row])[0]
             fragment_total += new - node_fragment[placement.node]
@@ -115,4 +122,5 @@ def run_packing(
         placed=count - failed,
         failed=failed,
         seconds=time.perf_counter() - started,
+        placements=placements,
     )
