@@ -22,6 +22,7 @@ STATE_FIELDS = (
     "gpu_milli_free",
     "gpu_mem_free",
     "gpu_healthy",
+    "node_ok",
     "affinity",
     "gpu_avail",
     "gpu_full",
@@ -365,6 +366,27 @@ def test_unknown_gpu_memory_is_not_enforced() -> None:
     assert book.full_count[0] == 2
 
 
+def test_failed_node_takes_no_work_of_any_kind_and_keeps_what_it_runs() -> None:
+    book = small_cluster()
+    book.allocate(share("s", milli=100), 0, [0])
+    book.set_node_health(0, False)
+    assert set(book.allocations) == {"s"}
+    assert book.total_avail[0] == 0
+    assert book.full_count[0] == 0
+    cpu_only = Request("cpu", cpu_milli=100)
+    with pytest.raises(AllocationError, match="failed"):
+        book.allocate(cpu_only, 0)
+    snapshot = book.snapshot()
+    book.set_node_health(0, True)
+    assert book.gpu_healthy[0, :2].all()
+    assert book.total_avail[0] == 1900
+    book.allocate(cpu_only, 0)
+    book.restore(snapshot)
+    assert not book.node_ok[0]
+    assert "cpu" not in book.allocations
+    book.check_invariants()
+
+
 def test_check_invariants_detects_drift() -> None:
     book = small_cluster()
     book.allocate(share("s", milli=100), 0, [0])
@@ -375,6 +397,10 @@ def test_check_invariants_detects_drift() -> None:
     book.gpu_milli_free[0, 0] -= 1
     book.cpu_free[1] -= 1
     with pytest.raises(AllocationError, match="CPU/memory free amounts drifted"):
+        book.check_invariants()
+    book.cpu_free[1] += 1
+    book._allocated_milli += 1
+    with pytest.raises(AllocationError, match="allocated milli-GPU total drifted"):
         book.check_invariants()
 
 
@@ -413,11 +439,13 @@ class OracleNode:
     cpu_free: int
     mem_free: int
     gpus: list[OracleGpu]
+    ok: bool = True
 
 
 def _copy_oracle(nodes: list[OracleNode]) -> list[OracleNode]:
     return [
-        OracleNode(n.node, n.cpu_free, n.mem_free, [OracleGpu(g.capacity, g.healthy, dict(g.holders)) for g in n.gpus])
+        OracleNode(n.node, n.cpu_free, n.mem_free, [OracleGpu(g.capacity, g.healthy, dict(g.holders)) for g in n.gpus],
+                   n.ok)
         for n in nodes
     ]
 
@@ -485,6 +513,8 @@ class BookMachine(RuleBasedStateMachine):
         if not 0 <= node < len(self.oracle):
             return False
         state = self.oracle[node]
+        if not state.ok:
+            return False
         if len(gpus) != request.gpu_count or len(set(gpus)) != len(gpus):
             return False
         if state.cpu_free < request.cpu_milli or state.mem_free < request.memory_mib:
@@ -568,6 +598,16 @@ class BookMachine(RuleBasedStateMachine):
         self.book.set_gpu_health(node, gpu, healthy)
         self.oracle[node].gpus[gpu].healthy = healthy
 
+    @rule(data=st.data())
+    def toggle_node(self, data: st.DataObject) -> None:
+        assert self.book is not None
+        node = data.draw(st.integers(0, self.book.size - 1))
+        healthy = data.draw(st.booleans())
+        self.book.set_node_health(node, healthy)
+        self.oracle[node].ok = healthy
+        for gpu in self.oracle[node].gpus:
+            gpu.healthy = healthy
+
     @rule()
     def save(self) -> None:
         assert self.book is not None
@@ -585,7 +625,7 @@ class BookMachine(RuleBasedStateMachine):
         self.oracle = _copy_oracle(oracle)
         self.names = set(names)
         after = state_of(self.book)
-        raw = ("cpu_free", "mem_free", "gpu_milli_free", "gpu_mem_free", "gpu_healthy", "affinity")
+        raw = ("cpu_free", "mem_free", "gpu_milli_free", "gpu_mem_free", "gpu_healthy", "node_ok", "affinity")
         differs = np.zeros(self.book.size, np.bool_)
         for key in raw:
             diff = before[key] != after[key]
@@ -603,18 +643,20 @@ class BookMachine(RuleBasedStateMachine):
         assert (book.gpu_milli_free >= 0).all()
         assert (book.gpu_mem_free >= 0).all()
         assert set(book.allocations) == self.names
+        assert book.allocated_gpu_milli == sum(MILLI_PER_GPU - g.milli_free for n in self.oracle for g in n.gpus)
         for i, state in enumerate(self.oracle):
+            assert bool(book.node_ok[i]) == state.ok
             assert book.cpu_free[i] == state.cpu_free
             assert book.mem_free[i] == state.mem_free
             for j, g in enumerate(state.gpus):
                 assert book.gpu_milli_free[i, j] == g.milli_free
-                assert book.gpu_avail[i, j] == (g.milli_free if g.healthy else 0)
-                assert book.gpu_full[i, j] == (g.healthy and not g.holders)
+                assert book.gpu_avail[i, j] == (g.milli_free if g.healthy and state.ok else 0)
+                assert book.gpu_full[i, j] == (g.healthy and state.ok and not g.holders)
                 if g.capacity:
                     expected = 0 if any(w for _, _, w in g.holders.values()) else g.capacity - g.memory_used
                     assert book.gpu_mem_free[i, j] == expected
-            usable = [g.milli_free if g.healthy else 0 for g in state.gpus]
-            assert book.full_count[i] == sum(1 for g in state.gpus if g.healthy and not g.holders)
+            usable = [g.milli_free if g.healthy and state.ok else 0 for g in state.gpus]
+            assert book.full_count[i] == sum(1 for g in state.gpus if g.healthy and state.ok and not g.holders)
             assert book.total_avail[i] == sum(usable)
             assert book.max_avail[i] == max(usable, default=0)
 

@@ -79,3 +79,15 @@ def test_total_variation() -> None:
 def test_shape_of_uses_scoring_defaults_and_sorted_models() -> None:
     request = Request("x", gpu_count=1, gpu_milli=300, gpu_models=frozenset({"V100M32", "T4"}))
     assert shape_of(request) == PodShape(100, 300, 1, "T4|V100M32")
+
+
+def test_a_gang_of_arrivals_weighs_exactly_as_the_same_arrivals_one_by_one() -> None:
+    one_by_one, together = DemandModel(half_life=7.0), DemandModel(half_life=7.0)
+    small, big = Request("s", cpu_milli=1000, memory_mib=100, gpu_count=1, gpu_milli=250), \
+        Request("b", cpu_milli=8000, memory_mib=900, gpu_count=2, gpu_milli=1000)
+    for request, count in ((small, 3), (big, 40), (small, 1), (big, 5)):
+        for _ in range(count):
+            one_by_one.observe(request)
+        together.observe(request, count)
+    assert together.arrivals == one_by_one.arrivals == 49
+    assert together.typical() == one_by_one.typical()

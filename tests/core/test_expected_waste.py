@@ -458,3 +458,39 @@ def test_every_decision_is_feasible_and_commits(book: AllocationBook, requests: 
         placement = placer.place_and_commit(request)
         assert (placement is not None) == fits_somewhere
         book.check_invariants()
+
+
+def test_checks_fall_due_on_the_one_by_one_schedule() -> None:
+    policy = ExpectedWastePolicy(check_every=64, relearn_every=100)
+    policy.attach(AllocationBook([t4_node("n", gpus=2)]))
+    due = []
+    for n in range(1, 400):
+        demand, relearn = policy._checks_due(1, attached=True)
+        due.append((n, demand, relearn))
+        policy.observe(gpu_pod(f"p{n}", milli=500))
+    for n, demand, relearn in due:
+        assert demand == (n & (n - 1) == 0 or n % 64 == 0), n
+        assert relearn == (n % 100 == 0), n
+
+
+def test_a_gang_is_learned_as_its_members_with_one_check() -> None:
+    book_a, book_b = AllocationBook([t4_node("n", gpus=4)]), AllocationBook([t4_node("n", gpus=4)])
+    # Without decay, exposure is a plain count of arrivals times GPUs (decay is applied lazily whenever the
+    # table is rebuilt, so with it, checks at 1, 2, 4, ... would decay a different history).
+    one_by_one, together = ExpectedWastePolicy(fate_half_life=None), ExpectedWastePolicy(fate_half_life=None)
+    one_by_one.attach(book_a)
+    together.attach(book_b)
+    member = gpu_pod("m", milli=250)
+    for _ in range(300):
+        one_by_one.observe(member)
+    together.observe(member, 300)
+    assert together.demand_model is not None
+    assert one_by_one.demand_model is not None
+    assert together.demand_model.arrivals == one_by_one.demand_model.arrivals == 300
+    assert together.fates is not None
+    assert one_by_one.fates is not None
+    assert together.fates.arrivals == 300
+    np.testing.assert_allclose(together.fates.exposure, one_by_one.fates.exposure)
+    assert together.demand == one_by_one.demand  # one shape: the same estimate
+    assert together.refreshes == 1  # checked once after the gang, not at 1, 2, 4, ... 256
+    assert one_by_one.refreshes >= 1

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from kubecell.core.book import AllocationBook
 from kubecell.core.model import MILLI_PER_GPU, Request, TopologyLevel, make_node
+from kubecell.core.placement.filters import feasible_mask
 from kubecell.core.placement.frag import PodShape, TypicalPod
 from kubecell.core.placement.placer import Placement, Placer
 from kubecell.core.placement.policies.utilization import Binpack
@@ -207,3 +208,52 @@ def test_tie_rank_validation_and_default() -> None:
     assert Placer(named, make_policy("binpack")).tie_rank.tolist() == [2, 0, 1]
     with pytest.raises(ValueError, match="one entry per node"):
         Placer(book, make_policy("binpack"), tie_rank=np.arange(4))
+
+
+@pytest.mark.parametrize("name", [*NODE_LOCAL, "kubecell", "random"])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs=node_specs, ops=operations(), seed=st.integers(0, 10_000))
+def test_a_request_takes_only_the_gpus_tenancy_allows(name: str, specs: list[tuple[int, int, str]],
+                                                      ops: list[tuple[str, int]], seed: int) -> None:
+    book = build_cluster(specs)
+    rng = np.random.default_rng(seed)
+    placer = Placer(book, make_policy(name, TYPICAL), tie_rank=rng.permutation(book.size), rng=rng)
+    for step, (_, value) in enumerate(ops):
+        request_ = Request(f"r{step}", **SHAPES[value % len(SHAPES)])
+        allowed = rng.random((book.size, book.max_gpus)) < 0.6
+        feasible = feasible_mask(book, request_, allowed)
+        placement = placer.decide(request_, allowed)
+        if placement is None:
+            assert not feasible.any()
+            continue
+        assert feasible[placement.node]
+        assert all(allowed[placement.node, gpu] for gpu in placement.gpus)
+        book.allocate(request_, placement.node, placement.gpus)  # it really fits
+        other = Request(f"q{step}", **SHAPES[(value + 1) % len(SHAPES)])
+        if name != "random" and other.wants_gpu:
+            # For a GPU request, a mask of whole nodes decides exactly as those nodes given as a node filter
+            # (a CPU-only request takes no GPU, so only the node filter binds it).
+            rows = rng.random(book.size) < 0.7
+            whole_rows = np.repeat(rows[:, None], book.max_gpus, axis=1)
+            assert placer.decide(other, whole_rows) == placer.decide(other, None, rows)
+    book.check_invariants()
+
+
+@pytest.mark.parametrize("name", ["fgd", "kubecell", "gpupacking"])
+def test_a_share_goes_to_the_best_allowed_gpu_and_the_node_scores_as_that_gpu(name: str) -> None:
+    book = build_cluster([(64000, 4, "A100"), (64000, 4, "A100")])
+    book.allocate(Request("half", gpu_count=1, gpu_milli=500), 0, [1])
+    book.allocate(Request("most", gpu_count=1, gpu_milli=800), 1, [2])
+    placer = Placer(book, make_policy(name, TYPICAL))
+    request_ = Request("s", cpu_milli=1000, gpu_count=1, gpu_milli=200)
+    best = placer.decide(request_)
+    assert best is not None
+    allowed = np.ones((book.size, book.max_gpus), np.bool_)
+    allowed[best.node, best.gpus[0]] = False  # tenancy forbids the GPU the policy likes best
+    second = placer.decide(request_, allowed)
+    assert second is not None
+    assert second != best
+    assert allowed[second.node, second.gpus[0]]
+    one = np.array([second.node], np.int64)
+    assert placer.policy.score_within(book, request_, one, allowed[one])[0] == max(
+        placer.policy.score_within(book, request_, np.array([n], np.int64), allowed[[n]])[0] for n in range(2))

@@ -263,6 +263,23 @@ def test_unbinding_a_bad_bound_cell_recomputes_doomed_cells() -> None:
     assert remaining_fits(forest, state)
 
 
+def test_the_vc_whose_bound_cell_failed_bears_the_doom_not_a_bystander() -> None:
+    # b asks for more nodes than a, so the old rule charged b; but it was a's node that failed.
+    forest, book, state = build(make_nodes(4), {"a": {"gpus": 16}, "b": {"gpus": 16}})
+    state.bind("a", forest.by_id["n0"])
+    state.bind("a", forest.by_id["n1"])
+    mark_bad(book, state, 0)
+    state.unbind(forest.by_id["n0"])  # a's job there stopped: its guarantee needs a node again
+    assert state.doomed == {"a": Counter({(V, NODE): 1})}
+    assert state.remaining("b") == Counter({(V, NODE): 2})  # b can still bind both of its nodes
+    assert remaining_fits(forest, state)
+    mark_bad(book, state, 0, healthy=True)
+    assert state.doomed == {}
+    # A free cell that fails belonged to nobody: the old rule decides (the VC asking for most).
+    mark_bad(book, state, 3)
+    assert state.doomed == {"b": Counter({(V, NODE): 1})}
+
+
 def test_releasing_a_healthy_cell_lifts_the_doom_its_split_caused() -> None:
     # b's 4-GPU cell splits n1, then n0 fails: a's node cannot be met. Releasing b's (healthy) cell makes
     # n1 whole again, so a's doom must go; a stale charge would keep a off n1 until n0 is repaired.

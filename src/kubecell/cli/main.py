@@ -22,7 +22,13 @@ from rich.table import Table
 
 from kubecell import __version__
 from kubecell.core.errors import KubecellError
-from kubecell.core.placement.registry import DEFAULT_POLICY, FGD_BASELINES, parse_policy_list, policy_summaries
+from kubecell.core.placement.registry import (
+    DEFAULT_POLICY,
+    FGD_BASELINES,
+    canonical_policy_name,
+    parse_policy_list,
+    policy_summaries,
+)
 from kubecell.sim.dynamic import runner as dynamic
 from kubecell.sim.dynamic.metrics import PolicyMetrics
 from kubecell.sim.packing.metrics import PolicySummary, RunCurves
@@ -188,6 +194,8 @@ def sim_dynamic(
     tenants: Annotated[Path | None, typer.Option(
         help="Tenant configuration YAML (default: the bundled Philly VCs).")] = None,
     policy: Annotated[str, typer.Option(help="Comma-separated tenancy policies.")] = ",".join(dynamic.DEFAULT_POLICIES),
+    placement: Annotated[str, typer.Option(
+        help="Placement policy every job member is placed with (see 'kubecell policies').")] = DEFAULT_POLICY,
     seed: Annotated[int, typer.Option(help="Seed of everything random (node-failure injection).", min=0)] = 0,
     days: Annotated[float | None, typer.Option(help="Keep jobs submitted in a window of N days.")] = None,
     start_day: Annotated[float, typer.Option(
@@ -207,6 +215,7 @@ def sim_dynamic(
     cluster = cluster or default_cluster
     tenants = tenants or default_tenants
     policies = dynamic.parse_policies(policy)
+    placement = canonical_policy_name(placement)
     dynamic.check_run_options(node_failures=node_failures, repair_hours=repair_hours, horizon_days=horizon_days)
     inputs = dynamic.load_inputs(cluster, tenants, workload, days=days, start_day=start_day,
                                  skip_bad_rows=skip_bad_rows)
@@ -231,14 +240,15 @@ def sim_dynamic(
             progress.update(task, advance=1, description=f"{label} done")
 
         run = dynamic.run_dynamic(inputs, policies, seed=seed, node_failures=node_failures, repair_hours=repair_hours,
-                          horizon_days=horizon_days, on_step=done)
-    meta = dynamic.run_meta(run, policies, seed=seed, days=days, horizon_days=horizon_days, repair_hours=repair_hours)
+                                  horizon_days=horizon_days, placement=placement, on_step=done)
+    meta = dynamic.run_meta(run, policies, placement=placement, seed=seed, days=days, horizon_days=horizon_days,
+                            repair_hours=repair_hours)
     page = dynamic.write_report(out, run, meta)
     policy_table, vc_table = _dynamic_tables(run.metrics, run.private)
     console.print(policy_table)
     console.print(vc_table)
-    console.print(f"{len(inputs.jobs)} jobs, {len(inputs.nodes)} nodes; wall time {run.wall_seconds:.1f} s; "
-                  f"report: {page}", soft_wrap=True)
+    console.print(f"{len(inputs.jobs)} jobs, {len(inputs.nodes)} nodes, placement {placement}; "
+                  f"wall time {run.wall_seconds:.1f} s; report: {page}", soft_wrap=True)
 
 
 @app.command()

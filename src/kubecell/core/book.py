@@ -205,6 +205,8 @@ class AllocationBook:
         where = f"{request.name!r} on {self.nodes[node].name!r}"
         if len(gpus) != request.gpu_count or len(set(gpus)) != len(gpus):
             raise AllocationError(f"{where}: needs {request.gpu_count} distinct GPUs, got {gpus}")
+        if not self.node_ok[node]:
+            raise AllocationError(f"{where}: the node has failed and takes no new work")
         if self.cpu_free[node] < request.cpu_milli or self.mem_free[node] < request.memory_mib:
             raise AllocationError(
                 f"{where}: CPU/memory oversubscribed (free {self.cpu_free[node]}m / "

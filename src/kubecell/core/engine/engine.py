@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kubecell.core.book import AllocationBook, IntArray
+from kubecell.core.book import AllocationBook, BoolArray, IntArray
 from kubecell.core.engine.admission import member_charge
 from kubecell.core.engine.attempt import Attempt, CycleResult, Outcome
 from kubecell.core.engine.bindings import adopt_cells, release_idle_cells
@@ -240,7 +240,7 @@ class Engine:
             active.remove(key)
             reasons[key] = attempt.reason
             # A starving job holds its nodes from now on, even while it tries to borrow in the next pass.
-            wake = s.reservations.maybe_reserve(job, now)
+            wake = s.reservations.maybe_reserve(job, now, s.jobs, self._reach(job))
             if wake is not None:
                 s.queue.wake_later(wake)
             if outcome == Outcome.DEFERRED:
@@ -250,6 +250,15 @@ class Engine:
             s.queue.class_waits(key, attempt.reason)
             job.wait_reason += s.reservations.note(job.name)
         return deferred
+
+    def _reach(self, job: Job) -> BoolArray | None:
+        """Where a starving job may reserve: inside its VC's cells when its guarantee could hold it."""
+        s = self.session
+        vc = s.tenants.get(job.vc)
+        if (vc is None or not s.options.cells or job.spec.opportunistic or not job.spec.member.wants_gpu
+                or s.admission.never_guaranteed(vc, job) is not None):
+            return None
+        return s.regions.reach(vc, job.spec)
 
     def _head(self, key: ClassKey) -> Job:
         job = self.session.queue.head(key)

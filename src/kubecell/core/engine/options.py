@@ -34,6 +34,7 @@ class EngineOptions:
     starvation_seconds: float | None = 4 * 3600.0
     """A job pending this long gets a reservation: its region stops taking other work until it fits."""
     max_reservations: int = 2
+    """Starvation reservations one VC may hold at a time."""
     max_preemptions: int = 3
     """A job preempted this often (opportunistic jobs excepted) no longer borrows, so it cannot be hit again."""
     reclaim_min_runtime_seconds: float = 0.0

@@ -188,6 +188,21 @@ class Regions:
         mask = self.tenancy.owner == self.tenancy.vc_index[vc.name]
         return int((self.book.gpu_full & mask).sum())
 
+    def reach(self, vc: VirtualCluster, spec: JobSpec) -> BoolArray:
+        """Nodes a guaranteed job of the VC could ever use now: its bound cells and the free cells it may
+        still bind that hold the job (a starving job reserves among these)."""
+        models = spec.member.gpu_models
+        nodes: BoolArray = np.asarray(self.owned_mask(vc, models).any(axis=1), np.bool_)
+        level = container_level(spec)
+        for (chain_name, cell_level), count in self.tenancy.remaining(vc.name).items():
+            chain = self.forest.chains[chain_name]
+            if count <= 0 or (models is not None and chain.model not in models):
+                continue
+            if cell_holds(chain.sizes[cell_level], cell_level, chain, spec, level):
+                for cell in self.tenancy.free_cells_of_type(chain.type_name(cell_level)):
+                    nodes[list(cell.nodes)] = True
+        return nodes
+
     def pinned_nodes(self, vc: VirtualCluster) -> BoolArray:
         """Nodes whose every GPU lies in cells pinned to the VC (its for good, whatever runs there)."""
         pinned = self.mask_of(cell for cell, owner in self.tenancy.pinned.items() if owner == vc.name)

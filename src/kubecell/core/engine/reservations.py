@@ -1,10 +1,13 @@
 """The starvation backstop: nodes held for jobs that have waited too long.
 
 A job pending longer than ``starvation_seconds`` reserves the nodes it needs (the ones holding the most
-free capacity for it, as few as cover it, inside one rack when it needs one). From then on borrowed and
-opportunistic work, growth included, and work of its own VC stop landing there, so the region drains
-and the job starts (Volcano #13: large jobs starved by a stream of small ones). A reservation never
-blocks another VC's guaranteed work: a guarantee is a promise, a reservation a backstop.
+free capacity for it, as few as cover it, inside one rack when it needs one) among the nodes it can
+use and no other reservation holds: a job its guarantee could hold reserves inside its VC's cells (bound, or free and bindable), where
+it will run; a job that can only borrow reserves anywhere. From then on borrowed and opportunistic
+work, growth included, and work of its own VC stop landing there, so the region drains and the job
+starts (Volcano #13: large jobs starved by a stream of small ones, here including the VC's own small
+jobs refilling its cells). A reservation never blocks another VC's guaranteed work: a guarantee is a
+promise, a reservation a backstop. Each VC holds at most ``max_reservations`` at a time.
 """
 
 from __future__ import annotations
@@ -61,22 +64,23 @@ class Reservations:
             return None
         return (job.queued_at or 0.0) + threshold
 
-    def maybe_reserve(self, job: Job, now: float) -> float | None:
-        """Reserve nodes for a starving job. Returns the time to look again when it is not starving yet."""
+    def maybe_reserve(self, job: Job, now: float, jobs: Mapping[str, Job], reach: BoolArray | None) -> float | None:
+        """Reserve nodes (among ``reach``, None: anywhere) for a starving job. Returns the time to look again
+        when it is not starving yet."""
         starving = self.starving_after(job)
         if starving is None or job.name in self.held:
             return None
         if now < starving:
             return starving
-        if len(self.held) >= self.options.max_reservations:
+        if sum(1 for name in self.held if jobs[name].vc == job.vc) >= self.options.max_reservations:
             return None
-        nodes = self._region(job)
+        nodes = self._region(job, reach)
         if nodes is not None:
             self.held[job.name] = nodes
             self.since[job.name] = now
         return None
 
-    def _region(self, job: Job) -> BoolArray | None:
+    def _region(self, job: Job, reach: BoolArray | None) -> BoolArray | None:
         """The nodes the job should wait for: the ones that take the most members now, as few as cover
         the job when empty, inside one rack when the job needs one."""
         spec = job.spec
@@ -93,7 +97,10 @@ class Reservations:
             if member.gpu_models is not None:
                 empty = np.where(model_mask(book, member), empty, 0)
         now = np.minimum(empty, member_capacity(book, member, None))
-        candidates = np.flatnonzero((empty > 0) & book.node_ok)
+        usable = (empty > 0) & book.node_ok
+        for nodes in self.held.values():  # never the nodes another starving job is draining
+            usable &= ~nodes
+        candidates = np.flatnonzero(usable if reach is None else usable & reach)
         if candidates.size == 0:
             return None
         if spec.topology is not None and TopologyLevel.RACK <= spec.topology < TopologyLevel.CLUSTER \
@@ -104,7 +111,9 @@ class Reservations:
             racks = self.rack_of[candidates]
             best_rack = max(set(racks.tolist()), key=lambda r: (now[candidates[racks == r]].sum(), -r))
             candidates = candidates[racks == best_rack]
-        order = candidates[np.lexsort((candidates, -now[candidates]))]
+        # The nodes that take the most members now, then the ones closest to taking one (most free GPU).
+        closest = book.full_count if member.is_whole else book.total_avail
+        order = candidates[np.lexsort((candidates, -closest[candidates], -now[candidates]))]
         chosen: list[int] = []
         total = 0
         for node in order:

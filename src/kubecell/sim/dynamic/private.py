@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from kubecell.core.engine.job import JobSpec
 from kubecell.core.engine.options import EngineOptions
 from kubecell.core.model import Node, make_node
+from kubecell.core.placement.registry import DEFAULT_POLICY
 from kubecell.core.tenancy.config import Tenants, VirtualCluster, resolve_tenants
 from kubecell.core.topology import CellChain, CellForest
 from kubecell.sim.dynamic.simulator import DynamicSimulation, JobRecord, SimulationResult
@@ -115,13 +116,15 @@ def run_private_baseline(
     sample_seconds: float = 3600.0,
     checkpoint_seconds: float = 1800.0,
     horizon: float | None = None,
+    placement: str = DEFAULT_POLICY,
 ) -> PrivateBaseline:
-    """Run ``vc_name``'s jobs (the others are ignored) alone on its private cluster."""
+    """Run ``vc_name``'s jobs (the others are ignored) alone on its private cluster, placed with the same
+    placement policy as the shared run."""
     vc = tenants.require(vc_name)
     nodes = private_nodes(forest, vc)
     own = CellForest(nodes)
     private = private_tenants(vc_name, nodes, own)
     mine = [job for job in jobs if job.vc == vc_name]
     result = DynamicSimulation(nodes, private, PRIVATE_OPTIONS, mine, sample_seconds=sample_seconds,
-                               checkpoint_seconds=checkpoint_seconds, horizon=horizon).run()
+                               checkpoint_seconds=checkpoint_seconds, horizon=horizon, placement=placement).run()
     return PrivateBaseline(vc_name, nodes, private, result)

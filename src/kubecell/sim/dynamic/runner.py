@@ -22,6 +22,7 @@ from kubecell.core.engine.job import JobSpec
 from kubecell.core.engine.options import PRESETS, engine_options
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import Node
+from kubecell.core.placement.registry import DEFAULT_POLICY
 from kubecell.core.tenancy.config import Tenants, resolve_tenants
 from kubecell.core.topology import CellForest
 from kubecell.sim.dynamic.cluster import YamlDocument, load_cluster
@@ -145,9 +146,11 @@ def run_dynamic(
     horizon_days: float | None = None,
     sample_seconds: float = SAMPLE_SECONDS,
     checkpoint_seconds: float = CHECKPOINT_SECONDS,
+    placement: str = DEFAULT_POLICY,
     on_step: Callable[[str], None] | None = None,
 ) -> DynamicRun:
-    """Run every policy and every VC's private baseline; ``on_step(label)`` after each simulation.
+    """Run every policy and every VC's private baseline, all placing with the ``placement`` policy;
+    ``on_step(label)`` after each simulation.
 
     Node failures (if any) hit the shared cluster only: a private cluster is other hardware.
     """
@@ -163,7 +166,7 @@ def run_dynamic(
     for policy in policies:
         simulation = DynamicSimulation(inputs.nodes, inputs.tenants, engine_options(policy), jobs, node_events=events,
                                        sample_seconds=sample_seconds, checkpoint_seconds=checkpoint_seconds,
-                                       horizon=horizon)
+                                       horizon=horizon, placement=placement)
         results.append(simulation.run())
         if on_step is not None:
             on_step(policy)
@@ -173,7 +176,8 @@ def run_dynamic(
         if vc not in with_jobs:
             continue
         baselines[vc] = run_private_baseline(inputs.forest, inputs.tenants, vc, jobs, sample_seconds=sample_seconds,
-                                             checkpoint_seconds=checkpoint_seconds, horizon=horizon)
+                                             checkpoint_seconds=checkpoint_seconds, horizon=horizon,
+                                             placement=placement)
         if on_step is not None:
             on_step(f"private {vc}")
     metrics = [policy_metrics(result, baselines) for result in results]

@@ -22,6 +22,7 @@ from kubecell.core.engine.job import Job, JobClass, JobPhase, JobSpec
 from kubecell.core.engine.options import EngineOptions
 from kubecell.core.model import Node
 from kubecell.core.placement.frag import FragmentationMeasure, PodShape, typical_pods
+from kubecell.core.placement.registry import DEFAULT_POLICY, PolicyContext, make_policy
 from kubecell.core.tenancy.config import Tenants
 
 
@@ -120,13 +121,17 @@ class DynamicSimulation:
         sample_seconds: float = 3600.0,
         checkpoint_seconds: float = 1800.0,
         horizon: float | None = None,
+        placement: str = DEFAULT_POLICY,
     ) -> None:
-        self.engine = Engine(nodes, tenants, options)
+        """``placement`` names the placement policy every member is placed with (FGD is given the
+        workload's typical member shapes in advance, as published; the others need nothing)."""
         # Fragmentation is measured against the workload's own typical member shapes (by job count).
         typical = typical_pods(
             (PodShape(s.member.cpu_milli or 100, s.member.gpu_milli, s.member.gpu_count,
                       "|".join(sorted(s.member.gpu_models or ()))) for s in jobs),
             coverage=0.95, include_cpu_pods=True)
+        self.placement = placement
+        self.engine = Engine(nodes, tenants, options, placement=make_policy(placement, PolicyContext(typical)))
         self._measure = FragmentationMeasure(typical, self.engine.book.model_names)
         self.options = options
         self.jobs = list(jobs)
