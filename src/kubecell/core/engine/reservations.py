@@ -1,13 +1,14 @@
 """The starvation backstop: nodes held for jobs that have waited too long.
 
-A job pending longer than ``starvation_seconds`` reserves the nodes it needs (the ones holding the most
-free capacity for it, as few as cover it, inside one rack when it needs one) among the nodes it can
-use and no other reservation holds: a job its guarantee could hold reserves inside its VC's cells (bound, or free and bindable), where
-it will run; a job that can only borrow reserves anywhere. From then on borrowed and opportunistic
-work, growth included, and work of its own VC stop landing there, so the region drains and the job
-starts (Volcano #13: large jobs starved by a stream of small ones, here including the VC's own small
-jobs refilling its cells). A reservation never blocks another VC's guaranteed work: a guarantee is a
-promise, a reservation a backstop. Each VC holds at most ``max_reservations`` at a time.
+A job pending longer than ``starvation_seconds`` reserves the nodes it needs (the ones that take the
+most of it now, then the ones closest to taking it, as few as cover it, inside one rack when it needs
+one) among the nodes it can use and no other reservation holds: a job its guarantee could hold reserves
+inside its VC's cells (bound, or free and bindable), where it will run; a job that can only borrow
+reserves anywhere. From then on borrowed and opportunistic work, growth included, and work of its own
+VC stop landing there, so the region drains and the job starts (Volcano #13: large jobs starved by a
+stream of small ones, here including the VC's own small jobs refilling its cells). A reservation never
+blocks another VC's guaranteed work: a guarantee is a promise, a reservation a backstop. Each VC holds
+at most ``max_reservations`` at a time.
 """
 
 from __future__ import annotations
