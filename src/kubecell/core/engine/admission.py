@@ -15,6 +15,7 @@ from kubecell.core.book import AllocationBook, IntArray
 from kubecell.core.engine.containers import cell_holds, container_level
 from kubecell.core.engine.job import Job, JobSpec
 from kubecell.core.engine.options import EngineOptions
+from kubecell.core.engine.placement import empty_capacity
 from kubecell.core.model import MILLI_PER_GPU, Request, TopologyLevel
 from kubecell.core.placement.filters import model_mask, never_fits
 from kubecell.core.tenancy.config import Tenants, VirtualCluster
@@ -121,31 +122,14 @@ class Admission:
         return types
 
     def _gpu_free_nodes_hold(self, spec: JobSpec) -> bool:
-        member = spec.member_request(0)
-        book = self.book
-        hosts = (book.gpu_count == 0) & (book.cpu_capacity >= member.cpu_milli) & (
-            book.mem_capacity >= member.memory_mib)
+        per_node = np.where(self.book.gpu_count == 0, empty_capacity(self.book, spec.member_request(0)), 0)
         if spec.topology == TopologyLevel.NODE and spec.members > 1:
-            per_node = np.minimum(book.cpu_capacity // max(member.cpu_milli, 1),
-                                  book.mem_capacity // max(member.memory_mib, 1))
-            return bool((hosts & (per_node >= spec.minimum)).any())
-        return bool(hosts.any())
+            return int(per_node.max(initial=0)) >= spec.minimum
+        return int(per_node.sum()) >= spec.minimum
 
     def cluster_could_hold(self, spec: JobSpec) -> bool:
         """Could the empty cluster hold the gang's minimum (inside one node, rack or zone if asked)?"""
-        member = spec.member_request(0)
-        book = self.book
-        per_node = np.full(book.size, 1 << 30, np.int64)
-        if member.cpu_milli:
-            per_node = np.minimum(per_node, book.cpu_capacity // member.cpu_milli)
-        if member.memory_mib:
-            per_node = np.minimum(per_node, book.mem_capacity // member.memory_mib)
-        if member.wants_gpu:
-            present = book.gpu_present.sum(axis=1)
-            gpu_cap = present // member.gpu_count if member.is_whole else present * (1000 // max(member.gpu_milli, 1))
-            per_node = np.minimum(per_node, gpu_cap)
-            if member.gpu_models is not None:
-                per_node = np.where(model_mask(book, member), per_node, 0)
+        per_node = empty_capacity(self.book, spec.member_request(0))
         level = spec.topology
         if level is None or spec.members == 1 or level < TopologyLevel.NODE or level >= TopologyLevel.CLUSTER:
             return int(per_node.sum()) >= spec.minimum

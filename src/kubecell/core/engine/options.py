@@ -33,7 +33,7 @@ class EngineOptions:
     """Reclaim picks victims by simulating the preemptor's placement; otherwise frees GPUs by count."""
     starvation_seconds: float | None = 4 * 3600.0
     """A job pending this long gets a reservation: its region stops taking other work until it fits."""
-    max_reservations: int = 2
+    max_reservations: int = 1
     """Starvation reservations one VC may hold at a time."""
     max_preemptions: int = 3
     """A job preempted this often (opportunistic jobs excepted) no longer borrows, so it cannot be hit again."""

@@ -32,7 +32,7 @@ import numpy as np
 from kubecell.core.book import AllocationBook, BoolArray, IntArray
 from kubecell.core.engine.job import JobSpec
 from kubecell.core.errors import AllocationError
-from kubecell.core.model import Allocation, Request, TopologyLevel
+from kubecell.core.model import MILLI_PER_GPU, Allocation, Request, TopologyLevel
 from kubecell.core.placement.filters import model_mask
 from kubecell.core.placement.placer import Placer
 
@@ -79,6 +79,22 @@ def member_capacity(book: AllocationBook, member: Request, allowed: BoolArray | 
     cap = np.minimum(cap, gpu_cap)
     if member.gpu_models is not None:
         cap = np.where(model_mask(book, member), cap, 0)
+    return cap
+
+
+def empty_capacity(book: AllocationBook, member: Request) -> IntArray:
+    """Members each node could take if it were empty (its capacity, whatever runs there now)."""
+    cap: IntArray = np.full(book.size, BIG, np.int64)
+    if member.cpu_milli:
+        cap = np.minimum(cap, book.cpu_capacity // member.cpu_milli)
+    if member.memory_mib:
+        cap = np.minimum(cap, book.mem_capacity // member.memory_mib)
+    if member.wants_gpu:
+        present = book.gpu_present.sum(axis=1)
+        per_gpu = 1 if member.is_whole else MILLI_PER_GPU // max(member.gpu_milli, 1)
+        cap = np.minimum(cap, present // member.gpu_count * per_gpu)
+        if member.gpu_models is not None:
+            cap = np.where(model_mask(book, member), cap, 0)
     return cap
 
 

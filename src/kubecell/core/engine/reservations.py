@@ -21,9 +21,8 @@ from kubecell.core.book import AllocationBook, BoolArray, IntArray
 from kubecell.core.engine.attempt import Attempt
 from kubecell.core.engine.job import Job, JobClass
 from kubecell.core.engine.options import EngineOptions
-from kubecell.core.engine.placement import member_capacity
+from kubecell.core.engine.placement import empty_capacity, member_capacity
 from kubecell.core.model import TopologyLevel
-from kubecell.core.placement.filters import model_mask
 
 
 class Reservations:
@@ -87,16 +86,7 @@ class Reservations:
         spec = job.spec
         member = spec.member_request(0)
         book = self.book
-        empty = np.full(book.size, 1 << 30, np.int64)
-        if member.cpu_milli:
-            empty = np.minimum(empty, book.cpu_capacity // member.cpu_milli)
-        if member.memory_mib:
-            empty = np.minimum(empty, book.mem_capacity // member.memory_mib)
-        if member.wants_gpu:
-            per = member.gpu_count if member.is_whole else 1
-            empty = np.minimum(empty, book.gpu_count // per)
-            if member.gpu_models is not None:
-                empty = np.where(model_mask(book, member), empty, 0)
+        empty = empty_capacity(book, member)
         now = np.minimum(empty, member_capacity(book, member, None))
         usable = (empty > 0) & book.node_ok
         for nodes in self.held.values():  # never the nodes another starving job is draining
