@@ -152,6 +152,19 @@ def test_unknown_policy(inputs: dict[str, Path], tmp_path: Path, monkeypatch: py
     assert not (tmp_path / "o").exists()
 
 
+def test_placement_policy_is_chosen_and_recorded(inputs: dict[str, Path], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r"
+    code = run_main(monkeypatch, args(inputs, out, "--policy", "kubecell", "--placement", "FGD"))
+    assert code == 0, capsys.readouterr().err
+    assert "placement fgd" in capsys.readouterr().out
+    assert json.loads((out / "run.json").read_text())["placement"] == "fgd"
+    code = run_main(monkeypatch, args(inputs, tmp_path / "o", "--placement", "tetris"))
+    _one_line_error(code, capsys.readouterr().err, "'tetris'", "kubecell")
+    assert not (tmp_path / "o").exists()
+
+
 def test_bad_row_stops_before_running(write: Writer, inputs: dict[str, Path], tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     inputs["a"] = write("philly/trace_a.csv", pcs_rows((0, 0.0, 10.0, 8)) + "1,oops,10,8,0,m\n")

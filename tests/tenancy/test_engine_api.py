@@ -173,7 +173,7 @@ def test_a_starving_guaranteed_job_reserves_inside_its_own_vcs_cells() -> None:
     eng.submit(whole("big", "a", 8), 1)
     eng.schedule(1)
     target = next(iter(nodes_of(eng, eng.jobs["s0"])))
-    arrivals = 16
+    arrivals, reasons = 16, []
     for tick in range(1, 30):
         now = 10.0 * tick
         on_target = sorted(name for name, job in eng.running.items() if name != "big"
@@ -185,9 +185,45 @@ def test_a_starving_guaranteed_job_reserves_inside_its_own_vcs_cells() -> None:
         arrivals += 1
         eng.schedule(now)
         eng.check_invariants()
+        if eng.jobs["big"].phase == JobPhase.PENDING:
+            reasons.append(eng.explain(f"s{arrivals - 1}"))
     big = eng.jobs["big"]
     assert big.phase == JobPhase.RUNNING, eng.explain("big")
     assert big.job_class == JobClass.GUARANTEED
     assert nodes_of(eng, big) == {target}
     late = eng.jobs[f"s{arrivals - 1}"]
     assert late.phase == JobPhase.PENDING  # the small jobs that came later wait their turn now
+    assert any("8 GPUs of it are held for a starving job" in reason for reason in reasons), reasons
+
+
+def test_a_starving_job_holds_its_guarantee_room_so_the_vcs_new_work_borrows_instead() -> None:
+    # a's small jobs finish on both of a's nodes; without a hold on the room, each new small job would
+    # start guaranteed on whichever node just freed a GPU and the big job would never have 8 GPUs of room.
+    eng = engine(make_nodes(4), {"a": {"gpus": 16}, "b": {"gpus": 16}}, starvation_seconds=30.0)
+    for i in range(16):
+        eng.submit(whole(f"s{i}", "a", 1), 0)
+    eng.submit(whole("b1", "b"), 0)
+    eng.submit(whole("b2", "b"), 0)  # b's nodes are busy: there is nothing else to borrow
+    eng.schedule(0)
+    eng.submit(whole("big", "a", 8), 1)
+    eng.schedule(1)
+    arrivals, borrowed_while_held = 16, 0
+    for tick in range(1, 60):
+        now = 10.0 * tick
+        if eng.jobs["big"].phase == JobPhase.RUNNING:
+            break
+        small = sorted(name for name, job in eng.running.items() if job.vc == "a")
+        eng.finish(small[tick % len(small)], now)  # a GPU frees on one of a's nodes or another
+        eng.submit(whole(f"s{arrivals}", "a", 1), now)
+        arrivals += 1
+        result = eng.schedule(now)
+        if eng.jobs["big"].phase == JobPhase.PENDING and "big" in eng.session.reservations:
+            for job in result.started:
+                if job.job_class == JobClass.GUARANTEED:  # only where the guarantee has room beyond the hold
+                    assert eng.usage["a"].guaranteed_milli <= 16_000 - 8_000
+                else:
+                    borrowed_while_held += 1
+        eng.check_invariants()
+    assert eng.jobs["big"].phase == JobPhase.RUNNING, eng.explain("big")
+    assert eng.jobs["big"].job_class == JobClass.GUARANTEED
+    assert borrowed_while_held > 0  # a's new work kept running, on borrowed capacity

@@ -24,11 +24,13 @@ def preempt_lower_priority(session: Session, attempt: Attempt, vc: VirtualCluste
     spec = job.spec
     used = session.ledger.of(vc.name).guaranteed_milli / 1000
     total = session.effective_guarantee(vc) / 1000
+    held = session.reservations.room_held(vc.name, session.jobs, job) / 1000
+    for_starving = f"; {held:g} GPUs of it are held for a starving job of the VC" if held else ""
     if not session.ledger.has_guaranteed_below(vc.name, spec.priority):
         attempt.reason = (f"VC {vc.name} guarantee in use ({used:g} of {total:g} GPUs) "
-                          "by work of equal or higher priority")
+                          f"by work of equal or higher priority{for_starving}")
         return False
-    need = job.min_milli - session.guarantee_room(vc)
+    need = job.min_milli - session.guarantee_room(vc, job)
     eligible: list[Job] = []
     protected_until: float | None = None
     for other in (session.jobs[name] for name in session.ledger.guaranteed_jobs(vc.name)):
@@ -54,14 +56,14 @@ def preempt_lower_priority(session: Session, attempt: Attempt, vc: VirtualCluste
                               f"jobs are protected by minRuntime until t={protected_until:g}")
         else:
             attempt.reason = (f"VC {vc.name} guarantee in use ({used:g} of {total:g} GPUs) "
-                              "by work of equal or higher priority")
+                              f"by work of equal or higher priority{for_starving}")
         return False
     for victim in chosen:
         session.set_class(victim, JobClass.BORROWED)
     if session.options.lazy_preemption:
         release_idle_cells(session)
     attempt.extra_victims = tuple(chosen)
-    if not start_guaranteed(session, attempt, vc, session.guarantee_room(vc)):
+    if not start_guaranteed(session, attempt, vc, session.guarantee_room(vc, job)):
         for victim in chosen:
             if victim.phase == JobPhase.RUNNING and victim.job_class == JobClass.BORROWED:
                 session.set_class(victim, JobClass.GUARANTEED)

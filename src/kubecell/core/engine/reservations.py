@@ -5,10 +5,12 @@ most of it now, then the ones closest to taking it, as few as cover it, inside o
 one) among the nodes it can use and no other reservation holds: a job its guarantee could hold reserves
 inside its VC's cells (bound, or free and bindable), where it will run; a job that can only borrow
 reserves anywhere. From then on borrowed and opportunistic work, growth included, and work of its own
-VC stop landing there, so the region drains and the job starts (Volcano #13: large jobs starved by a
-stream of small ones, here including the VC's own small jobs refilling its cells). A reservation never
-blocks another VC's guaranteed work: a guarantee is a promise, a reservation a backstop. Each VC holds
-at most ``max_reservations`` at a time.
+VC stop landing there; a job its guarantee could hold also holds the guarantee room it needs, so the
+VC's other work borrows instead of starting inside it (otherwise the node drains and the job still
+lacks the room). The region drains and the job starts (Volcano #13: large jobs starved by a stream of
+small ones, here including the VC's own small jobs refilling its cells). A reservation never blocks
+another VC's guaranteed work: a guarantee is a promise, a reservation a backstop. Each VC holds at most
+``max_reservations`` at a time.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Reservations:
         self.rack_of = rack_of
         self.held: dict[str, BoolArray] = {}  # job -> the nodes held for it
         self.since: dict[str, float] = {}
+        self.room: dict[str, int] = {}  # job -> guarantee (milli-GPU) held for it, when its guarantee holds it
 
     def __contains__(self, name: object) -> bool:
         return name in self.held
@@ -39,6 +42,13 @@ class Reservations:
     def drop(self, name: str) -> None:
         self.held.pop(name, None)
         self.since.pop(name, None)
+        self.room.pop(name, None)
+
+    def room_held(self, vc: str, jobs: Mapping[str, Job], besides: Job | None = None) -> int:
+        """Guarantee of ``vc`` held for its starving jobs (other than ``besides``): the VC's other work
+        may not start inside it, or the starving job would drain a node and still lack the room."""
+        return sum(milli for name, milli in self.room.items()
+                   if jobs[name].vc == vc and (besides is None or name != besides.name))
 
     def note(self, name: str) -> str:
         """What a waiting job's reason adds while it holds a reservation."""
@@ -65,8 +75,9 @@ class Reservations:
         return (job.queued_at or 0.0) + threshold
 
     def maybe_reserve(self, job: Job, now: float, jobs: Mapping[str, Job], reach: BoolArray | None) -> float | None:
-        """Reserve nodes (among ``reach``, None: anywhere) for a starving job. Returns the time to look again
-        when it is not starving yet."""
+        """Reserve nodes (among ``reach``, None: anywhere) for a starving job, and, when its guarantee could
+        hold it (``reach`` given), the guarantee room it needs. Returns the time to look again when it is
+        not starving yet."""
         starving = self.starving_after(job)
         if starving is None or job.name in self.held:
             return None
@@ -78,6 +89,8 @@ class Reservations:
         if nodes is not None:
             self.held[job.name] = nodes
             self.since[job.name] = now
+            if reach is not None:
+                self.room[job.name] = job.min_milli
         return None
 
     def _region(self, job: Job, reach: BoolArray | None) -> BoolArray | None:

@@ -76,10 +76,12 @@ class Session:
         return vc.guaranteed_milli - self.tenancy.doomed_gpus(vc.name) * 1000
 
     def guarantee_room(self, vc: VirtualCluster, job: Job | None = None) -> int:
-        """Guarantee not yet used by running guaranteed work or held by admitted jobs (other than ``job``)."""
+        """Guarantee not yet used by running guaranteed work, nor held by admitted jobs or for starving jobs
+        (other than ``job``)."""
         usage = self.ledger.of(vc.name)
         own = self.admitted.get(job.name, 0) if job is not None else 0
-        return self.effective_guarantee(vc) - usage.guaranteed_milli - usage.admitted_milli + own
+        held = self.reservations.room_held(vc.name, self.jobs, job)
+        return self.effective_guarantee(vc) - usage.guaranteed_milli - usage.admitted_milli + own - held
 
     def filters(self, region: Region, attempt: Attempt) -> tuple[BoolArray | None, BoolArray | None]:
         """The region's GPU and node masks, without the nodes other jobs' reservations hold against it."""

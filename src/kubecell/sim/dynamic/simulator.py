@@ -270,6 +270,8 @@ class DynamicSimulation:
 
     def _apply(self, result: CycleResult, now: float) -> None:
         engine = self.engine
+        for job in result.rejected:  # e.g. requeued after its VC was removed by a reload
+            self.records[job.name].rejected = job.wait_reason
         for job in result.evicted:
             self._interrupt(job, now)
         for job in result.started:
