@@ -42,6 +42,9 @@ class UsageLedger:
         self._guaranteed_priorities: dict[str, Counter[int]] = {}
         self._guaranteed_of: dict[str, set[str]] = {}
         self._released: list[tuple[int, int]] = []  # GPUs that lost guaranteed work since the last take
+        self._total_gpu = max(book.total_gpu_milli, 1)
+        self._total_cpu = max(int(book.cpu_capacity.sum()), 1)
+        self._shares: dict[str, float] = {}  # dominant shares since the VC's usage last changed
 
     def of(self, vc: str) -> VcUsage:
         return self.usage.setdefault(vc, VcUsage())
@@ -58,6 +61,7 @@ class UsageLedger:
                 for gpu in book.allocations[name].gpu_indices]
 
     def _change(self, job: Job, sign: int) -> None:
+        self._shares.pop(job.vc, None)
         usage = self.of(job.vc)
         milli = job.held_gpu_milli * sign
         usage.cpu_milli += job.spec.member.cpu_milli * len(job.running_members) * sign
@@ -113,13 +117,16 @@ class UsageLedger:
         return released
 
     def dominant_share(self, vc: str, weight: float) -> float:
-        """Weighted dominant-resource share: the larger of the VC's GPU and CPU fractions over its weight."""
-        usage = self.usage.get(vc)
-        if usage is None:
-            return float("inf")
-        gpu = usage.total_milli / max(self.book.total_gpu_milli, 1)
-        cpu = usage.cpu_milli / max(int(self.book.cpu_capacity.sum()), 1)
-        return max(gpu, cpu) / weight
+        """Weighted dominant-resource share: the larger of the VC's GPU and CPU fractions over its weight
+        (remembered until the VC's usage changes: the queue asks for it at every comparison)."""
+        share = self._shares.get(vc)
+        if share is None:
+            usage = self.usage.get(vc)
+            if usage is None:
+                return float("inf")
+            share = max(usage.total_milli / self._total_gpu, usage.cpu_milli / self._total_cpu)
+            self._shares[vc] = share
+        return share / weight
 
     def consistent_with(self, running: Iterable[Job]) -> list[str]:
         """Differences between the ledger and the running jobs (empty when they agree)."""

@@ -58,6 +58,8 @@ class Reservations:
     def blocking(self, attempt: Attempt, jobs: Mapping[str, Job]) -> BoolArray | None:
         """Nodes ``attempt`` must leave alone: other jobs' reservations, unless it starts guaranteed work
         and the starving job belongs to another VC."""
+        if not self.held:
+            return None
         blocked: BoolArray | None = None
         for name, nodes in self.held.items():
             if name == attempt.job.name:
