@@ -240,9 +240,9 @@ class Engine:
             active.remove(key)
             reasons[key] = attempt.reason
             # A starving job holds its nodes from now on, even while it tries to borrow in the next pass.
-            wake = s.reservations.maybe_reserve(job, now, s.jobs, self._reach(job))
+            wake = s.reservations.maybe_reserve(job, now, s.jobs, self._reach)
             if wake is not None:
-                s.queue.wake_later(wake)
+                s.queue.wake_later(job, wake)
             if outcome == Outcome.DEFERRED:
                 deferred.append(key)
                 continue

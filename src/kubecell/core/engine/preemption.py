@@ -4,7 +4,8 @@ Preempting pod by pod breaks gangs (Volcano #4607: one pod from each of ten gang
 and freeing GPUs by count frees the wrong ones (Kueue #5243). Here victims are whole jobs, tried in cost
 order on a snapshot of the allocation book until the preemptor's plan fits, then trimmed: every victim
 whose return still lets the plan fit is spared (Volcano #5984 evicted ten pods where one was needed).
-The book is restored afterwards; the caller evicts for real.
+Most searches of a busy cluster find nothing, so the search first asks whether the plan would fit with
+every candidate gone, and stops there if not. The book is restored afterwards; the caller evicts for real.
 """
 
 from __future__ import annotations
@@ -45,6 +46,16 @@ def select_victims(
     """The cheapest sufficient set of ``candidates`` (already in cost order) to make ``fits()`` true."""
     snapshot = book.snapshot()
     released: list[tuple[Job, list[Allocation]]] = []
+    try:
+        for job in candidates:
+            for name in job.running_members:
+                if name in book.allocations:
+                    book.release(name)
+        possible = fits()
+    finally:
+        book.restore(snapshot)
+    if not possible:
+        return None
     try:
         found = False
         for job in candidates:

@@ -51,7 +51,7 @@ def preempt_lower_priority(session: Session, attempt: Attempt, vc: VirtualCluste
         need -= victim.held_gpu_milli
     if need > 0:
         if protected_until is not None:
-            session.queue.wake_later(protected_until)
+            session.queue.wake_later(job, protected_until)
             attempt.reason = (f"VC {vc.name} guarantee in use ({used:g} of {total:g} GPUs); its lower-priority "
                               f"jobs are protected by minRuntime until t={protected_until:g}")
         else:

@@ -11,9 +11,10 @@ divides idle capacity); inside a VC, priority, then age. Priority therefore neve
 ahead of another (KAI and Kueue: fair share between queues, priority within a queue); with fair
 sharing off (the quota baseline) it is priority, then age, across the whole cluster.
 
-A cycle tries every class when something changed that could let a waiting job start (a job stopped,
-hardware or configuration changed, a wake-up time passed), and otherwise only the classes that
-received new jobs.
+A cycle tries every class when something changed that could let any waiting job start (a job stopped,
+hardware or configuration changed), and otherwise only the classes that received new jobs and those
+whose own wake-up time has passed (a victim-search back-off ends, a protected victim becomes evictable,
+a job starts starving): a time-based rule concerns the class it stopped, so it retries that class alone.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class JobQueue:
         self._unsynced: dict[ClassKey, list[Job]] = {}  # joined a class since it was last tried
         self._new: dict[str, None] = {}  # joined since the last cycle began (ordered)
         self._dirty = True
-        self._wake_at: float | None = None
+        self._due: dict[ClassKey, float] = {}  # class -> when to try it again (a time-based rule)
 
     # ------------------------------------------------------------------ membership
     def class_key(self, job: Job) -> ClassKey:
@@ -104,24 +105,26 @@ class JobQueue:
         """Something changed that could let any waiting job start: the next cycle tries every class."""
         self._dirty = True
 
-    def wake_later(self, when: float) -> None:
-        """Try every class again at ``when`` (a protection expires, a back-off ends, a job starts starving)."""
-        if self._wake_at is None or when < self._wake_at:
-            self._wake_at = when
+    def wake_later(self, job: Job, when: float) -> None:
+        """Try ``job``'s class again at ``when`` (a protection expires, a back-off ends, it starts starving)."""
+        key = self.class_of(job)
+        if key not in self._due or when < self._due[key]:
+            self._due[key] = when
 
     @property
     def next_wake(self) -> float | None:
-        return self._wake_at
+        return min(self._due.values(), default=None)
 
     def begin_cycle(self, now: float) -> list[ClassKey]:
-        """The classes this cycle tries: all of them after a change or a wake-up, else the new ones."""
-        if self._wake_at is not None and now >= self._wake_at:
-            self._dirty = True
-            self._wake_at = None
+        """The classes this cycle tries: all of them after a change, else the new ones and those due."""
+        due = [key for key, when in self._due.items() if when <= now]
+        for key in due:
+            del self._due[key]
         if self._dirty:
             keys = list(self._classes)
         else:
-            keys = list(dict.fromkeys(self._class_of[n] for n in self._new if n in self._class_of))
+            fresh = (self._class_of[n] for n in self._new if n in self._class_of)
+            keys = list(dict.fromkeys([*fresh, *(key for key in due if key in self._classes)]))
         self._dirty = False
         self._new.clear()
         return keys

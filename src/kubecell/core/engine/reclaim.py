@@ -46,7 +46,7 @@ def may_evict(session: Session, attempt: Attempt, victim: Job) -> bool:
         until = started + session.options.reclaim_min_runtime_seconds
         if attempt.now < until:
             attempt.protected(until)
-            session.queue.wake_later(until)
+            session.queue.wake_later(attempt.job, until)
             return False
         return True
     return victim in attempt.extra_victims
@@ -117,7 +117,7 @@ def reclaim_for_guarantee(session: Session, attempt: Attempt, vc: VirtualCluster
         if attempt.protected_until is not None:
             until = min(until, attempt.protected_until)
         session.victim_backoff[key] = (until, state)
-        session.queue.wake_later(until)
+        session.queue.wake_later(job, until)
         attempt.reason = no_room_reason(session, attempt, regions[0], where)
         return False
     _, region, victims = best

@@ -15,7 +15,7 @@ another VC's guaranteed work: a guarantee is a promise, a reservation a backstop
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -76,10 +76,11 @@ class Reservations:
             return None
         return (job.queued_at or 0.0) + threshold
 
-    def maybe_reserve(self, job: Job, now: float, jobs: Mapping[str, Job], reach: BoolArray | None) -> float | None:
-        """Reserve nodes (among ``reach``, None: anywhere) for a starving job, and, when its guarantee could
-        hold it (``reach`` given), the guarantee room it needs. Returns the time to look again when it is
-        not starving yet."""
+    def maybe_reserve(self, job: Job, now: float, jobs: Mapping[str, Job],
+                      reach_of: Callable[[Job], BoolArray | None]) -> float | None:
+        """Reserve nodes for a starving job among ``reach_of(job)`` (None: anywhere), and, when its guarantee
+        could hold it (a reach is given), the guarantee room it needs. Returns the time to look again when
+        it is not starving yet."""
         starving = self.starving_after(job)
         if starving is None or job.name in self.held:
             return None
@@ -87,6 +88,7 @@ class Reservations:
             return starving
         if sum(1 for name in self.held if jobs[name].vc == job.vc) >= self.options.max_reservations:
             return None
+        reach = reach_of(job)
         nodes = self._region(job, reach)
         if nodes is not None:
             self.held[job.name] = nodes
