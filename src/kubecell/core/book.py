@@ -144,14 +144,17 @@ class AllocationBook:
     def _refresh_row(self, row: int) -> None:
         """The same for one node (every allocation and release): one-dimensional work on its GPU slots."""
         free = self.gpu_milli_free[row]
-        usable = self.gpu_present[row] & self.gpu_healthy[row] if self.node_ok[row] else np.zeros_like(free, np.bool_)
-        avail = np.where(usable, free, 0)
+        usable = self.gpu_present[row] & self.gpu_healthy[row]
+        if not self.node_ok[row]:
+            usable[:] = False
+        avail = free * usable
         full = usable & (free == MILLI_PER_GPU) & (self.gpu_mem_free[row] == self.gpu_mem_capacity[row])
         self.gpu_avail[row] = avail
         self.gpu_full[row] = full
-        self.full_count[row] = np.count_nonzero(full)
-        self.max_avail[row] = avail.max() if self.max_gpus else 0
-        self.total_avail[row] = avail.sum()
+        self.full_count[row] = int(full.sum())
+        total = int(avail.sum())
+        self.total_avail[row] = total
+        self.max_avail[row] = int(avail.max()) if total else 0
         self.clock += 1
         self.version[row] = self.clock
 
@@ -227,7 +230,7 @@ class AllocationBook:
         self.cpu_free[node] -= request.cpu_milli
         self.mem_free[node] -= request.memory_mib
         if gpus:
-            idx = np.array(gpus, np.int64)
+            idx = list(gpus)
             self.gpu_milli_free[node, idx] -= request.gpu_milli
             self._allocated_milli += request.gpu_milli * len(gpus)
             if request.is_whole:
@@ -238,7 +241,7 @@ class AllocationBook:
             self.affinity[node, affinity_class(request)] += 1
         allocation = Allocation(request, self.nodes[node].name, gpus, request.gpu_milli, gpu_memory)
         self.allocations[request.name] = allocation
-        self._refresh(node)
+        self._refresh_row(int(node))
         return allocation
 
     def release(self, name: str) -> Allocation:
@@ -251,7 +254,7 @@ class AllocationBook:
         self.cpu_free[node] += request.cpu_milli
         self.mem_free[node] += request.memory_mib
         if allocation.gpu_indices:
-            idx = np.array(allocation.gpu_indices, np.int64)
+            idx = list(allocation.gpu_indices)
             self.gpu_milli_free[node, idx] += allocation.gpu_milli
             self._allocated_milli -= allocation.gpu_milli * len(allocation.gpu_indices)
             if request.is_whole:
@@ -259,7 +262,7 @@ class AllocationBook:
             else:
                 self.gpu_mem_free[node, idx] += allocation.gpu_memory_mib
             self.affinity[node, affinity_class(request)] -= 1
-        self._refresh(node)
+        self._refresh_row(int(node))
         return allocation
 
     def set_node_health(self, node: int, healthy: bool) -> None:
@@ -267,14 +270,14 @@ class AllocationBook:
         no new work at all, whatever the request asks for."""
         self.node_ok[node] = healthy
         self.gpu_healthy[node, self.gpu_present[node]] = healthy
-        self._refresh(node)
+        self._refresh_row(int(node))
 
     def set_gpu_health(self, node: int, gpu: int, healthy: bool) -> None:
         """Mark a GPU healthy or not. Running allocations stay; an unhealthy GPU takes no new work."""
         if not self.gpu_present[node, gpu]:
             raise AllocationError(f"node {self.nodes[node].name!r} has no GPU {gpu}")
         self.gpu_healthy[node, gpu] = healthy
-        self._refresh(node)
+        self._refresh_row(int(node))
 
     # ------------------------------------------------------------------ snapshots
     def snapshot(self) -> BookSnapshot:

@@ -227,20 +227,33 @@ class Engine:
         s = self.session
         active = list(keys)
         deferred: list[ClassKey] = []
+        # A class's place in the order changes only when its head does or its VC's usage does, so the
+        # keys are kept and refreshed for exactly those classes (a pick is then one pass of min()).
+        order = {key: s.queue.order_key(self._head(key), s.share) for key in active}
+        seen = dict(s.ledger.changes)
         while active:
-            key = min(active, key=lambda k: s.queue.order_key(self._head(k), s.share))
+            key = min(active, key=order.__getitem__)
             job = self._head(key)
             attempt = Attempt(job, now, result)
             outcome = (beyond_guarantee(s, attempt, reasons.get(key, "")) if beyond
                        else within_guarantee(s, attempt))
+            if s.ledger.changes != seen:
+                moved = {vc for vc, count in s.ledger.changes.items() if seen.get(vc) != count}
+                seen = dict(s.ledger.changes)
+                for other in active:
+                    head = s.queue.head(other)
+                    if other[0] in moved and head is not None:
+                        order[other] = s.queue.order_key(head, s.share)
             if outcome in (Outcome.STARTED, Outcome.REJECTED):
                 if s.queue.head(key) is None:
                     active.remove(key)
+                else:
+                    order[key] = s.queue.order_key(self._head(key), s.share)
                 continue
             active.remove(key)
             reasons[key] = attempt.reason
             # A starving job holds its nodes from now on, even while it tries to borrow in the next pass.
-            wake = s.reservations.maybe_reserve(job, now, s.jobs, self._reach)
+            wake = s.reservations.maybe_reserve(job, now, s.jobs, self._reach, self._evictable_gpus)
             if wake is not None:
                 s.queue.wake_later(job, wake)
             if outcome == Outcome.DEFERRED:
@@ -259,6 +272,17 @@ class Engine:
                 or s.admission.never_guaranteed(vc, job) is not None):
             return None
         return s.regions.reach(vc, job.spec)
+
+    def _evictable_gpus(self) -> IntArray:
+        """GPUs per node held by borrowed and opportunistic work (what a guarantee may reclaim)."""
+        s = self.session
+        counts = np.zeros(s.book.size, np.int64)
+        for job_class in (JobClass.BORROWED, JobClass.OPPORTUNISTIC):
+            for name in s.ledger.holders(job_class, None):
+                for member in s.jobs[name].running_members:
+                    allocation = s.book.allocations[member]
+                    counts[s.book.index[allocation.node]] += len(allocation.gpu_indices)
+        return counts
 
     def _head(self, key: ClassKey) -> Job:
         job = self.session.queue.head(key)

@@ -45,6 +45,7 @@ class UsageLedger:
         self._total_gpu = max(book.total_gpu_milli, 1)
         self._total_cpu = max(int(book.cpu_capacity.sum()), 1)
         self._shares: dict[str, float] = {}  # dominant shares since the VC's usage last changed
+        self.changes: Counter[str] = Counter()  # per VC, how often its usage changed (for order caches)
 
     def of(self, vc: str) -> VcUsage:
         return self.usage.setdefault(vc, VcUsage())
@@ -62,6 +63,7 @@ class UsageLedger:
 
     def _change(self, job: Job, sign: int) -> None:
         self._shares.pop(job.vc, None)
+        self.changes[job.vc] += 1
         usage = self.of(job.vc)
         milli = job.held_gpu_milli * sign
         usage.cpu_milli += job.spec.member.cpu_milli * len(job.running_members) * sign

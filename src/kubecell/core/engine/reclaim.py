@@ -9,9 +9,10 @@ otherwise block another VC's guarantee for good).
 
 Topology-aware reclaim chooses whole gangs by simulating the preemptor's placement in each candidate
 region on a snapshot of the book (``preemption.select_victims``); the preemptor is placed in the same
-transaction, so the freed capacity is its own. A search that found nothing backs off for a minute (or
-until a protected victim becomes evictable, if sooner) and sets a wake-up for then, like kube-scheduler's
-unschedulable back-off; a change in the VC's cells or guaranteed use retries at once.
+transaction, so the freed capacity is its own. A search that found nothing is not repeated until its
+outcome can change: the VC's cells or its guaranteed use change, a reservation is made or dropped
+(retry at once), or a protected victim becomes evictable (a wake-up then); a ten-minute back-off is the
+safety net. Evictable work coming or going cannot change it: free plus evictable capacity stays the same.
 
 Quota-style reclaim (Kueue without topology-aware scheduling) admits the job against its quota and
 evicts the newest borrowed jobs of other VCs until enough GPUs are free by count, wherever they are.
@@ -31,7 +32,9 @@ from kubecell.core.engine.regions import Region
 from kubecell.core.engine.session import Session
 from kubecell.core.tenancy.config import VirtualCluster
 
-VICTIM_SEARCH_BACKOFF_SECONDS = 60.0
+VICTIM_SEARCH_BACKOFF_SECONDS = 600.0
+"""A failed victim search is repeated only when its outcome can change (see ``reclaim_for_guarantee``);
+this is the safety net for anything that rule misses."""
 
 
 def may_evict(session: Session, attempt: Attempt, victim: Job) -> bool:
@@ -89,7 +92,10 @@ def reclaim_for_guarantee(session: Session, attempt: Attempt, vc: VirtualCluster
     """Evict borrowed and opportunistic work in the way of a guaranteed job and start it in its place."""
     job, now = attempt.job, attempt.now
     key = session.queue.class_of(job)
-    state = (session.tenancy.version, session.ledger.of(vc.name).guaranteed_milli)
+    # Free plus evictable capacity in the regions is all a search can use, and evictable work coming or
+    # going leaves it unchanged; what can change the outcome is the VC's cells (bindings, health), its own
+    # guaranteed use, reservations made or dropped, and a protected victim becoming evictable.
+    state = (session.tenancy.version, session.ledger.of(vc.name).guaranteed_milli, session.reservations.version)
     backoff = session.victim_backoff.get(key)
     if backoff is not None and now < backoff[0] and backoff[1] == state:
         attempt.reason = no_room_reason(session, attempt, regions[0], where)
@@ -117,7 +123,8 @@ def reclaim_for_guarantee(session: Session, attempt: Attempt, vc: VirtualCluster
         if attempt.protected_until is not None:
             until = min(until, attempt.protected_until)
         session.victim_backoff[key] = (until, state)
-        session.queue.wake_later(job, until)
+        if tried:  # with no candidate at all, only an event (which retries every class) can help
+            session.queue.wake_later(job, until)
         attempt.reason = no_room_reason(session, attempt, regions[0], where)
         return False
     _, region, victims = best

@@ -35,11 +35,14 @@ class Reservations:
         self.held: dict[str, BoolArray] = {}  # job -> the nodes held for it
         self.since: dict[str, float] = {}
         self.room: dict[str, int] = {}  # job -> guarantee (milli-GPU) held for it, when its guarantee holds it
+        self.version = 0  # bumped whenever a reservation is made or dropped
 
     def __contains__(self, name: object) -> bool:
         return name in self.held
 
     def drop(self, name: str) -> None:
+        if name in self.held:
+            self.version += 1
         self.held.pop(name, None)
         self.since.pop(name, None)
         self.room.pop(name, None)
@@ -77,10 +80,11 @@ class Reservations:
         return (job.queued_at or 0.0) + threshold
 
     def maybe_reserve(self, job: Job, now: float, jobs: Mapping[str, Job],
-                      reach_of: Callable[[Job], BoolArray | None]) -> float | None:
+                      reach_of: Callable[[Job], BoolArray | None],
+                      evictable_of: Callable[[], IntArray]) -> float | None:
         """Reserve nodes for a starving job among ``reach_of(job)`` (None: anywhere), and, when its guarantee
         could hold it (a reach is given), the guarantee room it needs. Returns the time to look again when
-        it is not starving yet."""
+        it is not starving yet. ``evictable_of()``: GPUs per node held by work the job may evict."""
         starving = self.starving_after(job)
         if starving is None or job.name in self.held:
             return None
@@ -89,17 +93,19 @@ class Reservations:
         if sum(1 for name in self.held if jobs[name].vc == job.vc) >= self.options.max_reservations:
             return None
         reach = reach_of(job)
-        nodes = self._region(job, reach)
+        nodes = self._region(job, reach, evictable_of())
         if nodes is not None:
+            self.version += 1
             self.held[job.name] = nodes
             self.since[job.name] = now
             if reach is not None:
                 self.room[job.name] = job.min_milli
         return None
 
-    def _region(self, job: Job, reach: BoolArray | None) -> BoolArray | None:
-        """The nodes the job should wait for: the ones that take the most members now, as few as cover
-        the job when empty, inside one rack when the job needs one."""
+    def _region(self, job: Job, reach: BoolArray | None, evictable: IntArray) -> BoolArray | None:
+        """The nodes the job should wait for: the ones that take the most members now, then the ones with
+        the least work it must wait out (GPUs neither free nor evictable), as few as cover the job when
+        empty, inside one rack when the job needs one."""
         spec = job.spec
         member = spec.member_request(0)
         book = self.book
@@ -119,9 +125,10 @@ class Reservations:
             racks = self.rack_of[candidates]
             best_rack = max(set(racks.tolist()), key=lambda r: (now[candidates[racks == r]].sum(), -r))
             candidates = candidates[racks == best_rack]
-        # The nodes that take the most members now, then the ones closest to taking one (most free GPU).
-        closest = book.full_count if member.is_whole else book.total_avail
-        order = candidates[np.lexsort((candidates, -closest[candidates], -now[candidates]))]
+        # The nodes that take the most members now, then the ones closest to taking one: the fewest GPUs
+        # held by work that must end by itself (evictable work goes when the job reclaims it).
+        waits = book.gpu_count - book.full_count - evictable if member.is_whole else -book.total_avail
+        order = candidates[np.lexsort((candidates, waits[candidates], -now[candidates]))]
         chosen: list[int] = []
         total = 0
         for node in order:

@@ -60,7 +60,7 @@ class Session:
         self.growable: set[str] = set()  # running threshold gangs below their headcount
         self.binding: set[str] = set()  # RESERVED jobs whose bind the driver has not confirmed yet
         self.admitted: dict[str, int] = {}  # quota policy: job -> quota milli it holds while unplaced
-        self.victim_backoff: dict[ClassKey, tuple[float, tuple[int, int]]] = {}
+        self.victim_backoff: dict[ClassKey, tuple[float, tuple[int, int, int]]] = {}
 
     # ------------------------------------------------------------------ shared queries
     def share(self, vc: str) -> float:

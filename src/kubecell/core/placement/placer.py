@@ -145,7 +145,8 @@ class Placer:
         if self._hardware is None:
             rows = np.column_stack([book.model_id, book.cpu_capacity, book.mem_capacity, book.gpu_mem_capacity,
                                     book.gpu_present, book.nvlink_group, book.numa_group]).astype(np.int64)
-            self._hardware = np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
+            kinds: dict[bytes, int] = {}  # one id per distinct machine (static resources and layout)
+            self._hardware = np.array([kinds.setdefault(row.tobytes(), len(kinds)) for row in rows], np.int64)
         return (int(self._hardware[node]), int(book.cpu_free[node]), int(book.mem_free[node]),
                 book.gpu_milli_free[node].tobytes(), book.gpu_mem_free[node].tobytes(),
                 book.gpu_healthy[node].tobytes(), bool(book.node_ok[node]), book.affinity[node].tobytes(),
