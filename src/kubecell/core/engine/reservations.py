@@ -1,8 +1,8 @@
 """The starvation backstop: nodes held for jobs that have waited too long.
 
 A job pending longer than ``starvation_seconds`` reserves the nodes it needs (the ones that take the
-most of it now, then the ones closest to taking it, as few as cover it, inside one rack when it needs
-one) among the nodes it can use and no other reservation holds: a job its guarantee could hold reserves
+most of it now, then the ones with the least work it must wait out, as few as cover it, inside one rack
+when it needs one) among the nodes it can use and no other reservation holds: a job its guarantee could hold reserves
 inside its VC's cells (bound, or free and bindable), where it will run; a job that can only borrow
 reserves anywhere. From then on borrowed and opportunistic work, growth included, and work of its own
 VC stop landing there; a job its guarantee could hold also holds the guarantee room it needs, so the
