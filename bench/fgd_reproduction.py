@@ -58,7 +58,7 @@ def main() -> int:
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--traces", default="", help="comma-separated trace names (default: all present)")
-    parser.add_argument("--policies", default=",".join(FGD_BASELINES))
+    parser.add_argument("--placement", default=",".join(FGD_BASELINES), help="comma-separated placement policies")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args()
@@ -73,7 +73,7 @@ def main() -> int:
     if missing:
         print(f"skipped traces not present in {DATA / 'csv'}: {', '.join(missing)}")
     traces = [t for t in wanted if t in available]
-    policies = [p.strip().lower() for p in args.policies.split(",") if p.strip()]
+    policies = [p.strip().lower() for p in args.placement.split(",") if p.strip()]
     seeds = parse_seeds(args.seeds)
     nodes = DATA / "csv" / "openb_node_list_gpu_node.csv"
 

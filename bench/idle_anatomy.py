@@ -11,7 +11,7 @@ online placement, no retries) for each policy and classifies every GPU's free sh
 
 and lists the GPU contents (the shares of the pods on a GPU) that hold the most idle capacity.
 
-    python bench/idle_anatomy.py [--trace default] [--seed 42] [--policies fgd,kubecell]
+    python bench/idle_anatomy.py [--trace default] [--seed 42] [--placement fgd,kubecell]
 """
 
 from __future__ import annotations
@@ -80,14 +80,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trace", default="default")
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--policies", default="fgd,kubecell")
+    parser.add_argument("--placement", default="fgd,kubecell", help="comma-separated placement policies")
     args = parser.parse_args()
     pods = DATA / f"openb_pod_list_{args.trace}.csv"
     if not pods.is_file():
         print(f"skipped: {pods} is absent (the openb trace lives in ../shared/data)")
         return 0
     print(f"{args.trace}, seed {args.seed}: idle GPUs at the end of the run (130 % arrived)")
-    for policy in parse_policy_list(args.policies):
+    for policy in parse_policy_list(args.placement):
         book, contents, failed = replay(args.trace, policy, args.seed)
         classes, by_content = classify(book, contents, args.trace)
         total = sum(classes.values()) / 1000

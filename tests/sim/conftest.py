@@ -9,6 +9,7 @@ import pytest
 
 from kubecell.cli.main import example_paths
 from kubecell.sim.packing.runner import PackingInputs, load_inputs
+from tests.sim.dynamic.support import Writer
 
 
 @pytest.fixture
@@ -32,3 +33,16 @@ def example_files() -> tuple[Path, Path]:
 def example_inputs(example_files: tuple[Path, Path]) -> PackingInputs:
     nodes, pods = example_files
     return load_inputs(str(nodes), str(pods))
+
+
+@pytest.fixture
+def write(tmp_path: Path) -> Writer:
+    """Write ``text`` to ``tmp_path/name`` (parents created), exactly as given."""
+
+    def writer(name: str, text: str) -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text.encode("utf-8"))
+        return path
+
+    return writer

@@ -20,13 +20,17 @@ import numpy as np
 import numpy.typing as npt
 
 from kubecell.core.errors import AllocationError, InvalidInputError
+from kubecell.core.limits import MAX_GPU_MEMORY_MIB
 from kubecell.core.model import MILLI_PER_GPU, Allocation, Node, Request, TopologyLevel
 
 IntArray = npt.NDArray[np.int64]
+"""Every amount is an int64; ``kubecell.core.limits`` bounds what nodes and requests may hold so that
+neither the stored amounts nor the sums computed from them can overflow."""
 BoolArray = npt.NDArray[np.bool_]
 
-UNENFORCED_GPU_MEMORY_MIB = 1 << 40
-"""Capacity used for GPUs whose memory is unknown: memory requests always fit and are not enforced."""
+UNENFORCED_GPU_MEMORY_MIB = MAX_GPU_MEMORY_MIB
+"""Capacity used for GPUs whose memory is unknown: memory requests always fit (no request may ask for
+more than ``MAX_GPU_MEMORY_MIB``) and are not enforced."""
 
 AFFINITY_CLASSES = 9
 """Affinity class of a GPU request: 0 = a share of one GPU, k = k whole GPUs (k >= 8 share class 8)."""

@@ -14,6 +14,13 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from kubecell.core.errors import InvalidInputError
+from kubecell.core.limits import (
+    MAX_CPU_MILLI,
+    MAX_GPU_MEMORY_MIB,
+    MAX_GPUS_PER_NODE,
+    MAX_MEMORY_MIB,
+    check_amount,
+)
 
 MILLI_PER_GPU = 1000
 """Compute capacity of one GPU in milli-GPU."""
@@ -138,6 +145,14 @@ class Node:
             raise InvalidInputError(
                 "CPU and memory capacity must not be negative", location=where, accepted="integers >= 0"
             )
+        # make_node checks these with the caller's file location; this is the backstop for nodes built
+        # directly, so that nothing reaches the allocation book with an amount it cannot hold.
+        check_amount(self.cpu_milli, MAX_CPU_MILLI, what="CPU capacity (milli-CPU)", field="cpu_milli", location=where)
+        check_amount(self.memory_mib, MAX_MEMORY_MIB, what="host memory (MiB)", field="memory_mib", location=where)
+        check_amount(len(self.gpus), MAX_GPUS_PER_NODE, what="GPU count", field="gpus", location=where)
+        for gpu in self.gpus:
+            check_amount(gpu.memory_mib, MAX_GPU_MEMORY_MIB, what="GPU memory (MiB)", field="gpu_memory_mib",
+                         location=where)
         indices = [gpu.index for gpu in self.gpus]
         if indices != list(range(len(indices))):
             raise InvalidInputError(
@@ -197,9 +212,19 @@ def make_node(
     labels: Mapping[str, str] | None = None,
     location: str | None = None,
 ) -> Node:
-    """Build a homogeneous node, taking the GPU memory from the model catalog unless given."""
+    """Build a homogeneous node, taking the GPU memory from the model catalog unless given.
+
+    Every amount is checked against the allocation book's limits (``kubecell.core.limits``) here, where
+    the caller's ``location`` (a file line) is known, before a single GPU is built.
+    """
     if gpu_count < 0:
         raise InvalidInputError(f"GPU count {gpu_count} is negative", location=location, field="gpu")
+    check_amount(gpu_count, MAX_GPUS_PER_NODE, what="GPU count", field="gpu", location=location)
+    check_amount(cpu_milli, MAX_CPU_MILLI, what="CPU capacity (milli-CPU)", field="cpu_milli", location=location)
+    check_amount(memory_mib, MAX_MEMORY_MIB, what="host memory (MiB)", field="memory_mib", location=location)
+    if gpu_memory_mib is not None:
+        check_amount(gpu_memory_mib, MAX_GPU_MEMORY_MIB, what="GPU memory (MiB per GPU)", field="gpu_memory_mib",
+                     location=location)
     if gpu_count and not gpu_model:
         raise InvalidInputError(
             f"node has {gpu_count} GPUs but no GPU model", location=location, field="model",
@@ -247,6 +272,13 @@ class Request:
             raise InvalidInputError("resource amounts must not be negative", location=where)
         if self.gpu_count < 0:
             raise InvalidInputError("GPU count must not be negative", location=where, field="gpu_count")
+        check_amount(self.cpu_milli, MAX_CPU_MILLI, what="CPU request (milli-CPU)", field="cpu_milli", location=where)
+        check_amount(self.memory_mib, MAX_MEMORY_MIB, what="host memory request (MiB)", field="memory_mib",
+                     location=where)
+        check_amount(self.gpu_memory_mib, MAX_GPU_MEMORY_MIB, what="GPU memory request (MiB)",
+                     field="gpu_memory_mib", location=where)
+        check_amount(self.gpu_count, MAX_GPUS_PER_NODE, what="GPU count (one node's worth at most)",
+                     field="gpu_count", location=where)
         if self.gpu_count == 0:
             if self.gpu_milli or self.gpu_memory_mib:
                 raise InvalidInputError(

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from kubecell.core.errors import InvalidInputError
+from kubecell.core.limits import MAX_GANG_MEMBERS, check_amount
 from kubecell.core.model import Request, TopologyLevel
 
 OPPORTUNISTIC_PRIORITY = -1
@@ -68,6 +69,7 @@ class JobSpec:
                                     accepted="the name of a VC from the tenant configuration")
         if self.members < 1:
             raise InvalidInputError(f"headcount {self.members} < 1", location=where, field="members")
+        check_amount(self.members, MAX_GANG_MEMBERS, what="headcount", field="members", location=where, low=1)
         minimum = self.min_members if self.min_members is not None else self.members
         if not 1 <= minimum <= self.members:
             raise InvalidInputError(f"minimum {minimum} outside 1..{self.members}", location=where,

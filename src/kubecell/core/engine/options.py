@@ -55,6 +55,14 @@ PRESETS: dict[str, EngineOptions] = {
 }
 
 
+PRESET_SUMMARIES: dict[str, str] = {
+    "quota": "GPU-count quota per VC, anywhere; borrowing beyond it; reclaim by count (YARN / Kueue style)",
+    "hived": "HiveD cells: guarantees of quantity, GPU type and topology; no borrowing, only opportunistic jobs",
+    "kubecell": "HiveD cells plus fair borrowing, whole-gang reclaim by simulation, lazy preemption, reservations",
+}
+"""One line per preset for ``kubecell policies`` (the module docstring has the full rules)."""
+
+
 def engine_options(name: str) -> EngineOptions:
     key = name.strip().lower()
     if key not in PRESETS:

@@ -68,12 +68,13 @@ def policy_summaries() -> dict[str, str]:
     return {name: summary for name, (_, summary) in _FACTORIES.items()}
 
 
-def canonical_policy_name(name: str) -> str:
-    """Lower-case a policy name and check it exists; error lists the accepted names."""
+def canonical_policy_name(name: str, *, field: str = "policy") -> str:
+    """Lower-case a policy name and check it exists; error lists the accepted names. ``field`` names the
+    setting the name came from (the CLI's ``--placement``), so the error points at what to fix."""
     key = _key(name)
     if key not in _FACTORIES:
         raise UnknownPolicyError(
-            f"unknown placement policy {name!r}", field="policy", accepted=", ".join(policy_names())
+            f"unknown placement policy {name!r}", field=field, accepted=", ".join(policy_names())
         )
     return key
 
@@ -83,14 +84,14 @@ def make_policy(name: str, context: PolicyContext | None = None) -> Policy:
     return factory(context or PolicyContext())
 
 
-def parse_policy_list(text: str) -> list[str]:
-    """'FGD,bestfit' -> ['fgd', 'bestfit'], rejecting unknown and empty names."""
+def parse_policy_list(text: str, *, field: str = "policy") -> list[str]:
+    """'FGD,bestfit' -> ['fgd', 'bestfit'], rejecting unknown and empty names (``field`` as above)."""
     names = [part for part in (p.strip() for p in text.split(",")) if part]
     if not names:
-        raise UnknownPolicyError("no policy given", field="policy", accepted=", ".join(policy_names()))
+        raise UnknownPolicyError("no policy given", field=field, accepted=", ".join(policy_names()))
     result: list[str] = []
     for name in names:
-        canonical = canonical_policy_name(name)
+        canonical = canonical_policy_name(name, field=field)
         if canonical not in result:
             result.append(canonical)
     return result

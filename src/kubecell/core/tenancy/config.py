@@ -31,7 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.tenancy.feasibility import shortfalls
-from kubecell.core.topology import Cell, CellForest
+from kubecell.core.topology import Cell, CellChain, CellForest
+from kubecell.core.validation import KeyPath, Locator, explain_validation_error, plain_locator
 
 # Counts are strict integers: YAML's ``yes``/``true`` must not silently become 1 GPU or 1 cell.
 PositiveCount = Annotated[int, Field(strict=True, ge=1)]
@@ -104,12 +105,37 @@ class Tenants:
         return [vc.name for vc in self.vcs]
 
 
-def _pydantic_message(error: ValidationError) -> str:
-    parts = []
-    for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"])
-        parts.append(f"{where}: {item['msg']}")
-    return "; ".join(parts)
+ACCEPTED_TOP_KEYS = "cellTypes, virtualClusters"
+ACCEPTED_VC_KEYS = "cells, gpus, pinnedCells, weight, borrowLimitGpus, minRuntimeMinutes"
+
+FIELD_ACCEPTED = {
+    "cellTypes": "a mapping of alias names to cell types, e.g. {dgx: V100M32x8/node}",
+    "cellTypes.*": "a cell type such as V100M32x8/node",
+    "virtualClusters": "a mapping of VC names to {cells, gpus, pinnedCells, weight, borrowLimitGpus, "
+    "minRuntimeMinutes}",
+    "virtualClusters.*": "a mapping with cells, gpus, pinnedCells, weight, borrowLimitGpus, minRuntimeMinutes",
+    "virtualClusters.*.cells": "a mapping of cell types to counts, e.g. {V100M32x8/node: 2}",
+    "virtualClusters.*.cells.*": "a whole number of cells >= 0",
+    "virtualClusters.*.gpus": "a whole number of GPUs >= 1, or {count: N, chain: NAME} on a cluster with "
+    "several chains",
+    "virtualClusters.*.gpus.count": "a whole number of GPUs >= 1",
+    "virtualClusters.*.gpus.chain": "a chain name such as V100M32x8",
+    "virtualClusters.*.pinnedCells": "a list of cell ids, e.g. [node-07, rack1, n0/4gpu1]",
+    "virtualClusters.*.pinnedCells.*": "a cell id such as node-07, rack1 or n0/4gpu1",
+    "virtualClusters.*.weight": "a finite number > 0",
+    "virtualClusters.*.borrowLimitGpus": "a finite number of GPUs >= 0",
+    "virtualClusters.*.minRuntimeMinutes": "a finite number of minutes >= 0",
+}
+"""What each field accepts, by key path (``*``: any VC, alias, cell type or list position)."""
+
+
+def _accepted_keys(parts: KeyPath) -> str:
+    """Which keys the mapping at ``parts`` accepts (for unknown- and missing-key errors)."""
+    if len(parts) == 2 and parts[0] == "virtualClusters":
+        return f"{ACCEPTED_VC_KEYS} (per VC; top level: {ACCEPTED_TOP_KEYS})"
+    if len(parts) == 3 and parts[-1] == "gpus":
+        return "count, chain"
+    return f"{ACCEPTED_TOP_KEYS} (per VC: {ACCEPTED_VC_KEYS})"
 
 
 def expand_gpus(forest: CellForest, count: int, chain_name: str) -> dict[tuple[str, int], int]:
@@ -125,30 +151,44 @@ def expand_gpus(forest: CellForest, count: int, chain_name: str) -> dict[tuple[s
     return cells
 
 
-def resolve_tenants(raw: Any, forest: CellForest, *, source: str = "tenants") -> Tenants:
-    """Validate a parsed YAML document against the physical cluster and return the tenants."""
+def _cell_type(forest: CellForest, type_name: str, where: Locator, parts: KeyPath) -> tuple[CellChain, int]:
+    """``forest.parse_type`` located at the key that names the type (its error names no field: the key
+    path already says where the type was written). Located only on error: a locator may read a file."""
+    try:
+        return forest.parse_type(type_name)
+    except InvalidInputError as error:
+        raise InvalidInputError(error.message, location=where(parts), accepted=error.accepted) from None
+
+
+def resolve_tenants(raw: Any, forest: CellForest, *, source: str = "tenants",
+                    locate: Locator | None = None) -> Tenants:
+    """Validate a parsed YAML document against the physical cluster and return the tenants.
+
+    Errors are located by ``locate(key path)`` (a YAML reader passes one that knows file and line, so
+    every error reads ``tenants.yaml:14: virtualClusters.vision.gpus: ...``); without it, by ``source``
+    and the key path.
+    """
+    where = locate or plain_locator(source)
     if not isinstance(raw, Mapping):
-        raise InvalidInputError("expected a mapping with 'virtualClusters'", location=source,
+        raise InvalidInputError("expected a mapping with 'virtualClusters'", location=where(()),
                                 accepted="virtualClusters: {name: {cells: {...}, gpus: N, ...}}")
     try:
         config = TenantConfigFile.model_validate(raw)
     except ValidationError as error:
-        raise InvalidInputError(_pydantic_message(error), location=source,
-                                accepted="keys cellTypes, virtualClusters; per VC: cells, gpus, pinnedCells, "
-                                "weight, borrowLimitGpus, minRuntimeMinutes") from None
+        raise explain_validation_error(error, raw, where, accepted=FIELD_ACCEPTED, keys=_accepted_keys) from None
     aliases = dict(config.cell_types)
     for alias, target in aliases.items():
-        forest.parse_type(target, location=f"{source}: cellTypes.{alias}")
-    pinned_owner: dict[str, str] = {}
+        _cell_type(forest, target, where, ("cellTypes", alias))
+    pinned_owner: dict[str, tuple[str, int]] = {}  # cell id -> (VC, index in its pinnedCells)
     vcs: list[VirtualCluster] = []
     for index, (name, vc) in enumerate(config.virtual_clusters.items()):
-        where = f"{source}: virtualClusters.{name}"
+        at: tuple[str, ...] = ("virtualClusters", name)
         demand: dict[tuple[str, int], int] = {}
         for type_name, count in vc.cells.items():
-            chain, level = forest.parse_type(aliases.get(type_name, type_name), location=f"{where}.cells")
+            chain, level = _cell_type(forest, aliases.get(type_name, type_name), where, (*at, "cells", type_name))
             if count < 0:
-                raise InvalidInputError(f"negative count {count} for {type_name}", location=f"{where}.cells",
-                                        accepted="whole numbers >= 0")
+                raise InvalidInputError(f"negative count {count} for {type_name}",
+                                        location=where((*at, "cells", type_name)), accepted="whole numbers >= 0")
             if count:
                 demand[(chain.name, level)] = demand.get((chain.name, level), 0) + count
         if vc.gpus is not None:
@@ -157,26 +197,33 @@ def resolve_tenants(raw: Any, forest: CellForest, *, source: str = "tenants") ->
             if chain_name is None:
                 if len(forest.chains) != 1:
                     raise InvalidInputError("gpus: N is ambiguous on a cluster with several chains",
-                                            location=f"{where}.gpus",
+                                            location=where((*at, "gpus")),
                                             accepted="gpus: {count: N, chain: one of " + ", ".join(forest.chains) + "}")
                 chain_name = next(iter(forest.chains))
             if chain_name not in forest.chains:
-                raise InvalidInputError(f"unknown chain {chain_name!r}", location=f"{where}.gpus",
+                raise InvalidInputError(f"unknown chain {chain_name!r}", location=where((*at, "gpus", "chain")),
                                         accepted=", ".join(forest.chains))
             for key, n in expand_gpus(forest, shorthand.count, chain_name).items():
                 demand[key] = demand.get(key, 0) + n
         pinned: list[Cell] = []
-        for cell_id in vc.pinned_cells:
-            cell = forest.cell(cell_id, location=f"{where}.pinnedCells")
+        for position, cell_id in enumerate(vc.pinned_cells):
+            try:
+                cell = forest.cell(cell_id)
+            except InvalidInputError as error:
+                raise InvalidInputError(error.message, location=where((*at, "pinnedCells", position)),
+                                        accepted=error.accepted) from None
             if cell_id in pinned_owner:
-                raise InvalidInputError(f"cell {cell_id!r} is pinned by both {pinned_owner[cell_id]!r} and {name!r}",
-                                        location=f"{where}.pinnedCells", accepted="each cell pinned by one VC")
-            pinned_owner[cell_id] = name
+                owner = pinned_owner[cell_id][0]
+                message = (f"cell {cell_id!r} is pinned twice by {name!r}" if owner == name
+                           else f"cell {cell_id!r} is pinned by both {owner!r} and {name!r}")
+                raise InvalidInputError(message, location=where((*at, "pinnedCells", position)),
+                                        accepted="each cell pinned by one VC, once")
+            pinned_owner[cell_id] = (name, position)
             pinned.append(cell)
         gpus = sum(forest.chains[c].sizes[level] * n for (c, level), n in demand.items())
         gpus += sum(cell.size for cell in pinned)
         if gpus == 0:
-            raise InvalidInputError("guarantees nothing", location=where,
+            raise InvalidInputError("guarantees nothing", location=where(at),
                                     accepted="cells: {type: count}, gpus: N or pinnedCells")
         limit = None if vc.borrow_limit_gpus is None else round(vc.borrow_limit_gpus * 1000)
         vcs.append(VirtualCluster(name, index, demand, tuple(vc.pinned_cells), vc.weight, limit,
@@ -185,15 +232,16 @@ def resolve_tenants(raw: Any, forest: CellForest, *, source: str = "tenants") ->
     for cell in all_pinned:
         for other in all_pinned:
             if other is not cell and other in set(cell.ancestors()):
+                owner, position = pinned_owner[cell.id]
                 raise InvalidInputError(
-                    f"pinned cell {cell.id!r} ({pinned_owner[cell.id]}) lies inside pinned cell {other.id!r} "
-                    f"({pinned_owner[other.id]})", location=f"{source}: virtualClusters",
-                    accepted="disjoint pinned cells")
+                    f"pinned cell {cell.id!r} ({owner}) lies inside pinned cell {other.id!r} "
+                    f"({pinned_owner[other.id][0]})", accepted="disjoint pinned cells",
+                    location=where(("virtualClusters", owner, "pinnedCells", position)))
     problems = shortfalls(forest, {vc.name: vc.demand for vc in vcs}, blocked=all_pinned)
     if problems:
         raise InvalidInputError(
             "guarantees cannot all be met at once: " + "; ".join(p.describe() for p in problems),
-            location=f"{source}: virtualClusters",
+            location=where(("virtualClusters",)),
             accepted="guarantees that fit the physical cluster together at every level",
         )
     return Tenants(tuple(vcs))

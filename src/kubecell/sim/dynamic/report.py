@@ -234,14 +234,23 @@ def write_html(out: Path, metrics: Sequence[PolicyMetrics], private: Mapping[str
         vc_rows.append(f"<tr><td>{html.escape(vc)}</td><td>{first['guaranteed_gpus']}</td><td>{first['jobs']}</td>"
                        f"<td>{private_delay}</td>{cells}</tr>")
     images = "".join(f'<p><img src="{p.name}" alt="{p.stem}" style="max-width:100%"></p>' for p in plots)
-    facts = "".join(f"<li><b>{html.escape(str(k))}</b>: {_fact(v)}</li>" for k, v in meta.items())
+    facts = "".join(f"<li><b>{html.escape(str(k))}</b>: {_fact(v)}</li>" for k, v in meta.items()
+                    if k not in ("command", "directory"))
+    reproduce = ""
+    if meta.get("command"):
+        where = f" in <code>{html.escape(str(meta['directory']))}</code>" if meta.get("directory") else ""
+        reproduce = f"<h2>Reproduce</h2><p>Run{where}:</p><pre>{html.escape(str(meta['command']))}</pre>"
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>kubecell dynamic simulation</title>
 <style>body{{font-family:sans-serif;max-width:1200px;margin:2em auto}}table{{border-collapse:collapse;margin:1em 0}}
-td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child{{text-align:left}}</style>
-</head><body><h1>kubecell dynamic simulation</h1><ul>{facts}</ul>
-<h2>Per policy</h2>
-<table><tr><th>policy</th><th>GPU utilisation %</th><th>until the last arrival %</th>
+td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child{{text-align:left}}
+pre{{background:#f4f4f4;padding:.6em;white-space:pre-wrap}}</style>
+</head><body><h1>kubecell dynamic simulation</h1>{reproduce}<h2>Inputs</h2><ul>{facts}</ul>
+<h2>Per tenancy preset</h2>
+<p>n/a marks a figure this run could not measure: a mean JCT when no job finished, a delay when no job
+started, utilisation until the last arrival when every job arrived at once, a private delay or anomaly for a
+VC without jobs (no private run) or without a within-guarantee job that started in both runs.</p>
+<table><tr><th>tenancy preset</th><th>GPU utilisation %</th><th>until the last arrival %</th>
 <th>mean JCT (h)</th><th>mean delay (min)</th>
 <th>p95 delay (min)</th><th>within-guarantee mean delay (min)</th><th>gangs broken</th><th>max preemptions</th>
 <th>GPU h lost to preemption</th><th>rejected</th><th>unfinished</th><th>seconds</th></tr>

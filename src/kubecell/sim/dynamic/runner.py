@@ -23,14 +23,15 @@ from kubecell.core.engine.options import PRESETS, engine_options
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import Node
 from kubecell.core.placement.registry import DEFAULT_POLICY
-from kubecell.core.tenancy.config import Tenants, resolve_tenants
+from kubecell.core.tenancy.config import Tenants
 from kubecell.core.topology import CellForest
-from kubecell.sim.dynamic.cluster import YamlDocument, load_cluster
+from kubecell.inputs.cluster import load_cluster
+from kubecell.inputs.tenants import load_tenants
 from kubecell.sim.dynamic.metrics import PolicyMetrics, policy_metrics, private_metrics
 from kubecell.sim.dynamic.private import PrivateBaseline, run_private_baseline
 from kubecell.sim.dynamic.report import write_html, write_jobs, write_plots, write_summary, write_timeseries
 from kubecell.sim.dynamic.simulator import DynamicSimulation, NodeEvent, SimulationResult
-from kubecell.sim.dynamic.workloads import SECONDS_PER_DAY, Workload, load_workloads
+from kubecell.sim.traces.workloads import SECONDS_PER_DAY, Workload, load_workloads
 
 DEFAULT_POLICIES = ("quota", "hived", "kubecell")
 DEFAULT_REPAIR_HOURS = 4.0
@@ -61,11 +62,6 @@ class DynamicInputs:
         return counts
 
 
-def load_tenants(path: str | Path, forest: CellForest) -> Tenants:
-    doc = YamlDocument.read(path)
-    return resolve_tenants(doc.data, forest, source=str(path))
-
-
 def load_inputs(cluster: str | Path, tenants: str | Path, workloads: Sequence[str | Path], *,
                 days: float | None = None, start_day: float = 0.0, skip_bad_rows: bool = False) -> DynamicInputs:
     """Parse and validate the cluster, the tenants (against the cluster) and the workload files."""
@@ -76,14 +72,34 @@ def load_inputs(cluster: str | Path, tenants: str | Path, workloads: Sequence[st
     return DynamicInputs(Path(cluster), Path(tenants), nodes, forest, resolved, workload)
 
 
-def parse_policies(text: str) -> list[str]:
-    """'quota,hived,kubecell' -> validated, de-duplicated preset names."""
+def parse_tenancy(text: str) -> list[str]:
+    """'quota,hived,kubecell' -> validated, de-duplicated tenancy preset names (``--tenancy``; placement
+    policies are a different kind, chosen with ``--placement``)."""
     names = [part.strip().lower() for part in text.split(",") if part.strip()]
     if not names:
-        raise InvalidInputError("no policy given", field="policy", accepted=", ".join(PRESETS))
+        raise InvalidInputError("no tenancy preset given", field="tenancy", accepted=", ".join(PRESETS))
     for name in names:
-        engine_options(name)
+        if name not in PRESETS:
+            raise InvalidInputError(f"unknown tenancy preset {name!r}", field="tenancy",
+                                    accepted=", ".join(PRESETS) + " (placement policies go to --placement)")
     return list(dict.fromkeys(names))
+
+
+def check_has_jobs(inputs: DynamicInputs, *, days: float | None = None, start_day: float = 0.0) -> None:
+    """Stop before running when there is nothing to measure: with no job every figure of the report (delays,
+    completion times, utilisation, the sharing anomaly) is undefined, so say why the workload is empty."""
+    if inputs.jobs:
+        return
+    files = inputs.workload.files
+    rows = sum(f.rows for f in files)
+    outside = sum(f.outside_window for f in files)
+    bad = sum(f.rejected for f in files)
+    window = f" (days {start_day:g} to {start_day + days:g} of each trace)" if days is not None else (
+        f" (from day {start_day:g} of each trace)" if start_day else "")
+    raise InvalidInputError(
+        f"no jobs to simulate: {len(files)} workload file(s) hold {rows} row(s), {outside} outside the "
+        f"window{window} and {bad} bad", field="workload",
+        accepted="trace files with at least one job in the --start-day / --days window")
 
 
 def check_run_options(*, node_failures: int = 0, repair_hours: float = DEFAULT_REPAIR_HOURS,
@@ -147,10 +163,12 @@ def run_dynamic(
     sample_seconds: float = SAMPLE_SECONDS,
     checkpoint_seconds: float = CHECKPOINT_SECONDS,
     placement: str = DEFAULT_POLICY,
+    on_start: Callable[[str], None] | None = None,
     on_step: Callable[[str], None] | None = None,
 ) -> DynamicRun:
-    """Run every policy and every VC's private baseline, all placing with the ``placement`` policy;
-    ``on_step(label)`` after each simulation.
+    """Run every tenancy preset and every VC's private baseline, all placing with the ``placement`` policy;
+    ``on_start(label)`` before and ``on_step(label)`` after each simulation, with the same label (the preset's
+    name, or ``private baseline of VC <name>``), so progress can name the simulation that is running.
 
     Node failures (if any) hit the shared cluster only: a private cluster is other hardware.
     """
@@ -164,6 +182,8 @@ def run_dynamic(
                                  repair_seconds=repair_hours * 3600.0)
     results: list[SimulationResult] = []
     for policy in policies:
+        if on_start is not None:
+            on_start(policy)
         simulation = DynamicSimulation(inputs.nodes, inputs.tenants, engine_options(policy), jobs, node_events=events,
                                        sample_seconds=sample_seconds, checkpoint_seconds=checkpoint_seconds,
                                        horizon=horizon, placement=placement)
@@ -175,14 +195,22 @@ def run_dynamic(
     for vc in inputs.tenants.names:
         if vc not in with_jobs:
             continue
+        label = private_label(vc)
+        if on_start is not None:
+            on_start(label)
         baselines[vc] = run_private_baseline(inputs.forest, inputs.tenants, vc, jobs, sample_seconds=sample_seconds,
                                              checkpoint_seconds=checkpoint_seconds, horizon=horizon,
                                              placement=placement)
         if on_step is not None:
-            on_step(f"private {vc}")
+            on_step(label)
     metrics = [policy_metrics(result, baselines) for result in results]
     private = {vc: private_metrics(baseline) for vc, baseline in baselines.items()}
     return DynamicRun(inputs, results, baselines, metrics, private, events, time.perf_counter() - started)
+
+
+def private_label(vc: str) -> str:
+    """How progress names the private-baseline simulation of ``vc``."""
+    return f"private baseline of VC {vc}"
 
 
 def step_count(inputs: DynamicInputs, policies: Sequence[str]) -> int:
@@ -200,7 +228,7 @@ def run_meta(run: DynamicRun, policies: Sequence[str], **extra: object) -> dict[
         "cluster": str(inputs.cluster_path),
         "tenants": str(inputs.tenants_path),
         "workload": files,
-        "policies": list(policies),
+        "tenancy": list(policies),
         "nodes": len(inputs.nodes),
         "gpus": sum(node.gpu_count for node in inputs.nodes),
         "jobs": len(inputs.jobs),

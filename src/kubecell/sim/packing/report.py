@@ -8,7 +8,9 @@ one standard deviation.
 from __future__ import annotations
 
 import csv
+import html
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
 from kubecell.sim.packing.metrics import ARRIVED_PCT, PolicySummary, Stat
+from kubecell.sim.packing.runner import format_seeds
 
 METRICS = ("allocated_pct", "unallocated_pct", "frag_amount_pct", "frag_ratio_pct")
 
@@ -101,34 +104,113 @@ def write_plots(out: Path, summaries: Sequence[PolicySummary], title: str = "") 
     return paths
 
 
+METRIC_NOTES: tuple[tuple[str, str], ...] = (
+    ("unallocated GPU % at 100 % arrived",
+     "share of the cluster's GPU capacity (in milli-GPU) left unallocated once the GPU requests that arrived "
+     "(placed or failed) add up to 100 % of that capacity; what a policy wastes when demand exactly matches "
+     "supply (FGD paper, Fig. 9(a)). Lower is better."),
+    ("at 130 %",
+     "the same once arrivals reach 130 % of capacity: how much a policy still packs under overload. Lower is "
+     "better."),
+    ("fragmentation ratio % at 90 %",
+     "share of the idle GPU capacity that the workload's typical pods cannot use (FGD's fragmentation measure "
+     "divided by idle capacity) when arrivals reach 90 % of capacity (Fig. 7). Lower is better."),
+    ("failed pods",
+     "pods that found no node when they arrived, mean over seeds (the experiment never retries). Lower is better; "
+     "compare only runs with the same inflation."),
+    ("seconds", "time spent placing, summed over the policy's seeds. Lower is faster."),
+)
+"""What each column of the report means and which direction is better (shown on the page)."""
+
+_FACT_LABELS = {
+    "kubecell": "kubecell version",
+    "nodes": "node list",
+    "pods": "pod list",
+    "placement": "placement policies",
+    "seeds": "seeds",
+    "inflate": "workload inflated to",
+    "jobs": "worker processes",
+    "allow_impossible": "pods no node can hold replayed as failures",
+    "impossible_pods": "pods no node can hold",
+    "wall_seconds": "wall time",
+}
+
+
+def _fact(key: str, value: object) -> str:
+    """One input of the run in words: lists joined, seeds as ranges, units spelled out."""
+    if key == "seeds" and isinstance(value, list | tuple):
+        return f"{format_seeds([int(v) for v in value])} ({len(value)} seeds)"
+    if key == "inflate" and isinstance(value, int | float):
+        return f"{value:g} x the cluster's GPU capacity"
+    if key == "wall_seconds" and isinstance(value, int | float):
+        return f"{value:.1f} s"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ", ".join(str(item) for item in value)
+    return str(value)
+
+
 def write_html(out: Path, summaries: Sequence[PolicySummary], meta: Mapping[str, object],
                plots: Sequence[Path]) -> Path:
-    """A self-contained page: the table of headline figures and the plots next to it."""
+    """A self-contained page: how to reproduce the run, its inputs, the headline figures with what each
+    means, why any figure is missing, and the plots."""
     rows = []
+    reasons: dict[str, None] = {}
     for summary in summaries:
         failed = summary.at_runs("failed")
-        rows.append(
-            f"<tr><td>{summary.policy}</td><td>{_fmt(summary.at('unallocated_pct', 100))}</td>"
-            f"<td>{_fmt(summary.at('unallocated_pct', 130))}</td><td>{_fmt(summary.at('frag_ratio_pct', 90))}</td>"
-            f"<td>{failed.mean:.0f}</td><td>{summary.seconds:.1f}</td></tr>"
-        )
-    images = "".join(f'<p><img src="{p.name}" alt="{p.stem}" style="max-width:100%"></p>' for p in plots)
-    facts = "".join(f"<li><b>{k}</b>: {v}</li>" for k, v in meta.items())
+        cells = []
+        for metric, x in HEADLINE:
+            stat = summary.at(metric, x)
+            why = summary.why_undefined(metric, x)
+            if why is not None:
+                reasons[why] = None
+            cells.append(f"<td>{format_stat(stat, len(summary.runs), html_sd=True)}</td>")
+        rows.append(f"<tr><td>{html.escape(summary.policy)}</td>{''.join(cells)}"
+                    f"<td>{failed.mean:.0f}</td><td>{summary.seconds:.1f}</td></tr>")
+    images = "".join(f'<p><img src="{html.escape(p.name)}" alt="{html.escape(p.stem)}" style="max-width:100%"></p>'
+                     for p in plots)
+    command = meta.get("command")
+    directory = meta.get("directory")
+    reproduce = ""
+    if command:
+        where = f" in <code>{html.escape(str(directory))}</code>" if directory else ""
+        reproduce = f"<h2>Reproduce</h2><p>Run{where}:</p><pre>{html.escape(str(command))}</pre>"
+    facts = "".join(f"<li><b>{html.escape(_FACT_LABELS.get(k, k))}</b>: {html.escape(_fact(k, v))}</li>"
+                    for k, v in meta.items() if k not in ("command", "directory"))
+    notes = "".join(f"<dt>{html.escape(name)}</dt><dd>{html.escape(text)}</dd>" for name, text in METRIC_NOTES)
+    missing = "".join(f"<li>{html.escape(reason)}</li>" for reason in reasons)
+    missing = f"<p>n/a: not measured in this run:</p><ul>{missing}</ul>" if missing else ""
+    seeds = max((len(s.runs) for s in summaries), default=0)
+    spread = "mean &plusmn; sample SD over seeds" if seeds > 1 else "one seed, so no SD"
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>kubecell packing report</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:4px 10px;text-align:right}}td:first-child{{text-align:left}}</style>
-</head><body><h1>kubecell packing experiment</h1><ul>{facts}</ul>
-<table><tr><th>policy</th><th>unallocated GPU % at 100 % arrived</th><th>at 130 %</th>
+td,th{{border:1px solid #ccc;padding:4px 10px;text-align:right}}td:first-child{{text-align:left}}
+pre{{background:#f4f4f4;padding:.6em;white-space:pre-wrap}}dt{{font-weight:bold}}dd{{margin:0 0 .5em 1.5em}}</style>
+</head><body><h1>kubecell packing experiment</h1>{reproduce}<h2>Inputs</h2><ul>{facts}</ul>
+<h2>Results</h2><p>Figures are {spread}.</p>
+<table><tr><th>placement policy</th><th>unallocated GPU % at 100 % arrived</th><th>at 130 %</th>
 <th>fragmentation ratio % at 90 %</th><th>failed pods (mean)</th><th>seconds</th></tr>
-{''.join(rows)}</table>{images}</body></html>
+{''.join(rows)}</table>{missing}
+<h2>What the figures mean</h2><dl>{notes}</dl>
+<p>Files: summary.json (every figure, nulls explained under <code>not_measured</code>), curves.csv (per seed),
+curves_mean.csv, run.json (these inputs).</p>
+{images}</body></html>
 """
     path = out / "index.html"
     path.write_text(page, encoding="utf-8")
     return path
 
 
-def _fmt(value: Stat) -> str:
-    if value.mean != value.mean:
+HEADLINE: tuple[tuple[str, int], ...] = (("unallocated_pct", 100), ("unallocated_pct", 130), ("frag_ratio_pct", 90))
+"""The (curve, arrived %) figures of the console table and the page, in column order."""
+
+
+def format_stat(value: Stat, runs: int, *, html_sd: bool = False) -> str:
+    """'2.99 ± 0.41' over several seeds, '2.99' for one (a sample SD needs two), 'n/a' when undefined."""
+    if not math.isfinite(value.mean):
         return "n/a"
-    return f"{value.mean:.2f} &plusmn; {value.sd:.2f}"
+    if runs < 2:
+        return f"{value.mean:.2f}"
+    return f"{value.mean:.2f} {'&plusmn;' if html_sd else '±'} {value.sd:.2f}"

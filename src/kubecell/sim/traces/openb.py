@@ -3,19 +3,20 @@
 Node list columns: ``sn, cpu_milli, memory_mib, gpu, model``. Pod list columns: ``name, cpu_milli,
 memory_mib, num_gpu, gpu_milli`` and optionally ``gpu_spec`` (allowed GPU models, ``A|B``) plus fields
 the packing experiment ignores (qos, phase, timestamps). Every problem is reported as
-``file:line: field 'x': what is wrong (accepted: ...)``.
+``file:line: field 'x': what is wrong (accepted: ...)``; reading the file, its header and its fields is
+``rows.py``'s job, shared with the other trace formats.
 """
 
 from __future__ import annotations
 
-import csv
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubecell.core.errors import InvalidInputError
+from kubecell.core.limits import MAX_CPU_MILLI, MAX_GPUS_PER_NODE, MAX_MEMORY_MIB
 from kubecell.core.model import GPU_MODELS, MILLI_PER_GPU, Node, Request, gpu_model_spec, make_node
 from kubecell.core.placement.frag import PodShape
+from kubecell.sim.traces.rows import open_csv
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -70,55 +71,6 @@ class TracePod:
         )
 
 
-def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
-    if not path.is_file():
-        raise InvalidInputError("file not found", location=str(path))
-    try:
-        handle = path.open(newline="", encoding="utf-8-sig")  # tolerate the BOM spreadsheets write
-    except OSError as error:
-        raise InvalidInputError(f"cannot read file: {error.strerror}", location=str(path)) from None
-    with handle:
-        try:
-            reader = csv.DictReader(handle)
-            header = reader.fieldnames or []
-            missing = [c for c in required if c not in header]
-            if missing:
-                raise InvalidInputError(
-                    f"missing column(s) {', '.join(missing)} in header {header}",
-                    location=f"{path}:1",
-                    accepted="a header with " + ", ".join(required),
-                )
-            for row in reader:
-                number = reader.line_num  # physical line: blank lines are skipped, quoted fields may span lines
-                if None in row or any(v is None for v in row.values()):
-                    fields = sum(v is not None for k, v in row.items() if k is not None) + len(row.get(None) or ())
-                    raise InvalidInputError(
-                        f"has {fields} fields, header has {len(header)}",
-                        location=f"{path}:{number}",
-                        accepted=f"{len(header)} comma-separated fields per row",
-                    )
-                yield number, row
-        except UnicodeDecodeError:
-            raise InvalidInputError("not a UTF-8 text file", location=str(path)) from None
-        except csv.Error as error:
-            raise InvalidInputError(f"malformed CSV: {error}", location=str(path)) from None
-
-
-def _int(row: dict[str, str], field: str, where: str, *, low: int = 0, high: int | None = None) -> int:
-    text = row[field].strip()
-    if text == "" and field in ("gpu", "num_gpu", "gpu_milli"):
-        return 0
-    try:
-        value = int(text)
-    except ValueError:
-        raise InvalidInputError(f"{text!r} is not an integer", location=where, field=field,
-                                accepted="a whole number") from None
-    if value < low or (high is not None and value > high):
-        bounds = f"{low}..{high}" if high is not None else f">= {low}"
-        raise InvalidInputError(f"{value} is out of range", location=where, field=field, accepted=bounds)
-    return value
-
-
 def _check_spec(spec: str, where: str) -> str:
     for model in (m for m in spec.split("|") if m):
         if model not in GPU_MODELS:
@@ -132,36 +84,40 @@ def load_nodes(path: str | Path, *, include_cpu_nodes: bool = False) -> list[Nod
     path = Path(path)
     nodes: list[Node] = []
     seen: dict[str, int] = {}
-    for number, row in _rows(path, NODE_COLUMNS):
-        where = f"{path}:{number}"
-        name = row["sn"].strip()
-        if not name:
-            raise InvalidInputError("empty node name", location=where, field="sn")
-        if name in seen:
-            raise InvalidInputError(f"duplicate node name {name!r} (first at line {seen[name]})",
-                                    location=where, field="sn", accepted="unique names")
-        seen[name] = number
-        gpus = _int(row, "gpu", where, high=64)
-        model = row["model"].strip()
-        if gpus and not model:
-            raise InvalidInputError(f"{gpus} GPUs but no model", location=where, field="model",
-                                    accepted=", ".join(sorted(GPU_MODELS)))
-        if gpus:
-            gpu_model_spec(model, location=where, field="model")
-        cpu_milli = _int(row, "cpu_milli", where)  # validated even on rows that are then skipped
-        memory_mib = _int(row, "memory_mib", where)
-        if not gpus and not include_cpu_nodes:
-            continue
-        nodes.append(
-            make_node(
-                name,
-                cpu_milli=cpu_milli,
-                memory_mib=memory_mib,
-                gpu_count=gpus,
-                gpu_model=model if gpus else "",
-                location=where,
+    with open_csv(path) as table:
+        table.require(NODE_COLUMNS, kind="node list")
+        for row in table.rows():
+            if row.problem:
+                raise row.problem
+            where = row.where
+            name = row.values["sn"].strip()
+            if not name:
+                raise InvalidInputError("empty node name", location=where, field="sn")
+            if name in seen:
+                raise InvalidInputError(f"duplicate node name {name!r} (first at line {seen[name]})",
+                                        location=where, field="sn", accepted="unique names")
+            seen[name] = row.line
+            gpus = row.integer("gpu", high=MAX_GPUS_PER_NODE, blank=0)
+            model = row.values["model"].strip()
+            if gpus and not model:
+                raise InvalidInputError(f"{gpus} GPUs but no model", location=where, field="model",
+                                        accepted=", ".join(sorted(GPU_MODELS)))
+            if gpus:
+                gpu_model_spec(model, location=where, field="model")
+            cpu_milli = row.integer("cpu_milli", high=MAX_CPU_MILLI)  # validated even on rows then skipped
+            memory_mib = row.integer("memory_mib", high=MAX_MEMORY_MIB)
+            if not gpus and not include_cpu_nodes:
+                continue
+            nodes.append(
+                make_node(
+                    name,
+                    cpu_milli=cpu_milli,
+                    memory_mib=memory_mib,
+                    gpu_count=gpus,
+                    gpu_model=model if gpus else "",
+                    location=where,
+                )
             )
-        )
     if not nodes:
         raise InvalidInputError("no usable (GPU) nodes", location=str(path))
     return nodes
@@ -172,38 +128,42 @@ def load_pods(path: str | Path) -> list[TracePod]:
     path = Path(path)
     pods: list[TracePod] = []
     seen: dict[str, int] = {}
-    for number, row in _rows(path, POD_COLUMNS):
-        where = f"{path}:{number}"
-        name = row["name"].strip()
-        if not name:
-            raise InvalidInputError("empty pod name", location=where, field="name")
-        if name in seen:
-            raise InvalidInputError(f"duplicate pod name {name!r} (first at line {seen[name]})",
-                                    location=where, field="name", accepted="unique names")
-        seen[name] = number
-        count = _int(row, "num_gpu", where, high=64)
-        milli = _int(row, "gpu_milli", where, high=MILLI_PER_GPU)
-        if count == 0 and milli:
-            raise InvalidInputError(f"gpu_milli {milli} with num_gpu 0", location=where, field="gpu_milli",
-                                    accepted="0 for CPU-only pods")
-        if count and milli == 0:
-            raise InvalidInputError(f"num_gpu {count} with gpu_milli 0", location=where, field="gpu_milli",
-                                    accepted="1..1000")
-        if count > 1 and milli != MILLI_PER_GPU:
-            raise InvalidInputError(f"{count} GPUs with a share of {milli} each", location=where,
-                                    field="gpu_milli", accepted="1000 for multi-GPU pods")
-        spec = _check_spec(row.get("gpu_spec", "") or "", where)
-        pods.append(
-            TracePod(
-                name=name,
-                cpu_milli=_int(row, "cpu_milli", where),
-                memory_mib=_int(row, "memory_mib", where),
-                gpu_count=count,
-                gpu_milli=milli,
-                gpu_spec=spec,
-                line=number,
+    with open_csv(path) as table:
+        table.require(POD_COLUMNS, kind="pod list")
+        for row in table.rows():
+            if row.problem:
+                raise row.problem
+            where = row.where
+            name = row.values["name"].strip()
+            if not name:
+                raise InvalidInputError("empty pod name", location=where, field="name")
+            if name in seen:
+                raise InvalidInputError(f"duplicate pod name {name!r} (first at line {seen[name]})",
+                                        location=where, field="name", accepted="unique names")
+            seen[name] = row.line
+            count = row.integer("num_gpu", high=MAX_GPUS_PER_NODE, blank=0)
+            milli = row.integer("gpu_milli", high=MILLI_PER_GPU, blank=0)
+            if count == 0 and milli:
+                raise InvalidInputError(f"gpu_milli {milli} with num_gpu 0", location=where, field="gpu_milli",
+                                        accepted="0 for CPU-only pods")
+            if count and milli == 0:
+                raise InvalidInputError(f"num_gpu {count} with gpu_milli 0", location=where, field="gpu_milli",
+                                        accepted="1..1000")
+            if count > 1 and milli != MILLI_PER_GPU:
+                raise InvalidInputError(f"{count} GPUs with a share of {milli} each", location=where,
+                                        field="gpu_milli", accepted="1000 for multi-GPU pods")
+            spec = _check_spec(row.optional("gpu_spec"), where)
+            pods.append(
+                TracePod(
+                    name=name,
+                    cpu_milli=row.integer("cpu_milli", high=MAX_CPU_MILLI),
+                    memory_mib=row.integer("memory_mib", high=MAX_MEMORY_MIB),
+                    gpu_count=count,
+                    gpu_milli=milli,
+                    gpu_spec=spec,
+                    line=row.line,
+                )
             )
-        )
     if not pods:
         raise InvalidInputError("no pods", location=str(path))
     return pods

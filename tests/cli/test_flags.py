@@ -1,0 +1,81 @@
+"""Issue 11, case 10: one name for one thing.
+
+``--policy kubecell`` meant a placement policy in ``sim packing`` and a tenancy preset in ``sim dynamic``.
+Placement policies are now ``--placement`` everywhere, tenancy presets ``--tenancy``; ``--policy`` is gone
+and says which of the two the user means; ``kubecell policies`` lists both kinds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kubecell.cli.main import app
+from kubecell.core.engine.options import PRESETS
+from kubecell.core.placement.registry import policy_names
+from tests.cli.support import assert_one_line_error, run_main
+
+
+def test_policies_lists_both_kinds_in_titled_tables() -> None:
+    result = CliRunner().invoke(app, ["policies"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    placement_at = out.index("placement policies")
+    tenancy_at = out.index("tenancy presets")
+    assert placement_at < tenancy_at
+    assert "--placement in sim packing, simulate, sim dynamic" in out
+    assert "--tenancy in sim dynamic" in out
+    placement_rows = {line.split("│")[1].strip() for line in out[placement_at:tenancy_at].splitlines()
+                      if line.count("│") >= 3}
+    tenancy_rows = {line.split("│")[1].strip() for line in out[tenancy_at:].splitlines() if line.count("│") >= 3}
+    assert placement_rows == {f"{name} (default)" if name == "kubecell" else name for name in policy_names()}
+    assert tenancy_rows == set(PRESETS) == {"quota", "hived", "kubecell"}
+    for line in out[tenancy_at:].splitlines():
+        if line.count("│") >= 3:
+            assert len(line.split("│")[2].strip()) > 20  # a one-line summary each
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["simulate", "--policy", "fgd"], "--policy was renamed --placement"),
+        (["sim", "dynamic", "--workload", "w.csv", "--policy", "hived"], "--policy was renamed --tenancy"),
+    ],
+)
+def test_the_old_flag_says_what_replaced_it(argv: list[str], says: str, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_main(monkeypatch, capsys, *argv)
+    assert_one_line_error(code, err, says)
+
+
+def test_packing_placement_flag(tmp_path: Path, bundled: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    nodes, pods = bundled
+    out = tmp_path / "out"
+    code, _, err = run_main(monkeypatch, capsys, "sim", "packing", "--nodes", nodes, "--pods", pods, "--out", out,
+                            "--seeds", "1", "--placement", "FGD")
+    assert code == 0, err
+    assert [entry["policy"] for entry in json.loads((out / "summary.json").read_text())] == ["fgd"]
+    code, _, err = run_main(monkeypatch, capsys, "sim", "packing", "--nodes", nodes, "--pods", pods, "--out", out,
+                            "--placement", "hived")
+    assert_one_line_error(code, err, "field 'placement'", "unknown placement policy 'hived'")
+
+
+def test_dynamic_tenancy_and_placement_flags(tmp_path: Path, tiny_dynamic: dict[str, Path],
+                                             monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    base: list[str | Path] = ["sim", "dynamic", "--cluster", tiny_dynamic["cluster"],
+                              "--tenants", tiny_dynamic["tenants"], "--workload", tiny_dynamic["a"]]
+    out = tmp_path / "out"
+    code, stdout, err = run_main(monkeypatch, capsys, *base, "--out", out, "--tenancy", "HiveD",
+                                 "--placement", "fgd")
+    assert code == 0, err
+    assert "per tenancy preset" in stdout
+    run = json.loads((out / "run.json").read_text())
+    assert (run["tenancy"], run["placement"]) == (["hived"], "fgd")
+    code, _, err = run_main(monkeypatch, capsys, *base, "--out", out, "--tenancy", "fgd")
+    assert_one_line_error(code, err, "field 'tenancy'", "unknown tenancy preset 'fgd'",
+                          "placement policies go to --placement")
