@@ -38,10 +38,11 @@ from kubecell.core.engine.job import Job, JobClass, JobPhase, JobSpec
 from kubecell.core.engine.ledger import VcUsage
 from kubecell.core.engine.options import EngineOptions
 from kubecell.core.engine.queue import ClassKey
+from kubecell.core.engine.restore import RunningMember, hold_external, release_external, restore_job
 from kubecell.core.engine.session import Session
 from kubecell.core.engine.turn import beyond_guarantee, removed_vc_reason, within_guarantee
 from kubecell.core.errors import InvalidInputError
-from kubecell.core.model import Allocation, Node
+from kubecell.core.model import Allocation, Node, Request
 from kubecell.core.placement.policy import Policy
 from kubecell.core.placement.registry import DEFAULT_POLICY, make_policy
 from kubecell.core.tenancy.config import Tenants, VirtualCluster
@@ -192,6 +193,19 @@ class Engine:
         release_idle_cells(s, everything=True)
         s.queue.mark_dirty()
         return downgraded
+
+    def restore(self, spec: JobSpec, members: Sequence[RunningMember], job_class: JobClass, *, started_at: float,
+                preemptions: int = 0) -> Job:
+        """Adopt a job that already runs in the cluster (a restarted scheduler rebuilding its state from the
+        allocation records); see ``restore``. Raises InvalidInputError, changing nothing, if it cannot."""
+        return restore_job(self.session, spec, members, job_class, started_at=started_at, preemptions=preemptions)
+
+    def hold_external(self, request: Request, node: str) -> Allocation:
+        """Capacity held by work another scheduler placed (see ``restore.hold_external``)."""
+        return hold_external(self.session, request, node)
+
+    def release_external(self, name: str) -> None:
+        release_external(self.session, name)
 
     def _job(self, name: str) -> Job:
         job = self.session.jobs.get(name)

@@ -44,7 +44,7 @@ def problems(session: Session) -> list[str]:
             found.append(f"{job.name} is {job.phase.value} but holds members {job.running_members}")
         if job.phase == JobPhase.PENDING and job.name not in session.queue:
             found.append(f"pending job {job.name} is not in the queue")
-    stray = sorted(set(session.book.allocations) - held)
+    stray = sorted(set(session.book.allocations) - held - session.external)
     if stray:
         found.append(f"allocations owned by no running job: {stray}")
     found.extend(_tenancy_problems(session))

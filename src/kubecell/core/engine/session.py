@@ -59,6 +59,7 @@ class Session:
         self.rejected: list[Job] = []
         self.growable: set[str] = set()  # running threshold gangs below their headcount
         self.binding: set[str] = set()  # RESERVED jobs whose bind the driver has not confirmed yet
+        self.external: set[str] = set()  # allocations of work another scheduler placed (never evicted)
         self.admitted: dict[str, int] = {}  # quota policy: job -> quota milli it holds while unplaced
         self.victim_backoff: dict[ClassKey, tuple[float, tuple[int, int, int]]] = {}
 
@@ -126,14 +127,18 @@ class Session:
         if job.first_started_at is None:
             job.first_started_at = attempt.now
         job.wait_reason = f"running ({job_class.value}) since {attempt.now:g}"
-        self.ledger.add(job)
         self.queue.dequeue(job)
         self.reservations.drop(job.name)
+        self.enter_running(job)
+        attempt.result.started.append(job)
+        return True
+
+    def enter_running(self, job: Job) -> None:
+        """Account a job that now holds its members (started here, or restored from the cluster)."""
+        self.ledger.add(job)
         self.running[job.name] = job
         if job.size < job.spec.members:
             self.growable.add(job.name)
-        attempt.result.started.append(job)
-        return True
 
     def stop(self, job: Job) -> None:
         """Release everything a running job holds (it leaves the running set; the caller says where to)."""

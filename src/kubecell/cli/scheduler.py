@@ -1,0 +1,51 @@
+"""``kubecell scheduler``: place the pods whose ``schedulerName`` is kubecell's, on a real cluster."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kubecell.core.engine.options import PRESETS
+from kubecell.core.errors import InvalidInputError
+from kubecell.core.placement.registry import DEFAULT_POLICY, canonical_policy_name
+from kubecell.k8s.rest import Kube
+from kubecell.k8s.scheduler.scheduler import SchedulerOptions
+from kubecell.k8s.scheduler.service import default_identity, run
+
+
+def _address(text: str) -> tuple[str, int] | None:
+    if not text:
+        return None
+    host, _, port = text.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidInputError(f"--listen {text!r}", field="listen", accepted="HOST:PORT, e.g. 127.0.0.1:10259, "
+                                "or '' for no HTTP server")
+    return host or "0.0.0.0", int(port)
+
+
+def scheduler(
+    kubeconfig: Annotated[Path | None, typer.Option(help="Kubeconfig (default: the pod's service account).")] = None,
+    name: Annotated[str, typer.Option(help="The schedulerName of the pods to place.")] = "kubecell",
+    tenancy: Annotated[str, typer.Option(help="Tenancy preset: " + ", ".join(PRESETS) + ".")] = "kubecell",
+    placement: Annotated[str, typer.Option(help="Placement policy (see 'kubecell policies').")] = DEFAULT_POLICY,
+    tenants_namespace: Annotated[str, typer.Option(help="Namespace of the tenants ConfigMap and the Lease.")] = (
+        "kubecell-system"),
+    listen: Annotated[str, typer.Option(help="HOST:PORT of /healthz, /readyz and /metrics ('' for none).")] = (
+        "0.0.0.0:10259"),
+    leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
+                                               help="Elect a leader through a Lease (run several replicas).")] = True,
+    identity: Annotated[str, typer.Option(help="Leader-election identity (default: host name and pid).")] = "",
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every decision.")] = False,
+) -> None:
+    """Run kubecell's scheduler against a cluster (standalone mode, its own schedulerName)."""
+    if tenancy not in PRESETS:
+        raise InvalidInputError(f"unknown tenancy preset {tenancy!r}", field="tenancy", accepted=", ".join(PRESETS))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    options = SchedulerOptions(name=name, tenancy=tenancy, placement=canonical_policy_name(placement),
+                               tenants_namespace=tenants_namespace)
+    kube = Kube.from_kubeconfig(kubeconfig)
+    run(kube, options, listen=_address(listen), leader_elect=leader_elect, identity=identity or default_identity())

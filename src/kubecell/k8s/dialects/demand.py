@@ -1,0 +1,149 @@
+"""What a pod asks of kubecell, whatever dialect it was written in, and the one error type for a bad ask.
+
+Every dialect reader fills the same few values (a core ``Request``, a group, a VC, a priority, an
+isolation mode), so the scheduler downstream never needs to know that a pod was written for HAMi or
+HiveD. A pod that cannot be read raises ``DemandError``: its text is the Warning Event the pod gets, so
+it names the pod, the exact label, annotation or resource, the value found and what would be accepted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kubecell.core.errors import InvalidInputError
+from kubecell.core.model import GPU_MODELS, Request, TopologyLevel
+
+Isolation = Literal["accounting", "mps", "mig"]
+
+LARGEST_CATALOG_GPU_MEMORY_MIB = max(spec.memory_mib for spec in GPU_MODELS.values())
+"""The most memory any GPU of the catalog has: a memory share above it cannot fit anywhere."""
+
+
+class DemandError(InvalidInputError):
+    """A pod whose GPU, group or tenancy ask kubecell cannot accept.
+
+    Rendered as ``pod <namespace>/<name>: <subject>: <what is wrong> (accepted: ...)``, where the subject
+    is the label, annotation or resource as the user wrote it (``aliyun.com/gpu-mem 0``,
+    ``annotation kubecell.io/topology "row"``). ``field`` is the bare name, for callers that group
+    errors by field.
+    """
+
+    def __init__(self, pod: str, subject: str, message: str, *, field: str, accepted: str | None = None) -> None:
+        self.pod = pod
+        self.subject = subject
+        super().__init__(message, location=f"pod {pod}", field=field, accepted=accepted)
+
+    def _render(self) -> str:
+        text = f"pod {self.pod}: {self.subject}: {self.message}"
+        if self.accepted:
+            text += f" (accepted: {self.accepted})"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class DialectOptions:
+    """How to read dialects whose meaning depends on the cluster.
+
+    ``aliyun_memory_unit``: gpushare's device plugin counts ``aliyun.com/gpu-mem`` in GiB unless it runs
+    with ``--memory-unit=MiB``; the pod cannot say which, so the operator does. ``largest_gpu_memory_mib``:
+    a memory share above it can never be placed (default: the largest GPU of the catalog; a driver that
+    knows the cluster passes the largest GPU it has). ``known_models``: the GPU model names nodes report
+    (catalog names, or product names for GPUs the catalog does not know); model filters are matched
+    against them, and a filter that matches none of them is refused rather than left pending forever.
+    """
+
+    aliyun_memory_unit: Literal["GiB", "MiB"] = "GiB"
+    largest_gpu_memory_mib: int = LARGEST_CATALOG_GPU_MEMORY_MIB
+    known_models: frozenset[str] = field(default_factory=lambda: frozenset(GPU_MODELS))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDemand:
+    """The gang a pod belongs to.
+
+    ``key`` is ``<namespace>/<name>``: groups never span namespaces, so two teams using the same group
+    name never join each other's gang. ``size`` is the headcount, or None where the source states only
+    a minimum (PodGroups: the group is then the pods that name it). ``minimum`` is how many members must
+    start together; None only while ``waiting_for`` names the PodGroup object not seen yet.
+    """
+
+    key: str
+    source: str
+    size: int | None
+    minimum: int | None
+    waiting_for: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodDemand:
+    """One pod read for scheduling: the core request of one member and everything around it.
+
+    ``priority`` is the pod's ``spec.priority`` unless a dialect states it (-1 = opportunistic:
+    scavenges idle GPUs and is reclaimed first). ``vc`` is None when no dialect names a tenant (the
+    driver then applies its default). ``dialects`` lists every dialect that contributed, in a fixed
+    order, e.g. ``("kubecell", "coscheduling")``; a CPU-only pod with no kubecell annotations has none.
+    """
+
+    pod: str
+    request: Request
+    group: GroupDemand | None
+    vc: str | None
+    priority: int
+    isolation: Isolation
+    dialects: tuple[str, ...]
+
+    @property
+    def opportunistic(self) -> bool:
+        return self.priority == -1
+
+    @property
+    def topology(self) -> TopologyLevel | None:
+        """The topology constraint (``kubecell.io/topology``), carried by the request."""
+        return self.request.topology
+
+
+def show(value: object) -> str:
+    """A label or annotation value as it appears in a message: quoted, and cut when long."""
+    text = str(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return json.dumps(text, ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PodMeta:
+    """The parts of a Pod object the dialect readers look at, and how they name it in errors."""
+
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    spec: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> PodMeta:
+        meta = pod.get("metadata") or {}
+        return cls(
+            namespace=str(meta.get("namespace") or "default"),
+            name=str(meta.get("name") or ""),
+            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+            annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+            spec=pod.get("spec") or {},
+        )
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def error(self, subject: str, message: str, *, field: str, accepted: str | None = None) -> DemandError:
+        return DemandError(self.key, subject, message, field=field, accepted=accepted)
+
+    def annotation_error(self, name: str, message: str, accepted: str | None = None) -> DemandError:
+        return self.error(f"annotation {name} {show(self.annotations.get(name, ''))}", message, field=name,
+                          accepted=accepted)
+
+    def label_error(self, name: str, message: str, accepted: str | None = None) -> DemandError:
+        return self.error(f"label {name} {show(self.labels.get(name, ''))}", message, field=name, accepted=accepted)

@@ -1,0 +1,66 @@
+"""Every name kubecell writes into or reads from the Kubernetes API, in one place.
+
+kubecell uses its own resource domain instead of reusing ``nvidia.com/gpu`` for shares: reusing the
+vendor's resource forces operators to disable NVIDIA's device plugin (HAMi's most frequent install
+complaint). Whole GPUs may still be asked for as ``nvidia.com/gpu``.
+"""
+
+from __future__ import annotations
+
+DOMAIN = "kubecell.io"
+SCHEDULER_NAME = "kubecell"
+
+# Resources a pod asks for (container limits/requests) and a node advertises.
+RESOURCE_GPU = f"{DOMAIN}/gpu"                  # whole GPUs
+RESOURCE_GPU_MILLI = f"{DOMAIN}/gpu-milli"      # share of one GPU's compute, 1000 = a whole GPU
+RESOURCE_GPU_MEMORY = f"{DOMAIN}/gpu-memory"    # MiB of one GPU's memory
+NVIDIA_GPU = "nvidia.com/gpu"
+
+# Node annotations and labels.
+ANNOTATION_INVENTORY = f"{DOMAIN}/gpu-inventory"   # versioned JSON written by the node agent
+LABEL_RACK = f"{DOMAIN}/rack"
+LABEL_ZONE = "topology.kubernetes.io/zone"
+GFD_PRODUCT = "nvidia.com/gpu.product"
+GFD_MEMORY = "nvidia.com/gpu.memory"             # MiB per GPU
+GFD_COUNT = "nvidia.com/gpu.count"
+
+# Pod annotations.
+ANNOTATION_ALLOCATION = f"{DOMAIN}/allocation"     # versioned JSON allocation record
+ANNOTATION_DURATION = f"{DOMAIN}/duration-seconds" # testbed/replay: the fake kubelet ends the pod after this
+
+# Pod annotations of kubecell's own dialect (see docs/kubernetes.md, "Asking for GPUs: the dialects").
+ANNOTATION_VC = f"{DOMAIN}/vc"                       # the virtual cluster (tenant) the pod runs in
+ANNOTATION_GROUP = f"{DOMAIN}/group"                 # gang name, namespaced: pods of one namespace only
+ANNOTATION_GROUP_SIZE = f"{DOMAIN}/group-size"       # the gang's headcount
+ANNOTATION_GROUP_MIN = f"{DOMAIN}/group-min"         # members that must start together (default: all)
+ANNOTATION_TOPOLOGY = f"{DOMAIN}/topology"           # nvlink | numa | node | rack | zone
+ANNOTATION_GPU_MODELS = f"{DOMAIN}/gpu-models"       # comma list of catalog GPU models allowed
+ANNOTATION_ISOLATION = f"{DOMAIN}/isolation"         # accounting | mps | mig
+ANNOTATION_OPPORTUNISTIC = f"{DOMAIN}/opportunistic" # "true": scavenge idle GPUs, reclaimed first
+
+TOPOLOGY_VALUES = ("nvlink", "numa", "node", "rack", "zone")
+ISOLATION_MODES = ("accounting", "mps", "mig")
+DEFAULT_ISOLATION = "accounting"
+
+# Other schedulers' dialects, read so that their manifests run unchanged.
+ALIYUN_GPU_MEM = "aliyun.com/gpu-mem"                # gpushare: GPU memory of one GPU, GiB by default
+ALIYUN_GPU_COUNT = "aliyun.com/gpu-count"
+HAMI_GPU_MEM = "nvidia.com/gpumem"                   # HAMi: MiB of each GPU
+HAMI_GPU_MEM_PERCENTAGE = "nvidia.com/gpumem-percentage"
+HAMI_GPU_CORES = "nvidia.com/gpucores"               # HAMi: percent of each GPU's compute
+HAMI_USE_GPU_TYPE = "nvidia.com/use-gputype"         # HAMi pod annotations: comma lists, substring match
+HAMI_NOUSE_GPU_TYPE = "nvidia.com/nouse-gputype"
+KUBESHARE_GPU_REQUEST = "sharedgpu/gpu_request"      # KubeShare pod labels
+KUBESHARE_GPU_LIMIT = "sharedgpu/gpu_limit"
+KUBESHARE_GPU_MEM = "sharedgpu/gpu_mem"              # bytes
+KUBESHARE_GPU_MODEL = "sharedgpu/gpu_model"
+KUBESHARE_PRIORITY = "sharedgpu/priority"            # 0 = opportunistic, 1..100 = guaranteed
+KUBESHARE_GROUP_NAME = "sharedgpu/group_name"
+KUBESHARE_GROUP_HEADCOUNT = "sharedgpu/group_headcount"
+KUBESHARE_GROUP_THRESHOLD = "sharedgpu/group_threshold"  # minimum = round(threshold x headcount)
+KUBESHARE_README_GROUP_NAME = "sharedgpu/pod_group_name" # named in KubeShare's README, never read by its code
+HIVED_POD_SCHEDULING_SPEC = "hivedscheduler.microsoft.com/pod-scheduling-spec"  # YAML
+COSCHEDULING_POD_GROUP = "scheduling.x-k8s.io/pod-group"      # scheduler-plugins: pod label
+VOLCANO_GROUP_NAME = "scheduling.k8s.io/group-name"           # Volcano: pod annotation
+VOLCANO_GROUP_NAME_ALT = "scheduling.volcano.sh/group-name"   # Volcano's second spelling, same meaning
+KAI_POD_GROUP = "pod-group-name"                              # KAI-Scheduler: pod annotation

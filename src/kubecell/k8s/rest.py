@@ -1,0 +1,172 @@
+"""A thin JSON client over the official ``kubernetes`` client's transport.
+
+The official client does the hard parts (kubeconfig and in-cluster config, TLS, token refresh,
+connection pooling); its generated model classes are what we skip. A scheduler that lists 50,000
+pods and watches every change spends most of its time turning JSON into those objects and back, and
+the rest of kubecell already speaks plain dicts with the API's own field names. So requests go
+through ``ApiClient.param_serialize``/``call_api`` and come back as ``dict`` (one ``json.loads``), and
+watches are read line by line from the same connection.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import urllib3
+from kubernetes import client, config
+
+from kubecell.core.errors import KubecellError
+
+PatchKind = Literal["strategic", "merge", "json", "apply"]
+PATCH_TYPES: Mapping[str, str] = {
+    "strategic": "application/strategic-merge-patch+json",
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "apply": "application/apply-patch+yaml",
+}
+
+
+class ApiError(KubecellError):
+    """An error answer of the API server: its HTTP status, reason and message."""
+
+    def __init__(self, status: int, reason: str, message: str, *, method: str = "", path: str = "") -> None:
+        self.status = status
+        self.reason = reason
+        self.api_message = message
+        where = f"{method} {path}: " if method else ""
+        super().__init__(f"{where}{status} {reason}: {message}")
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+    @property
+    def unavailable(self) -> bool:
+        """No answer (refused, reset, timed out) or a 5xx: worth retrying after a back-off."""
+        return self.status == 0 or self.status >= 500
+
+
+@dataclass
+class Kube:
+    """JSON requests to one API server, authenticated as the kubeconfig (or the pod's service account)."""
+
+    api: client.ApiClient
+    timeout: float = 30.0
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str | Path | None = None, *, pool: int = 32, timeout: float = 30.0) -> Kube:
+        configuration = client.Configuration()
+        if kubeconfig is None:
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+        configuration.connection_pool_maxsize = pool
+        return cls(client.ApiClient(configuration), timeout)
+
+    def close(self) -> None:
+        self.api.close()
+
+    def _send(self, method: str, path: str, *, query: Sequence[tuple[str, Any]] = (), body: Any = None,
+              content_type: str | None = None, timeout: float | tuple[float, float] | None = None,
+              stream: bool = False) -> Any:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type or "application/json"
+        params = self.api.param_serialize(method, path, query_params=list(query), header_params=headers,
+                                          body=body, auth_settings=["BearerToken"])
+        try:
+            response = self.api.call_api(*params, _request_timeout=timeout or self.timeout)
+        except client.exceptions.ApiException as error:
+            raise _api_error(error.status or 0, error.reason or "", error.body, method, path) from None
+        except urllib3.exceptions.HTTPError as error:  # refused, reset, timed out: the server is not there
+            raise ApiError(0, "Unavailable", str(error), method=method, path=path) from None
+        if stream:
+            if not 200 <= response.status <= 299:
+                raise _api_error(response.status, response.reason or "", response.read(), method, path)
+            return response
+        data = response.read()
+        if not 200 <= response.status <= 299:
+            raise _api_error(response.status, response.reason or "", data, method, path)
+        return json.loads(data) if data else {}
+
+    def get(self, path: str, **query: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self._send("GET", path, query=_query(query))
+        return result
+
+    def create(self, path: str, body: Mapping[str, Any], **query: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self._send("POST", path, query=_query(query), body=body)
+        return result
+
+    def replace(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self._send("PUT", path, body=body)
+        return result
+
+    def patch(self, path: str, body: Any, *, kind: PatchKind = "merge", **query: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self._send("PATCH", path, query=_query(query), body=body,
+                                            content_type=PATCH_TYPES[kind])
+        return result
+
+    def delete(self, path: str, body: Mapping[str, Any] | None = None, **query: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self._send("DELETE", path, query=_query(query), body=body)
+        return result
+
+    def watch(self, path: str, resource_version: str, *, timeout_seconds: int = 60,
+              **query: Any) -> Iterator[dict[str, Any]]:
+        """Watch events (``type``, ``object``) from ``resource_version`` until the server closes the watch
+        (after ``timeout_seconds``). An ``ERROR`` event is raised as :class:`ApiError` (410 = relist)."""
+        params = {**query, "watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
+                  "timeoutSeconds": str(timeout_seconds)}
+        response = self._send("GET", path, query=_query(params), timeout=(10.0, timeout_seconds + 30.0),
+                              stream=True)
+        buffer = b""
+        try:
+            for chunk in _chunks(response, path):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if not line.strip():
+                        continue
+                    event: dict[str, Any] = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object") or {}
+                        raise ApiError(int(status.get("code", 500)), str(status.get("reason", "")),
+                                       str(status.get("message", "")), method="WATCH", path=path)
+                    yield event
+        finally:
+            response.response.release_conn()
+
+
+def _chunks(response: Any, path: str) -> Iterator[bytes]:
+    """The body of a streamed response; a connection that breaks mid-stream is an ``Unavailable`` error."""
+    try:
+        yield from response.response.stream(amt=None, decode_content=False)
+    except urllib3.exceptions.HTTPError as error:
+        raise ApiError(0, "Unavailable", str(error), method="WATCH", path=path) from None
+
+
+def _query(values: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    return [(key, str(value).lower() if isinstance(value, bool) else value)
+            for key, value in values.items() if value is not None]
+
+
+def _api_error(status: int, reason: str, body: Any, method: str, path: str) -> ApiError:
+    message = ""
+    if body:
+        try:
+            decoded = json.loads(body)
+            message = str(decoded.get("message", "")) if isinstance(decoded, dict) else str(decoded)
+        except (ValueError, TypeError):
+            message = body.decode(errors="replace") if isinstance(body, bytes) else str(body)
+    return ApiError(status, reason, message, method=method, path=path)

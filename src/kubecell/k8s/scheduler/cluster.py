@@ -1,0 +1,88 @@
+"""The scheduler's view of the cluster: a mirror of the API objects it watches, the nodes as the core
+sees them, and the tenants to use when the operator configured none."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubecell.core.errors import InvalidInputError
+from kubecell.core.tenancy.config import Tenants, resolve_tenants
+from kubecell.core.topology import CellForest
+from kubecell.k8s.inventory import NodeView, node_view
+from kubecell.k8s.scheduler import pods
+from kubecell.k8s.watch import Event
+
+
+@dataclass
+class Mirror:
+    """The API objects the scheduler reads, as the watches last reported them."""
+
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    podgroups: dict[str, dict[tuple[str, str], Mapping[str, Any]]] = field(default_factory=dict)
+    tenants: dict[str, Any] | None = None
+
+    def apply(self, event: Event) -> str:
+        """Apply one event; returns what kind of change it was (to decide between a rebuild and a cycle)."""
+        if event.kind == "nodes":
+            return self._apply(self.nodes, event, lambda o: str(o["metadata"]["name"]))
+        if event.kind == "pods":
+            return self._apply(self.pods, event, pods.uid)
+        if event.kind == "wake":
+            return "wake"
+        if event.kind == "tenants":
+            if event.type == "SYNC":
+                self.tenants = event.objects[0] if event.objects else None
+            else:
+                self.tenants = None if event.type == "DELETED" else event.obj
+            return "tenants"
+        groups = self.podgroups.setdefault(event.kind, {})
+        objects = event.objects if event.type == "SYNC" else (event.obj,)
+        if event.type == "SYNC":
+            groups.clear()
+        for obj in objects:
+            meta = obj["metadata"]
+            where = (meta.get("namespace", "default"), meta["name"])
+            if event.type == "DELETED":
+                groups.pop(where, None)
+            else:
+                groups[where] = obj.get("spec") or {}
+        return "podgroups"
+
+    @staticmethod
+    def _apply(store: dict[str, dict[str, Any]], event: Event, key: Any) -> str:
+        if event.type == "SYNC":
+            store.clear()
+            store.update({key(obj): obj for obj in event.objects})
+        elif event.type == "DELETED":
+            store.pop(key(event.obj), None)
+        else:
+            store[key(event.obj)] = event.obj
+        return event.kind
+
+    def all_podgroups(self) -> dict[tuple[str, str], Mapping[str, Any]]:
+        merged: dict[tuple[str, str], Mapping[str, Any]] = {}
+        for groups in self.podgroups.values():
+            merged.update(groups)
+        return merged
+
+
+def node_view_safe(obj: Mapping[str, Any]) -> NodeView:
+    """A node whose inventory cannot be read is left out (with the reason), never guessed."""
+    try:
+        return node_view(obj)
+    except InvalidInputError as error:
+        return NodeView(str(obj["metadata"]["name"]), None, f"unreadable inventory: {error}")
+
+
+def whole_cluster_tenants(forest: CellForest, vc: str) -> Tenants:
+    """Without a tenant configuration, one VC is guaranteed every node: kubecell then schedules as a
+    single-tenant scheduler (fair sharing and reclaim need the operator's guarantees)."""
+    cells: dict[str, int] = {}
+    for chain in forest.chains.values():
+        count = sum(1 for cell in forest.by_id.values() if cell.chain is chain and cell.level == chain.node_level)
+        if count:
+            cells[chain.type_name(chain.node_level)] = count
+    return resolve_tenants({"virtualClusters": {vc: {"cells": cells}}}, forest, source="default tenants")

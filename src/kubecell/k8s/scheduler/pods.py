@@ -1,0 +1,58 @@
+"""Reading Pod objects: who schedules them, where they are in their life, and their record."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from kubecell.k8s.names import ANNOTATION_ALLOCATION
+from kubecell.k8s.records import AllocationRecord, RecordError, parse_record
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def key(pod: Mapping[str, Any]) -> str:
+    meta = pod["metadata"]
+    return f"{meta.get('namespace', 'default')}/{meta['name']}"
+
+
+def uid(pod: Mapping[str, Any]) -> str:
+    return str(pod["metadata"]["uid"])
+
+
+def node_of(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+def phase(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def is_done(pod: Mapping[str, Any]) -> bool:
+    """Terminal or being deleted: it holds nothing the scheduler may count on any more."""
+    return phase(pod) in TERMINAL_PHASES or bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def ours(pod: Mapping[str, Any], scheduler_name: str) -> bool:
+    return (pod.get("spec") or {}).get("schedulerName") == scheduler_name
+
+
+def created(pod: Mapping[str, Any]) -> float:
+    """The pod's creation time in epoch seconds: its age in the queue survives a scheduler restart."""
+    stamp = pod["metadata"].get("creationTimestamp")
+    if not stamp:
+        return 0.0
+    when = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    return when.timestamp()
+
+
+def record_of(pod: Mapping[str, Any]) -> AllocationRecord | None:
+    """The pod's allocation record, None when it has none; RecordError when it has a bad one."""
+    text = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_ALLOCATION)
+    if not text:
+        return None
+    try:
+        return parse_record(text, pod=key(pod), uid=uid(pod))
+    except RecordError:
+        raise

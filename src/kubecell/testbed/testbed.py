@@ -1,0 +1,89 @@
+"""``kubecell testbed up / status / down``: the control plane, the nodes and the fake kubelet together.
+
+``up`` returns once the API server is ready, every node is registered and the fake kubelet runs (as
+its own process, so the testbed outlives the command); the admin kubeconfig is printed and kept at a
+known path. ``down`` stops every process ``up`` started, found through ``state.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from kubecell.k8s.rest import Kube
+from kubecell.testbed.build import ensure_binaries
+from kubecell.testbed.control_plane import ControlPlane, ControlPlaneState, Server, stop_state
+from kubecell.testbed.kubelet import register_nodes
+from kubecell.testbed.nodes import load_cluster_nodes, node_manifest
+from kubecell.testbed.paths import default_state_dir
+from kubecell.testbed.processes import TestbedError, spawn, wait_http
+
+
+@dataclass(frozen=True, slots=True)
+class UpResult:
+    state: ControlPlaneState
+    nodes: int
+    seconds: float
+
+
+def up(cluster: str, *, nodes: int | None = None, directory: Path | None = None, kube_scheduler: bool = False,
+       log: Callable[[str], None] = print) -> UpResult:
+    """Build what is missing, start the control plane, register the cluster's nodes, start the kubelet."""
+    started = time.monotonic()
+    directory = directory or default_state_dir()
+    cluster_nodes = load_cluster_nodes(cluster, nodes)  # bad input fails before anything starts
+    binaries = ensure_binaries(log=log)
+    plane = ControlPlane(directory, binaries)
+    state = plane.start(kube_scheduler=kube_scheduler)
+    try:
+        kube = Kube.from_kubeconfig(state.admin_kubeconfig)
+        try:
+            count = register_nodes(kube, (node_manifest(node) for node in cluster_nodes))
+        finally:
+            kube.close()
+        kubelet_log = Path(state.directory) / "logs" / "kubelet.log"
+        process = spawn([sys.executable, "-m", "kubecell.testbed.kubelet", "--kubeconfig",
+                         state.kubeconfig("kubelet")], kubelet_log, env=dict(os.environ))
+        state.servers.append(Server("fake-kubelet", process.pid, sys.executable, str(kubelet_log)))
+        state.extra["cluster"] = cluster
+        state.extra["nodes"] = count
+        state.save()
+    except BaseException:
+        plane.stop()
+        raise
+    return UpResult(state, count, time.monotonic() - started)
+
+
+def status(directory: Path | None = None) -> ControlPlaneState | None:
+    return ControlPlaneState.load(directory or default_state_dir())
+
+
+def down(directory: Path | None = None) -> list[str]:
+    """Stop a running testbed; returns the names of the processes that were still running."""
+    state = status(directory)
+    if state is None:
+        return []
+    running = [server.name for server in state.running()]
+    stop_state(state)
+    return running
+
+
+def wait_ready(state: ControlPlaneState, timeout: float = 30.0) -> None:
+    """Block until the API server of ``state`` answers (e.g. after a restart)."""
+    api = next((s for s in state.servers if s.name == "kube-apiserver"), None)
+    if api is None:
+        raise TestbedError("no API server in this testbed")
+    token = _token(state)
+    ca = Path(state.directory) / "pki" / "ca.crt"
+    wait_http(f"{state.api_url}/readyz", process=None, log=Path(api.log), timeout=timeout, token=token, ca=ca)
+
+
+def _token(state: ControlPlaneState) -> str:
+    kubeconfig = yaml.safe_load(Path(state.admin_kubeconfig).read_text())
+    return str(kubeconfig["users"][0]["user"]["token"])

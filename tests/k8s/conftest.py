@@ -1,0 +1,63 @@
+"""Fixtures for the Kubernetes driver tests: a namespace per test and a kubecell scheduler per test, on
+the session's real testbed."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from kubecell.k8s.rest import ApiError, Kube
+from kubecell.k8s.scheduler.scheduler import Scheduler, SchedulerOptions
+from kubecell.testbed.control_plane import ControlPlaneState
+
+
+@pytest.fixture
+def namespace(kube: Kube) -> Iterator[str]:
+    """A fresh namespace; its pods are force-deleted afterwards so later tests find the GPUs free."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        for pod in kube.get(f"/api/v1/namespaces/{name}/pods")["items"]:
+            with contextlib.suppress(ApiError):
+                kube.delete(f"/api/v1/namespaces/{name}/pods/{pod['metadata']['name']}", gracePeriodSeconds=0)
+        kube.delete(f"/api/v1/namespaces/{name}")
+
+
+class RunningScheduler:
+    """A kubecell scheduler running in a thread against the testbed, stopped by ``close``."""
+
+    def __init__(self, testbed: ControlPlaneState, options: SchedulerOptions | None = None) -> None:
+        self.kube = Kube.from_kubeconfig(testbed.admin_kubeconfig)
+        self.scheduler = Scheduler(self.kube, options)
+        self.thread = threading.Thread(target=self.scheduler.run, name="kubecell-scheduler", daemon=True)
+        self.thread.start()
+        if not self.scheduler.ready.wait(60):
+            raise AssertionError("the scheduler did not complete its first cycle in 60 s")
+
+    def close(self) -> None:
+        self.scheduler.shutdown()
+        self.thread.join(timeout=10)
+        self.kube.close()
+
+
+@pytest.fixture
+def start_scheduler(testbed: ControlPlaneState) -> Iterator[type[RunningScheduler]]:
+    """Start schedulers inside a test (``start_scheduler(testbed)``); all are stopped at its end."""
+    started: list[RunningScheduler] = []
+
+    class Tracked(RunningScheduler):
+        def __init__(self, tb: ControlPlaneState, options: SchedulerOptions | None = None) -> None:
+            super().__init__(tb, options)
+            started.append(self)
+
+    try:
+        yield Tracked
+    finally:
+        for running in started:
+            running.close()
