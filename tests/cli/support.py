@@ -12,22 +12,11 @@ from pathlib import Path
 import pytest
 
 from kubecell.cli.main import main
+from tests.support import NODE_HEADER as NODE_HEADER
+from tests.support import PCS_HEADER as PCS_HEADER
+from tests.support import POD_HEADER as POD_HEADER
+from tests.support import TINY_CLUSTER as TINY_CLUSTER
 
-NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
-POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec"
-PCS_HEADER = "app_id,submit_time,service,num_jobs,sleep_time,model_name"
-
-# 2 racks x 2 nodes x 8 V100 GPUs
-TINY_CLUSTER = """\
-nodeGroups:
-  - count: 4
-    namePrefix: n-
-    gpu: {model: V100M32, count: 8}
-    cpuMilli: 64000
-    memoryMiB: 524288
-    nvlinkGroups: [[0, 1, 2, 3], [4, 5, 6, 7]]
-    rackSize: 2
-"""
 TINY_TENANTS = """\
 virtualClusters:
   a: {cells: {V100M32x8/rack: 1}}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import json
 import time
-from collections.abc import Callable
 from typing import Any
 
 from kubecell.core.engine.job import JobClass
@@ -17,16 +16,7 @@ from kubecell.k8s.records import parse_record, record_for
 from kubecell.k8s.rest import Kube
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.k8s.conftest import RunningScheduler
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+from tests.support import wait_for
 
 
 def make_pod(kube: Kube, namespace: str, name: str, limits: dict[str, str],

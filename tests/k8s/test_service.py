@@ -18,7 +18,8 @@ from kubecell.k8s.scheduler.scheduler import SchedulerOptions
 from kubecell.k8s.scheduler.service import run
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.processes import free_port
-from tests.k8s.test_scheduler import bound, make_pod, wait_for
+from tests.k8s.test_scheduler import bound, make_pod
+from tests.support import wait_for
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "scheduler.yaml"
 FAST_LEASE = LeaseConfig(lease_duration=4.0, renew_deadline=3.0, retry_period=0.5)

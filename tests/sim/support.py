@@ -6,12 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import NODE_HEADER as NODE_HEADER
+from tests.support import POD_HEADER as POD_HEADER
+
 REPO = Path(__file__).resolve().parents[2]
 OPENB = REPO / ".." / "shared" / "data" / "alibaba-gpu-v2023-openb"
 OPENB_CSV = OPENB / "csv"
 
-NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
-POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec"
 
 
 def openb_file(*parts: str) -> Path:

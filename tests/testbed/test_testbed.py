@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +15,9 @@ from kubecell.testbed import testbed as testbed_driver
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.nodes import k8s_name, load_cluster_nodes
 from tests.conftest import TESTBED_CLUSTER
+from tests.support import wait_for
 
 PODS = "/api/v1/namespaces/default/pods"
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """Poll ``probe`` until it returns something truthy (bounded in time)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def gpu_pod(name: str, gpus: int = 1, *, duration: float | None = None) -> dict[str, Any]:

@@ -7,26 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import PCS_HEADER as PCS_HEADER
+from tests.support import SIA_HEADER as SIA_HEADER
+from tests.support import TINY_CLUSTER as TINY_CLUSTER
+
 Writer = Callable[[str, str], Path]
 """The ``write`` fixture: write text to a file under tmp_path and return its path."""
 
 REPO = Path(__file__).resolve().parents[3]
 PHILLY = REPO / ".." / "shared" / "data" / "philly" / "pcs_osdi24_per_vc_traces"
 
-PCS_HEADER = "app_id,submit_time,service,num_jobs,sleep_time,model_name"
-SIA_HEADER = "name,time,application,num_replicas,batch_size"
 
-# 2 racks x 2 nodes x 8 V100 GPUs = 32 GPUs
-TINY_CLUSTER = """\
-nodeGroups:
-  - count: 4
-    namePrefix: n-
-    gpu: {model: V100M32, count: 8}
-    cpuMilli: 64000
-    memoryMiB: 524288
-    nvlinkGroups: [[0, 1, 2, 3], [4, 5, 6, 7]]
-    rackSize: 2
-"""
 
 # a: one rack (16 GPUs); b: one node (8); c: one node (8)
 TINY_TENANTS = """\

@@ -22,12 +22,11 @@ from kubecell.sim.traces.jobs import MAX_TRACE_SECONDS
 from kubecell.sim.traces.openb import load_nodes, load_pods
 from kubecell.sim.traces.workloads import load_workloads
 from tests.sim.support import NODE_HEADER, POD_HEADER
+from tests.support import PCS_HEADER, SIA_HEADER
 
 Writer = Callable[[str, str], Path]
 
 HUGE = 10**23
-PCS_HEADER = "app_id,submit_time,service,num_jobs,sleep_time,model_name"
-SIA_HEADER = "name,time,application,num_replicas,batch_size"
 CLUSTER = """\
 nodeGroups:
   - count: 2

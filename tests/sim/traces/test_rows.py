@@ -13,12 +13,11 @@ from kubecell.core.errors import InvalidInputError
 from kubecell.sim.traces.openb import load_nodes, load_pods
 from kubecell.sim.traces.workloads import load_workloads
 from tests.sim.support import NODE_HEADER, POD_HEADER
+from tests.support import PCS_HEADER, SIA_HEADER
 
 Writer = Callable[[str, str], Path]
 Loader = Callable[[Path], object]
 
-PCS_HEADER = "app_id,submit_time,service,num_jobs,sleep_time,model_name"
-SIA_HEADER = "name,time,application,num_replicas,batch_size"
 
 
 class Format(NamedTuple):

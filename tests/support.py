@@ -1,0 +1,36 @@
+"""What many test folders share: the trace headers, the tiny cluster most file-level tests use, and a
+bounded wait for tests that watch a real API server."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
+POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec"
+PCS_HEADER = "app_id,submit_time,service,num_jobs,sleep_time,model_name"
+SIA_HEADER = "name,time,application,num_replicas,batch_size"
+
+# 2 racks x 2 nodes x 8 V100 GPUs = 32 GPUs
+TINY_CLUSTER = """\
+nodeGroups:
+  - count: 4
+    namePrefix: n-
+    gpu: {model: V100M32, count: 8}
+    cpuMilli: 64000
+    memoryMiB: 524288
+    nvlinkGroups: [[0, 1, 2, 3], [4, 5, 6, 7]]
+    rackSize: 2
+"""
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float = 30.0) -> Any:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
