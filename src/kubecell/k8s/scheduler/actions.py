@@ -9,6 +9,8 @@ records. Nothing is written that the API server would not accept from a real sch
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -27,13 +29,30 @@ def pod_path(pod: Mapping[str, Any]) -> str:
     return f"/api/v1/namespaces/{meta.get('namespace', 'default')}/pods/{meta['name']}"
 
 
+CRASH_AFTER_WRITES = "KUBECELL_CRASH_AFTER_WRITES"
+"""Fault injection for the restart tests: after this many successful writes the process SIGKILLs itself,
+so a crash can be placed exactly between any two writes of a decision. Unset (the default): never."""
+
+
 class Actions:
     """The scheduler's writes, as ``component`` (the ``schedulerName``)."""
 
     def __init__(self, kube: Kube, component: str) -> None:
         self.kube = kube
         self.component = component
-        self.writes = 0
+        self._writes = 0
+        self.crash_after = int(os.environ.get(CRASH_AFTER_WRITES) or 0)
+
+    @property
+    def writes(self) -> int:
+        return self._writes
+
+    @writes.setter
+    def writes(self, value: int) -> None:
+        self._writes = value
+        if self.crash_after and value >= self.crash_after:
+            log.error("fault injection: SIGKILL after %d writes", value)
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def write_record(self, pod: Mapping[str, Any], record: AllocationRecord) -> None:
         """Put the record on the pod; the uid in the patch makes it fail on a pod recreated under the name."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubecell.core.engine.job import OPPORTUNISTIC_PRIORITY, JobSpec
-from kubecell.core.model import Request
+from kubecell.core.model import Request, TopologyLevel
 from kubecell.k8s.dialects import PodDemand
 from kubecell.k8s.scheduler import pods
 
@@ -43,12 +43,17 @@ def job_name(demand: PodDemand, pod: Mapping[str, Any], generation: int) -> str:
 
 
 def job_spec(name: str, demand: PodDemand, members: int, minimum: int | None, vc: str, submitted: float) -> JobSpec:
-    """The engine's job for ``members`` pods that each ask for ``demand.request``."""
+    """The engine's job for ``members`` pods that each ask for ``demand.request``.
+
+    A topology level inside a node (nvlink, numa) constrains each member's own GPUs; a level at or above
+    the node (node, rack, zone) constrains where the whole gang goes."""
     base = demand.request
+    level = base.topology
+    inside_node = level is not None and level < TopologyLevel.NODE
     member = Request(name=name, cpu_milli=base.cpu_milli, memory_mib=base.memory_mib, gpu_count=base.gpu_count,
                      gpu_milli=base.gpu_milli, gpu_memory_mib=base.gpu_memory_mib, gpu_models=base.gpu_models,
-                     topology=base.topology if members == 1 else None)
-    topology = base.topology if members > 1 else None
+                     topology=level if members == 1 or inside_node else None)
+    topology = level if members > 1 and not inside_node else None
     priority = OPPORTUNISTIC_PRIORITY if demand.opportunistic else max(demand.priority, 0)
     return JobSpec(name=name, vc=vc, member=member, members=members, min_members=minimum, priority=priority,
                    topology=topology, submit_time=submitted)

@@ -148,6 +148,10 @@ class Scheduler:
             log.warning("API error during a cycle (%s); the state is rebuilt from the API server", error)
             self.needs_rebuild = True
             self.stop.wait(1.0)
+        except KubecellError as error:  # a bug or an input no check caught: never die with the cluster waiting
+            log.exception("cycle failed (%s); the state is rebuilt from the API server", error)
+            self.needs_rebuild = True
+            self.stop.wait(1.0)
 
     def _cluster_changed(self) -> bool:
         views = {name: node_view_safe(obj) for name, obj in self.mirror.nodes.items()}
@@ -353,7 +357,12 @@ class Scheduler:
             self.generations[demand.group.key] = generation
         name = job_name(demand, pod, generation)
         vc = demand.vc or self.options.default_vc
-        spec = job_spec(name, demand, size, minimum, vc, min(pods.created(p) for p, _ in members))
+        try:
+            spec = job_spec(name, demand, size, minimum, vc, min(pods.created(p) for p, _ in members))
+        except InvalidInputError as error:  # a gang whose pods ask for something no job can be
+            for p, _ in members:
+                self._tell(p, f"cannot be scheduled: {error}", reason="InvalidRequest")
+            return
         job = self.engine.submit(spec, spec.submit_time)
         self._track(Tracked(name, demand.group.key if demand.group else None, [pods.uid(p) for p, _ in members]))
         if job.phase == JobPhase.REJECTED:
