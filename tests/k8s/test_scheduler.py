@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import time
+from functools import partial
 from typing import Any
 
 from kubecell.core.engine.job import JobClass
@@ -14,6 +15,7 @@ from kubecell.k8s.inventory import node_view
 from kubecell.k8s.names import ANNOTATION_ALLOCATION
 from kubecell.k8s.records import parse_record, record_for
 from kubecell.k8s.rest import Kube
+from kubecell.k8s.scheduler.scheduler import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.k8s.conftest import RunningScheduler
 from tests.support import wait_for
@@ -179,3 +181,45 @@ def test_gpus_held_by_pods_of_another_scheduler_are_never_given_out(
     held = [a for a in engine.book.allocations.values() if a.name.startswith(f"external:{namespace}/foreign")]
     assert [(a.node, len(a.gpu_indices)) for a in held] == [(node, 6)]
     engine.check_invariants()
+
+
+def gone(kube: Kube, namespace: str, name: str) -> bool:
+    return not any(p["metadata"]["name"] == name for p in kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"])
+
+
+DIALECTS: dict[str, list[tuple[str, dict[str, str], dict[str, str]]]] = {
+    # (spelling, container limits, pod labels)
+    "half a GPU": [("kubecell", {"kubecell.io/gpu-milli": "500"}, {}),
+                   ("hami", {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "50"}, {}),
+                   ("kubeshare", {}, {"sharedgpu/gpu_request": "0.5"})],
+    "two whole GPUs": [("kubecell", {"kubecell.io/gpu": "2"}, {}), ("nvidia", {"nvidia.com/gpu": "2"}, {}),
+                       ("kubeshare", {}, {"sharedgpu/gpu_request": "2", "sharedgpu/gpu_limit": "2"})],
+    "4 GiB of GPU memory": [("kubecell", {"kubecell.io/gpu-memory": "4096"}, {}),
+                            ("aliyun", {"aliyun.com/gpu-mem": "4"}, {}),
+                            ("hami", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4096"}, {}),
+                            ("kubeshare", {}, {"sharedgpu/gpu_mem": str(4 * 2**30)})],
+}
+
+
+def test_the_same_request_in_each_dialect_lands_identically(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, start_scheduler: type[RunningScheduler]) -> None:
+    """Each spelling is placed alone on the same cluster state by a stateless policy (best fit), so
+    the same ask must get the same node, GPUs and share whatever dialect wrote it."""
+    start_scheduler(testbed, SchedulerOptions(placement="bestfit"))
+    for ask, spellings in DIALECTS.items():
+        landed: dict[str, tuple[str, list[tuple[int, int, int]]]] = {}
+        for dialect, limits, labels in spellings:
+            name = f"{dialect}-{len(landed)}-{abs(hash(ask)) % 1000}"
+            body = {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": namespace, "labels": labels},
+                    "spec": {"schedulerName": "kubecell",
+                             "containers": [{"name": "main", "image": "busybox", "resources": {"limits": limits}}]}}
+            kube.create(f"/api/v1/namespaces/{namespace}/pods", body)
+            (pod,) = wait_for(f"{ask} written for {dialect} to be bound", partial(bound, kube, namespace, name))
+            meta = pod["metadata"]
+            record = parse_record(meta["annotations"][ANNOTATION_ALLOCATION], pod=f"{namespace}/{name}",
+                                  uid=meta["uid"])
+            landed[dialect] = (record.node, [(g.index, g.milli, g.memory_mib) for g in record.gpus])
+            kube.delete(f"/api/v1/namespaces/{namespace}/pods/{name}", gracePeriodSeconds=0)
+            wait_for(f"{name} to be gone", partial(gone, kube, namespace, name))
+        assert len(set(map(str, landed.values()))) == 1, f"{ask}: {landed}"

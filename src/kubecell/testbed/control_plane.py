@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ class Server:
     executable: str
     log: str
     url: str = ""
+    command: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -110,21 +112,22 @@ class ControlPlane:
         client, peer = free_port(), free_port()
         log = self._logs() / "etcd.log"
         url = f"http://127.0.0.1:{client}"
-        process = spawn([
+        command = [
             str(self.binaries.etcd), "--name=testbed", f"--data-dir={self.directory / 'etcd-data'}",
             f"--listen-client-urls={url}", f"--advertise-client-urls={url}",
             f"--listen-peer-urls=http://127.0.0.1:{peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
             f"--initial-cluster=testbed=http://127.0.0.1:{peer}", "--unsafe-no-fsync", "--log-level=warn",
             "--quota-backend-bytes=8589934592",
-        ], log)
-        state.servers.append(Server("etcd", process.pid, str(self.binaries.etcd), str(log), url))
+        ]
+        process = spawn(command, log)
+        state.servers.append(Server("etcd", process.pid, str(self.binaries.etcd), str(log), url, command))
         state.save()
         wait_http(f"{url}/health", process=process, log=log, timeout=START_TIMEOUT)
 
     def _start_apiserver(self, state: ControlPlaneState, credentials: pki_files.Pki, port: int) -> None:
         etcd = next(server for server in state.servers if server.name == "etcd")
         log = self._logs() / "kube-apiserver.log"
-        process = spawn([
+        command = [
             str(self.binaries.kube_apiserver), f"--etcd-servers={etcd.url}", "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1", f"--secure-port={port}",
             f"--tls-cert-file={credentials.serving_cert}", f"--tls-private-key-file={credentials.serving_key}",
@@ -136,9 +139,10 @@ class ControlPlane:
             "--disable-admission-plugins=ServiceAccount", "--endpoint-reconciler-type=none",
             "--profiling=false", "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
             "--v=1",
-        ], log)
+        ]
+        process = spawn(command, log)
         state.servers.append(Server("kube-apiserver", process.pid, str(self.binaries.kube_apiserver), str(log),
-                                    state.api_url))
+                                    state.api_url, command))
         state.save()
         wait_http(f"{state.api_url}/readyz", process=process, log=log, timeout=START_TIMEOUT,
                   token=credentials.tokens["admin"], ca=credentials.ca_cert)
@@ -155,7 +159,7 @@ class ControlPlane:
         command += [f"--config={config}"] if config else [f"--kubeconfig={kubeconfig}", "--leader-elect=false"]
         process = spawn(command, log)
         server = Server("kube-scheduler", process.pid, str(self.binaries.kube_scheduler), str(log),
-                        f"https://127.0.0.1:{port}")
+                        f"https://127.0.0.1:{port}", command)
         state.servers.append(server)
         state.save()
         wait_http(f"{server.url}/healthz", process=process, log=log, timeout=START_TIMEOUT, verify=False)
@@ -177,3 +181,22 @@ def stop_state(state: ControlPlaneState) -> None:
         stop(server.pid, server.executable)
     state.servers = []
     state.save()
+
+
+def restart_server(state: ControlPlaneState, name: str, *, down_seconds: float = 0.0) -> Server:
+    """Stop one server (SIGTERM, then SIGKILL) and start it again with the same command, e.g. to test
+    that clients survive an API server restart (their watches drop, their requests fail meanwhile)."""
+    server = next((s for s in state.servers if s.name == name), None)
+    if server is None or not server.command:
+        raise TestbedError(f"no restartable server {name!r} in {state.directory}")
+    stop(server.pid, server.executable)
+    if down_seconds:
+        time.sleep(down_seconds)
+    process = spawn(server.command, Path(server.log))
+    server.pid = process.pid
+    state.save()
+    if name == "kube-apiserver":
+        token = pki_files.read_token(Path(state.admin_kubeconfig))
+        wait_http(f"{state.api_url}/readyz", process=process, log=Path(server.log), timeout=START_TIMEOUT,
+                  token=token, ca=Path(state.directory) / "pki" / "ca.crt")
+    return server

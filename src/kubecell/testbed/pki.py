@@ -138,3 +138,9 @@ def write_kubeconfig(path: Path, *, server: str, ca_cert: Path, token: str, user
         "current-context": "kubecell-testbed",
     }
     _write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
+
+
+def read_token(kubeconfig: Path) -> str:
+    """The bearer token of a kubeconfig written by :func:`write_kubeconfig`."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    return str(config["users"][0]["user"]["token"])

@@ -14,9 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from kubecell.k8s.rest import Kube
+from kubecell.testbed import pki
 from kubecell.testbed.build import ensure_binaries
 from kubecell.testbed.control_plane import ControlPlane, ControlPlaneState, Server, stop_state
 from kubecell.testbed.kubelet import register_nodes
@@ -79,11 +78,6 @@ def wait_ready(state: ControlPlaneState, timeout: float = 30.0) -> None:
     api = next((s for s in state.servers if s.name == "kube-apiserver"), None)
     if api is None:
         raise TestbedError("no API server in this testbed")
-    token = _token(state)
+    token = pki.read_token(Path(state.admin_kubeconfig))
     ca = Path(state.directory) / "pki" / "ca.crt"
     wait_http(f"{state.api_url}/readyz", process=None, log=Path(api.log), timeout=timeout, token=token, ca=ca)
-
-
-def _token(state: ControlPlaneState) -> str:
-    kubeconfig = yaml.safe_load(Path(state.admin_kubeconfig).read_text())
-    return str(kubeconfig["users"][0]["user"]["token"])
