@@ -110,3 +110,13 @@ def test_quantities() -> None:
     assert memory_mib("1Mi") == 1
     assert memory_mib("2097152") == 2
     assert memory_mib("1G") == 953
+
+
+def test_tainted_nodes_are_left_out_with_the_taint_named() -> None:
+    node = k8s_node()
+    node["spec"]["taints"] = [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"},
+                              {"key": "soft", "effect": "PreferNoSchedule"}]
+    view = node_view(node)
+    assert view.node is None
+    assert "tainted node-role.kubernetes.io/control-plane:NoSchedule" in view.excluded
+    assert "soft" not in view.excluded

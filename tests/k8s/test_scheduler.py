@@ -223,3 +223,21 @@ def test_the_same_request_in_each_dialect_lands_identically(
             kube.delete(f"/api/v1/namespaces/{namespace}/pods/{name}", gracePeriodSeconds=0)
             wait_for(f"{name} to be gone", partial(gone, kube, namespace, name))
         assert len(set(map(str, landed.values()))) == 1, f"{ask}: {landed}"
+
+
+def test_a_pod_with_a_node_selector_is_refused_not_placed_anywhere(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, start_scheduler: type[RunningScheduler]) -> None:
+    start_scheduler(testbed)
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "picky", "namespace": namespace},
+            "spec": {"schedulerName": "kubecell", "nodeSelector": {"pool": "a100"},
+                     "containers": [{"name": "main", "image": "busybox",
+                                     "resources": {"limits": {"kubecell.io/gpu-milli": "100"}}}]}}
+    kube.create(f"/api/v1/namespaces/{namespace}/pods", body)
+
+    def told() -> list[str]:
+        return [e["message"] for e in kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+                if e["involvedObject"]["name"] == "picky"]
+
+    messages = wait_for("the refusal", told)
+    assert any("nodeSelector pool=a100" in message for message in messages)
+    assert not get_pod(kube, namespace, "picky")["spec"].get("nodeName")

@@ -133,11 +133,11 @@ class Scheduler:
                 batch.append(self.events.get_nowait())
             except queue.Empty:
                 break
-        for event in batch:
-            changed = self.mirror.apply(event)
-            if changed in ("nodes", "tenants"):
-                self.needs_rebuild = self.needs_rebuild or self._cluster_changed()
+        kinds = {self.mirror.apply(event) for event in batch}
+        if batch:
             self.dirty = True
+        if kinds & {"nodes", "tenants"} and not self.needs_rebuild:
+            self.needs_rebuild = self._cluster_changed()  # once per batch: it reads every node
         try:
             if self.needs_rebuild:
                 self.rebuild()
@@ -325,6 +325,10 @@ class Scheduler:
         groups: dict[str, list[tuple[dict[str, Any], PodDemand]]] = {}
         for uid, pod in self.mirror.pods.items():
             if uid in self.pod_job or not pods.ours(pod, self.options.name) or pods.is_done(pod) or pods.node_of(pod):
+                continue
+            unsupported = pods.unsupported_node_constraints(pod)
+            if unsupported is not None:
+                self._tell(pod, f"pod {pods.key(pod)}: {unsupported}", reason="Unsupported")
                 continue
             try:
                 demand = pod_demand(pod, pod_groups=self.mirror.all_podgroups())
