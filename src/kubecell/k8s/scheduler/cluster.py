@@ -78,11 +78,8 @@ def node_view_safe(obj: Mapping[str, Any]) -> NodeView:
 
 
 def whole_cluster_tenants(forest: CellForest, vc: str) -> Tenants:
-    """Without a tenant configuration, one VC is guaranteed every node: kubecell then schedules as a
-    single-tenant scheduler (fair sharing and reclaim need the operator's guarantees)."""
-    cells: dict[str, int] = {}
-    for chain in forest.chains.values():
-        count = sum(1 for cell in forest.by_id.values() if cell.chain is chain and cell.level == chain.node_level)
-        if count:
-            cells[chain.type_name(chain.node_level)] = count
-    return resolve_tenants({"virtualClusters": {vc: {"cells": cells}}}, forest, source="default tenants")
+    """Without a tenant configuration, one VC owns every cell (pinned): kubecell then schedules as a
+    single-tenant scheduler whose placements are exactly the placement policy's, as in ``sim packing``
+    (fair sharing and reclaim need the operator's guarantees)."""
+    return resolve_tenants({"virtualClusters": {vc: {"pinnedCells": [cell.id for cell in forest.roots]}}}, forest,
+                           source="default tenants")

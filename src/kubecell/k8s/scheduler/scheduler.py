@@ -15,9 +15,11 @@ import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from kubecell.core.engine.engine import Engine
 from kubecell.core.engine.job import Job, JobClass, JobPhase
@@ -25,7 +27,8 @@ from kubecell.core.engine.options import PRESETS
 from kubecell.core.engine.restore import RunningMember
 from kubecell.core.errors import InvalidInputError, KubecellError
 from kubecell.core.model import MILLI_PER_GPU, Node, Request
-from kubecell.core.placement.registry import DEFAULT_POLICY
+from kubecell.core.placement.frag import TypicalPod
+from kubecell.core.placement.registry import DEFAULT_POLICY, PolicyContext, make_policy
 from kubecell.core.tenancy.config import Tenants
 from kubecell.core.topology import CellForest
 from kubecell.inputs.tenants import parse_tenants
@@ -61,6 +64,12 @@ class SchedulerOptions:
     """The VC of pods that name none; the default tenants (no ConfigMap) guarantee it the whole cluster."""
     idle_cycle_seconds: float = 5.0
     """Longest wait between cycles when nothing happens (time-based rules: starvation, minimum runtime)."""
+    typical_pods: tuple[TypicalPod, ...] = ()
+    """The workload's typical pod shapes, given to the placement policy in advance (FGD needs them; the
+    kubecell policy starts from them and keeps learning). Empty: the policy learns from arrivals only."""
+    tie_ranks: Mapping[str, int] = field(default_factory=dict)
+    """Node name -> rank breaking ties between equal scores (lower first); unnamed nodes rank after, by
+    name. A replay sets the packing experiment's seeded order so both make the same decision."""
 
 
 class Scheduler:
@@ -175,8 +184,11 @@ class Scheduler:
             return
         forest = CellForest(nodes)
         tenants = self._tenants(nodes, forest)
-        self.engine = Engine(nodes, tenants, PRESETS[self.options.tenancy], forest=forest,
-                             placement=self.options.placement)
+        o = self.options
+        policy = make_policy(o.placement, PolicyContext(list(o.typical_pods)) if o.typical_pods else None)
+        ranks = np.array([o.tie_ranks.get(node.name, len(o.tie_ranks) + i) for i, node in enumerate(nodes)],
+                         np.int64)
+        self.engine = Engine(nodes, tenants, PRESETS[o.tenancy], forest=forest, placement=policy, tie_rank=ranks)
         self._restore_records()
         self._sync_external()
         self.needs_rebuild = False
