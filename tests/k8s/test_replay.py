@@ -3,14 +3,16 @@ Pods through ``kubecell scheduler`` on its own testbed gives the simulator's fig
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
-from kubecell.cli.main import example_paths
+from kubecell.cli.main import app, example_paths
 from kubecell.k8s.replay import plan, replay
 from kubecell.k8s.rest import Kube
 from kubecell.k8s.scheduler.scheduler import Scheduler
@@ -22,18 +24,24 @@ from kubecell.testbed.control_plane import ControlPlaneState
 
 
 @pytest.fixture(scope="module")
-def example_testbed(testbed: ControlPlaneState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+def example_state(testbed: ControlPlaneState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneState]:
     """A second control plane holding the bundled example's 64 heterogeneous nodes (no kube-scheduler)."""
     nodes_csv, _ = example_paths()
     directory = Path(tmp_path_factory.mktemp("example-testbed"))
     result = testbed_driver.up(str(nodes_csv), directory=directory)
-    kube = Kube.from_kubeconfig(result.state.admin_kubeconfig)
-    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "replay"}})
+    try:
+        yield result.state
+    finally:
+        testbed_driver.down(directory)
+
+
+@pytest.fixture(scope="module")
+def example_testbed(example_state: ControlPlaneState) -> Iterator[Kube]:
+    kube = Kube.from_kubeconfig(example_state.admin_kubeconfig)
     try:
         yield kube
     finally:
         kube.close()
-        testbed_driver.down(directory)
 
 
 @pytest.mark.parametrize("placement", ["fgd", "kubecell"])
@@ -59,3 +67,15 @@ def test_replay_on_the_cluster_matches_the_simulator(example_testbed: Kube, plac
     assert np.array_equal(real.allocated, simulated.allocated), "the same pods must be placed, in the same order"
     real_curve, sim_curve = curves_of(real), curves_of(simulated)
     assert np.allclose(real_curve.unallocated_pct, sim_curve.unallocated_pct, atol=0.5, equal_nan=True)
+
+
+def test_the_replay_command_reports_cluster_and_simulator_side_by_side(
+        example_state: ControlPlaneState, tmp_path: Path) -> None:
+    nodes_csv, pods_csv = example_paths()
+    result = CliRunner().invoke(app, ["replay", "--kubeconfig", example_state.admin_kubeconfig, "--nodes",
+                                      str(nodes_csv), "--pods", str(pods_csv), "--placement", "bestfit", "--seed", "7",
+                                      "--namespace", "replay-cli", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["cluster"] == summary["simulator"]
+    assert summary["pods_per_second"] > 0

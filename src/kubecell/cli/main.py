@@ -24,6 +24,7 @@ from kubecell.cli.dynamic import sim_dynamic
 from kubecell.cli.examples import example_paths, philly_example_paths
 from kubecell.cli.output import stderr_console, stdout_console
 from kubecell.cli.packing import sim_packing, simulate
+from kubecell.cli.replay import replay_command
 from kubecell.cli.scheduler import scheduler
 from kubecell.cli.testbed import testbed_app
 from kubecell.core.engine.options import PRESET_SUMMARIES, PRESETS
@@ -46,6 +47,7 @@ sim_app.command("dynamic")(sim_dynamic)
 app.command("simulate")(simulate)
 app.add_typer(testbed_app, name="testbed")
 app.command("scheduler")(scheduler)
+app.command("replay")(replay_command)
 
 
 @app.command()
