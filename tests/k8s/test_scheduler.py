@@ -9,12 +9,15 @@ import time
 from functools import partial
 from typing import Any
 
+import pytest
+
 from kubecell.core.engine.job import JobClass
 from kubecell.core.model import Allocation, Request
 from kubecell.k8s.inventory import node_view
 from kubecell.k8s.names import ANNOTATION_ALLOCATION
 from kubecell.k8s.records import parse_record, record_for
-from kubecell.k8s.rest import Kube
+from kubecell.k8s.rest import ApiError, Kube
+from kubecell.k8s.scheduler.actions import Actions
 from kubecell.k8s.scheduler.scheduler import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.k8s.conftest import RunningScheduler
@@ -241,3 +244,26 @@ def test_a_pod_with_a_node_selector_is_refused_not_placed_anywhere(
     messages = wait_for("the refusal", told)
     assert any("nodeSelector pool=a100" in message for message in messages)
     assert not get_pod(kube, namespace, "picky")["spec"].get("nodeName")
+
+
+def test_a_bind_lost_to_an_unavailable_api_server_is_made_after_a_rebuild(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, start_scheduler: type[RunningScheduler],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record is written, then every bind attempt meets a dead API server: the scheduler must not
+    forget the pod (a running job whose pod is never bound) but rebuild and bind it from its record."""
+    failures = {"left": 6}  # more than one retry() round of 5 attempts
+    real_bind = Actions.bind
+
+    def flaky_bind(self: Actions, pod: dict[str, Any], node: str) -> None:
+        if failures["left"] > 0 and pod["metadata"]["name"] == "unlucky":
+            failures["left"] -= 1
+            raise ApiError(0, "Unavailable", "connection refused (injected)")
+        real_bind(self, pod, node)
+
+    monkeypatch.setattr(Actions, "bind", flaky_bind)
+    monkeypatch.setattr("kubecell.k8s.scheduler.actions.time.sleep", lambda _seconds: None)
+    start_scheduler(testbed)
+    make_pod(kube, namespace, "unlucky", {"kubecell.io/gpu-milli": "200"})
+    (pod,) = wait_for("the pod to be bound once the API server answers", lambda: bound(kube, namespace, "unlucky"))
+    assert failures["left"] == 0
+    assert gpus_of(pod)[0][2] == 200

@@ -490,9 +490,13 @@ class Scheduler:
                 continue
             try:
                 retry("bind", lambda pod=pod, node=allocation.node: self.actions.bind(pod, node))
-                tracked.bound.add(uid)
             except ApiError as error:
-                log.warning("binding %s failed: %s", pods.key(pod), error)
+                if error.not_found:  # deleted meanwhile: reconcile ends the job
+                    continue
+                if not error.conflict:  # the API server is gone: rebuild from the records once it is back
+                    raise
+                log.info("%s was already bound (an earlier bind whose answer was lost)", pods.key(pod))
+            tracked.bound.add(uid)
         job = self.engine.jobs[name]
         if job.phase == JobPhase.RESERVED and len(tracked.bound) >= len(tracked.members):
             self.engine.confirm(name, time.time())
