@@ -156,7 +156,9 @@ class ControlPlane:
         command = [str(self.binaries.kube_scheduler), f"--authentication-kubeconfig={kubeconfig}",
                    f"--authorization-kubeconfig={kubeconfig}", "--bind-address=127.0.0.1",
                    f"--secure-port={port}", "--v=1"]
-        command += [f"--config={config}"] if config else [f"--kubeconfig={kubeconfig}", "--leader-elect=false"]
+        # Client rate limits as scheduler_perf sets them (the defaults, 50 QPS, would cap binds at 50 pods/s).
+        command += [f"--config={config}"] if config else [f"--kubeconfig={kubeconfig}", "--leader-elect=false",
+                                                           "--kube-api-qps=5000", "--kube-api-burst=5000"]
         process = spawn(command, log)
         server = Server("kube-scheduler", process.pid, str(self.binaries.kube_scheduler), str(log),
                         f"https://127.0.0.1:{port}", command)
