@@ -15,6 +15,7 @@ import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,9 @@ from kubecell.k8s.scheduler.jobs import Tracked, gang_ready, job_name, job_spec
 from kubecell.k8s.watch import Collection, Event, Watcher
 
 log = logging.getLogger("kubecell.scheduler")
+
+BIND_WORKERS = 16
+"""Records and Bindings in flight at once (each is one round trip to the API server)."""
 
 PODGROUP_APIS = (
     ("podgroups.scheduling.x-k8s.io", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"),
@@ -96,6 +100,7 @@ class Scheduler:
         self.dirty = True
         self.cycles = 0
         self.ready = threading.Event()
+        self.pool = ThreadPoolExecutor(max_workers=BIND_WORKERS, thread_name_prefix="kubecell-write")
 
     def shutdown(self) -> None:
         """Stop the loop now (a wake-up event ends the wait for the next event)."""
@@ -120,8 +125,11 @@ class Scheduler:
         for watcher in watchers:
             if not watcher.synced.wait(max(0.0, deadline - time.monotonic())):
                 log.warning("%s not listed after %.0f s; starting anyway", watcher.collection.kind, sync_timeout)
-        while not self.stop.is_set():
-            self.step(wait=self._wait())
+        try:
+            while not self.stop.is_set():
+                self.step(wait=self._wait())
+        finally:
+            self.pool.shutdown(wait=False)
 
     def _wait(self) -> float:
         if self.dirty or self.needs_rebuild:
@@ -414,10 +422,7 @@ class Scheduler:
             victims |= self._evict(job, f"preempted by kubecell: {job.wait_reason}")
         for job in result.downgraded:
             log.info("%s now runs as %s", job.name, job.job_class.value if job.job_class else "?")
-        for job in result.started:
-            self._start(job, victims if job.phase == JobPhase.RESERVED else set())
-        for job in result.grown:
-            self._start(job, set())
+        self._start_all([*result.started, *result.grown], victims)
         self._bind_reserved_when_victims_are_gone(now)
         for job in engine.pending.values():
             tracked = self.tracked.get(job.name)
@@ -441,9 +446,41 @@ class Scheduler:
         tracked.bound.clear()
         return evicted
 
-    def _start(self, job: Job, victims: set[str]) -> None:
-        """Write the records of every member the job newly holds, then bind them (unless victims must go
-        first): records before bindings is what makes a crash in between recoverable."""
+    def _start_all(self, jobs: Sequence[Job], victims: set[str]) -> None:
+        """Write the records of every member the jobs newly hold, then bind them (a preemptor waits for its
+        victims first). Records before bindings is what makes a crash in between recoverable; within each
+        step the writes go out in parallel, because one round trip after another is what limits throughput."""
+        assert self.engine is not None
+        plans: list[tuple[Job, list[tuple[int, str, dict[str, Any], AllocationRecord]]]] = []
+        for job in jobs:
+            planned = self._plan(job)
+            if planned is not None:
+                plans.append((job, planned))
+        outcomes = self.pool.map(self._write_one, [item for _, planned in plans for item in planned])
+        failures = {uid: error for uid, error in outcomes if error is not None}
+        to_bind = []
+        for job, planned in plans:
+            tracked = self.tracked[job.name]
+            broken = [failures[uid] for _, uid, _, _ in planned if uid in failures]
+            if broken:
+                for _, uid, pod, _ in planned:
+                    if uid not in failures:
+                        retry("roll back a record", lambda pod=pod: self.actions.clear_record(pod))
+                self.engine.bind_failed(job.name, time.time(), str(broken[0]))
+                self.dirty = True
+                if any(isinstance(e, ApiError) and e.unavailable for e in broken):
+                    raise broken[0]
+                continue
+            for index, uid, _, _ in planned:
+                tracked.members[index] = uid
+            if job.phase == JobPhase.RESERVED and victims:
+                self.waiting_victims[job.name] = set(victims)
+            else:
+                to_bind.append(job.name)
+        self._bind(to_bind)
+
+    def _plan(self, job: Job) -> list[tuple[int, str, dict[str, Any], AllocationRecord]] | None:
+        """(member index, pod uid, pod, record) for every member the job holds without a pod yet."""
         assert self.engine is not None
         tracked = self.tracked[job.name]
         held = {int(a.name.rsplit("/", 1)[-1]): a for a in self.engine.allocations_of(job.name)}
@@ -451,55 +488,64 @@ class Scheduler:
         free = tracked.free_pods()
         if len(free) < len(new):
             self.engine.bind_failed(job.name, time.time(), f"{len(new)} members placed but {len(free)} pods free")
-            return
-        written: list[dict[str, Any]] = []
+            return None
         created = datetime.datetime.now(datetime.UTC)
+        planned = []
         try:
             for index, uid in zip(new, free, strict=False):
                 pod = self.mirror.pods[uid]
                 allocation = held[index]
-                record = record_for(allocation, self.views[allocation.node], pod=pods.key(pod), pod_uid=uid,
-                                    attempt=self.engine.jobs[job.name].preemptions, job=job.name, vc=job.vc,
-                                    job_class=job.job_class or JobClass.BORROWED, member=index,
-                                    scheduler=self.options.name, created_at=created, batch=len(new))
-                retry("write a record", lambda pod=pod, record=record: self.actions.write_record(pod, record))
-                written.append(pod)
-                tracked.members[index] = uid
-        except (ApiError, KubecellError, KeyError) as error:
-            for pod in written:
-                retry("roll back a record", lambda pod=pod: self.actions.clear_record(pod))
-            for index in new:
-                tracked.members.pop(index, None)
+                planned.append((index, uid, pod, record_for(
+                    allocation, self.views[allocation.node], pod=pods.key(pod), pod_uid=uid,
+                    attempt=job.preemptions, job=job.name, vc=job.vc, job_class=job.job_class or JobClass.BORROWED,
+                    member=index, scheduler=self.options.name, created_at=created, batch=len(new))))
+        except (KubecellError, KeyError) as error:
             self.engine.bind_failed(job.name, time.time(), str(error))
             self.dirty = True
-            return
-        if victims:
-            self.waiting_victims[job.name] = victims
-            return
-        self._bind(job.name)
+            return None
+        return planned
 
-    def _bind(self, name: str) -> None:
+    def _write_one(self, item: tuple[int, str, dict[str, Any], AllocationRecord]) -> tuple[str, Exception | None]:
+        _, uid, pod, record = item
+        try:
+            retry("write a record", lambda: self.actions.write_record(pod, record))
+        except (ApiError, KubecellError) as error:
+            return uid, error
+        return uid, None
+
+    def _bind(self, names: Sequence[str]) -> None:
+        """Bind every recorded, unbound member of the jobs ``names`` (in parallel), then confirm preemptors."""
         assert self.engine is not None
-        tracked = self.tracked[name]
-        for index, uid in sorted(tracked.members.items()):
-            if uid in tracked.bound:
-                continue
-            pod = self.mirror.pods.get(uid)
-            allocation = next((a for a in self.engine.allocations_of(name) if a.name.endswith(f"/{index}")), None)
-            if pod is None or allocation is None:
-                continue
-            try:
-                retry("bind", lambda pod=pod, node=allocation.node: self.actions.bind(pod, node))
-            except ApiError as error:
-                if error.not_found:  # deleted meanwhile: reconcile ends the job
-                    continue
-                if not error.conflict:  # the API server is gone: rebuild from the records once it is back
-                    raise
-                log.info("%s was already bound (an earlier bind whose answer was lost)", pods.key(pod))
-            tracked.bound.add(uid)
-        job = self.engine.jobs[name]
-        if job.phase == JobPhase.RESERVED and len(tracked.bound) >= len(tracked.members):
-            self.engine.confirm(name, time.time())
+        work = []
+        for name in names:
+            tracked = self.tracked[name]
+            for index, uid in sorted(tracked.members.items()):
+                pod = self.mirror.pods.get(uid)
+                allocation = next((a for a in self.engine.allocations_of(name) if a.name.endswith(f"/{index}")), None)
+                if uid not in tracked.bound and pod is not None and allocation is not None:
+                    work.append((name, uid, pod, allocation.node))
+        unavailable: ApiError | None = None
+        for name, uid, error in self.pool.map(self._bind_one, work):
+            if error is None or error.conflict:
+                if error is not None:
+                    log.info("%s was already bound (an earlier bind whose answer was lost)", uid)
+                self.tracked[name].bound.add(uid)
+            elif not error.not_found:  # the API server is gone: rebuild from the records once it is back
+                unavailable = error
+        if unavailable is not None:
+            raise unavailable
+        for name in names:
+            job, tracked = self.engine.jobs[name], self.tracked[name]
+            if job.phase == JobPhase.RESERVED and len(tracked.bound) >= len(tracked.members):
+                self.engine.confirm(name, time.time())
+
+    def _bind_one(self, item: tuple[str, str, dict[str, Any], str]) -> tuple[str, str, ApiError | None]:
+        name, uid, pod, node = item
+        try:
+            retry("bind", lambda: self.actions.bind(pod, node))
+        except ApiError as error:
+            return name, uid, error
+        return name, uid, None
 
     def _bind_reserved_when_victims_are_gone(self, now: float) -> None:
         assert self.engine is not None
@@ -513,4 +559,4 @@ class Scheduler:
                 self.waiting_victims[name] = remaining
                 continue
             del self.waiting_victims[name]
-            self._bind(name)
+            self._bind([name])
