@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from kubecell.core.errors import InvalidInputError
+from kubecell.k8s.names import k8s_name
 from kubecell.testbed import testbed as testbed_driver
-from kubecell.testbed.nodes import k8s_name, load_cluster_nodes, node_manifest
+from kubecell.testbed.nodes import load_cluster_nodes, node_manifest
 
 
 def test_synthetic_cluster_has_racks_and_nvlink_quads() -> None:

@@ -9,11 +9,11 @@ import pytest
 
 from kubecell.core.model import TopologyLevel
 from kubecell.k8s.inventory import node_view
-from kubecell.k8s.names import ANNOTATION_DURATION
+from kubecell.k8s.names import ANNOTATION_DURATION, k8s_name
 from kubecell.k8s.rest import ApiError, Kube
 from kubecell.testbed import testbed as testbed_driver
 from kubecell.testbed.control_plane import ControlPlaneState
-from kubecell.testbed.nodes import k8s_name, load_cluster_nodes
+from kubecell.testbed.nodes import load_cluster_nodes
 from tests.conftest import TESTBED_CLUSTER
 from tests.support import wait_for
 

@@ -7,6 +7,8 @@ complaint). Whole GPUs may still be asked for as ``nvidia.com/gpu``.
 
 from __future__ import annotations
 
+import re
+
 DOMAIN = "kubecell.io"
 SCHEDULER_NAME = "kubecell"
 
@@ -64,3 +66,12 @@ COSCHEDULING_POD_GROUP = "scheduling.x-k8s.io/pod-group"      # scheduler-plugin
 VOLCANO_GROUP_NAME = "scheduling.k8s.io/group-name"           # Volcano: pod annotation
 VOLCANO_GROUP_NAME_ALT = "scheduling.volcano.sh/group-name"   # Volcano's second spelling, same meaning
 KAI_POD_GROUP = "pod-group-name"                              # KAI-Scheduler: pod annotation
+
+_DNS_UNSAFE = re.compile(r"[^a-z0-9.-]+")
+
+
+def k8s_name(name: str) -> str:
+    """A DNS-1123 subdomain for a trace's node name (lowercase, ``_`` and other characters to ``-``): the
+    name a node of a cluster description gets as a Kubernetes object, wherever kubecell needs to match them."""
+    cleaned = _DNS_UNSAFE.sub("-", name.lower()).strip("-.")
+    return cleaned[:253] or "node"

@@ -21,13 +21,12 @@ import numpy as np
 from kubecell.core.book import AllocationBook
 from kubecell.core.errors import KubecellError
 from kubecell.core.model import MILLI_PER_GPU, Node
-from kubecell.k8s.names import ANNOTATION_GPU_MODELS, RESOURCE_GPU, RESOURCE_GPU_MILLI
+from kubecell.k8s.names import ANNOTATION_GPU_MODELS, RESOURCE_GPU, RESOURCE_GPU_MILLI, k8s_name
 from kubecell.k8s.rest import ApiError, Kube
 from kubecell.k8s.scheduler.scheduler import SchedulerOptions
 from kubecell.sim.packing.experiment import RunRecord, typical_pods_of
 from kubecell.sim.packing.workload import arrival_sequence
 from kubecell.sim.traces.openb import TracePod
-from kubecell.testbed.nodes import k8s_name
 
 FATE_TIMEOUT = 60.0
 """Seconds a pod may wait for its scheduler's verdict before the replay gives up (a stuck scheduler)."""

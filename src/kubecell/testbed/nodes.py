@@ -9,7 +9,6 @@ take the same path.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from kubecell.k8s.names import (
     RESOURCE_GPU,
     RESOURCE_GPU_MEMORY,
     RESOURCE_GPU_MILLI,
+    k8s_name,
 )
 from kubecell.testbed.paths import K8S_VERSION
 
@@ -55,13 +55,6 @@ def synthetic_cluster(count: int, *, gpus: int = 8, model: str = "A100") -> list
                       rack=f"rack-{i // SYNTHETIC_RACK:03d}") for i in range(count)]
 
 
-_DNS_UNSAFE = re.compile(r"[^a-z0-9.-]+")
-
-
-def k8s_name(name: str) -> str:
-    """A DNS-1123 subdomain for a trace's node name (lowercase, ``_`` and other characters to ``-``)."""
-    cleaned = _DNS_UNSAFE.sub("-", name.lower()).strip("-.")
-    return cleaned[:253] or "node"
 
 
 def node_manifest(node: Node) -> dict[str, Any]:

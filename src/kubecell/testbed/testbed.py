@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubecell.k8s.rest import Kube
-from kubecell.testbed import pki
 from kubecell.testbed.build import ensure_binaries
 from kubecell.testbed.control_plane import ControlPlane, ControlPlaneState, Server, stop_state
 from kubecell.testbed.kubelet import register_nodes
 from kubecell.testbed.nodes import load_cluster_nodes, node_manifest
 from kubecell.testbed.paths import default_state_dir
-from kubecell.testbed.processes import TestbedError, spawn, wait_http
+from kubecell.testbed.processes import spawn
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +70,3 @@ def down(directory: Path | None = None) -> list[str]:
     running = [server.name for server in state.running()]
     stop_state(state)
     return running
-
-
-def wait_ready(state: ControlPlaneState, timeout: float = 30.0) -> None:
-    """Block until the API server of ``state`` answers (e.g. after a restart)."""
-    api = next((s for s in state.servers if s.name == "kube-apiserver"), None)
-    if api is None:
-        raise TestbedError("no API server in this testbed")
-    token = pki.read_token(Path(state.admin_kubeconfig))
-    ca = Path(state.directory) / "pki" / "ca.crt"
-    wait_http(f"{state.api_url}/readyz", process=None, log=Path(api.log), timeout=timeout, token=token, ca=ca)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubecell.k8s.names import ANNOTATION_ALLOCATION
-from kubecell.k8s.records import AllocationRecord, RecordError, parse_record
+from kubecell.k8s.records import AllocationRecord, parse_record
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -52,10 +52,7 @@ def record_of(pod: Mapping[str, Any]) -> AllocationRecord | None:
     text = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_ALLOCATION)
     if not text:
         return None
-    try:
-        return parse_record(text, pod=key(pod), uid=uid(pod))
-    except RecordError:
-        raise
+    return parse_record(text, pod=key(pod), uid=uid(pod))
 
 
 def unsupported_node_constraints(pod: Mapping[str, Any]) -> str | None:

@@ -89,6 +89,7 @@ class Scheduler:
         self.engine: Engine | None = None
         self.views: dict[str, NodeView] = {}
         self.node_signature: tuple[Any, ...] = ()
+        self._next_nodes: tuple[dict[str, NodeView], tuple[Any, ...]] | None = None
         self.tenants_text: str | None = None
         self.tracked: dict[str, Tracked] = {}
         self.pod_job: dict[str, str] = {}
@@ -170,17 +171,23 @@ class Scheduler:
             self.needs_rebuild = True
             self.stop.wait(1.0)
 
+    def _read_nodes(self) -> tuple[dict[str, NodeView], tuple[Any, ...]]:
+        """Every node as the core sees it, by name, and a signature that changes when any of them does."""
+        views = {name: node_view_safe(obj) for name, obj in sorted(self.mirror.nodes.items())}
+        return views, tuple((name, view.node, view.excluded) for name, view in views.items())
+
     def _cluster_changed(self) -> bool:
-        views = {name: node_view_safe(obj) for name, obj in self.mirror.nodes.items()}
-        signature = tuple(sorted((name, view.node, view.excluded) for name, view in views.items()))
+        """Whether nodes or tenants changed in a way that needs a new engine (the views read here are kept
+        for that rebuild, so a node event reads every node once, not twice)."""
+        self._next_nodes = self._read_nodes()
         text = ((self.mirror.tenants or {}).get("data") or {}).get(self.options.tenants_key)
-        return signature != self.node_signature or text != self.tenants_text
+        return self._next_nodes[1] != self.node_signature or text != self.tenants_text
 
     # ================================================================== rebuilding
     def rebuild(self) -> None:
         """A new engine from the mirror: nodes, tenants, then every recorded allocation."""
-        self.views = {name: node_view_safe(obj) for name, obj in sorted(self.mirror.nodes.items())}
-        self.node_signature = tuple(sorted((n, v.node, v.excluded) for n, v in self.views.items()))
+        self.views, self.node_signature = self._next_nodes or self._read_nodes()
+        self._next_nodes = None
         nodes = [view.node for view in self.views.values() if view.node is not None]
         self.tracked.clear()
         self.pod_job.clear()
@@ -343,6 +350,7 @@ class Scheduler:
     def _submit_new_pods(self, now: float) -> None:
         assert self.engine is not None
         groups: dict[str, list[tuple[dict[str, Any], PodDemand]]] = {}
+        pod_groups = self.mirror.all_podgroups()
         for uid, pod in self.mirror.pods.items():
             if uid in self.pod_job or not pods.ours(pod, self.options.name) or pods.is_done(pod) or pods.node_of(pod):
                 continue
@@ -351,7 +359,7 @@ class Scheduler:
                 self._tell(pod, f"pod {pods.key(pod)}: {unsupported}", reason="Unsupported")
                 continue
             try:
-                demand = pod_demand(pod, pod_groups=self.mirror.all_podgroups())
+                demand = pod_demand(pod, pod_groups=pod_groups)
             except DemandError as error:
                 self._tell(pod, str(error), reason="InvalidRequest")
                 continue

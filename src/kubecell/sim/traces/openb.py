@@ -16,7 +16,7 @@ from kubecell.core.errors import InvalidInputError
 from kubecell.core.limits import MAX_CPU_MILLI, MAX_GPUS_PER_NODE, MAX_MEMORY_MIB
 from kubecell.core.model import GPU_MODELS, MILLI_PER_GPU, Node, Request, gpu_model_spec, make_node
 from kubecell.core.placement.frag import PodShape
-from kubecell.sim.traces.rows import open_csv
+from kubecell.sim.traces.rows import Row, open_csv
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -79,6 +79,18 @@ def _check_spec(spec: str, where: str) -> str:
     return spec
 
 
+def _unique_name(row: Row, column: str, what: str, seen: dict[str, int]) -> str:
+    """The row's name, refused when empty or already used (naming the line of its first use)."""
+    name = row.values[column].strip()
+    if not name:
+        raise InvalidInputError(f"empty {what} name", location=row.where, field=column)
+    if name in seen:
+        raise InvalidInputError(f"duplicate {what} name {name!r} (first at line {seen[name]})",
+                                location=row.where, field=column, accepted="unique names")
+    seen[name] = row.line
+    return name
+
+
 def load_nodes(path: str | Path, *, include_cpu_nodes: bool = False) -> list[Node]:
     """Read a node list. CPU-only nodes are skipped unless asked for (the FGD experiments skip them)."""
     path = Path(path)
@@ -90,13 +102,7 @@ def load_nodes(path: str | Path, *, include_cpu_nodes: bool = False) -> list[Nod
             if row.problem:
                 raise row.problem
             where = row.where
-            name = row.values["sn"].strip()
-            if not name:
-                raise InvalidInputError("empty node name", location=where, field="sn")
-            if name in seen:
-                raise InvalidInputError(f"duplicate node name {name!r} (first at line {seen[name]})",
-                                        location=where, field="sn", accepted="unique names")
-            seen[name] = row.line
+            name = _unique_name(row, "sn", "node", seen)
             gpus = row.integer("gpu", high=MAX_GPUS_PER_NODE, blank=0)
             model = row.values["model"].strip()
             if gpus and not model:
@@ -134,13 +140,7 @@ def load_pods(path: str | Path) -> list[TracePod]:
             if row.problem:
                 raise row.problem
             where = row.where
-            name = row.values["name"].strip()
-            if not name:
-                raise InvalidInputError("empty pod name", location=where, field="name")
-            if name in seen:
-                raise InvalidInputError(f"duplicate pod name {name!r} (first at line {seen[name]})",
-                                        location=where, field="name", accepted="unique names")
-            seen[name] = row.line
+            name = _unique_name(row, "name", "pod", seen)
             count = row.integer("num_gpu", high=MAX_GPUS_PER_NODE, blank=0)
             milli = row.integer("gpu_milli", high=MILLI_PER_GPU, blank=0)
             if count == 0 and milli:
