@@ -1,6 +1,6 @@
 """A scheduler SIGKILLed between any two of its writes loses nothing and doubles nothing.
 
-A real ``kubecell scheduler`` process places a workload of two gangs and six shares and kills itself
+A real ``kubecell scheduler`` process places a workload of three gangs and six shares and kills itself
 (SIGKILL, no cleanup) right after its n-th write to the API server, for every n from the first record to
 the last binding. A new scheduler then starts on what the dead one left: every gang must end up bound
 whole, every bound pod must carry a valid record naming its node, no GPU may be held beyond its capacity
@@ -28,12 +28,16 @@ from tests.support import wait_for
 
 GANG_A = {"kubecell.io/group": "a", "kubecell.io/group-size": "3"}
 GANG_B = {"kubecell.io/group": "b", "kubecell.io/group-size": "2", "kubecell.io/topology": "nvlink"}
+GANG_C = {"kubecell.io/group": "c", "kubecell.io/group-size": "3"}
 WORKLOAD: list[tuple[str, dict[str, str], dict[str, str]]] = [
     *((f"a-{i}", {"nvidia.com/gpu": "8"}, GANG_A) for i in range(3)),
     *((f"b-{i}", {"nvidia.com/gpu": "4"}, GANG_B) for i in range(2)),
+    *((f"c-{i}", {"nvidia.com/gpu": "2"}, GANG_C) for i in range(3)),
     *((f"share-{i}", {"kubecell.io/gpu-milli": "400"}, {}) for i in range(6)),
 ]
-WRITES = 2 * len(WORKLOAD)  # a record and a binding per pod
+GANG_PODS = sum(1 for _, _, extra in WORKLOAD if extra)
+WRITES = 2 * GANG_PODS + (len(WORKLOAD) - GANG_PODS)  # a gang member: record, then binding; a pod alone: a
+# binding that carries its record
 KILL_POINTS = range(1, WRITES + 1)
 
 
@@ -75,7 +79,7 @@ def test_sigkill_after_any_write_is_completed_or_rolled_back(
         record = parse_record(meta["annotations"][ANNOTATION_ALLOCATION], pod=f"{namespace}/{meta['name']}",
                               uid=meta["uid"])
         assert record.node == pod["spec"]["nodeName"]
-    for gang, size in (("a", 3), ("b", 2)):
+    for gang, size in (("a", 3), ("b", 2), ("c", 3)):
         nodes = [p["spec"]["nodeName"] for p in pods if p["metadata"]["name"].startswith(f"{gang}-")]
         assert len(nodes) == size
     b_gpus = {record_gpu for p in pods if p["metadata"]["name"].startswith("b-")

@@ -15,7 +15,7 @@ from kubecell.core.engine.job import JobClass
 from kubecell.core.model import Allocation, Request
 from kubecell.k8s.inventory import node_view
 from kubecell.k8s.names import ANNOTATION_ALLOCATION
-from kubecell.k8s.records import parse_record, record_for
+from kubecell.k8s.records import AllocationRecord, parse_record, record_for
 from kubecell.k8s.rest import ApiError, Kube
 from kubecell.k8s.scheduler.actions import Actions
 from kubecell.k8s.scheduler.scheduler import SchedulerOptions
@@ -246,24 +246,67 @@ def test_a_pod_with_a_node_selector_is_refused_not_placed_anywhere(
     assert not get_pod(kube, namespace, "picky")["spec"].get("nodeName")
 
 
+GANG_OF_TWO = {"kubecell.io/group": "pair", "kubecell.io/group-size": "2"}
+
+
+@pytest.mark.parametrize("gang", [False, True], ids=["alone", "gang"])
 def test_a_bind_lost_to_an_unavailable_api_server_is_made_after_a_rebuild(
-        testbed: ControlPlaneState, kube: Kube, namespace: str, start_scheduler: type[RunningScheduler],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The record is written, then every bind attempt meets a dead API server: the scheduler must not
-    forget the pod (a running job whose pod is never bound) but rebuild and bind it from its record."""
+        gang: bool, testbed: ControlPlaneState, kube: Kube, namespace: str,
+        start_scheduler: type[RunningScheduler], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every bind attempt for one pod meets a dead API server: the scheduler must not forget the pod (a
+    running job whose pod is never bound) but rebuild and bind it: a pod alone is placed again (its
+    Binding carried its record, so nothing was written), a gang member from the record already on it."""
     failures = {"left": 6}  # more than one retry() round of 5 attempts
     real_bind = Actions.bind
 
-    def flaky_bind(self: Actions, pod: dict[str, Any], node: str) -> None:
+    def flaky_bind(self: Actions, pod: dict[str, Any], node: str, record: AllocationRecord | None = None) -> None:
         if failures["left"] > 0 and pod["metadata"]["name"] == "unlucky":
             failures["left"] -= 1
             raise ApiError(0, "Unavailable", "connection refused (injected)")
-        real_bind(self, pod, node)
+        real_bind(self, pod, node, record)
 
     monkeypatch.setattr(Actions, "bind", flaky_bind)
     monkeypatch.setattr("kubecell.k8s.scheduler.actions.time.sleep", lambda _seconds: None)
     start_scheduler(testbed)
-    make_pod(kube, namespace, "unlucky", {"kubecell.io/gpu-milli": "200"})
-    (pod,) = wait_for("the pod to be bound once the API server answers", lambda: bound(kube, namespace, "unlucky"))
+    names = ["unlucky", "partner"] if gang else ["unlucky"]
+    for name in names:
+        make_pod(kube, namespace, name, {"kubecell.io/gpu-milli": "200"}, GANG_OF_TWO if gang else None)
+    pods = wait_for("the pods to be bound once the API server answers", lambda: bound(kube, namespace, *names))
     assert failures["left"] == 0
-    assert gpus_of(pod)[0][2] == 200
+    assert all(gpus_of(pod)[0][2] == 200 for pod in pods)
+
+
+@pytest.mark.parametrize("gang", [False, True], ids=["alone", "gang"])
+def test_a_pod_deleted_while_it_is_being_bound_frees_its_share(
+        gang: bool, testbed: ControlPlaneState, kube: Kube, namespace: str,
+        start_scheduler: type[RunningScheduler], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pod is deleted between the decision and its Binding (the Binding then finds no pod): the
+    scheduler must not count the share as taken once the pod is gone, nor stop placing others."""
+    real_bind = Actions.bind
+
+    def deleting_bind(self: Actions, pod: dict[str, Any], node: str, record: AllocationRecord | None = None) -> None:
+        if pod["metadata"]["name"] == "doomed":
+            kube.delete(f"/api/v1/namespaces/{namespace}/pods/doomed", gracePeriodSeconds=0)
+        real_bind(self, pod, node, record)
+
+    monkeypatch.setattr(Actions, "bind", deleting_bind)
+    running = start_scheduler(testbed)
+    engine = running.scheduler.engine
+    assert engine is not None
+    before = engine.book.allocated_gpu_milli  # what earlier tests' pods still hold
+    names = ["doomed", "survivor"] if gang else ["doomed"]
+    for name in names:
+        make_pod(kube, namespace, name, {"kubecell.io/gpu-milli": "300"}, GANG_OF_TWO if gang else None)
+    wait_for("the doomed pod to be gone", partial(gone, kube, namespace, "doomed"))
+    if gang:  # the member whose pod exists is bound; the gang holds its shares while any member runs
+        wait_for("the surviving member to be bound", lambda: bound(kube, namespace, "survivor"))
+        kube.delete(f"/api/v1/namespaces/{namespace}/pods/survivor", gracePeriodSeconds=0)
+
+    def allocated() -> float | None:
+        now = running.scheduler.engine
+        return 1.0 if now is not None and now.book.allocated_gpu_milli == before else None
+
+    wait_for("every share to be free again", allocated)
+    make_pod(kube, namespace, "next", {"kubecell.io/gpu-milli": "300"})
+    (pod,) = wait_for("the next pod to be bound", lambda: bound(kube, namespace, "next"))
+    assert gpus_of(pod)[0][2] == 300

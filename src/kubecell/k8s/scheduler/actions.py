@@ -3,7 +3,8 @@
 Order matters for restart safety: a gang's allocation records are written on every member before the
 first Binding is created, so a scheduler killed in between leaves either records without bindings
 (rolled back or forward by the next instance, see ``scheduler.rebuild``) or bindings that all carry
-records. Nothing is written that the API server would not accept from a real scheduler.
+records; a single member's Binding carries its record itself. Nothing is written that the API server
+would not accept from a real scheduler.
 """
 
 from __future__ import annotations
@@ -70,10 +71,15 @@ class Actions:
             if not (error.not_found or error.conflict):
                 raise
 
-    def bind(self, pod: Mapping[str, Any], node: str) -> None:
+    def bind(self, pod: Mapping[str, Any], node: str, record: AllocationRecord | None = None) -> None:
+        """Bind the pod to the node; with ``record``, the Binding carries it (the API server copies a
+        Binding's annotations onto the pod in the same write, so pod and record are bound atomically)."""
         meta = pod["metadata"]
-        body = {"apiVersion": "v1", "kind": "Binding",
-                "metadata": {"name": meta["name"], "namespace": meta.get("namespace", "default"), "uid": meta["uid"]},
+        metadata: dict[str, Any] = {"name": meta["name"], "namespace": meta.get("namespace", "default"),
+                                    "uid": meta["uid"]}
+        if record is not None:
+            metadata["annotations"] = {ANNOTATION_ALLOCATION: record.to_annotation()}
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         self.kube.create(f"{pod_path(pod)}/binding", body)
         self.writes += 1

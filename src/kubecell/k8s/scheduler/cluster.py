@@ -23,12 +23,28 @@ class Mirror:
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     podgroups: dict[str, dict[tuple[str, str], Mapping[str, Any]]] = field(default_factory=dict)
     tenants: dict[str, Any] | None = None
+    changed: dict[str, None] = field(default_factory=dict)
+    """Uids of the pods added, modified or deleted since the scheduler last took them (``take_changed``):
+    what a step has to look at, so that a step's cost follows the change, not the cluster."""
+    groups_changed: bool = False
+
+    def take_changed(self) -> tuple[dict[str, None], bool]:
+        """The pods changed (in the order they first changed) and whether any PodGroup did, since the
+        last call (which resets both)."""
+        changed, groups = self.changed, self.groups_changed
+        self.changed, self.groups_changed = {}, False
+        return changed, groups
 
     def apply(self, event: Event) -> str:
         """Apply one event; returns what kind of change it was (to decide between a rebuild and a cycle)."""
         if event.kind == "nodes":
             return self._apply(self.nodes, event, lambda o: str(o["metadata"]["name"]))
         if event.kind == "pods":
+            if event.type == "SYNC":
+                self.changed.update(dict.fromkeys(self.pods))
+                self.changed.update(dict.fromkeys(pods.uid(obj) for obj in event.objects))
+            else:
+                self.changed[pods.uid(event.obj)] = None
             return self._apply(self.pods, event, pods.uid)
         if event.kind == "wake":
             return "wake"
@@ -38,6 +54,7 @@ class Mirror:
             else:
                 self.tenants = None if event.type == "DELETED" else event.obj
             return "tenants"
+        self.groups_changed = True
         groups = self.podgroups.setdefault(event.kind, {})
         objects = event.objects if event.type == "SYNC" else (event.obj,)
         if event.type == "SYNC":

@@ -1,0 +1,184 @@
+"""Carrying out the engine's decisions: allocation records, Bindings and evictions.
+
+A job whose new members are several (a gang) gets every record written before its first Binding, so a
+crash in between leaves records without bindings that the next instance rolls back or forward (see
+``Scheduler._restore_job``). A single new member needs no such step: its Binding carries the record as an
+annotation (the API server copies a Binding's annotations onto the pod in the same write), which is
+atomic by itself and halves the round trips of the common case. Within each step the writes go out in
+parallel, because one round trip after another is what limits a scheduler's throughput.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kubecell.core.engine.job import Job, JobClass, JobPhase
+from kubecell.core.errors import KubecellError
+from kubecell.k8s.records import AllocationRecord, record_for
+from kubecell.k8s.rest import ApiError
+from kubecell.k8s.scheduler import pods
+from kubecell.k8s.scheduler.actions import Actions, retry
+from kubecell.k8s.scheduler.cluster import Mirror
+from kubecell.k8s.scheduler.tracking import Tracking
+
+log = logging.getLogger("kubecell.scheduler")
+
+Planned = tuple[int, str, dict[str, Any], AllocationRecord]
+"""(member index, pod uid, pod, record) for one member a job newly holds."""
+
+
+class Binder:
+    """Writes what the engine decided, and tells the engine what could not be written."""
+
+    def __init__(self, actions: Actions, mirror: Mirror, pool: ThreadPoolExecutor, scheduler_name: str) -> None:
+        self.actions = actions
+        self.mirror = mirror
+        self.pool = pool
+        self.scheduler_name = scheduler_name
+
+    def evict(self, state: Tracking, job: Job, reason: str) -> set[str]:
+        """Evict the pods holding the job's members; returns their uids (its preemptor waits for them)."""
+        tracked = state.tracked.get(job.name)
+        if tracked is None:
+            return set()
+        evicted = set()
+        for uid in tracked.members.values():
+            pod = self.mirror.pods.get(uid)
+            if pod is not None and not pods.is_done(pod):
+                retry("evict", lambda pod=pod: self.actions.evict(pod, reason))
+                evicted.add(uid)
+        tracked.members.clear()
+        tracked.bound.clear()
+        return evicted
+
+    def start(self, state: Tracking, jobs: Sequence[Job], victims: set[str]) -> bool:
+        """Record and bind every member the jobs newly hold (a preemptor waits for its victims first).
+
+        Returns True when a failure changed the engine (another cycle is due); raises the ``ApiError`` of
+        an unavailable API server after telling the engine, so the caller rebuilds once it is back."""
+        engine, dirty = state.engine, False
+        plans: list[tuple[Job, list[Planned], bool]] = []
+        for job in jobs:
+            planned = self._plan(state, job)
+            if planned is None:
+                dirty = True
+                continue
+            waits = job.phase == JobPhase.RESERVED and bool(victims)
+            plans.append((job, planned, len(planned) == 1 and not waits))
+        records = [item for _, planned, direct in plans if not direct for item in planned]
+        failures = {uid: error for uid, error in self.pool.map(self._write_one, records) if error is not None}
+        to_bind = []
+        for job, planned, direct in plans:
+            tracked = state.tracked[job.name]
+            broken = [failures[uid] for _, uid, _, _ in planned if uid in failures]
+            if broken:
+                for _, uid, pod, _ in planned:
+                    if uid not in failures:
+                        retry("roll back a record", lambda pod=pod: self.actions.clear_record(pod))
+                engine.bind_failed(job.name, time.time(), str(broken[0]))
+                dirty = True
+                if any(isinstance(e, ApiError) and e.unavailable for e in broken):
+                    raise broken[0]
+                continue
+            for index, uid, _, _ in planned:
+                tracked.members[index] = uid
+            if job.phase == JobPhase.RESERVED and victims:
+                state.waiting_victims[job.name] = set(victims)
+            else:
+                to_bind.append((job.name, {uid: record for _, uid, _, record in planned} if direct else {}))
+        return self.bind(state, to_bind) or dirty
+
+    def _plan(self, state: Tracking, job: Job) -> list[Planned] | None:
+        engine, tracked = state.engine, state.tracked[job.name]
+        held = {int(a.name.rsplit("/", 1)[-1]): a for a in engine.allocations_of(job.name)}
+        new = sorted(index for index in held if index not in tracked.members)
+        free = tracked.free_pods()
+        if len(free) < len(new):
+            engine.bind_failed(job.name, time.time(), f"{len(new)} members placed but {len(free)} pods free")
+            return None
+        created = datetime.datetime.now(datetime.UTC)
+        planned = []
+        try:
+            for index, uid in zip(new, free, strict=False):
+                pod = self.mirror.pods[uid]
+                allocation = held[index]
+                planned.append((index, uid, pod, record_for(
+                    allocation, state.views[allocation.node], pod=pods.key(pod), pod_uid=uid,
+                    attempt=job.preemptions, job=job.name, vc=job.vc, job_class=job.job_class or JobClass.BORROWED,
+                    member=index, scheduler=self.scheduler_name, created_at=created, batch=len(new))))
+        except (KubecellError, KeyError) as error:
+            engine.bind_failed(job.name, time.time(), str(error))
+            return None
+        return planned
+
+    def _write_one(self, item: Planned) -> tuple[str, Exception | None]:
+        _, uid, pod, record = item
+        try:
+            retry("write a record", lambda: self.actions.write_record(pod, record))
+        except (ApiError, KubecellError) as error:
+            return uid, error
+        return uid, None
+
+    def bind(self, state: Tracking, jobs: Sequence[tuple[str, dict[str, AllocationRecord]]]) -> bool:
+        """Bind every recorded, unbound member of the ``jobs`` (in parallel), then confirm preemptors.
+
+        Each job comes with the records its Bindings carry (a single new member), or none (the records
+        are on the pods already). Returns True when the engine was told of a failed bind."""
+        engine, dirty = state.engine, False
+        work = []
+        for name, carried in jobs:
+            tracked = state.tracked[name]
+            nodes = {int(a.name.rsplit("/", 1)[-1]): a.node for a in engine.allocations_of(name)}
+            for index, uid in sorted(tracked.members.items()):
+                pod = self.mirror.pods.get(uid)
+                if uid not in tracked.bound and pod is not None and index in nodes:
+                    work.append((name, uid, pod, nodes[index], carried.get(uid)))
+        unavailable: ApiError | None = None
+        for name, uid, direct, error in self.pool.map(self._bind_one, work):
+            if error is None or error.conflict:
+                if error is not None:
+                    log.info("%s was already bound (an earlier bind whose answer was lost)", uid)
+                state.tracked[name].bound.add(uid)
+            elif error.not_found:
+                continue  # the pod was deleted meanwhile: its deletion event ends the job
+            elif direct and not error.unavailable:  # refused, and nothing of it was written
+                engine.bind_failed(name, time.time(), str(error))
+                dirty = True
+            else:  # rebuild from the records once the API server is back (a gang's records finish its binds)
+                unavailable = error
+        if unavailable is not None:
+            raise unavailable
+        for name, _ in jobs:
+            job, current = engine.jobs[name], state.tracked.get(name)
+            if current is not None and job.phase == JobPhase.RESERVED and len(current.bound) >= len(current.members):
+                engine.confirm(name, time.time())
+        return dirty
+
+    def _bind_one(self, item: tuple[str, str, dict[str, Any], str, AllocationRecord | None]
+                  ) -> tuple[str, str, bool, ApiError | None]:
+        name, uid, pod, node, record = item
+        try:
+            retry("bind", lambda: self.actions.bind(pod, node, record))
+        except ApiError as error:
+            return name, uid, record is not None, error
+        return name, uid, record is not None, None
+
+    def bind_reserved_when_victims_are_gone(self, state: Tracking) -> bool:
+        ready: list[tuple[str, dict[str, AllocationRecord]]] = []
+        for name, victims in list(state.waiting_victims.items()):
+            job = state.engine.jobs.get(name)
+            if job is None or job.phase != JobPhase.RESERVED:
+                state.waiting_victims.pop(name, None)
+                continue
+            remaining = {uid for uid in victims if uid in self.mirror.pods}
+            if remaining:
+                state.waiting_victims[name] = remaining
+                continue
+            del state.waiting_victims[name]
+            ready.append((name, {}))
+        return self.bind(state, ready) if ready else False

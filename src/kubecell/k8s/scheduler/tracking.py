@@ -1,0 +1,63 @@
+"""What the scheduler knows about the engine's work in Kubernetes terms, for as long as one engine lives.
+
+A rebuild starts a new ``Tracking`` with its new engine: nothing here outlives the engine it describes,
+so no stale correspondence between jobs and pods can survive a rebuild.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubecell.core.engine.engine import Engine
+from kubecell.k8s.dialects import PodDemand
+from kubecell.k8s.inventory import NodeView
+from kubecell.k8s.scheduler.jobs import Tracked
+
+
+@dataclass
+class Tracking:
+    """One engine, the nodes it was built from, and which pods are which jobs."""
+
+    engine: Engine
+    views: Mapping[str, NodeView]
+    tracked: dict[str, Tracked] = field(default_factory=dict)
+    """Engine job name -> its pods."""
+    pod_job: dict[str, str] = field(default_factory=dict)
+    """Pod uid -> the name of the job it belongs to."""
+    external: dict[str, str] = field(default_factory=dict)
+    """Uid of a pod another scheduler bound -> the engine allocation that holds its resources."""
+    waiting_victims: dict[str, set[str]] = field(default_factory=dict)
+    """A RESERVED job -> uids of its victims' pods that still exist (it binds once they are gone)."""
+    gathering: dict[str, dict[str, tuple[dict[str, Any], PodDemand]]] = field(default_factory=dict)
+    """Gang key -> the pods (by uid) that name it and are not a job yet, while the gang is incomplete."""
+    gathered_in: dict[str, str] = field(default_factory=dict)
+    """Pod uid -> the gang key it is gathered under (so a pod that changes or leaves is found at once)."""
+
+    def track(self, tracked: Tracked) -> None:
+        self.tracked[tracked.name] = tracked
+        for uid in tracked.pod_uids:
+            self.pod_job[uid] = tracked.name
+
+    def untrack(self, name: str) -> list[str]:
+        """Forget a job; returns its pods, which the caller must look at again (they may form a new job)."""
+        tracked = self.tracked.pop(name, None)
+        self.waiting_victims.pop(name, None)
+        if tracked is None:
+            return []
+        for uid in tracked.pod_uids:
+            if self.pod_job.get(uid) == name:
+                del self.pod_job[uid]
+        return list(tracked.pod_uids)
+
+    def ungather(self, uid: str) -> str | None:
+        """Take a pod out of the gang it was gathered under; returns that gang's key."""
+        key = self.gathered_in.pop(uid, None)
+        if key is not None:
+            members = self.gathering.get(key)
+            if members is not None:
+                members.pop(uid, None)
+                if not members:
+                    del self.gathering[key]
+        return key
