@@ -310,3 +310,10 @@ def test_a_pod_deleted_while_it_is_being_bound_frees_its_share(
     make_pod(kube, namespace, "next", {"kubecell.io/gpu-milli": "300"})
     (pod,) = wait_for("the next pod to be bound", lambda: bound(kube, namespace, "next"))
     assert gpus_of(pod)[0][2] == 300
+
+    def announced() -> list[str]:
+        return [e["message"] for e in kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+                if e["involvedObject"]["name"] == "next" and e["reason"] == "Scheduled"]
+
+    (message,) = wait_for("the Scheduled event, in kube-scheduler's words", announced)
+    assert message == f"Successfully assigned {namespace}/next to {pod['spec']['nodeName']}"

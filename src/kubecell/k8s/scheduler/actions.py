@@ -12,8 +12,10 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubecell.k8s.clock import rfc3339, rfc3339_micro
@@ -42,31 +44,33 @@ class Actions:
         self.kube = kube
         self.component = component
         self._writes = 0
+        self._lock = threading.Lock()
         self.crash_after = int(os.environ.get(CRASH_AFTER_WRITES) or 0)
 
     @property
     def writes(self) -> int:
+        """Writes that carry decisions (records, bindings, evictions, conditions, FailedScheduling)."""
         return self._writes
 
-    @writes.setter
-    def writes(self, value: int) -> None:
-        self._writes = value
-        if self.crash_after and value >= self.crash_after:
-            log.error("fault injection: SIGKILL after %d writes", value)
-            os.kill(os.getpid(), signal.SIGKILL)
+    def _wrote(self) -> None:
+        with self._lock:  # the writes of a cycle go out from many threads
+            self._writes += 1
+            if self.crash_after and self._writes >= self.crash_after:
+                log.error("fault injection: SIGKILL after %d writes", self._writes)
+                os.kill(os.getpid(), signal.SIGKILL)
 
     def write_record(self, pod: Mapping[str, Any], record: AllocationRecord) -> None:
         """Put the record on the pod; the uid in the patch makes it fail on a pod recreated under the name."""
         self.kube.patch(pod_path(pod), {"metadata": {"uid": pods.uid(pod),
                                                      "annotations": {ANNOTATION_ALLOCATION: record.to_annotation()}}})
-        self.writes += 1
+        self._wrote()
 
     def clear_record(self, pod: Mapping[str, Any]) -> None:
         """Remove a record whose bind will not happen (a rolled-back gang); a pod already gone is fine."""
         try:
             self.kube.patch(pod_path(pod), {"metadata": {"uid": pods.uid(pod),
                                                          "annotations": {ANNOTATION_ALLOCATION: None}}})
-            self.writes += 1
+            self._wrote()
         except ApiError as error:
             if not (error.not_found or error.conflict):
                 raise
@@ -82,7 +86,7 @@ class Actions:
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         self.kube.create(f"{pod_path(pod)}/binding", body)
-        self.writes += 1
+        self._wrote()
 
     def evict(self, pod: Mapping[str, Any], reason: str) -> None:
         """Through the Eviction API, so PodDisruptionBudgets are honoured; a pod already gone is fine."""
@@ -92,7 +96,7 @@ class Actions:
                 "deleteOptions": {"preconditions": {"uid": meta["uid"]}}}
         try:
             self.kube.create(f"{pod_path(pod)}/eviction", body)
-            self.writes += 1
+            self._wrote()
             self.event(pod, "Warning", "Preempted", reason)
         except ApiError as error:
             if not error.not_found:
@@ -105,14 +109,14 @@ class Actions:
                      "lastTransitionTime": rfc3339(), "lastProbeTime": None}
         try:
             self.kube.patch(f"{pod_path(pod)}/status", {"status": {"conditions": [condition]}}, kind="strategic")
-            self.writes += 1
+            self._wrote()
         except ApiError as error:
             if not error.not_found:
                 raise
         if event:
             self.event(pod, "Warning", "FailedScheduling", message)
 
-    def event(self, pod: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
+    def event(self, pod: Mapping[str, Any], kind: str, reason: str, message: str, *, counted: bool = True) -> None:
         meta = pod["metadata"]
         namespace = meta.get("namespace", "default")
         now = rfc3339()
@@ -126,9 +130,40 @@ class Actions:
                 "action": "Scheduling", "source": {"component": self.component}}
         try:
             self.kube.create(f"/api/v1/namespaces/{namespace}/events", body)
-            self.writes += 1
+            if counted:
+                self._wrote()
         except ApiError as error:  # an event is advice: never let it stop a decision
             log.warning("event for %s not recorded: %s", pods.key(pod), error)
+
+
+class EventSink:
+    """Events that only inform (``Scheduled``) go out behind the decisions, from their own thread, and are
+    dropped rather than queued without bound when the API server falls behind (as kube-scheduler's event
+    broadcaster drops them): a decision never waits for its announcement."""
+
+    def __init__(self, actions: Actions, *, backlog: int = 1000) -> None:
+        self.actions = actions
+        self.room = threading.BoundedSemaphore(backlog)
+        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kubecell-events")
+        self.dropped = 0
+
+    def scheduled(self, pod: Mapping[str, Any], node: str) -> None:
+        """kube-scheduler's ``Scheduled`` Event, in its words, so ``kubectl describe pod`` reads the same."""
+        if not self.room.acquire(blocking=False):
+            self.dropped += 1
+            return
+        message = f"Successfully assigned {pods.key(pod)} to {node}"
+
+        def send() -> None:
+            try:
+                self.actions.event(pod, "Normal", "Scheduled", message, counted=False)
+            finally:
+                self.room.release()
+
+        self.pool.submit(send)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 def retry(action: str, call: Any, *, attempts: int = 5) -> Any:

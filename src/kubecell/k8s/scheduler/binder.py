@@ -22,7 +22,7 @@ from kubecell.core.errors import KubecellError
 from kubecell.k8s.records import AllocationRecord, record_for
 from kubecell.k8s.rest import ApiError
 from kubecell.k8s.scheduler import pods
-from kubecell.k8s.scheduler.actions import Actions, retry
+from kubecell.k8s.scheduler.actions import Actions, EventSink, retry
 from kubecell.k8s.scheduler.cluster import Mirror
 from kubecell.k8s.scheduler.tracking import Tracking
 
@@ -37,6 +37,7 @@ class Binder:
 
     def __init__(self, actions: Actions, mirror: Mirror, pool: ThreadPoolExecutor, scheduler_name: str) -> None:
         self.actions = actions
+        self.announce = EventSink(actions)
         self.mirror = mirror
         self.pool = pool
         self.scheduler_name = scheduler_name
@@ -166,6 +167,7 @@ class Binder:
             retry("bind", lambda: self.actions.bind(pod, node, record))
         except ApiError as error:
             return name, uid, record is not None, error
+        self.announce.scheduled(pod, node)
         return name, uid, record is not None, None
 
     def bind_reserved_when_victims_are_gone(self, state: Tracking) -> bool:

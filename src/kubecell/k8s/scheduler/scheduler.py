@@ -134,6 +134,7 @@ class Scheduler:
                 self.step(wait=self._wait())
         finally:
             self.pool.shutdown(wait=False)
+            self.binder.announce.close()
 
     def _wait(self) -> float:
         if self.dirty or self.needs_rebuild:

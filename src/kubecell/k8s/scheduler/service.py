@@ -39,7 +39,8 @@ class Metrics:
             lambda: 1.0 if elector is None or elector.leading.is_set() else 0.0)
         Gauge("kubecell_scheduling_cycles", "Scheduling cycles run by this replica",
               registry=self.registry).set_function(lambda: float(scheduler.cycles))
-        Gauge("kubecell_api_writes", "Writes to the API server (records, bindings, evictions, events)",
+        Gauge("kubecell_api_writes", "Writes to the API server that carry decisions (records, bindings, "
+              "evictions, conditions, FailedScheduling events)",
               registry=self.registry).set_function(lambda: float(scheduler.actions.writes))
         Gauge("kubecell_pending_jobs", "Jobs waiting to be placed", registry=self.registry).set_function(
             lambda: float(len(scheduler.engine.pending)) if scheduler.engine else 0.0)
