@@ -77,9 +77,10 @@ def bind_for_growth(session: Session, job: Job, scope: Sequence[int], members: i
     spec = job.spec
     vc = session.tenants.require(job.vc)
     in_scope = set(scope)
-    need = members * max(spec.member.gpu_count, 1) - session.regions.bound_free(vc, spec)
+    allowed = session.allowed_nodes(job)
+    need = members * max(spec.member.gpu_count, 1) - session.regions.bound_free(vc, spec, allowed)
     bound: list[Cell] = []
-    for region in session.regions.guaranteed(vc, spec, members):
+    for region in session.regions.guaranteed(vc, spec, members, allowed):
         if need <= 0:
             break
         if len(region.binds) != 1 or not in_scope.issuperset(region.binds[0].nodes):

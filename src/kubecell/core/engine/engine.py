@@ -267,7 +267,8 @@ class Engine:
             active.remove(key)
             reasons[key] = attempt.reason
             # A starving job holds its nodes from now on, even while it tries to borrow in the next pass.
-            wake = s.reservations.maybe_reserve(job, now, s.jobs, self._reach, self._evictable_gpus)
+            wake = s.reservations.maybe_reserve(job, now, s.jobs, self._reach, self._evictable_gpus,
+                                                s.allowed_nodes(job))
             if wake is not None:
                 s.queue.wake_later(job, wake)
             if outcome == Outcome.DEFERRED:

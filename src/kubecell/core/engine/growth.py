@@ -3,7 +3,8 @@
 Growth takes capacity like a start does and obeys the same limits: a guaranteed gang grows inside its
 VC's cells and within the guarantee's room; a borrowed one within ``borrowLimitGpus`` (and, under the
 quota policy, the cohort's unused quota), preferring unbound cells; no gang grows onto nodes reserved
-for a starving job it must leave alone; members stay within the gang's node, rack or zone.
+for a starving job it must leave alone; members stay within the gang's node, rack or zone, and on the
+nodes the job may use (``JobSpec.nodes``).
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ def _grow_one(session: Session, job: Job, attempt: Attempt) -> bool:
     scope = _scope(session, job)
     in_scope = np.zeros(session.book.size, np.bool_)
     in_scope[scope] = True
+    allowed = session.allowed_nodes(job)
+    if allowed is not None:  # new members go only where the job may run (no cell is bound elsewhere for it)
+        in_scope &= allowed
+        scope = np.flatnonzero(in_scope).tolist()
     fresh = []
     if job.job_class == JobClass.GUARANTEED and session.options.cells and vc is not None:
         fresh = bind_for_growth(session, job, scope, extra)

@@ -27,11 +27,14 @@ def start_guaranteed(session: Session, attempt: Attempt, vc: VirtualCluster, roo
     if not spec.member.wants_gpu:
         return _start_without_gpus(session, attempt, vc)
     most = max(spec.minimum, min(spec.members, room // max(job.member_milli, 1)))
-    regions = session.regions.guaranteed(vc, spec, most)
+    allowed = session.allowed_nodes(job)
+    regions = session.regions.guaranteed(vc, spec, most, allowed)
     if not regions:
-        attempt.reason = f"VC {vc.name} has no free cell that could hold it (all its cells are bound or doomed)"
+        attempt.reason = (f"VC {vc.name} has no free cell that could hold it (all its cells are bound or doomed)"
+                          if allowed is None else f"VC {vc.name} has no free cell that could hold it on the "
+                          f"{int(allowed.sum())} node(s) its node constraints allow")
         return False
-    bound_free = session.regions.bound_free(vc, spec) if spec.member.is_whole else 0
+    bound_free = session.regions.bound_free(vc, spec, allowed) if spec.member.is_whole else 0
     for least in dict.fromkeys((most, spec.minimum)):
         need_gpus = least * max(spec.member.gpu_count, 1)
         for region in regions:

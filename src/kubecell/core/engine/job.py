@@ -12,6 +12,11 @@ idle capacity and is reclaimed before anything else.
 A member is charged against guarantees and borrowing limits in GPU units (milli-GPU): its compute share,
 or, for a share asked for by GPU memory, at least the fraction of memory it takes (see
 ``admission.member_charge``), so a memory-only share never counts as zero GPUs.
+
+A job may be restricted to some nodes (``nodes``): the driver evaluates what the engine does not know
+(a Kubernetes pod's nodeSelector, its required node affinity, the taints it does not tolerate) and hands
+over the names of the nodes that pass. The engine honours that set wherever a member gets capacity; it
+turns it into a node mask once per job (``Session.allowed_nodes``), so an unrestricted job pays nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 
+from kubecell.core.book import BoolArray
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.limits import MAX_GANG_MEMBERS, check_amount
 from kubecell.core.model import Request, TopologyLevel
@@ -59,11 +65,19 @@ class JobSpec:
     submit_time: float = 0.0
     work: float = 0.0
     labels: tuple[tuple[str, str], ...] = ()
+    nodes: frozenset[str] | None = None
+    """The only nodes this job's members may use (a Kubernetes pod's nodeSelector, required node affinity
+    and the taints it does not tolerate, evaluated by the driver); None: any node. An empty set is valid
+    and means the job fits nowhere (it waits, saying so); names of unknown nodes never match."""
 
     def __post_init__(self) -> None:
         where = f"job {self.name!r}"
         if not self.name:
             raise InvalidInputError("job name is empty", field="name")
+        if self.nodes is not None and (not isinstance(self.nodes, frozenset)
+                                       or not all(isinstance(n, str) and n for n in self.nodes)):
+            raise InvalidInputError(f"node restriction {self.nodes!r}", location=where, field="nodes",
+                                    accepted="None (any node) or a frozenset of non-empty node names")
         if not self.vc:
             raise InvalidInputError("job has no virtual cluster", location=where, field="vc",
                                     accepted="the name of a VC from the tenant configuration")
@@ -145,6 +159,8 @@ class Job:
     wait_reason: str = "not yet considered"
     reserved_until: float | None = None
     lazily_preempted: bool = False
+    node_mask: BoolArray | None = field(default=None, repr=False, compare=False)
+    """``spec.nodes`` as a read-only mask over the book's nodes, made on first use (``Session.allowed_nodes``)."""
 
     @property
     def name(self) -> str:

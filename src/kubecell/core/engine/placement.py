@@ -1,7 +1,10 @@
 """Gang placement through the placement framework: every member is placed by the configured policy.
 
 Tenancy and topology speak to placement as filters: an ``allowed`` GPU mask (the VC's cells, capacity
-nobody has bound) and a node mask (no reserved nodes, a rack). Placing a gang then takes three steps:
+nobody has bound) and a node mask (no reserved nodes, a rack, and always within the nodes the job may
+use, ``JobSpec.nodes``: ``Session.filters`` builds every mask handed to the placer, so the PreFilter's
+capacity count, the domain choice and every member's Filter see that restriction). Placing a gang then
+takes three steps:
 
 1. *PreFilter* (gang completeness): how many members each node can take now inside the filters; if the
    gang's minimum cannot fit, nothing is touched. A topology constraint picks the domain first: the
@@ -39,7 +42,8 @@ from kubecell.core.placement.placer import Placer
 BIG = 1 << 40
 
 
-def _group_ids(book: AllocationBook, level: TopologyLevel | None) -> IntArray | None:
+def group_ids(book: AllocationBook, level: TopologyLevel | None) -> IntArray | None:
+    """Per GPU slot, its NVLink group or NUMA node for a member confined to one (None: no such level)."""
     if level == TopologyLevel.NVLINK:
         return book.nvlink_group
     if level == TopologyLevel.NUMA:
@@ -64,7 +68,7 @@ def member_capacity(book: AllocationBook, member: Request, allowed: BoolArray | 
         usable = usable & allowed
     if member.is_whole:
         full = book.gpu_full & usable
-        groups = _group_ids(book, member.topology)
+        groups = group_ids(book, member.topology)
         if groups is None:
             gpu_cap = full.sum(axis=1) // member.gpu_count
         else:

@@ -7,6 +7,11 @@ the VC may borrow (``borrowLimitGpus`` is a hard cap; a policy without borrowing
 HiveD's default). Jobs inside the VC's ``minRuntimeMinutes`` are protected (the waiting job says until
 when and the engine wakes up then); a job preempted ``max_preemptions`` times is not chosen again.
 Priority never crosses VCs: another tenant's guarantee is not a lower priority's to take.
+
+A preemptor restricted to some nodes (``JobSpec.nodes``) downgrades the victims on those nodes first:
+only their GPUs can become its own. Victims elsewhere are chosen only when those do not free enough of
+the guarantee, because guarantee room is fungible (downgrading them lets it bind a free cell on its
+nodes); the GPUs it actually reclaims are only ever on its nodes (``reclaim.victim_candidates``).
 """
 
 from __future__ import annotations
@@ -43,6 +48,9 @@ def preempt_lower_priority(session: Session, attempt: Attempt, vc: VirtualCluste
             continue
         eligible.append(other)
     eligible.sort(key=lambda j: (j.spec.priority, -(j.started_at if j.started_at is not None else 0.0), j.name))
+    allowed = session.allowed_nodes(job)
+    if allowed is not None:  # stable: the victims on its nodes first, each group in the order above
+        eligible.sort(key=lambda j: session.members_on(j, allowed) == 0)
     chosen: list[Job] = []
     for victim in eligible:
         if need <= 0:

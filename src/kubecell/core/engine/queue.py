@@ -1,10 +1,10 @@
 """The queue of waiting jobs: classes of identical jobs, the order they are tried in, and when to try.
 
-Identical jobs (same VC, priority, member shape, headcount, minimum, constraint, and whether they may
-still borrow) form a *class*, oldest first. A cycle tries only a class's oldest job: when it cannot
-start neither can the rest, so a cycle costs O(classes), not O(waiting jobs). The class's wait reason
-is copied to every member when it changes and otherwise only to the jobs that joined since, so every
-waiting job can say why at no extra cost.
+Identical jobs (same VC, priority, member shape, headcount, minimum, constraint, allowed nodes, and
+whether they may still borrow) form a *class*, oldest first. A cycle tries only a class's oldest job:
+when it cannot start neither can the rest, so a cycle costs O(classes), not O(waiting jobs). The
+class's wait reason is copied to every member when it changes and otherwise only to the jobs that
+joined since, so every waiting job can say why at no extra cost.
 
 Order: opportunistic work last; between VCs, the lowest weighted dominant share first (fair share
 divides idle capacity); inside a VC, priority, then age. Priority therefore never lets one tenant jump
@@ -44,7 +44,7 @@ class JobQueue:
     def class_key(self, job: Job) -> ClassKey:
         spec = job.spec
         return (spec.vc, spec.priority, spec.member.shape, spec.members, spec.minimum, spec.topology,
-                job.preemptions >= self.max_preemptions)
+                job.preemptions >= self.max_preemptions, spec.nodes)
 
     def enqueue(self, job: Job, now: float, *, since: float | None = None) -> None:
         """Add a waiting job; ``since`` keeps the age it had (a failed bind), else it waits from ``now``."""

@@ -56,14 +56,18 @@ def may_evict(session: Session, attempt: Attempt, victim: Job) -> bool:
 
 
 def victim_candidates(session: Session, attempt: Attempt, region: Region) -> list[Job]:
-    """Jobs ``attempt`` may evict that hold capacity in the region, cheapest first: opportunistic before
-    borrowed, then least GPU-time lost."""
+    """Jobs ``attempt`` may evict that hold capacity in the region, on the nodes the job may use, cheapest
+    first: opportunistic before borrowed, then least GPU-time lost. Work on nodes the job may not use is
+    never a candidate: evicting it frees nothing the job could take."""
     classes = [JobClass.OPPORTUNISTIC]
     if attempt.job_class == JobClass.GUARANTEED:
         classes.append(JobClass.BORROWED)  # only guarantees reclaim borrowed work
     rows = region.mask.any(axis=1) if region.mask is not None else None
     if region.nodes is not None:
         rows = region.nodes if rows is None else rows & region.nodes
+    allowed = session.allowed_nodes(attempt.job)
+    if allowed is not None:
+        rows = allowed if rows is None else rows & allowed
     nodes = np.flatnonzero(rows).tolist() if rows is not None else None
     names: set[str] = set()
     for job_class in classes:
@@ -145,20 +149,27 @@ def reclaim_by_count(session: Session, attempt: Attempt, vc: VirtualCluster, reg
     """Quota-style reclaim: the job is *admitted* against its VC's quota at once, which reserves the quota
     so borrowers cannot take it back, and the newest borrowed jobs of other VCs are evicted until enough
     GPUs are free by count, wherever they are. The job then starts only if the freed GPUs happen to fit
-    its shape; otherwise it waits, admitted, holding quota it cannot use (Kueue #4329)."""
+    its shape; otherwise it waits, admitted, holding quota it cannot use (Kueue #4329). A job restricted to
+    some nodes counts only the GPUs free there and evicts only jobs with members there (what they hold
+    elsewhere frees nothing it could use)."""
     job = attempt.job
     if job.name not in session.admitted:
         session.admitted[job.name] = job.min_milli
         session.ledger.of(vc.name).admitted_milli += job.min_milli
-        need = job.min_milli - int(session.book.total_avail.sum())
+        allowed = session.allowed_nodes(job)
+        free = session.book.total_avail if allowed is None else session.book.total_avail[allowed]
+        need = job.min_milli - int(free.sum())
         victims: list[Job] = []
         for other in sorted(session.running.values(),
                             key=lambda j: (-(j.started_at if j.started_at is not None else 0.0), j.name)):
             if need <= 0:
                 break
             if other.job_class in (JobClass.BORROWED, JobClass.OPPORTUNISTIC) and other.vc != vc.name:
-                victims.append(other)
-                need -= other.held_gpu_milli
+                frees = other.held_gpu_milli if allowed is None else \
+                    other.member_milli * session.members_on(other, allowed)
+                if allowed is None or frees:
+                    victims.append(other)
+                    need -= frees
         for victim in victims:
             session.evict(victim, attempt, f"reclaimed by quota of VC {vc.name} for {job.name}")
     if session.start(attempt, region, JobClass.GUARANTEED, most=most, least=job.spec.minimum):

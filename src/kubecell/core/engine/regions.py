@@ -65,8 +65,11 @@ class Regions:
                 self._label_rack[type_name] = np.array([rack_of[c.nodes[0]] for c in cells], np.int64)
 
     # ------------------------------------------------------------------ guaranteed
-    def guaranteed(self, vc: VirtualCluster, spec: JobSpec, most: int) -> list[Region]:
-        """Candidate regions for ``most`` members of a guaranteed job, best first."""
+    def guaranteed(self, vc: VirtualCluster, spec: JobSpec, most: int,
+                   allowed: BoolArray | None = None) -> list[Region]:
+        """Candidate regions for ``most`` members of a guaranteed job, best first. ``allowed``: the nodes the
+        job may use (``JobSpec.nodes``); cells without such a node are no candidates, and a cell's free GPUs
+        count only on them (else the best cells could all lie elsewhere and hide the ones it can use)."""
         if not spec.member.wants_gpu:
             if not self.options.cells:
                 return [Region(None)]
@@ -83,19 +86,21 @@ class Regions:
                 regions.append(Region(self.owned_mask(vc, models), label=f"{vc.name}'s bound cells"))
             else:
                 regions.extend(Region(self.mask_of([cell]), label=cell.id) for cell in bound
-                               if cell_holds(cell.size, cell.level, cell.chain, spec, level))
-        candidates = self._bindable_candidates(vc, spec, level, models)
+                               if cell_holds(cell.size, cell.level, cell.chain, spec, level)
+                               and (allowed is None or allowed[list(cell.nodes)].any()))
+        candidates = self._bindable_candidates(vc, spec, level, models, allowed)
         regions.extend(candidates)
         if level == TopologyLevel.GPU and most > 1 and len(candidates) > 1:
-            spread = self._spread_region(vc, spec, most, candidates)
+            spread = self._spread_region(vc, spec, most, candidates, allowed)
             if spread is not None:
                 regions.insert(len(regions) - len(candidates), spread)
         return regions
 
-    def _spread_region(self, vc: VirtualCluster, spec: JobSpec, most: int, candidates: list[Region]) -> Region | None:
+    def _spread_region(self, vc: VirtualCluster, spec: JobSpec, most: int, candidates: list[Region],
+                       allowed: BoolArray | None) -> Region | None:
         """The VC's bound cells plus new cells until ``most`` members could fit, within what the VC may still
         bind and with no cell inside another."""
-        need = most * max(spec.member.gpu_count, 1) - self.bound_free(vc, spec)
+        need = most * max(spec.member.gpu_count, 1) - self.bound_free(vc, spec, allowed)
         left = Counter(self.tenancy.remaining(vc.name))
         chosen: list[Cell] = []
         taken: set[Cell] = set()
@@ -116,7 +121,7 @@ class Regions:
         return Region(None, binds=tuple(chosen), label="+".join(c.id for c in chosen), free_gpus=free_total)
 
     def _bindable_candidates(self, vc: VirtualCluster, spec: JobSpec, level: TopologyLevel,
-                             models: frozenset[str] | None) -> list[Region]:
+                             models: frozenset[str] | None, allowed: BoolArray | None) -> list[Region]:
         scored: list[tuple[int, int, str, Cell, int]] = []
         for (chain_name, cell_level), count in self.tenancy.remaining(vc.name).items():
             chain = self.forest.chains[chain_name]
@@ -127,9 +132,12 @@ class Regions:
             type_name = chain.type_name(cell_level)
             cells, flags, rows, cols, parent_free = self.tenancy.type_arrays(type_name)
             index = np.flatnonzero(flags)
+            if allowed is not None:
+                index = index[allowed[rows[index]].any(axis=1)]
             if index.size == 0:
                 continue
-            free = self.book.gpu_full[rows[index], cols[index]].sum(axis=1)
+            full = self.book.gpu_full[rows[index], cols[index]]
+            free = (full if allowed is None else full & allowed[rows[index]]).sum(axis=1)
             split = parent_free[index].astype(np.int64)
             racks = self._label_rack.get(type_name)
             if racks is not None:
@@ -181,11 +189,14 @@ class Regions:
             for cell in reversed(done):
                 self.tenancy.unbind(cell)
 
-    def bound_free(self, vc: VirtualCluster, spec: JobSpec) -> int:
-        """Completely free GPUs in the VC's bound cells (they join a new cell for per-member jobs)."""
+    def bound_free(self, vc: VirtualCluster, spec: JobSpec, allowed: BoolArray | None = None) -> int:
+        """Completely free GPUs in the VC's bound cells (they join a new cell for per-member jobs), on the
+        ``allowed`` nodes only when given."""
         if container_level(spec) != TopologyLevel.GPU:
             return 0
         mask = self.tenancy.owner == self.tenancy.vc_index[vc.name]
+        if allowed is not None:
+            mask &= allowed[:, None]
         return int((self.book.gpu_full & mask).sum())
 
     def reach(self, vc: VirtualCluster, spec: JobSpec) -> BoolArray:

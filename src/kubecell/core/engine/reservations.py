@@ -81,8 +81,9 @@ class Reservations:
 
     def maybe_reserve(self, job: Job, now: float, jobs: Mapping[str, Job],
                       reach_of: Callable[[Job], BoolArray | None],
-                      evictable_of: Callable[[], IntArray]) -> float | None:
-        """Reserve nodes for a starving job among ``reach_of(job)`` (None: anywhere), and, when its guarantee
+                      evictable_of: Callable[[], IntArray], allowed: BoolArray | None = None) -> float | None:
+        """Reserve nodes for a starving job among ``reach_of(job)`` (None: anywhere) and the ``allowed`` nodes
+        (``JobSpec.nodes``: nodes it can never take are never drained for it), and, when its guarantee
         could hold it (a reach is given), the guarantee room it needs. Returns the time to look again when
         it is not starving yet. ``evictable_of()``: GPUs per node held by work the job may evict."""
         starving = self.starving_after(job)
@@ -93,7 +94,8 @@ class Reservations:
         if sum(1 for name in self.held if jobs[name].vc == job.vc) >= self.options.max_reservations:
             return None
         reach = reach_of(job)
-        nodes = self._region(job, reach, evictable_of())
+        where = reach if allowed is None else allowed if reach is None else reach & allowed
+        nodes = self._region(job, where, evictable_of())
         if nodes is not None:
             self.version += 1
             self.held[job.name] = nodes

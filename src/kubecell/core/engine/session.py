@@ -30,6 +30,9 @@ from kubecell.core.tenancy.config import Tenants, VirtualCluster
 from kubecell.core.tenancy.state import TenancyState
 from kubecell.core.topology import CellForest
 
+NODE_MASK_CACHE = 4096
+"""Distinct node sets whose masks are kept for jobs still to come (forgotten all at once when full)."""
+
 
 def domain_ids(labels: Sequence[tuple[str, ...]]) -> IntArray:
     """Dense ids for labelled domains; -1 for a node without the label (it belongs to no such domain)."""
@@ -62,6 +65,7 @@ class Session:
         self.external: set[str] = set()  # allocations of work another scheduler placed (never evicted)
         self.admitted: dict[str, int] = {}  # quota policy: job -> quota milli it holds while unplaced
         self.victim_backoff: dict[ClassKey, tuple[float, tuple[int, int, int]]] = {}
+        self._node_masks: dict[frozenset[str], BoolArray] = {}  # JobSpec.nodes -> its node mask
 
     # ------------------------------------------------------------------ shared queries
     def share(self, vc: str) -> float:
@@ -84,12 +88,43 @@ class Session:
         held = self.reservations.room_held(vc.name, self.jobs, job)
         return self.effective_guarantee(vc) - usage.guaranteed_milli - usage.admitted_milli + own - held
 
+    def allowed_nodes(self, job: Job) -> BoolArray | None:
+        """The nodes the job may use (``JobSpec.nodes``) as a read-only node mask; None: any node. Made once
+        per job and shared by jobs with the same set (pods of one deployment), so an unrestricted job
+        costs one attribute test and a restricted one an ``&`` per filter."""
+        names = job.spec.nodes
+        if names is None:
+            return None
+        if job.node_mask is None:
+            mask = self._node_masks.get(names)
+            if mask is None:
+                mask = np.zeros(self.book.size, np.bool_)
+                index = self.book.index
+                mask[[index[name] for name in names if name in index]] = True
+                mask.flags.writeable = False
+                if len(self._node_masks) >= NODE_MASK_CACHE:
+                    self._node_masks.clear()
+                self._node_masks[names] = mask
+            job.node_mask = mask
+        return job.node_mask
+
+    def members_on(self, job: Job, nodes: BoolArray) -> int:
+        """How many of a running job's members sit on the ``nodes`` (what evicting it frees there)."""
+        book = self.book
+        return sum(1 for name in job.running_members if nodes[book.index[book.allocations[name].node]])
+
     def filters(self, region: Region, attempt: Attempt) -> tuple[BoolArray | None, BoolArray | None]:
-        """The region's GPU and node masks, without the nodes other jobs' reservations hold against it."""
+        """The region's GPU and node masks, within the nodes the job may use and without the nodes other
+        jobs' reservations hold against it. Every placement, fit test and victim simulation reads its
+        masks here, so a job's node restriction holds wherever a member gets capacity."""
+        nodes = region.nodes
+        allowed = self.allowed_nodes(attempt.job)
+        if allowed is not None:
+            nodes = allowed if nodes is None else nodes & allowed
         blocked = self.reservations.blocking(attempt, self.jobs)
         if blocked is None:
-            return region.mask, region.nodes
-        nodes = ~blocked if region.nodes is None else region.nodes & ~blocked
+            return region.mask, nodes
+        nodes = ~blocked if nodes is None else nodes & ~blocked
         return region.mask, nodes
 
     def fits(self, attempt: Attempt, region: Region, most: int, least: int) -> bool:
