@@ -112,11 +112,11 @@ def test_quantities() -> None:
     assert memory_mib("1G") == 953
 
 
-def test_tainted_nodes_are_left_out_with_the_taint_named() -> None:
+def test_tainted_nodes_stay_in_the_inventory_taints_are_matched_per_pod() -> None:
+    """A taint keeps away the pods that do not tolerate it (kubecell.k8s.constraints), not every pod:
+    clusters taint their GPU nodes (nvidia.com/gpu:NoSchedule) precisely so that GPU pods land there."""
     node = k8s_node()
-    node["spec"]["taints"] = [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"},
-                              {"key": "soft", "effect": "PreferNoSchedule"}]
+    node["spec"]["taints"] = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
     view = node_view(node)
-    assert view.node is None
-    assert "tainted node-role.kubernetes.io/control-plane:NoSchedule" in view.excluded
-    assert "soft" not in view.excluded
+    assert view.node is not None
+    assert not view.excluded

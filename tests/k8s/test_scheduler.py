@@ -228,22 +228,42 @@ def test_the_same_request_in_each_dialect_lands_identically(
         assert len(set(map(str, landed.values()))) == 1, f"{ask}: {landed}"
 
 
-def test_a_pod_with_a_node_selector_is_refused_not_placed_anywhere(
+def test_node_selector_affinity_and_tolerations_decide_where_pods_go(
         testbed: ControlPlaneState, kube: Kube, namespace: str, start_scheduler: type[RunningScheduler]) -> None:
-    start_scheduler(testbed)
-    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "picky", "namespace": namespace},
-            "spec": {"schedulerName": "kubecell", "nodeSelector": {"pool": "a100"},
-                     "containers": [{"name": "main", "image": "busybox",
-                                     "resources": {"limits": {"kubecell.io/gpu-milli": "100"}}}]}}
-    kube.create(f"/api/v1/namespaces/{namespace}/pods", body)
+    """One node is labelled and tainted, as clusters set aside GPU pools: a pod that selects it and
+    tolerates the taint lands there, a pod that selects it without the toleration waits and is told why
+    in kube-scheduler's words, and a pod whose affinity excludes the node lands elsewhere."""
+    node = kube.get("/api/v1/nodes")["items"][0]["metadata"]["name"]
+    kube.patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {"pool": "special"}},
+                                         "spec": {"taints": [{"key": "dedicated", "value": "ml",
+                                                              "effect": "NoSchedule"}]}})
+    try:
+        start_scheduler(testbed)
+        toleration = [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]
+        away = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "NotIn", "values": ["special"]}]}]}}}
+        for name, extra in (("chosen", {"nodeSelector": {"pool": "special"}, "tolerations": toleration}),
+                            ("intolerant", {"nodeSelector": {"pool": "special"}}),
+                            ("elsewhere", {"affinity": away, "tolerations": toleration})):
+            body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+                    "spec": {"schedulerName": "kubecell", **extra,
+                             "containers": [{"name": "main", "image": "busybox",
+                                             "resources": {"limits": {"kubecell.io/gpu-milli": "100"}}}]}}
+            kube.create(f"/api/v1/namespaces/{namespace}/pods", body)
+        chosen, elsewhere = wait_for("the pods that may run to be bound",
+                                     lambda: bound(kube, namespace, "chosen", "elsewhere"))
+        assert chosen["spec"]["nodeName"] == node
+        assert elsewhere["spec"]["nodeName"] != node
 
-    def told() -> list[str]:
-        return [e["message"] for e in kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
-                if e["involvedObject"]["name"] == "picky"]
+        def told() -> list[str]:
+            return [e["message"] for e in kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+                    if e["involvedObject"]["name"] == "intolerant" and e["reason"] == "FailedScheduling"]
 
-    messages = wait_for("the refusal", told)
-    assert any("nodeSelector pool=a100" in message for message in messages)
-    assert not get_pod(kube, namespace, "picky")["spec"].get("nodeName")
+        messages = wait_for("why the intolerant pod waits", told)
+        assert any("1 node(s) had untolerated taint {dedicated: ml}" in m for m in messages), messages
+        assert not get_pod(kube, namespace, "intolerant")["spec"].get("nodeName")
+    finally:
+        kube.patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {"pool": None}}, "spec": {"taints": None}})
 
 
 GANG_OF_TWO = {"kubecell.io/group": "pair", "kubecell.io/group-size": "2"}

@@ -176,13 +176,6 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
         return NodeView(name, None, "cordoned (spec.unschedulable)")
     if not _ready(obj):
         return NodeView(name, None, "not Ready")
-    taints = (obj.get("spec") or {}).get("taints") or []
-    blocking = [t for t in taints if t.get("effect") in ("NoSchedule", "NoExecute")]
-    if blocking:
-        shown = ", ".join(f"{t.get('key')}{'=' + t['value'] if t.get('value') else ''}:{t.get('effect')}"
-                          for t in blocking)
-        return NodeView(name, None, f"tainted {shown} (kubecell does not match tolerations yet, so it places "
-                        "nothing on tainted nodes)")
     allocatable = _resources(obj, "allocatable")
     rack, zone = rack_and_zone_from_labels(labels)
     cpu = cpu_milli(allocatable.get("cpu", "0"))

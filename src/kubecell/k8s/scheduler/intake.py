@@ -8,7 +8,10 @@ reads ten pods. A rebuild marks every pod changed, which is the full scan a fres
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, MutableMapping
+import re
+import time
+from collections import Counter
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
 from kubecell.core.engine.job import JobPhase
@@ -25,22 +28,41 @@ log = logging.getLogger("kubecell.scheduler")
 
 
 class Teller:
-    """Says why a pod waits: the PodScheduled condition and a FailedScheduling Event, once per distinct
-    message (kube-scheduler does not repeat itself either; a pod's story changes, it is told again)."""
+    """Says why a pod waits: the PodScheduled condition and a FailedScheduling Event.
 
-    def __init__(self, actions: Actions) -> None:
+    A pod's story is told again when it changes, but not every time a number in it moves: the node
+    counts of a waiting pod ("0/5000 nodes fit one member: 4,212 insufficient GPUs, ...") change with
+    every arrival, and rewriting thousands of waiting pods each cycle would be a write storm. So a new
+    kind of reason (the message with its numbers blanked) is told at once, with an Event; the same kind
+    with new numbers only refreshes the condition, at most every ``refresh_seconds``."""
+
+    def __init__(self, actions: Actions, *, refresh_seconds: float = 30.0) -> None:
         self.actions = actions
-        self.told: dict[str, str] = {}
+        self.refresh_seconds = refresh_seconds
+        self.told: dict[str, tuple[str, float]] = {}
 
     def tell(self, pod: Mapping[str, Any], message: str, *, reason: str = "Unschedulable", event: bool = True) -> None:
-        uid = pods.uid(pod)
-        if self.told.get(uid) == message:
-            return
-        self.told[uid] = message
+        uid, now = pods.uid(pod), time.monotonic()
+        last = self.told.get(uid)
+        if last is not None:
+            if last[0] == message:
+                return
+            if _kind(last[0]) == _kind(message):
+                if now - last[1] < self.refresh_seconds:
+                    return
+                event = False  # the same story with new numbers: the condition only
+        self.told[uid] = (message, now)
         retry("explain", lambda: self.actions.unschedulable(pod, message, reason=reason, event=event))
 
     def forget(self, uid: str) -> None:
         self.told.pop(uid, None)
+
+
+def _kind(message: str) -> str:
+    return _NUMBERS.sub("#", message)
+
+
+_NUMBERS = re.compile(r"\d[\d,.]*")
 
 
 class Intake:
@@ -133,10 +155,6 @@ class Intake:
             pod = self.mirror.pods.get(uid)
             if pod is None or not pods.ours(pod, self.scheduler_name) or pods.is_done(pod) or pods.node_of(pod):
                 continue
-            unsupported = pods.unsupported_node_constraints(pod)
-            if unsupported is not None:
-                self.teller.tell(pod, f"pod {pods.key(pod)}: {unsupported}", reason="Unsupported")
-                continue
             if pod_groups is None:
                 pod_groups = self.mirror.all_podgroups()
             try:
@@ -181,17 +199,36 @@ class Intake:
         name = job_name(demand, pod, generation)
         vc = demand.vc or self.default_vc
         try:
-            spec = job_spec(name, demand, size, minimum, vc, min(pods.created(p) for p, _ in members))
+            nodes, excluded = self.allowed_nodes(state, [p for p, _ in members])
+            spec = job_spec(name, demand, size, minimum, vc, min(pods.created(p) for p, _ in members), nodes)
         except InvalidInputError as error:  # a gang whose pods ask for something no job can be
             for p, _ in members:
                 self.teller.tell(p, f"cannot be scheduled: {error}", reason="InvalidRequest")
             return False
         job = state.engine.submit(spec, spec.submit_time)
         state.track(Tracked(name, demand.group.key if demand.group else None, [pods.uid(p) for p, _ in members]))
+        if excluded:
+            state.excluded_by_constraints[name] = excluded
         if job.phase == JobPhase.REJECTED:
             for p, _ in members:
                 self.teller.tell(p, f"rejected: {job.wait_reason}", reason="Rejected")
         return True
+
+
+    def allowed_nodes(self, state: Tracking, members: Sequence[Mapping[str, Any]]) -> tuple[frozenset[str] | None, str]:
+        """The nodes every one of the pods may use (None: any), and what rules the others out, as
+        kube-scheduler words it ("3 node(s) didn't match Pod's node affinity/selector"); raises
+        ``ConstraintError`` (an ``InvalidInputError``) for a malformed constraint."""
+        allowed: frozenset[str] | None = None
+        reasons: Counter[str] = Counter()
+        for pod in members:
+            nodes, why = state.constraints.allowed_nodes(pod, self.mirror.nodes, 0)
+            if nodes is not None:
+                allowed = nodes if allowed is None else allowed & nodes
+                reasons = reasons or why
+        if allowed is None:
+            return None, ""
+        return allowed, ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()) if count)
 
 
 def _held(pod: Mapping[str, Any], uid: str) -> Request:

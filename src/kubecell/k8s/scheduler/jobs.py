@@ -42,11 +42,13 @@ def job_name(demand: PodDemand, pod: Mapping[str, Any], generation: int) -> str:
     return f"{pods.key(pod)}@{pods.uid(pod)[:8]}"
 
 
-def job_spec(name: str, demand: PodDemand, members: int, minimum: int | None, vc: str, submitted: float) -> JobSpec:
+def job_spec(name: str, demand: PodDemand, members: int, minimum: int | None, vc: str, submitted: float,
+             nodes: frozenset[str] | None = None) -> JobSpec:
     """The engine's job for ``members`` pods that each ask for ``demand.request``.
 
     A topology level inside a node (nvlink, numa) constrains each member's own GPUs; a level at or above
-    the node (node, rack, zone) constrains where the whole gang goes."""
+    the node (node, rack, zone) constrains where the whole gang goes. ``nodes`` are the only nodes its
+    pods may use (their selectors, node affinity and tolerations; None: any)."""
     base = demand.request
     level = base.topology
     inside_node = level is not None and level < TopologyLevel.NODE
@@ -56,7 +58,7 @@ def job_spec(name: str, demand: PodDemand, members: int, minimum: int | None, vc
     topology = level if members > 1 and not inside_node else None
     priority = OPPORTUNISTIC_PRIORITY if demand.opportunistic else max(demand.priority, 0)
     return JobSpec(name=name, vc=vc, member=member, members=members, min_members=minimum, priority=priority,
-                   topology=topology, submit_time=submitted)
+                   topology=topology, submit_time=submitted, nodes=nodes)
 
 
 def gang_ready(demands: Sequence[PodDemand]) -> tuple[int, int] | None:

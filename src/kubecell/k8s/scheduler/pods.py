@@ -53,22 +53,3 @@ def record_of(pod: Mapping[str, Any]) -> AllocationRecord | None:
     if not text:
         return None
     return parse_record(text, pod=key(pod), uid=uid(pod))
-
-
-def unsupported_node_constraints(pod: Mapping[str, Any]) -> str | None:
-    """What in the pod restricts its nodes in a way kubecell does not evaluate yet, or None.
-
-    A pod that says where it may run must never be placed elsewhere, so until kubecell's filters match
-    node selectors and required node affinity the pod is refused with this reason (and stays pending),
-    rather than placed as if the constraint were not there."""
-    spec = pod.get("spec") or {}
-    found = []
-    if spec.get("nodeSelector"):
-        found.append("nodeSelector " + ", ".join(f"{k}={v}" for k, v in sorted(spec["nodeSelector"].items())))
-    affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
-    if affinity.get("requiredDuringSchedulingIgnoredDuringExecution"):
-        found.append("required nodeAffinity")
-    if not found:
-        return None
-    return (f"kubecell does not evaluate {' and '.join(found)} yet and will not place the pod as if it were "
-            "absent (remove it, or ask for GPU models with the kubecell.io/gpu-models annotation)")

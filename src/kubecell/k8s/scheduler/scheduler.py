@@ -91,6 +91,7 @@ class Scheduler:
         self.state: Tracking | None = None
         self.node_signature: tuple[Any, ...] = ()
         self._next_nodes: tuple[dict[str, NodeView], tuple[Any, ...]] | None = None
+        self._node_reads: dict[str, tuple[str, NodeView, tuple[Any, ...]]] = {}
         self.tenants_text: str | None = None
         self.teller = Teller(self.actions)
         self.intake = Intake(self.mirror, self.teller, scheduler_name=self.options.name,
@@ -176,9 +177,21 @@ class Scheduler:
             self.stop.wait(1.0)
 
     def _read_nodes(self) -> tuple[dict[str, NodeView], tuple[Any, ...]]:
-        """Every node as the core sees it, by name, and a signature that changes when any of them does."""
-        views = {name: node_view_safe(obj) for name, obj in sorted(self.mirror.nodes.items())}
-        return views, tuple((name, view.node, view.excluded) for name, view in views.items())
+        """Every node as the core sees it, by name, and a signature that changes when any of them does.
+
+        A node is read again only when its resourceVersion moved: kubelets post status every few
+        seconds, and on 5,000 nodes reading them all for each event batch is what a scheduler cannot afford."""
+        views, signature, read = {}, [], {}
+        for name, obj in sorted(self.mirror.nodes.items()):
+            version = str(obj["metadata"].get("resourceVersion", ""))
+            known = self._node_reads.get(name)
+            if known is None or known[0] != version or not version:
+                known = (version, node_view_safe(obj), _placement_terms(obj))
+            read[name] = known
+            views[name] = known[1]
+            signature.append((name, known[1].node, known[1].excluded, known[2]))
+        self._node_reads = read
+        return views, tuple(signature)
 
     def _cluster_changed(self) -> bool:
         """Whether nodes or tenants changed in a way that needs a new engine (the views read here are kept
@@ -260,8 +273,12 @@ class Scheduler:
         group = demand.group
         size = group.size if group is not None and group.size is not None else len(members)
         minimum = group.minimum if group is not None and group.minimum is not None else None
+        try:
+            nodes, _ = self.intake.allowed_nodes(state, [p for p, _ in members])
+        except InvalidInputError:
+            nodes = None  # it runs where its record says; a malformed constraint only stops new placements
         spec = job_spec(name, demand, max(size, len(members)), minimum and min(minimum, len(members)),
-                        record.vc, pods.created(pod))
+                        record.vc, pods.created(pod), nodes)
         running = [RunningMember(r.member, r.node, tuple(g.index for g in r.gpus)) for _, r in members]
         started = min(r.created_at for _, r in members).timestamp()
         try:
@@ -312,8 +329,23 @@ class Scheduler:
             self.dirty = True
         for job in engine.pending.values():
             tracked = state.tracked.get(job.name)
-            if tracked is not None:
-                for uid in tracked.pod_uids:
-                    pod = self.mirror.pods.get(uid)
-                    if pod is not None:
-                        self.teller.tell(pod, engine.explain(job.name))
+            if tracked is None:
+                continue
+            message = engine.explain(job.name)
+            excluded = state.excluded_by_constraints.get(job.name)
+            if excluded:
+                message += f" (its node constraints rule out {excluded})"
+            for uid in tracked.pod_uids:
+                pod = self.mirror.pods.get(uid)
+                if pod is not None:
+                    self.teller.tell(pod, message)
+
+
+def _placement_terms(node: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a node decides which pods may use it (its labels and taints): a change rebuilds the engine,
+    so that every waiting job's node constraints are evaluated again."""
+    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
+    labels = meta.get("labels") or {}
+    taints = spec.get("taints") or []
+    return (tuple(sorted(labels.items())),
+            tuple((t.get("key"), t.get("value"), t.get("effect")) for t in taints))

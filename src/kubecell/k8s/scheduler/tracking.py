@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubecell.core.engine.engine import Engine
+from kubecell.k8s.constraints import ConstraintCache
 from kubecell.k8s.dialects import PodDemand
 from kubecell.k8s.inventory import NodeView
 from kubecell.k8s.scheduler.jobs import Tracked
@@ -34,6 +35,11 @@ class Tracking:
     """Gang key -> the pods (by uid) that name it and are not a job yet, while the gang is incomplete."""
     gathered_in: dict[str, str] = field(default_factory=dict)
     """Pod uid -> the gang key it is gathered under (so a pod that changes or leaves is found at once)."""
+    constraints: ConstraintCache = field(default_factory=ConstraintCache)
+    """Which nodes pods with a given nodeSelector, node affinity and tolerations may use. The engine is
+    rebuilt whenever a node's labels or taints change, so the cache lives exactly as long as its answers."""
+    excluded_by_constraints: dict[str, str] = field(default_factory=dict)
+    """Job name -> why its node constraints rule nodes out, in kube-scheduler's words (for why-pending)."""
 
     def track(self, tracked: Tracked) -> None:
         self.tracked[tracked.name] = tracked
@@ -44,6 +50,7 @@ class Tracking:
         """Forget a job; returns its pods, which the caller must look at again (they may form a new job)."""
         tracked = self.tracked.pop(name, None)
         self.waiting_victims.pop(name, None)
+        self.excluded_by_constraints.pop(name, None)
         if tracked is None:
             return []
         for uid in tracked.pod_uids:
