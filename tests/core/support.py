@@ -11,7 +11,7 @@ from itertools import combinations
 from typing import Any
 
 from kubecell.core.engine.engine import Engine
-from kubecell.core.engine.job import Job, JobSpec
+from kubecell.core.engine.job import Job, JobPhase, JobSpec
 from kubecell.core.engine.options import PRESETS
 from kubecell.core.model import MILLI_PER_GPU, Node, Request, TopologyLevel, make_node
 from kubecell.core.tenancy.config import Tenants, resolve_tenants
@@ -75,6 +75,17 @@ def allocations_by_job(eng: Engine) -> dict[str, frozenset[tuple[str, tuple[int,
 def check_engine(eng: Engine) -> None:
     """The engine's own invariants (the same check the conformance scenarios run after every step)."""
     eng.check_invariants()
+
+
+def pending_reason(eng: Engine, name: str) -> str:
+    """``eng.explain(name)`` for a job that waits with nothing running and a reason more specific than the
+    generic ones (the assertions fail otherwise)."""
+    job = eng.jobs[name]
+    assert job.phase == JobPhase.PENDING, eng.explain(name)
+    assert not job.running_members
+    assert job.wait_reason, name
+    assert job.wait_reason not in GENERIC_REASONS, eng.explain(name)
+    return eng.explain(name)
 
 
 # ---------------------------------------------------------------------------------------- feasibility oracle
