@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -23,6 +24,8 @@ log = logging.getLogger("kubecell.k8s.watch")
 EventType = Literal["SYNC", "ADDED", "MODIFIED", "DELETED"]
 WATCH_TIMEOUT_SECONDS = 300
 MAX_BACKOFF_SECONDS = 10.0
+LIST_PAGE = 500
+"""Objects per list page (the API server's chunking, ``limit`` and ``continue``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,9 @@ class Collection:
     query: tuple[tuple[str, str], ...] = ()
     optional: bool = False
     """A collection whose API may not be installed (PodGroup CRDs): 404 means "none", checked again later."""
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    """Applied to every object before it is queued: what the scheduler keeps of it (as client-go's
+    informer transforms strip managedFields). Memory follows what is kept, and a cluster has many pods."""
 
 
 class Watcher:
@@ -61,11 +67,24 @@ class Watcher:
         self.thread.start()
 
     def _list(self) -> str:
-        listed = self.kube.get(self.collection.path, **dict(self.collection.query))
-        items = tuple(listed.get("items") or [])
-        self.events.put(Event(self.collection.kind, "SYNC", objects=items))
+        """One consistent list, read a page at a time (a page is trimmed before the next is read, so a
+        50,000-pod list never sits in memory whole), then queued as one SYNC."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            listed = self.kube.get(self.collection.path, limit=LIST_PAGE, **{"continue": token},
+                                   **dict(self.collection.query))
+            items.extend(self._kept(obj) for obj in listed.get("items") or [])
+            token = (listed.get("metadata") or {}).get("continue") or None
+            if token is None:
+                break
+        self.events.put(Event(self.collection.kind, "SYNC", objects=tuple(items)))
         self.synced.set()
         return str(listed["metadata"]["resourceVersion"])
+
+    def _kept(self, obj: dict[str, Any]) -> dict[str, Any]:
+        transform = self.collection.transform
+        return transform(obj) if transform is not None else obj
 
     def run(self) -> None:
         version = ""
@@ -81,7 +100,7 @@ class Watcher:
                     obj = event.get("object") or {}
                     version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
                     if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                        self.events.put(Event(self.collection.kind, event["type"], obj=obj))
+                        self.events.put(Event(self.collection.kind, event["type"], obj=self._kept(obj)))
                 backoff = 0.5
             except ApiError as error:
                 if self.stop.is_set():

@@ -100,3 +100,14 @@ def whole_cluster_tenants(forest: CellForest, vc: str) -> Tenants:
     (fair sharing and reclaim need the operator's guarantees)."""
     return resolve_tenants({"virtualClusters": {vc: {"pinnedCells": [cell.id for cell in forest.roots]}}}, forest,
                            source="default tenants")
+
+
+def trimmed_node(node: dict[str, Any]) -> dict[str, Any]:
+    """A Node without what scheduling never reads: managed fields, the image list (hundreds of entries on
+    a real node), volumes, and kubectl's last-applied copy of the whole object."""
+    meta = {key: value for key, value in (node.get("metadata") or {}).items() if key != "managedFields"}
+    if meta.get("annotations"):
+        meta["annotations"] = {k: v for k, v in meta["annotations"].items() if k != pods.LAST_APPLIED}
+    status = {key: value for key, value in (node.get("status") or {}).items()
+              if key not in ("images", "volumesInUse", "volumesAttached")}
+    return {**node, "metadata": meta, "status": status}

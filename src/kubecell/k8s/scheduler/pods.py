@@ -53,3 +53,36 @@ def record_of(pod: Mapping[str, Any]) -> AllocationRecord | None:
     if not text:
         return None
     return parse_record(text, pod=key(pod), uid=uid(pod))
+
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+_META_KEPT = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "labels")
+_SPEC_KEPT = ("schedulerName", "nodeName", "priority", "nodeSelector", "tolerations", "overhead", "resources")
+
+
+def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the scheduler reads of a pod, and nothing else: who schedules it, where it runs, what it asks
+    for (containers' resources, annotations and labels of every dialect, node constraints), its phase.
+
+    Managed fields, container commands, environments, images, volumes and status details are most of a
+    pod's size; a scheduler mirroring 50,000 pods keeps only this, as kube-scheduler's informers drop
+    managed fields."""
+    meta = pod.get("metadata") or {}
+    kept_meta = {key: meta[key] for key in _META_KEPT if key in meta}
+    annotations = meta.get("annotations")
+    if annotations:
+        kept_meta["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+    spec = pod.get("spec") or {}
+    kept_spec = {key: spec[key] for key in _SPEC_KEPT if key in spec}
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity")
+    if node_affinity:
+        kept_spec["affinity"] = {"nodeAffinity": node_affinity}
+    kept_spec["containers"] = [_container(c) for c in spec.get("containers") or []]
+    if spec.get("initContainers"):
+        kept_spec["initContainers"] = [_container(c) for c in spec["initContainers"]]
+    status = pod.get("status") or {}
+    return {"metadata": kept_meta, "spec": kept_spec, "status": {"phase": status["phase"]} if "phase" in status else {}}
+
+
+def _container(container: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: container[key] for key in ("name", "resources", "restartPolicy") if key in container}

@@ -40,7 +40,7 @@ from kubecell.k8s.rest import ApiError, Kube
 from kubecell.k8s.scheduler import pods
 from kubecell.k8s.scheduler.actions import Actions, retry
 from kubecell.k8s.scheduler.binder import Binder
-from kubecell.k8s.scheduler.cluster import Mirror, node_view_safe, whole_cluster_tenants
+from kubecell.k8s.scheduler.cluster import Mirror, node_view_safe, trimmed_node, whole_cluster_tenants
 from kubecell.k8s.scheduler.intake import Intake, Teller
 from kubecell.k8s.scheduler.jobs import Tracked, job_spec
 from kubecell.k8s.scheduler.tracking import Tracking
@@ -115,7 +115,8 @@ class Scheduler:
     # ================================================================== watching
     def collections(self) -> list[Collection]:
         o = self.options
-        found = [Collection("nodes", "/api/v1/nodes"), Collection("pods", "/api/v1/pods"),
+        found = [Collection("nodes", "/api/v1/nodes", transform=trimmed_node),
+                 Collection("pods", "/api/v1/pods", transform=pods.trimmed),
                  Collection("tenants", f"/api/v1/namespaces/{o.tenants_namespace}/configmaps",
                             (("fieldSelector", f"metadata.name={o.tenants_configmap}"),))]
         found += [Collection(kind, path, optional=True) for kind, path in PODGROUP_APIS]
