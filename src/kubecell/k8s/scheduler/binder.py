@@ -13,8 +13,8 @@ from __future__ import annotations
 import datetime
 import logging
 import time
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from kubecell.core.engine.job import Job, JobClass, JobPhase
@@ -30,17 +30,23 @@ log = logging.getLogger("kubecell.scheduler")
 
 Planned = tuple[int, str, dict[str, Any], AllocationRecord]
 """(member index, pod uid, pod, record) for one member a job newly holds."""
+Settled = tuple[Tracking, str, str, bool, ApiError | None]
+"""The outcome of a Binding sent without waiting: (the engine's tracking it was decided in, job name, pod
+uid, whether the Binding carried the record, the error or None)."""
 
 
 class Binder:
     """Writes what the engine decided, and tells the engine what could not be written."""
 
-    def __init__(self, actions: Actions, mirror: Mirror, pool: ThreadPoolExecutor, scheduler_name: str) -> None:
+    def __init__(self, actions: Actions, mirror: Mirror, pool: ThreadPoolExecutor, scheduler_name: str,
+                 settled: Callable[[Settled], None]) -> None:
         self.actions = actions
         self.announce = EventSink(actions)
         self.mirror = mirror
         self.pool = pool
         self.scheduler_name = scheduler_name
+        self.settled = settled
+        """Called from a writer thread with the outcome of each Binding sent without waiting."""
 
     def evict(self, state: Tracking, job: Job, reason: str) -> set[str]:
         """Evict the pods holding the job's members; returns their uids (its preemptor waits for them)."""
@@ -90,9 +96,49 @@ class Binder:
                 tracked.members[index] = uid
             if job.phase == JobPhase.RESERVED and victims:
                 state.waiting_victims[job.name] = set(victims)
+            elif direct and job.phase == JobPhase.RUNNING:
+                (_, uid, pod, record), = planned
+                self._bind_without_waiting(state, job.name, uid, pod, record)
             else:
                 to_bind.append((job.name, {uid: record for _, uid, _, record in planned} if direct else {}))
         return self.bind(state, to_bind) or dirty
+
+    def _bind_without_waiting(self, state: Tracking, name: str, uid: str, pod: dict[str, Any],
+                              record: AllocationRecord) -> None:
+        """A single member's Binding (carrying its record) goes out while the next cycle is decided: the
+        engine already counts the member as running, and a failure comes back through ``settled``."""
+        item = (name, uid, pod, record.node, record)
+
+        def done(future: Future[tuple[str, str, bool, ApiError | None]]) -> None:
+            try:
+                outcome = future.result()
+            except Exception as error:  # whatever broke, a rebuild reads the truth from the API server
+                outcome = (name, uid, True, ApiError(0, "Unavailable", f"bind of {uid} failed: {error}"))
+            self.settled((state, *outcome))
+
+        self.pool.submit(self._bind_one, item).add_done_callback(done)
+
+    def settle(self, state: Tracking | None, outcomes: Sequence[Settled]) -> bool:
+        """Apply the outcomes of Bindings sent without waiting (outcomes of an engine since rebuilt are
+        moot: the rebuild read the truth from the API server). Returns True when the engine was told of a
+        failed bind; raises the ``ApiError`` of an unavailable API server so the caller rebuilds."""
+        dirty, unavailable = False, None
+        for owner, name, uid, _, error in outcomes:
+            tracked = state.tracked.get(name) if state is not None and owner is state else None
+            if tracked is None or state is None:
+                continue
+            if error is None or error.conflict:
+                tracked.bound.add(uid)
+            elif error.not_found:
+                continue  # the pod was deleted meanwhile: its deletion event ends the job
+            elif error.unavailable:
+                unavailable = error
+            elif state.engine.jobs[name].phase == JobPhase.RUNNING:
+                state.engine.bind_failed(name, time.time(), str(error))
+                dirty = True
+        if unavailable is not None:
+            raise unavailable
+        return dirty
 
     def _plan(self, state: Tracking, job: Job) -> list[Planned] | None:
         engine, tracked = state.engine, state.tracked[job.name]

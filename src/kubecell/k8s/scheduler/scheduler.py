@@ -39,7 +39,7 @@ from kubecell.k8s.records import AllocationRecord, RecordError
 from kubecell.k8s.rest import ApiError, Kube
 from kubecell.k8s.scheduler import pods
 from kubecell.k8s.scheduler.actions import Actions, retry
-from kubecell.k8s.scheduler.binder import Binder
+from kubecell.k8s.scheduler.binder import Binder, Settled
 from kubecell.k8s.scheduler.cluster import Mirror, node_view_safe, trimmed_node, whole_cluster_tenants
 from kubecell.k8s.scheduler.intake import Intake, Teller
 from kubecell.k8s.scheduler.jobs import Tracked, job_spec
@@ -97,7 +97,8 @@ class Scheduler:
         self.intake = Intake(self.mirror, self.teller, scheduler_name=self.options.name,
                              default_vc=self.options.default_vc)
         self.pool = ThreadPoolExecutor(max_workers=BIND_WORKERS, thread_name_prefix="kubecell-write")
-        self.binder = Binder(self.actions, self.mirror, self.pool, self.options.name)
+        self.settled: queue.SimpleQueue[Settled] = queue.SimpleQueue()
+        self.binder = Binder(self.actions, self.mirror, self.pool, self.options.name, self._on_settled)
         self.needs_rebuild = True
         self.dirty = True
         self.cycles = 0
@@ -145,6 +146,12 @@ class Scheduler:
         idle = self.options.idle_cycle_seconds
         return idle if wake is None else max(0.0, min(idle, wake - time.time()))
 
+    def _on_settled(self, outcome: Settled) -> None:
+        """From a writer thread: queue a Binding's outcome for the scheduler thread (a failure wakes it)."""
+        self.settled.put(outcome)
+        if outcome[-1] is not None:
+            self.events.put(Event("wake", "SYNC"))
+
     def step(self, *, wait: float = 0.0) -> None:
         """Apply pending events (waiting up to ``wait`` for the first), then rebuild or cycle as needed."""
         try:
@@ -160,11 +167,16 @@ class Scheduler:
         kinds = {self.mirror.apply(event) for event in batch}
         if batch:
             self.dirty = True
+        outcomes = []
+        while not self.settled.empty():
+            outcomes.append(self.settled.get_nowait())
         if kinds & {"nodes", "tenants"} and not self.needs_rebuild:
             self.needs_rebuild = self._cluster_changed()  # once per batch: it reads every node
         try:
             if self.needs_rebuild:
                 self.rebuild()
+            if outcomes and self.binder.settle(self.state, outcomes):
+                self.dirty = True
             self.reconcile()
             self.cycle()
             self.ready.set()
