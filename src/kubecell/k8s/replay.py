@@ -21,7 +21,7 @@ import numpy as np
 from kubecell.core.book import AllocationBook
 from kubecell.core.errors import KubecellError
 from kubecell.core.model import MILLI_PER_GPU, Node
-from kubecell.k8s.names import ANNOTATION_GPU_MODELS, RESOURCE_GPU, RESOURCE_GPU_MILLI, k8s_name
+from kubecell.k8s.names import ANNOTATION_GPU_MODELS, GFD_PRODUCT, RESOURCE_GPU, RESOURCE_GPU_MILLI, k8s_name
 from kubecell.k8s.rest import ApiError, Kube
 from kubecell.k8s.scheduler.scheduler import SchedulerOptions
 from kubecell.sim.packing.experiment import RunRecord, typical_pods_of
@@ -62,22 +62,34 @@ def plan(nodes: Sequence[Node], pods: Sequence[TracePod], seed: int, inflate: fl
                       tuple(typical_pods_of(pods)), seed, total)
 
 
+KUBECELL = "kubecell"
+"""The ``schedulerName`` whose pods ask for kubecell's resources; any other scheduler gets Kubernetes' own."""
+
+
 def pod_manifest(pod: TracePod, name: str, namespace: str, scheduler: str) -> dict[str, Any]:
-    """The trace pod as a Pod asking kubecell's resources (a share of one GPU, or whole GPUs)."""
+    """The trace pod as a Pod. For kubecell it asks kubecell's resources (a share of one GPU, or whole
+    GPUs, and the GPU models as an annotation); for any other scheduler it asks what stock Kubernetes can
+    express: whole ``nvidia.com/gpu`` (a share becomes one whole GPU) and the models as required node
+    affinity on GPU Feature Discovery's product label."""
     limits: dict[str, str] = {}
+    spec: dict[str, Any] = {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0}
+    annotations: dict[str, str] = {}
     if pod.gpu_count:
-        if pod.gpu_milli >= MILLI_PER_GPU:
+        if pod.gpu_milli >= MILLI_PER_GPU or scheduler != KUBECELL:
             limits[RESOURCE_GPU] = str(pod.gpu_count)
         else:
             limits[RESOURCE_GPU_MILLI] = str(pod.gpu_milli)
-    annotations = {ANNOTATION_GPU_MODELS: ",".join(sorted(pod.gpu_models))} if pod.gpu_models else {}
+    if pod.gpu_models and scheduler == KUBECELL:
+        annotations[ANNOTATION_GPU_MODELS] = ",".join(sorted(pod.gpu_models))
+    elif pod.gpu_models:
+        term = {"matchExpressions": [{"key": GFD_PRODUCT, "operator": "In", "values": sorted(pod.gpu_models)}]}
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [term]}}}
+    spec["containers"] = [{"name": "main", "image": "replay",
+                           "resources": {"requests": {"cpu": f"{pod.cpu_milli}m", "memory": f"{pod.memory_mib}Mi"},
+                                         "limits": limits}}]
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
-            "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "main", "image": "replay",
-                                     "resources": {"requests": {"cpu": f"{pod.cpu_milli}m",
-                                                                "memory": f"{pod.memory_mib}Mi"},
-                                                   "limits": limits}}]}}
+            "metadata": {"name": name, "namespace": namespace, "annotations": annotations}, "spec": spec}
 
 
 def _fate(kube: Kube, path: str) -> str | None:
