@@ -337,3 +337,23 @@ def test_a_pod_deleted_while_it_is_being_bound_frees_its_share(
 
     (message,) = wait_for("the Scheduled event, in kube-scheduler's words", announced)
     assert message == f"Successfully assigned {namespace}/next to {pod['spec']['nodeName']}"
+
+
+def test_a_pod_naming_a_podgroup_nobody_created_is_told_so_and_waits(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, start_scheduler: type[RunningScheduler]) -> None:
+    start_scheduler(testbed)
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "orphan", "namespace": namespace,
+                         "labels": {"scheduling.x-k8s.io/pod-group": "nowhere"}},
+            "spec": {"schedulerName": "kubecell",
+                     "containers": [{"name": "main", "image": "busybox",
+                                     "resources": {"limits": {"kubecell.io/gpu-milli": "100"}}}]}}
+    kube.create(f"/api/v1/namespaces/{namespace}/pods", body)
+
+    def warned() -> list[str]:
+        return [e["message"] for e in kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+                if e["involvedObject"]["name"] == "orphan" and e["type"] == "Warning"]
+
+    (message,) = wait_for("a Warning naming the missing PodGroup", warned)
+    assert message == f"waiting for PodGroup {namespace}/nowhere"
+    assert not get_pod(kube, namespace, "orphan")["spec"].get("nodeName")

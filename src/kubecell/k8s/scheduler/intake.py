@@ -180,10 +180,10 @@ class Intake:
         if ready is None:
             group = members[0][1].group
             assert group is not None
-            waiting = (f"waiting for PodGroup {group.waiting_for}" if group.waiting_for
+            waiting = (f"waiting for {group.waiting_for}" if group.waiting_for
                        else f"gang {key}: {len(members)} of {group.size or group.minimum} pods exist")
-            for pod, _ in members:
-                self.teller.tell(pod, waiting, reason="GangIncomplete", event=False)
+            for pod, _ in members:  # a PodGroup nobody created is news (an Event); a gang still forming is not
+                self.teller.tell(pod, waiting, reason="GangIncomplete", event=group.waiting_for is not None)
             return False
         for pod, _ in members:
             state.ungather(pods.uid(pod))
