@@ -45,15 +45,6 @@ def unallocated_at(record: RunRecord, pct: int) -> float:
     return float(curve.unallocated_pct[int(np.searchsorted(ARRIVED_PCT, pct))])
 
 
-def clear(kube: Kube, namespace: str) -> None:
-    """Delete the namespace's pods and wait until they are gone (the next run needs the GPUs free)."""
-    path = f"/api/v1/namespaces/{namespace}/pods"
-    kube.delete(path, gracePeriodSeconds=0)
-    deadline = time.monotonic() + 600
-    while kube.get(path, limit=1)["items"] and time.monotonic() < deadline:
-        time.sleep(1.0)
-
-
 def run(kube: Kube, run_plan: ReplayPlan, scheduler: str, namespace: str) -> tuple[RunRecord, float]:
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     own = Scheduler(kube, run_plan.scheduler_options(DEFAULT_POLICY)) if scheduler == "kubecell" else None
@@ -101,7 +92,7 @@ def main() -> None:
             for scheduler in ("default-scheduler", "kubecell"):
                 namespace = f"openb-{scheduler}"
                 results[scheduler] = run(kube, run_plan, scheduler, namespace)
-                clear(kube, namespace)
+                testbed.clear_pods(kube, namespace, timeout=600)
         finally:
             kube.close()
             testbed.down(Path(scratch))

@@ -83,15 +83,6 @@ def measure(kube: Kube, scheduler: str, namespace: str, count: int, clients: int
             "p99": latencies[int(0.99 * (len(latencies) - 1))] if latencies else float("nan")}
 
 
-def clear(kube: Kube, namespace: str) -> None:
-    """Delete a round's pods and wait until they are gone, so the next round starts from the same cluster."""
-    path = f"/api/v1/namespaces/{namespace}/pods"
-    kube.delete(path, gracePeriodSeconds=0)
-    deadline = time.monotonic() + 300
-    while kube.get(path, limit=1)["items"] and time.monotonic() < deadline:
-        time.sleep(1.0)
-
-
 def share_pod(name: str, namespace: str) -> dict[str, Any]:
     body = pod(name, namespace, "kubecell")
     body["spec"]["containers"][0]["resources"]["limits"] = {"kubecell.io/gpu-milli": "250"}
@@ -166,7 +157,7 @@ def main() -> None:
                     namespace = f"bench-{name}-{round_}"
                     runs[name].append(measure(kube, name, namespace, args.pods, args.clients, args.timeout))
                     if round_ < args.repeat - 1:
-                        clear(kube, namespace)
+                        testbed.clear_pods(kube, namespace)
             results = {name: {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
                        for name, rounds in runs.items()}
             rss_kib, _ = memory_kib(ours.pid)

@@ -70,3 +70,13 @@ def down(directory: Path | None = None) -> list[str]:
     running = [server.name for server in state.running()]
     stop_state(state)
     return running
+
+
+def clear_pods(kube: Kube, namespace: str, *, timeout: float = 300.0) -> None:
+    """Delete a namespace's pods at once and wait until they are gone, so that a benchmark's next round
+    starts on the same free cluster (bounded by ``timeout``)."""
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    kube.delete(path, gracePeriodSeconds=0)
+    deadline = time.monotonic() + timeout
+    while kube.get(path, limit=1)["items"] and time.monotonic() < deadline:
+        time.sleep(1.0)
