@@ -1,0 +1,169 @@
+"""``kubecell inspect`` (also ``kubectl kubecell inspect``): what every node and GPU holds, who waits and why,
+and how each virtual cluster uses its guarantee.
+
+The successor of ``kubectl inspect gpushare``: per node and per GPU the milli-GPU and MiB allocated out of
+the total, the GPU model and its health, the pending pods with their reason, per VC the GPUs in use by
+class against the guarantee, and with ``-d`` one row per pod. Only lists (nodes, pods, the tenant
+ConfigMap) are read; the numbers come from ``kubecell.k8s.inspect``. An API server that cannot be reached
+or refuses the lists is one line on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+import yaml
+from kubernetes.config import ConfigException
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from kubecell.cli.output import stderr_console, stdout_console
+from kubecell.k8s.inspect import InspectReport, NodeReport, build_report
+from kubecell.k8s.rest import ApiError, Kube
+
+TENANTS_NAMESPACE = "kubecell-system"
+TENANTS_CONFIGMAP = "kubecell-tenants"
+TENANTS_KEY = "tenants.yaml"
+PAGE = 500
+
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+def default_kubeconfig() -> Path:
+    """As kubectl: the first file of ``$KUBECONFIG``, else ``~/.kube/config``."""
+    listed = [part for part in os.environ.get("KUBECONFIG", "").split(os.pathsep) if part]
+    return Path(listed[0]) if listed else Path.home() / ".kube" / "config"
+
+
+def list_all(kube: Kube, path: str) -> list[dict[str, Any]]:
+    """Every item of a collection, 500 to a page."""
+    items: list[dict[str, Any]] = []
+    token = ""
+    while True:
+        page = kube.get(path, limit=PAGE, **({"continue": token} if token else {}))
+        items.extend(page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return items
+
+
+def read_cluster(kube: Kube, *, scheduler: str | None) -> InspectReport:
+    nodes = list_all(kube, "/api/v1/nodes")
+    pod_list = list_all(kube, "/api/v1/pods")
+    configmap: dict[str, Any] | None = None
+    try:
+        configmap = kube.get(f"/api/v1/namespaces/{TENANTS_NAMESPACE}/configmaps/{TENANTS_CONFIGMAP}")
+    except ApiError as error:
+        if not error.not_found and error.status != 403:
+            raise
+    return build_report(nodes, pod_list, configmap, scheduler=scheduler, tenants_key=TENANTS_KEY,
+                        tenants_source=f"configmap {TENANTS_NAMESPACE}/{TENANTS_CONFIGMAP} key {TENANTS_KEY}")
+
+
+def _fraction(used: int, total: int) -> str:
+    return f"{used}/{total}" + (f" ({100 * used / total:.0f}%)" if total else "")
+
+
+def _node_rows(table: Table, node: NodeReport) -> None:
+    state = f" [{node.excluded}]" if node.excluded else ""
+    if not node.gpus:
+        table.add_row(node.name + state, "-", "-", "-", "-", "-", "")
+        return
+    for gpu in node.gpus:
+        table.add_row(node.name + state if gpu.index == 0 else "", str(gpu.index), gpu.model,
+                      f"{gpu.milli_allocated}/{gpu.milli_total}", f"{gpu.memory_allocated_mib}/{gpu.memory_total_mib}",
+                      "ok" if gpu.healthy else "[red]unhealthy[/red]", ", ".join(gpu.pods))
+    other = f", {node.other_gpus} GPU(s) held by other schedulers" if node.other_gpus else ""
+    table.add_row("", "total", ",".join(node.models), _fraction(node.milli_allocated, node.milli_total),
+                  _fraction(node.memory_allocated_mib, node.memory_total_mib), "", other.lstrip(", "),
+                  end_section=True)
+
+
+def print_table(console: Console, report: InspectReport, *, details: bool) -> None:
+    nodes = Table(title="GPUs per node (allocated/total)")
+    for column in ("NODE", "GPU", "MODEL", "MILLI", "MEMORY MiB", "HEALTH", "PODS"):
+        nodes.add_column(column, no_wrap=column != "PODS")
+    for node in report.nodes:
+        if node.gpus or details:
+            _node_rows(nodes, node)
+    console.print(nodes)
+    data = report.to_data()["cluster"]
+    console.print(f"Allocated/total GPU compute in cluster: {_fraction(data['milliAllocated'], data['milliTotal'])} "
+                  "milli; GPU memory: "
+                  f"{_fraction(data['memoryAllocatedMiB'], data['memoryTotalMiB'])} MiB", highlight=False)
+    if details:
+        rows = Table(title="Pods holding GPUs")
+        for column in ("POD", "NODE", "GPUS", "MILLI", "MEMORY MiB", "ISOLATION", "VC", "CLASS", "NOTE"):
+            rows.add_column(column)
+        for pod in report.pods:
+            rows.add_row(pod.pod, pod.node, ",".join(map(str, pod.gpus)) or "-", str(pod.milli), str(pod.memory_mib),
+                         pod.isolation, pod.vc, pod.job_class, Text(f"bad record: {pod.error}" if pod.error else ""))
+        console.print(rows)
+    pending = Table(title=f"Pending pods ({len(report.pending)})")
+    for column in ("POD", "SCHEDULER", "ASK", "REASON"):
+        pending.add_column(column)
+    for waiting in report.pending:
+        pending.add_row(waiting.pod, waiting.scheduler, waiting.ask, Text(waiting.reason))
+    console.print(pending)
+    vcs = Table(title="Virtual clusters (GPUs)")
+    for column in ("VC", "GUARANTEED", "IN USE", "GUARANTEED USE", "BORROWED", "OPPORTUNISTIC", "BORROWED SHARE",
+                   "PODS"):
+        vcs.add_column(column)
+    for vc in report.vcs:
+        milli = vc.in_use_milli
+        vcs.add_row(vc.name, str(vc.guaranteed_gpus), f"{vc.in_use_gpus:g}", f"{milli['guaranteed'] / 1000:g}",
+                    f"{milli['borrowed'] / 1000:g}", f"{milli['opportunistic'] / 1000:g}",
+                    f"{100 * vc.borrowed_share:.0f}%", str(vc.pods))
+    console.print(vcs)
+    for warning in report.warnings:
+        stderr_console().print(f"warning: {warning}", highlight=False, soft_wrap=True, markup=False)
+
+
+def inspect(
+    kubeconfig: Annotated[Path | None, typer.Option(
+        help="Kubeconfig (default: $KUBECONFIG, else ~/.kube/config).")] = None,
+    details: Annotated[bool, typer.Option("--details", "-d", help="A row per pod: GPUs, share, isolation.")] = False,
+    output: Annotated[Output, typer.Option("--output", "-o", help="table, json or yaml.")] = Output.table,
+    node: Annotated[list[str] | None, typer.Option(help="Only this node (repeatable).")] = None,
+    scheduler: Annotated[str, typer.Option(help="List the pending pods of this schedulerName ('*': every "
+                                           "scheduler's).")] = "kubecell",
+) -> None:
+    """Per node and GPU: allocated/total milli and MiB, model, health; pending pods and why; VC usage."""
+    path = kubeconfig or default_kubeconfig()
+    try:
+        kube = Kube.from_kubeconfig(path, pool=2)
+    except (ConfigException, OSError) as error:
+        _fail(f"cannot read kubeconfig {path}: {error}")
+    try:
+        report = read_cluster(kube, scheduler=None if scheduler == "*" else scheduler)
+    except ApiError as error:
+        _fail(f"cannot read the cluster: {error}" + (" (is the API server running? check --kubeconfig)"
+                                                     if error.status == 0 else ""))
+    finally:
+        kube.close()
+    if node:
+        wanted = set(node)
+        report.nodes = [n for n in report.nodes if n.name in wanted]
+        report.pods = [p for p in report.pods if p.node in wanted]
+    if output is Output.table:
+        print_table(stdout_console(), report, details=details)
+    elif output is Output.json:
+        sys.stdout.write(json.dumps(report.to_data(), indent=2) + "\n")
+    else:
+        sys.stdout.write(yaml.safe_dump(report.to_data(), sort_keys=False))
+
+
+def _fail(message: str) -> NoReturn:
+    stderr_console().print(Text.assemble(("error:", "bold red"), f" {message}"), highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
