@@ -14,7 +14,7 @@ import datetime
 import logging
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from kubecell.core.engine.job import Job, JobClass, JobPhase
@@ -47,6 +47,7 @@ class Binder:
         self.scheduler_name = scheduler_name
         self.settled = settled
         """Called from a writer thread with the outcome of each Binding sent without waiting."""
+        self.in_flight: set[Future[tuple[str, str, bool, ApiError | None]]] = set()
 
     def evict(self, state: Tracking, job: Job, reason: str) -> set[str]:
         """Evict the pods holding the job's members; returns their uids (its preemptor waits for them)."""
@@ -116,7 +117,16 @@ class Binder:
                 outcome = (name, uid, True, ApiError(0, "Unavailable", f"bind of {uid} failed: {error}"))
             self.settled((state, *outcome))
 
-        self.pool.submit(self._bind_one, item).add_done_callback(done)
+        self.in_flight = {future for future in self.in_flight if not future.done()}
+        future = self.pool.submit(self._bind_one, item)
+        future.add_done_callback(done)
+        self.in_flight.add(future)
+
+    def wait_in_flight(self, timeout: float) -> None:
+        """Wait (bounded) for the Bindings sent without waiting: a rebuild must not decide again for a pod
+        whose Binding is on its way."""
+        wait(list(self.in_flight), timeout=timeout)
+        self.in_flight = {future for future in self.in_flight if not future.done()}
 
     def settle(self, state: Tracking | None, outcomes: Sequence[Settled]) -> bool:
         """Apply the outcomes of Bindings sent without waiting (outcomes of an engine since rebuilt are

@@ -174,6 +174,7 @@ class Scheduler:
             self.needs_rebuild = self._cluster_changed()  # once per batch: it reads every node
         try:
             if self.needs_rebuild:
+                self._catch_up_with_binds(outcomes)
                 self.rebuild()
             if outcomes and self.binder.settle(self.state, outcomes):
                 self.dirty = True
@@ -188,6 +189,24 @@ class Scheduler:
             log.exception("cycle failed (%s); the state is rebuilt from the API server", error)
             self.needs_rebuild = True
             self.stop.wait(1.0)
+
+    def _catch_up_with_binds(self, outcomes: list[Settled], *, timeout: float = 5.0) -> None:
+        """Before a rebuild: wait for the Bindings still on their way, then read events until the mirror
+        shows the pods they bound (bounded). Without this a rebuild could take a pod bound a moment ago
+        for a waiting one and place it a second time."""
+        self.binder.wait_in_flight(30.0)
+        while not self.settled.empty():
+            outcomes.append(self.settled.get_nowait())
+        bound = {uid for _, _, uid, _, error in outcomes if error is None or error.conflict}
+        deadline = time.monotonic() + timeout
+        while bound and time.monotonic() < deadline:
+            bound = {uid for uid in bound if uid in self.mirror.pods and not pods.node_of(self.mirror.pods[uid])}
+            try:
+                event = self.events.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if self.mirror.apply(event) in ("nodes", "tenants"):
+                self._next_nodes = None  # read the nodes afresh in the rebuild
 
     def _read_nodes(self) -> tuple[dict[str, NodeView], tuple[Any, ...]]:
         """Every node as the core sees it, by name, and a signature that changes when any of them does.
