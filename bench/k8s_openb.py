@@ -19,19 +19,18 @@ Loopback only; everything is stopped at the end. Takes about half an hour on 2 c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
 from kubecell.core.placement.registry import DEFAULT_POLICY
-from kubecell.k8s.replay import ReplayPlan, plan, replay
+from kubecell.k8s.replay import KUBECELL, ReplayPlan, own_scheduler, plan, replay
 from kubecell.k8s.rest import Kube
-from kubecell.k8s.scheduler.scheduler import Scheduler
 from kubecell.sim.packing.experiment import RunRecord, run_packing
 from kubecell.sim.packing.metrics import ARRIVED_PCT, curves_of
 from kubecell.sim.traces.openb import load_nodes, load_pods
@@ -47,24 +46,17 @@ def unallocated_at(record: RunRecord, pct: int) -> float:
 
 def run(kube: Kube, run_plan: ReplayPlan, scheduler: str, namespace: str) -> tuple[RunRecord, float]:
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    own = Scheduler(kube, run_plan.scheduler_options(DEFAULT_POLICY)) if scheduler == "kubecell" else None
-    thread = threading.Thread(target=own.run, daemon=True) if own is not None else None
-    if own is not None and thread is not None:
-        thread.start()
-        own.ready.wait(300)
     started = time.perf_counter()
 
     def progress(done: int, total: int) -> None:
         if done % 1000 == 0:
             print(f"  {scheduler}: {done}/{total} pods, {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
-    try:
+    own = own_scheduler(kube, run_plan.scheduler_options(DEFAULT_POLICY)) if scheduler == KUBECELL else None
+    with own if own is not None else contextlib.nullcontext():
+        started = time.perf_counter()
         record = replay(kube, run_plan, namespace=namespace, scheduler=scheduler, policy=scheduler,
                         progress=progress)
-    finally:
-        if own is not None and thread is not None:
-            own.shutdown()
-            thread.join(timeout=30)
     return record, time.perf_counter() - started
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-import threading
 import time
 from pathlib import Path
 from typing import Annotated
@@ -15,9 +15,8 @@ import typer
 from kubecell.cli.output import check_out_dir, prepare_out_dir, stdout_console
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.placement.registry import DEFAULT_POLICY, canonical_policy_name
-from kubecell.k8s.replay import plan, replay
+from kubecell.k8s.replay import KUBECELL, own_scheduler, plan, replay
 from kubecell.k8s.rest import ApiError, Kube
-from kubecell.k8s.scheduler.scheduler import Scheduler
 from kubecell.sim.packing.experiment import run_packing
 from kubecell.sim.packing.metrics import ARRIVED_PCT, RunCurves, curves_of
 from kubecell.sim.packing.runner import check_inflate
@@ -55,18 +54,9 @@ def replay_command(
     if kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"]:
         raise InvalidInputError(f"namespace {namespace} already has pods", field="namespace",
                                 accepted="an empty namespace (a replay counts every pod it creates)")
-    own = Scheduler(kube, run.scheduler_options(placement)) if scheduler == "kubecell" else None
-    thread = threading.Thread(target=own.run, daemon=True) if own is not None else None
     started = time.perf_counter()
-    try:
-        if own is not None and thread is not None:
-            thread.start()
-            own.ready.wait(120)
+    with own_scheduler(kube, run.scheduler_options(placement)) if scheduler == KUBECELL else contextlib.nullcontext():
         real = replay(kube, run, namespace=namespace, scheduler=scheduler, policy=f"{scheduler}:{placement}")
-    finally:
-        if own is not None and thread is not None:
-            own.shutdown()
-            thread.join(timeout=10)
     wall = time.perf_counter() - started
     simulated = run_packing(node_list, pod_list, placement, seed, inflate=inflate)
     real_curve, sim_curve = curves_of(real), curves_of(simulated)

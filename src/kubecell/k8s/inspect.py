@@ -27,6 +27,7 @@ from kubecell.k8s.inventory import NodeView, node_view
 from kubecell.k8s.records import RecordError
 from kubecell.k8s.scheduler import pods
 from kubecell.k8s.scheduler.cluster import whole_cluster_tenants
+from kubecell.k8s.scheduler.intake import foreign_hold
 
 OTHER = "other"
 """The VC, class and isolation of GPUs held by pods another scheduler bound."""
@@ -181,15 +182,6 @@ def _ask(pod: Mapping[str, Any]) -> str:
     return " + ".join(parts) or "no GPU"
 
 
-def _whole_gpus(pod: Mapping[str, Any]) -> int:
-    """What a pod bound by another scheduler holds, as kubecell's scheduler accounts it: whole GPUs."""
-    try:
-        request = pod_demand(pod).request
-    except DemandError:
-        return 0
-    return max(request.gpu_count, 1) if (request.gpu_count or request.gpu_memory_mib) else 0
-
-
 def _waiting_reason(pod: Mapping[str, Any]) -> str:
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
@@ -246,7 +238,7 @@ def build_report(node_objs: Sequence[Mapping[str, Any]], pod_objs: Sequence[Mapp
             rows.append(PodReport(name, node_name, scheduler=scheduler_name, error=str(error)))
             continue
         if record is None:
-            held = _whole_gpus(pod)
+            held = foreign_hold(pod, name).gpu_count
             if held:
                 rows.append(PodReport(name, node_name, milli=MILLI_PER_GPU, isolation=OTHER, vc=OTHER,
                                       job_class=OTHER, scheduler=scheduler_name))

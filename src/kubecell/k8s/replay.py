@@ -11,8 +11,10 @@ proof that the policy measured in the simulator is the policy that runs.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +25,7 @@ from kubecell.core.errors import KubecellError
 from kubecell.core.model import MILLI_PER_GPU, Node
 from kubecell.k8s.names import ANNOTATION_GPU_MODELS, GFD_PRODUCT, RESOURCE_GPU, RESOURCE_GPU_MILLI, k8s_name
 from kubecell.k8s.rest import ApiError, Kube
-from kubecell.k8s.scheduler.scheduler import SchedulerOptions
+from kubecell.k8s.scheduler.scheduler import Scheduler, SchedulerOptions
 from kubecell.sim.packing.experiment import RunRecord, typical_pods_of
 from kubecell.sim.packing.workload import arrival_sequence
 from kubecell.sim.traces.openb import TracePod
@@ -64,6 +66,21 @@ def plan(nodes: Sequence[Node], pods: Sequence[TracePod], seed: int, inflate: fl
 
 KUBECELL = "kubecell"
 """The ``schedulerName`` whose pods ask for kubecell's resources; any other scheduler gets Kubernetes' own."""
+
+
+@contextlib.contextmanager
+def own_scheduler(kube: Kube, options: SchedulerOptions, *, ready_timeout: float = 300.0) -> Iterator[Scheduler]:
+    """kubecell's scheduler in a thread of this process for as long as the block runs (a replay against
+    kubecell decides with the plan's options, which a scheduler deployed in the cluster would not have)."""
+    scheduler = Scheduler(kube, options)
+    thread = threading.Thread(target=scheduler.run, name="kubecell-scheduler", daemon=True)
+    thread.start()
+    try:
+        scheduler.ready.wait(ready_timeout)
+        yield scheduler
+    finally:
+        scheduler.shutdown()
+        thread.join(timeout=30)
 
 
 def pod_manifest(pod: TracePod, name: str, namespace: str, scheduler: str) -> dict[str, Any]:

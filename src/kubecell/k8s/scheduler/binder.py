@@ -19,6 +19,7 @@ from typing import Any
 
 from kubecell.core.engine.job import Job, JobClass, JobPhase
 from kubecell.core.errors import KubecellError
+from kubecell.core.model import Allocation
 from kubecell.k8s.records import AllocationRecord, record_for
 from kubecell.k8s.rest import ApiError
 from kubecell.k8s.scheduler import pods
@@ -132,27 +133,37 @@ class Binder:
         """Apply the outcomes of Bindings sent without waiting (outcomes of an engine since rebuilt are
         moot: the rebuild read the truth from the API server). Returns True when the engine was told of a
         failed bind; raises the ``ApiError`` of an unavailable API server so the caller rebuilds."""
+        if state is None:
+            return False
+        return self._take_outcomes(state, [(name, uid, direct, error) for owner, name, uid, direct, error in outcomes
+                                           if owner is state and name in state.tracked])
+
+    def _take_outcomes(self, state: Tracking, outcomes: Sequence[tuple[str, str, bool, ApiError | None]]) -> bool:
+        """What every Binding's answer means, waited for or not: bound (a 409 is an earlier bind of the same
+        decision whose answer was lost); a pod deleted meanwhile (its deletion event ends the job); refused
+        with nothing written (a Binding that carried its record: the engine is told); or an unavailable API
+        server or a gang's refused bind, raised so the caller rebuilds from the records."""
         dirty, unavailable = False, None
-        for owner, name, uid, _, error in outcomes:
-            tracked = state.tracked.get(name) if state is not None and owner is state else None
-            if tracked is None or state is None:
-                continue
+        for name, uid, direct, error in outcomes:
             if error is None or error.conflict:
-                tracked.bound.add(uid)
+                if error is not None:
+                    log.info("%s was already bound (an earlier bind whose answer was lost)", uid)
+                state.tracked[name].bound.add(uid)
             elif error.not_found:
-                continue  # the pod was deleted meanwhile: its deletion event ends the job
-            elif error.unavailable:
+                continue
+            elif direct and not error.unavailable:
+                if state.engine.jobs[name].phase in (JobPhase.RUNNING, JobPhase.RESERVED):
+                    state.engine.bind_failed(name, time.time(), str(error))
+                    dirty = True
+            else:
                 unavailable = error
-            elif state.engine.jobs[name].phase == JobPhase.RUNNING:
-                state.engine.bind_failed(name, time.time(), str(error))
-                dirty = True
         if unavailable is not None:
             raise unavailable
         return dirty
 
     def _plan(self, state: Tracking, job: Job) -> list[Planned] | None:
         engine, tracked = state.engine, state.tracked[job.name]
-        held = {int(a.name.rsplit("/", 1)[-1]): a for a in engine.allocations_of(job.name)}
+        held = {member_index(a): a for a in engine.allocations_of(job.name)}
         new = sorted(index for index in held if index not in tracked.members)
         free = tracked.free_pods()
         if len(free) < len(new):
@@ -186,30 +197,16 @@ class Binder:
 
         Each job comes with the records its Bindings carry (a single new member), or none (the records
         are on the pods already). Returns True when the engine was told of a failed bind."""
-        engine, dirty = state.engine, False
+        engine = state.engine
         work = []
         for name, carried in jobs:
             tracked = state.tracked[name]
-            nodes = {int(a.name.rsplit("/", 1)[-1]): a.node for a in engine.allocations_of(name)}
+            nodes = {member_index(a): a.node for a in engine.allocations_of(name)}
             for index, uid in sorted(tracked.members.items()):
                 pod = self.mirror.pods.get(uid)
                 if uid not in tracked.bound and pod is not None and index in nodes:
                     work.append((name, uid, pod, nodes[index], carried.get(uid)))
-        unavailable: ApiError | None = None
-        for name, uid, direct, error in self.pool.map(self._bind_one, work):
-            if error is None or error.conflict:
-                if error is not None:
-                    log.info("%s was already bound (an earlier bind whose answer was lost)", uid)
-                state.tracked[name].bound.add(uid)
-            elif error.not_found:
-                continue  # the pod was deleted meanwhile: its deletion event ends the job
-            elif direct and not error.unavailable:  # refused, and nothing of it was written
-                engine.bind_failed(name, time.time(), str(error))
-                dirty = True
-            else:  # rebuild from the records once the API server is back (a gang's records finish its binds)
-                unavailable = error
-        if unavailable is not None:
-            raise unavailable
+        dirty = self._take_outcomes(state, list(self.pool.map(self._bind_one, work)))
         for name, _ in jobs:
             job, current = engine.jobs[name], state.tracked.get(name)
             if current is not None and job.phase == JobPhase.RESERVED and len(current.bound) >= len(current.members):
@@ -240,3 +237,8 @@ class Binder:
             del state.waiting_victims[name]
             ready.append((name, {}))
         return self.bind(state, ready) if ready else False
+
+
+def member_index(allocation: Allocation) -> int:
+    """The member an engine allocation belongs to (its name ends ``/<index>``)."""
+    return int(allocation.name.rsplit("/", 1)[-1])

@@ -137,7 +137,8 @@ class Intake:
                 dirty = True
             elif pod is not None and wanted and uid not in state.external and pods.node_of(pod) in engine.book.index:
                 try:
-                    state.external[uid] = engine.hold_external(_held(pod, uid), pods.node_of(pod)).name
+                    held = foreign_hold(pod, f"external:{pods.key(pod)}@{uid[:8]}")
+                    state.external[uid] = engine.hold_external(held, pods.node_of(pod)).name
                     dirty = True
                 except InvalidInputError as error:
                     log.warning("cannot account %s bound by another scheduler: %s", pods.key(pod), error)
@@ -231,12 +232,14 @@ class Intake:
         return allowed, ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()) if count)
 
 
-def _held(pod: Mapping[str, Any], uid: str) -> Request:
-    """What a pod another scheduler bound takes, as kubecell accounts it."""
+def foreign_hold(pod: Mapping[str, Any], name: str) -> Request:
+    """What a pod another scheduler bound is taken to hold, as kubecell accounts it: its CPU and memory,
+    and its GPUs as whole GPUs (a share another scheduler granted is not one kubecell can see); no GPUs for
+    an ask kubecell cannot read."""
     try:
         request = pod_demand(pod).request
         gpus = max(request.gpu_count, 1) if (request.gpu_count or request.gpu_memory_mib) else 0
     except DemandError:
-        request, gpus = Request("x"), 0
-    return Request(f"external:{pods.key(pod)}@{uid[:8]}", cpu_milli=request.cpu_milli, memory_mib=request.memory_mib,
-                   gpu_count=gpus, gpu_milli=MILLI_PER_GPU if gpus else 0)
+        request, gpus = Request(name), 0
+    return Request(name, cpu_milli=request.cpu_milli, memory_mib=request.memory_mib, gpu_count=gpus,
+                   gpu_milli=MILLI_PER_GPU if gpus else 0)
