@@ -12,6 +12,17 @@ POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec"
 PCS_HEADER = "app_id,submit_time,service,num_jobs,sleep_time,model_name"
 SIA_HEADER = "name,time,application,num_replicas,batch_size"
 
+# 2 racks x 2 nodes x 8 V100 GPUs = 32 GPUs, no NVLink groups (the input tests' cluster)
+RACKED_CLUSTER = """\
+nodeGroups:
+  - count: 4
+    namePrefix: n-
+    gpu: {model: V100M32, count: 8}
+    cpuMilli: 64000
+    memoryMiB: 524288
+    rackSize: 2
+"""
+
 # 2 racks x 2 nodes x 8 V100 GPUs = 32 GPUs
 TINY_CLUSTER = """\
 nodeGroups:

@@ -12,16 +12,7 @@ from kubecell.core.tenancy.config import resolve_tenants
 from kubecell.core.topology import CellForest
 from kubecell.inputs.cluster import load_cluster
 from kubecell.inputs.tenants import load_tenants
-
-CLUSTER = """\
-nodeGroups:
-  - count: 4
-    namePrefix: n-
-    gpu: {model: V100M32, count: 8}
-    cpuMilli: 64000
-    memoryMiB: 524288
-    rackSize: 2
-"""
+from tests.support import RACKED_CLUSTER as CLUSTER
 
 PYDANTIC_INTERNALS = ("constrained-int", "GpuShorthand", "VirtualClusterConfig", "function-after", "Input should",
                       "valid dictionary", "instance of", "[key]", "dict[", "list[", "int_type", "strict")

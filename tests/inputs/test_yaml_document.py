@@ -13,16 +13,7 @@ from kubecell.core.topology import CellForest
 from kubecell.inputs.cluster import load_cluster
 from kubecell.inputs.tenants import load_tenants
 from kubecell.inputs.yaml_document import YamlDocument
-
-CLUSTER = """\
-nodeGroups:
-  - count: 4
-    namePrefix: n-
-    gpu: {model: V100M32, count: 8}
-    cpuMilli: 64000
-    memoryMiB: 524288
-    rackSize: 2
-"""
+from tests.support import RACKED_CLUSTER as CLUSTER
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:
