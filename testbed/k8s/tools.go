@@ -1,9 +1,11 @@
 //go:build tools
 
-// Package tools pins the Kubernetes control-plane commands the kubecell testbed builds.
+// Package tools pins the Kubernetes commands the kubecell testbed builds: the control plane, and
+// kubectl (same release) for the deploy tests.
 package tools
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
 )

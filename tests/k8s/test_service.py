@@ -7,28 +7,27 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from kubecell.k8s.apply import apply, load_manifests
+from kubecell.k8s.apply import apply
 from kubecell.k8s.leader import LeaderElector, LeaseConfig
 from kubecell.k8s.rest import Kube
 from kubecell.k8s.scheduler.scheduler import SchedulerOptions
 from kubecell.k8s.scheduler.service import run
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.processes import free_port
+from tests.k8s.deploy_support import rendered
 from tests.k8s.test_scheduler import bound, make_pod
 from tests.support import wait_for
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "scheduler.yaml"
 FAST_LEASE = LeaseConfig(lease_duration=4.0, renew_deadline=3.0, retry_period=0.5)
 
 
 @pytest.fixture(scope="module")
-def rbac(kube: Kube) -> None:
-    """The RBAC objects of deploy/scheduler.yaml, as an operator would apply them (not the Deployment)."""
-    apply(kube, load_manifests(DEPLOY), kinds={"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+def rbac(testbed: ControlPlaneState, kube: Kube) -> None:
+    """The RBAC objects of the kustomize base deploy/base, as an operator would apply them (not the Deployment)."""
+    apply(kube, rendered(testbed), kinds={"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                                                "Role", "RoleBinding"})
 
 

@@ -86,7 +86,7 @@ def test_impossible_pod_stays_pending_with_the_schedulers_reason(kube: Kube) -> 
 
 
 def test_rbac_is_enforced(testbed: ControlPlaneState) -> None:
-    # No role ever lets kubecell's scheduler read Secrets (deploy/scheduler.yaml grants no such thing).
+    # No role ever lets kubecell's scheduler read Secrets (deploy/base/rbac.yaml grants no such thing).
     unprivileged = Kube.from_kubeconfig(testbed.kubeconfig("kubecell-scheduler"))
     try:
         with pytest.raises(ApiError) as refused:

@@ -1,4 +1,4 @@
-"""Build (once per machine and version) the control-plane binaries the testbed runs.
+"""Build (once per machine and version) the control-plane binaries the testbed runs, and kubectl.
 
 ``go install k8s.io/kubernetes/cmd/kube-apiserver@v1.37.2`` does not work: the kubernetes module
 requires its staging modules at ``v0.0.0`` and maps them to ``./staging`` with replace lines that a
@@ -38,9 +38,12 @@ class Binaries:
     etcd: Path
     kube_apiserver: Path
     kube_scheduler: Path
+    kubectl: Path
+    """The client of the same release: the deploy tests run ``kubectl apply -k --dry-run=server`` with it
+    (kustomize is built in), and a CI machine has no kubectl, or one of another version."""
 
     def all(self) -> tuple[Path, ...]:
-        return (self.etcd, self.kube_apiserver, self.kube_scheduler)
+        return (self.etcd, self.kube_apiserver, self.kube_scheduler, self.kubectl)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +73,7 @@ def targets(version: str = K8S_VERSION) -> tuple[Target, ...]:
         Target("etcd", "etcd", "go.etcd.io/etcd/server/v3", "-s -w"),
         Target("kube-apiserver", "k8s", "k8s.io/kubernetes/cmd/kube-apiserver", _k8s_ldflags(version)),
         Target("kube-scheduler", "k8s", "k8s.io/kubernetes/cmd/kube-scheduler", _k8s_ldflags(version)),
+        Target("kubectl", "k8s", "k8s.io/kubernetes/cmd/kubectl", _k8s_ldflags(version)),
     )
 
 
@@ -85,7 +89,8 @@ def module_stamp(modules: Path) -> str:
 
 
 def _binaries(directory: Path) -> Binaries:
-    return Binaries(directory / "etcd", directory / "kube-apiserver", directory / "kube-scheduler")
+    return Binaries(directory / "etcd", directory / "kube-apiserver", directory / "kube-scheduler",
+                    directory / "kubectl")
 
 
 def cached_binaries(version: str = K8S_VERSION) -> Binaries | None:

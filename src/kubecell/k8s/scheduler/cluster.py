@@ -23,6 +23,8 @@ class Mirror:
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     podgroups: dict[str, dict[tuple[str, str], Mapping[str, Any]]] = field(default_factory=dict)
     tenants: dict[str, Any] | None = None
+    virtualclusters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """VirtualCluster objects by name (cluster-scoped): the tenant configuration when any exist."""
     changed: dict[str, None] = field(default_factory=dict)
     """Uids of the pods added, modified or deleted since the scheduler last took them (``take_changed``):
     what a step has to look at, so that a step's cost follows the change, not the cluster."""
@@ -53,6 +55,9 @@ class Mirror:
                 self.tenants = event.objects[0] if event.objects else None
             else:
                 self.tenants = None if event.type == "DELETED" else event.obj
+            return "tenants"
+        if event.kind == "virtualclusters":  # a change of tenants, like the ConfigMap's
+            self._apply(self.virtualclusters, event, lambda o: str(o["metadata"]["name"]))
             return "tenants"
         self.groups_changed = True
         groups = self.podgroups.setdefault(event.kind, {})
