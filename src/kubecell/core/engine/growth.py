@@ -87,6 +87,7 @@ def _grow_one(session: Session, job: Job, attempt: Attempt) -> bool:
                 session.tenancy.unbind(cell)
     if allocations is None:
         return False
+    job.placement_score = session.gangs.last_score
     session.ledger.remove(job)
     job.running_members.extend(a.name for a in allocations)
     session.ledger.add(job)

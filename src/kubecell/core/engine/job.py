@@ -159,6 +159,10 @@ class Job:
     wait_reason: str = "not yet considered"
     reserved_until: float | None = None
     lazily_preempted: bool = False
+    placement_score: int | None = None
+    """The placement policy's score of the node its first new member went to when it last started or
+    grew (None where no score was computed: one candidate node, a random policy, a restored job). For
+    people watching the scheduler; no rule reads it."""
     node_mask: BoolArray | None = field(default=None, repr=False, compare=False)
     """``spec.nodes`` as a read-only mask over the book's nodes, made on first use (``Session.allowed_nodes``)."""
 

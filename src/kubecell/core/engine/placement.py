@@ -118,6 +118,9 @@ class GangPlacer:
         self.placer = placer
         self.rack_of = rack_of
         self.zone_of = zone_of
+        self.last_score: int | None = None
+        """The policy's score of the node the first member of the last ``place`` went to (None: no score
+        was computed, see ``Placer.last_score``); for operators, never read by a decision."""
 
     # ------------------------------------------------------------------ PreFilter
     def scope(self, spec: JobSpec, allowed: BoolArray | None, nodes: BoolArray | None, most: int,
@@ -173,11 +176,13 @@ class GangPlacer:
     def place(self, spec: JobSpec, allowed: BoolArray | None, nodes: BoolArray | None, most: int, least: int,
               *, first_index: int = 0) -> list[Allocation] | None:
         """Allocate ``least``..``most`` members (as many as fit) through the policy, or nothing (None)."""
+        self.last_score = None
         if most == 1 and least <= 1:
             request = spec.member_request(first_index)
             placement = self.placer.decide(request, allowed, nodes)
             if placement is None:
                 return None
+            self.last_score = self.placer.last_score
             return [self.book.allocate(request, placement.node, placement.gpus)]
         scope = self.scope(spec, allowed, nodes, most, least)
         if scope is None:
@@ -187,6 +192,7 @@ class GangPlacer:
         try:
             if scope.one_node:
                 node = self.placer.select(requests[0], scope.nodes, allowed)
+                self.last_score = self.placer.last_score
                 row = allowed[node] if allowed is not None else None
                 for request in requests:
                     gpus = self.placer.policy.choose_gpus(self.book, request, node, self.placer.rng, row)
@@ -200,6 +206,8 @@ class GangPlacer:
                     placement = self.placer.decide(request, allowed, candidates)
                     if placement is None:
                         raise AllocationError(f"{request.name}: no node takes the member the capacity count promised")
+                    if not done:
+                        self.last_score = self.placer.last_score
                     done.append(self.book.allocate(request, placement.node, placement.gpus))
         except AllocationError:
             for allocation in reversed(done):
@@ -227,9 +235,11 @@ class GangPlacer:
         score_by_state: dict[tuple[object, ...], int] = {}
         for request in requests:
             while True:
-                _, rank, node, stamp = heapq.heappop(heap)
+                negative, rank, node, stamp = heapq.heappop(heap)
                 if version.get(node, 0) == stamp:
                     break
+            if not done:
+                self.last_score = -negative
             key = key_of.get(node) or placer.state_key(node, allowed)
             gpus = gpus_by_state.get(key)
             if gpus is None:

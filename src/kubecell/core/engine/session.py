@@ -152,6 +152,7 @@ class Session:
                 if not any(gpu in used for gpu in cell.gpus):
                     self.tenancy.unbind(cell)
         self.release_admission(job)
+        job.placement_score = self.gangs.last_score
         job.running_members = [a.name for a in allocations]
         job.job_class = job_class
         job.phase = JobPhase.RESERVED if victims else JobPhase.RUNNING

@@ -86,6 +86,10 @@ class Placer:
         self.cache_size = cache_size
         self._cache: OrderedDict[tuple[int, RequestShape], _ScoreCacheEntry] = OrderedDict()
         self._hardware: IntArray | None = None
+        self.last_score: int | None = None
+        """The score of the node the last ``select`` chose (what decided it, normalised where the policy
+        normalises); None when no score was computed (a single candidate, a random policy). Read by the
+        engine to tell operators how good a placement looked, never by any decision."""
         policy.attach(book)
 
     def feasible(self, request: Request, allowed: BoolArray | None = None, nodes: BoolArray | None = None) -> IntArray:
@@ -167,6 +171,7 @@ class Placer:
 
     def select(self, request: Request, nodes: IntArray, allowed: BoolArray | None = None) -> int:
         """The chosen node among the feasible ``nodes`` (non-empty)."""
+        self.last_score = None
         if self.policy.random_node:
             return int(nodes[int(self.rng.integers(nodes.size))])
         if nodes.size == 1:
@@ -174,7 +179,9 @@ class Placer:
         scores = self.scores_within(request, nodes, allowed)
         if self.policy.normalize:
             scores = normalize_scores(scores)
-        best = nodes[scores == scores.max()]
+        top = scores.max()
+        self.last_score = int(top)
+        best = nodes[scores == top]
         return int(best[int(np.argmin(self.tie_rank[best]))])
 
     def decide(self, request: Request, allowed: BoolArray | None = None, nodes: BoolArray | None = None
