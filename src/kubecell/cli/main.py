@@ -26,7 +26,7 @@ from kubecell.cli.inspect import inspect
 from kubecell.cli.output import stderr_console, stdout_console
 from kubecell.cli.packing import sim_packing, simulate
 from kubecell.cli.replay import replay_command
-from kubecell.cli.scheduler import scheduler
+from kubecell.cli.scheduler import extender, scheduler
 from kubecell.cli.testbed import testbed_app
 from kubecell.core.engine.options import PRESET_SUMMARIES, PRESETS
 from kubecell.core.errors import KubecellError
@@ -48,6 +48,7 @@ sim_app.command("dynamic")(sim_dynamic)
 app.command("simulate")(simulate)
 app.add_typer(testbed_app, name="testbed")
 app.command("scheduler")(scheduler)
+app.command("extender")(extender)
 app.command("replay")(replay_command)
 app.command("inspect")(inspect)
 

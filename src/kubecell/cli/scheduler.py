@@ -49,3 +49,39 @@ def scheduler(
                                tenants_namespace=tenants_namespace)
     kube = Kube.from_kubeconfig(kubeconfig)
     run(kube, options, listen=_address(listen), leader_elect=leader_elect, identity=identity or default_identity())
+
+
+def extender(
+    kubeconfig: Annotated[Path | None, typer.Option(help="Kubeconfig (default: the pod's service account).")] = None,
+    scheduler_names: Annotated[str, typer.Option(
+        help="Comma list of the schedulerNames (kube-scheduler profiles) whose GPU pods kubecell places.")] = (
+        "kubecell"),
+    tenancy: Annotated[str, typer.Option(help="Tenancy preset: " + ", ".join(PRESETS) + ".")] = "kubecell",
+    placement: Annotated[str, typer.Option(help="Placement policy (see 'kubecell policies').")] = DEFAULT_POLICY,
+    tenants_namespace: Annotated[str, typer.Option(help="Namespace of the tenants ConfigMap and the Lease.")] = (
+        "kubecell-system"),
+    listen: Annotated[str, typer.Option(help="HOST:PORT of /extender/<verb>, /healthz, /readyz, /metrics and "
+                                             "the dashboard.")] = "0.0.0.0:10259",
+    leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
+                                               help="Elect a leader through a Lease (run several replicas).")] = True,
+    identity: Annotated[str, typer.Option(help="Leader-election identity (default: host name and pid).")] = "",
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every decision.")] = False,
+) -> None:
+    """Serve kube-scheduler as its HTTP extender (filter, prioritize, bind, preempt): the same engine and
+    allocation records as 'kubecell scheduler', for clusters that keep kube-scheduler. Configure
+    kube-scheduler with deploy/extender/kube-scheduler-config.yaml."""
+    if tenancy not in PRESETS:
+        raise InvalidInputError(f"unknown tenancy preset {tenancy!r}", field="tenancy", accepted=", ".join(PRESETS))
+    names = [name.strip() for name in scheduler_names.split(",") if name.strip()]
+    if not names:
+        raise InvalidInputError("--scheduler-names is empty", field="scheduler-names", accepted="e.g. kubecell")
+    address = _address(listen)
+    if address is None:
+        raise InvalidInputError("the extender needs an HTTP port", field="listen", accepted="HOST:PORT")
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    options = SchedulerOptions(name=names[0], extra_names=tuple(names[1:]), tenancy=tenancy,
+                               placement=canonical_policy_name(placement), tenants_namespace=tenants_namespace,
+                               extender=True)
+    kube = Kube.from_kubeconfig(kubeconfig)
+    run(kube, options, listen=address, leader_elect=leader_elect, identity=identity or default_identity())

@@ -67,6 +67,12 @@ VOLCANO_GROUP_NAME = "scheduling.k8s.io/group-name"           # Volcano: pod ann
 VOLCANO_GROUP_NAME_ALT = "scheduling.volcano.sh/group-name"   # Volcano's second spelling, same meaning
 KAI_POD_GROUP = "pod-group-name"                              # KAI-Scheduler: pod annotation
 
+MANAGED_RESOURCES = (RESOURCE_GPU, RESOURCE_GPU_MILLI, RESOURCE_GPU_MEMORY, NVIDIA_GPU, ALIYUN_GPU_MEM,
+                     ALIYUN_GPU_COUNT, HAMI_GPU_MEM, HAMI_GPU_MEM_PERCENTAGE, HAMI_GPU_CORES)
+"""The extended resources of every dialect: in extender mode kube-scheduler is told kubecell manages them
+(``managedResources``, ``ignoredByScheduler: true``), so it sends kubecell the pods that ask for them and
+leaves their accounting (shares of one GPU it cannot count) to kubecell."""
+
 _DNS_UNSAFE = re.compile(r"[^a-z0-9.-]+")
 
 

@@ -167,6 +167,20 @@ class ControlPlane:
         wait_http(f"{server.url}/healthz", process=process, log=log, timeout=START_TIMEOUT, verify=False)
         return server
 
+    @classmethod
+    def attach(cls, state: ControlPlaneState, binaries: Binaries) -> ControlPlane:
+        """Drive a control plane already running (e.g. to start a configured kube-scheduler on it)."""
+        plane = cls(Path(state.directory), binaries)
+        plane.state = state
+        return plane
+
+    def stop_server(self, server: Server) -> None:
+        """Stop one server this plane started (a kube-scheduler a test or bench is done with)."""
+        state = self._require_state()
+        stop(server.pid, server.executable)
+        state.servers = [s for s in state.servers if s.pid != server.pid]
+        state.save()
+
     def _require_state(self) -> ControlPlaneState:
         if self.state is None:
             raise TestbedError("the control plane is not started")

@@ -25,12 +25,10 @@ from kubecell.k8s.rest import ApiError
 from kubecell.k8s.scheduler import pods
 from kubecell.k8s.scheduler.actions import Actions, EventSink, retry
 from kubecell.k8s.scheduler.cluster import Mirror
-from kubecell.k8s.scheduler.tracking import Tracking
+from kubecell.k8s.scheduler.tracking import Held, Planned, Tracking
 
 log = logging.getLogger("kubecell.scheduler")
 
-Planned = tuple[int, str, dict[str, Any], AllocationRecord]
-"""(member index, pod uid, pod, record) for one member a job newly holds."""
 Settled = tuple[Tracking, str, str, bool, ApiError | None]
 """The outcome of a Binding sent without waiting: (the engine's tracking it was decided in, job name, pod
 uid, whether the Binding carried the record, the error or None)."""
@@ -40,8 +38,10 @@ class Binder:
     """Writes what the engine decided, and tells the engine what could not be written."""
 
     def __init__(self, actions: Actions, mirror: Mirror, pool: ThreadPoolExecutor, scheduler_name: str,
-                 settled: Callable[[Settled], None]) -> None:
+                 settled: Callable[[Settled], None], *, hold: bool = False) -> None:
         self.actions = actions
+        self.hold = hold
+        """Extender mode: decisions wait in ``Tracking.held`` for kube-scheduler's bind call."""
         self.announce = EventSink(actions)
         self.mirror = mirror
         self.pool = pool
@@ -68,10 +68,44 @@ class Binder:
     def start(self, state: Tracking, jobs: Sequence[Job], victims: set[str]) -> bool:
         """Record and bind every member the jobs newly hold (a preemptor waits for its victims first).
 
-        Returns True when a failure changed the engine (another cycle is due); raises the ``ApiError`` of
-        an unavailable API server after telling the engine, so the caller rebuilds once it is back."""
-        engine, dirty = state.engine, False
+        In extender mode (``hold``) nothing is written: the decisions are kept as ``state.held`` until
+        kube-scheduler asks to bind (``commit``). Returns True when a failure changed the engine (another
+        cycle is due); raises the ``ApiError`` of an unavailable API server after telling the engine, so
+        the caller rebuilds once it is back."""
+        plans, dirty = self._decide(state, jobs, victims)
+        if self.hold:
+            for job, planned, direct in plans:
+                for index, uid, _, _ in planned:
+                    state.tracked[job.name].members[index] = uid
+                if job.phase == JobPhase.RESERVED and victims:
+                    state.waiting_victims[job.name] = set(victims)
+                state.held[job.name] = Held(planned, direct, time.monotonic())
+            return dirty
+        return self._write(state, plans, victims, wait=False) or dirty
+
+    def commit(self, state: Tracking, name: str) -> str | None:
+        """Extender mode: write the decision held for job ``name`` now (kube-scheduler asked to bind one of
+        its pods): a gang's records on every member, then every member's Binding, so kube-scheduler never
+        binds part of a gang. Returns why it could not, or None once every member is bound."""
+        held = state.held.get(name)
+        job = state.engine.jobs.get(name)
+        if held is None or job is None or job.phase not in (JobPhase.RUNNING, JobPhase.RESERVED):
+            state.held.pop(name, None)
+            return f"kubecell holds no placement for {name} (it was released; kube-scheduler will ask again)"
+        if state.waiting_victims.get(name):
+            return f"{name} waits for {len(state.waiting_victims[name])} preempted pod(s) to leave"
+        del state.held[name]
+        self._write(state, [(job, held.planned, held.direct)], set(), wait=True)
+        tracked = state.tracked.get(name)
+        missing = [uid for _, uid, _, _ in held.planned if tracked is None or uid not in tracked.bound]
+        return f"{len(missing)} of {len(held.planned)} member(s) of {name} could not be bound" if missing else None
+
+    def _decide(self, state: Tracking, jobs: Sequence[Job], victims: set[str]
+                ) -> tuple[list[tuple[Job, list[Planned], bool]], bool]:
+        """Each job's new members with their records, and whether its Binding can carry the record (a
+        single member not waiting for victims)."""
         plans: list[tuple[Job, list[Planned], bool]] = []
+        dirty = False
         for job in jobs:
             planned = self._plan(state, job)
             if planned is None:
@@ -79,6 +113,13 @@ class Binder:
                 continue
             waits = job.phase == JobPhase.RESERVED and bool(victims)
             plans.append((job, planned, len(planned) == 1 and not waits))
+        return plans, dirty
+
+    def _write(self, state: Tracking, plans: Sequence[tuple[Job, list[Planned], bool]], victims: set[str], *,
+               wait: bool) -> bool:
+        """Records (a gang's, all before any Binding), then Bindings; ``wait``: even a single member's
+        Binding is waited for (the extender answers kube-scheduler with its outcome)."""
+        dirty = False
         records = [item for _, planned, direct in plans if not direct for item in planned]
         failures = {uid: error for uid, error in self.pool.map(self._write_one, records) if error is not None}
         to_bind = []
@@ -89,7 +130,7 @@ class Binder:
                 for _, uid, pod, _ in planned:
                     if uid not in failures:
                         retry("roll back a record", lambda pod=pod: self.actions.clear_record(pod))
-                engine.bind_failed(job.name, time.time(), str(broken[0]))
+                self._requeue(state, job.name, str(broken[0]))
                 dirty = True
                 if any(isinstance(e, ApiError) and e.unavailable for e in broken):
                     raise broken[0]
@@ -98,12 +139,36 @@ class Binder:
                 tracked.members[index] = uid
             if job.phase == JobPhase.RESERVED and victims:
                 state.waiting_victims[job.name] = set(victims)
-            elif direct and job.phase == JobPhase.RUNNING:
+            elif direct and job.phase == JobPhase.RUNNING and not wait:
                 (_, uid, pod, record), = planned
                 self._bind_without_waiting(state, job.name, uid, pod, record)
             else:
                 to_bind.append((job.name, {uid: record for _, uid, _, record in planned} if direct else {}))
         return self.bind(state, to_bind) or dirty
+
+    def _requeue(self, state: Tracking, name: str, reason: str) -> None:
+        """The engine takes the job back to the queue; its pods hold no member any more (the next start
+        plans every member again)."""
+        state.engine.bind_failed(name, time.time(), reason)
+        state.held.pop(name, None)
+        tracked = state.tracked.get(name)
+        if tracked is not None:
+            tracked.members.clear()
+            tracked.bound.clear()
+
+    def release_stale(self, state: Tracking, max_age: float) -> bool:
+        """Extender mode: give back decisions kube-scheduler has not asked to bind for ``max_age`` seconds
+        (its filter chose no node of ours, the pod went elsewhere, or kube-scheduler is gone), so GPUs
+        are never held for a pod that will not come. Returns True when one was released."""
+        now, released = time.monotonic(), False
+        for name, held in list(state.held.items()):
+            job = state.engine.jobs.get(name)
+            if job is None or job.phase not in (JobPhase.RUNNING, JobPhase.RESERVED):
+                del state.held[name]
+            elif now - held.touched > max_age and not state.waiting_victims.get(name):
+                self._requeue(state, name, f"kube-scheduler did not bind it within {max_age:.0f} s")
+                released = True
+        return released
 
     def _bind_without_waiting(self, state: Tracking, name: str, uid: str, pod: dict[str, Any],
                               record: AllocationRecord) -> None:
@@ -153,7 +218,7 @@ class Binder:
                 continue
             elif direct and not error.unavailable:
                 if state.engine.jobs[name].phase in (JobPhase.RUNNING, JobPhase.RESERVED):
-                    state.engine.bind_failed(name, time.time(), str(error))
+                    self._requeue(state, name, str(error))
                     dirty = True
             else:
                 unavailable = error
@@ -167,7 +232,7 @@ class Binder:
         new = sorted(index for index in held if index not in tracked.members)
         free = tracked.free_pods()
         if len(free) < len(new):
-            engine.bind_failed(job.name, time.time(), f"{len(new)} members placed but {len(free)} pods free")
+            self._requeue(state, job.name, f"{len(new)} members placed but {len(free)} pods free")
             return None
         created = datetime.datetime.now(datetime.UTC)
         planned = []
@@ -180,7 +245,7 @@ class Binder:
                     attempt=job.preemptions, job=job.name, vc=job.vc, job_class=job.job_class or JobClass.BORROWED,
                     member=index, scheduler=self.scheduler_name, created_at=created, batch=len(new))))
         except (KubecellError, KeyError) as error:
-            engine.bind_failed(job.name, time.time(), str(error))
+            self._requeue(state, job.name, str(error))
             return None
         return planned
 
@@ -220,7 +285,8 @@ class Binder:
             retry("bind", lambda: self.actions.bind(pod, node, record))
         except ApiError as error:
             return name, uid, record is not None, error
-        self.announce.scheduled(pod, node)
+        if not self.hold:  # kube-scheduler announces the pods it asked its extender to bind
+            self.announce.scheduled(pod, node)
         return name, uid, record is not None, None
 
     def bind_reserved_when_victims_are_gone(self, state: Tracking) -> bool:
@@ -235,6 +301,8 @@ class Binder:
                 state.waiting_victims[name] = remaining
                 continue
             del state.waiting_victims[name]
+            if name in state.held:  # extender mode: kube-scheduler binds it when it asks again
+                continue
             ready.append((name, {}))
         return self.bind(state, ready) if ready else False
 

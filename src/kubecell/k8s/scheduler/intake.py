@@ -36,13 +36,19 @@ class Teller:
     kind of reason (the message with its numbers blanked) is told at once, with an Event; the same kind
     with new numbers only refreshes the condition, at most every ``refresh_seconds``."""
 
-    def __init__(self, actions: Actions, *, refresh_seconds: float = 30.0) -> None:
+    def __init__(self, actions: Actions, *, refresh_seconds: float = 30.0, quiet: bool = False) -> None:
         self.actions = actions
         self.refresh_seconds = refresh_seconds
+        self.quiet = quiet
+        """Extender mode: kube-scheduler writes the pod's condition and Events from the reasons kubecell's
+        filter gives it; the story is only kept here (``told``) for that filter to read."""
         self.told: dict[str, tuple[str, float]] = {}
 
     def tell(self, pod: Mapping[str, Any], message: str, *, reason: str = "Unschedulable", event: bool = True) -> None:
         uid, now = pods.uid(pod), time.monotonic()
+        if self.quiet:
+            self.told[uid] = (message, now)
+            return
         last = self.told.get(uid)
         if last is not None:
             if last[0] == message:
@@ -68,13 +74,18 @@ _NUMBERS = re.compile(r"\d[\d,.]*")
 class Intake:
     """Turns changed pods into engine calls (submit, finish, cancel, hold for another scheduler)."""
 
-    def __init__(self, mirror: Mirror, teller: Teller, *, scheduler_name: str, default_vc: str) -> None:
+    def __init__(self, mirror: Mirror, teller: Teller, *, scheduler_name: str | frozenset[str], default_vc: str,
+                 resources: frozenset[str] | None = None) -> None:
         self.mirror = mirror
         self.teller = teller
         self.scheduler_name = scheduler_name
         self.default_vc = default_vc
+        self.resources = resources
+        """Extender mode: only pods asking for one of these are kubecell's (kube-scheduler sends no other
+        to its extender; the rest it places alone, and kubecell holds them like any foreign pod)."""
         self.generations: dict[str, int] = {}
-        """Gang key -> how many jobs were formed under it (job names stay unique across re-formations)."""
+        """Gang key -> how many jobs were formed under it (job names stay unique across re-formations);
+        also pod uid -> how many times a pod alone was made a new job (``renew``)."""
 
     def note_generation(self, tracked: Tracked) -> None:
         """A restored gang's generation, so the next one formed under its key gets a new name."""
@@ -87,7 +98,7 @@ class Intake:
         """Apply the pods ``changed`` (uids, in the order they changed) to the engine; True if it changed."""
         if groups_changed:  # a PodGroup's minimum or queue may change what each of its pods asks for
             for uid, pod in self.mirror.pods.items():
-                if uid not in state.pod_job and pods.ours(pod, self.scheduler_name) and not pods.node_of(pod):
+                if uid not in state.pod_job and self.ours(pod) and not pods.node_of(pod):
                     changed[uid] = None
         dirty = False
         for name in dict.fromkeys(state.pod_job[uid] for uid in changed if uid in state.pod_job):
@@ -95,9 +106,28 @@ class Intake:
         for uid in changed:
             if uid not in self.mirror.pods:
                 self.teller.forget(uid)
+                self.generations.pop(uid, None)
+                state.filter_nodes.pop(uid, None)
         dirty |= self._sync_external(state, changed)
         dirty |= self._submit_new_pods(state, changed)
         return dirty
+
+    def renew(self, state: Tracking, name: str) -> None:
+        """Withdraw job ``name`` and let its pods form a new job at the next reconcile (extender mode: its
+        pods' allowed nodes changed, which a job's spec cannot). A pod alone gets a new generation in its
+        job name, since the engine never takes a name twice."""
+        state.engine.cancel(name, time.time())
+        tracked = state.tracked.get(name)
+        if tracked is not None and tracked.group is None:
+            for uid in tracked.pod_uids:
+                self.generations[uid] = self.generations.get(uid, 0) + 1
+        for uid in state.untrack(name):
+            self.mirror.changed[uid] = None
+
+    def ours(self, pod: Mapping[str, Any]) -> bool:
+        if not pods.ours(pod, self.scheduler_name):
+            return False
+        return self.resources is None or pods.asks_for_any(pod, self.resources)
 
     def _check_job(self, state: Tracking, name: str, changed: MutableMapping[str, None], now: float) -> bool:
         """End a job whose pods ended, cancel a waiting job that lost a pod, forget a dead one."""
@@ -154,7 +184,7 @@ class Intake:
             if left is not None:
                 touched.add(left)
             pod = self.mirror.pods.get(uid)
-            if pod is None or not pods.ours(pod, self.scheduler_name) or pods.is_done(pod) or pods.node_of(pod):
+            if pod is None or not self.ours(pod) or pods.is_done(pod) or pods.node_of(pod):
                 continue
             if pod_groups is None:
                 pod_groups = self.mirror.all_podgroups()
@@ -193,7 +223,7 @@ class Intake:
     def _submit(self, state: Tracking, members: list[tuple[dict[str, Any], PodDemand]], size: int,
                 minimum: int | None) -> bool:
         pod, demand = members[0]
-        generation = 0
+        generation = self.generations.get(pods.uid(pod), 0)
         if demand.group is not None:
             generation = self.generations.get(demand.group.key, 0) + 1
             self.generations[demand.group.key] = generation
@@ -227,6 +257,9 @@ class Intake:
             if nodes is not None:
                 allowed = nodes if allowed is None else allowed & nodes
                 reasons = reasons or why
+            left = state.filter_nodes.get(pods.uid(pod))
+            if left is not None:  # extender mode: kube-scheduler's own filters ruled out others
+                allowed = left if allowed is None else allowed & left
         if allowed is None:
             return None, ""
         return allowed, ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()) if count)

@@ -36,10 +36,12 @@ class Tracked:
 
 
 def job_name(demand: PodDemand, pod: Mapping[str, Any], generation: int) -> str:
-    """``ns/pod@uid8`` for a pod alone, ``ns/group#n`` for the n-th gang formed under a group key."""
+    """``ns/pod@uid8`` for a pod alone (``ns/pod@uid8#n`` when it is placed again as a new job, see
+    ``Intake.renew``), ``ns/group#n`` for the n-th gang formed under a group key."""
     if demand.group is not None:
         return f"{demand.group.key}#{generation}"
-    return f"{pods.key(pod)}@{pods.uid(pod)[:8]}"
+    base = f"{pods.key(pod)}@{pods.uid(pod)[:8]}"
+    return f"{base}#{generation}" if generation else base
 
 
 def job_spec(name: str, demand: PodDemand, members: int, minimum: int | None, vc: str, submitted: float,

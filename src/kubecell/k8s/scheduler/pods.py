@@ -34,8 +34,21 @@ def is_done(pod: Mapping[str, Any]) -> bool:
     return phase(pod) in TERMINAL_PHASES or bool(pod["metadata"].get("deletionTimestamp"))
 
 
-def ours(pod: Mapping[str, Any], scheduler_name: str) -> bool:
-    return (pod.get("spec") or {}).get("schedulerName") == scheduler_name
+def ours(pod: Mapping[str, Any], names: str | frozenset[str]) -> bool:
+    """Whether the pod's ``schedulerName`` is ``names`` (or one of them)."""
+    name = (pod.get("spec") or {}).get("schedulerName")
+    return name == names if isinstance(names, str) else name in names
+
+
+def asks_for_any(pod: Mapping[str, Any], resources: frozenset[str]) -> bool:
+    """Whether a container or init container requests or limits one of ``resources``: the pods
+    kube-scheduler sends to an extender that manages them (its ``IsInterested``)."""
+    spec = pod.get("spec") or {}
+    for container in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
+        found = (container.get("resources") or {})
+        if any(name in resources for part in ("requests", "limits") for name in (found.get(part) or {})):
+            return True
+    return False
 
 
 def created(pod: Mapping[str, Any]) -> float:

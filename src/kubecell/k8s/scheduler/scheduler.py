@@ -13,16 +13,18 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from kubecell.core.engine.engine import Engine
-from kubecell.core.engine.job import JobClass
+from kubecell.core.engine.job import JobClass, JobPhase
 from kubecell.core.engine.options import PRESETS
 from kubecell.core.engine.restore import RunningMember
 from kubecell.core.errors import InvalidInputError, KubecellError
@@ -33,8 +35,13 @@ from kubecell.core.tenancy.config import Tenants
 from kubecell.core.topology import CellForest
 from kubecell.inputs.tenants import parse_tenants
 from kubecell.inputs.yaml_document import YamlDocument
+from kubecell.k8s import virtualclusters
 from kubecell.k8s.dialects import DemandError, pod_demand
 from kubecell.k8s.inventory import NodeView
+from kubecell.k8s.names import MANAGED_RESOURCES
+from kubecell.k8s.observe.capture import CaptureCache, capture
+from kubecell.k8s.observe.recorder import Recorder
+from kubecell.k8s.observe.snapshot import Snapshot
 from kubecell.k8s.records import AllocationRecord, RecordError
 from kubecell.k8s.rest import ApiError, Kube
 from kubecell.k8s.scheduler import pods
@@ -47,7 +54,10 @@ from kubecell.k8s.scheduler.tracking import Tracking
 from kubecell.k8s.watch import Collection, Event, Watcher
 
 log = logging.getLogger("kubecell.scheduler")
+T = TypeVar("T")
 
+SNAPSHOT_INTERVAL = 0.5
+"""Seconds between two published snapshots at most (taking one reads every GPU); a rebuild publishes at once."""
 BIND_WORKERS = 16
 """Records and Bindings in flight at once (each is one round trip to the API server)."""
 
@@ -76,6 +86,18 @@ class SchedulerOptions:
     tie_ranks: Mapping[str, int] = field(default_factory=dict)
     """Node name -> rank breaking ties between equal scores (lower first); unnamed nodes rank after, by
     name. A replay sets the packing experiment's seeded order so both make the same decision."""
+    extender: bool = False
+    """Serve kube-scheduler as its extender (``kubecell extender``): the same engine decides, but nothing
+    is written until kube-scheduler's bind call asks for it (see ``kubecell.k8s.extender``)."""
+    extra_names: tuple[str, ...] = ()
+    """Further ``schedulerName`` values whose pods kubecell places (extender mode: other kube-scheduler
+    profiles whose GPU pods it should place, e.g. ``default-scheduler``)."""
+    hold_seconds: float = 60.0
+    """Extender mode: how long a decision waits for kube-scheduler's bind before its GPUs are given back."""
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset((self.name, *self.extra_names))
 
 
 class Scheduler:
@@ -93,16 +115,40 @@ class Scheduler:
         self._next_nodes: tuple[dict[str, NodeView], tuple[Any, ...]] | None = None
         self._node_reads: dict[str, tuple[str, NodeView, tuple[Any, ...]]] = {}
         self.tenants_text: str | None = None
-        self.teller = Teller(self.actions)
-        self.intake = Intake(self.mirror, self.teller, scheduler_name=self.options.name,
-                             default_vc=self.options.default_vc)
+        extender = self.options.extender
+        self.teller = Teller(self.actions, quiet=extender)
+        self.intake = Intake(self.mirror, self.teller, scheduler_name=self.options.names,
+                             default_vc=self.options.default_vc,
+                             resources=frozenset(MANAGED_RESOURCES) if extender else None)
         self.pool = ThreadPoolExecutor(max_workers=BIND_WORKERS, thread_name_prefix="kubecell-write")
         self.settled: queue.SimpleQueue[Settled] = queue.SimpleQueue()
-        self.binder = Binder(self.actions, self.mirror, self.pool, self.options.name, self._on_settled)
+        self.binder = Binder(self.actions, self.mirror, self.pool, self.options.name, self._on_settled,
+                             hold=extender)
+        self.calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
+        """Work other threads hand to the scheduler thread (the extender's verbs), run after each step."""
         self.needs_rebuild = True
         self.dirty = True
         self.cycles = 0
         self.ready = threading.Event()
+        self.recorder = Recorder()
+        """Counters and histograms of what the cycles did (attempts, latency, preemptions, gang outcomes),
+        and the last decisions; bumped from ``cycle`` and from writer threads, read by ``/metrics``."""
+        self.snapshot: Snapshot | None = None
+        """The latest picture of the scheduler's state for other threads (metrics, the dashboard): replaced
+        whole, never modified, at most every ``SNAPSHOT_INTERVAL`` s and at once after a rebuild; None
+        until the first step ends."""
+        self.snapshot_changed = threading.Condition()
+        """Notified (``notify_all``) each time ``snapshot`` is replaced. A reader that streams updates (the
+        dashboard's server-sent events) waits with a bound and compares identities::
+
+            with scheduler.snapshot_changed:
+                scheduler.snapshot_changed.wait_for(lambda: scheduler.snapshot is not last, timeout=15)
+        """
+        self._capture_cache = CaptureCache()
+        self._published_at = float("-inf")
+        self._published_state: Tracking | None = None
+        self._publish_timer: threading.Timer | None = None
+        self.binder.settled = self._count_settled
 
     @property
     def engine(self) -> Engine | None:
@@ -113,6 +159,33 @@ class Scheduler:
         self.stop.set()
         self.events.put(Event("wake", "SYNC"))
 
+    def call(self, work: Callable[[], T], timeout: float) -> T:
+        """Run ``work`` on the scheduler thread, after the events that arrived before it, and return its
+        result (from any other thread). Raises ``TimeoutError`` when the loop does not get to it in time
+        (it is then skipped), or what ``work`` raised."""
+        future: Future[T] = Future()
+        self.calls.put((work, future))
+        self.events.put(Event("wake", "SYNC"))
+        try:
+            return future.result(timeout)
+        except FutureTimeout:
+            future.cancel()
+            raise TimeoutError(f"the scheduler loop did not answer within {timeout:.1f} s") from None
+
+    def _run_calls(self) -> None:
+        while not self.calls.empty():
+            work, future = self.calls.get_nowait()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(work())
+            except ApiError as error:
+                self.needs_rebuild = True
+                future.set_exception(error)
+            except Exception as error:  # the caller (an HTTP request) reports it; the loop goes on
+                log.exception("a call on the scheduler thread failed")
+                future.set_exception(error)
+
     # ================================================================== watching
     def collections(self) -> list[Collection]:
         o = self.options
@@ -121,6 +194,8 @@ class Scheduler:
                  Collection("tenants", f"/api/v1/namespaces/{o.tenants_namespace}/configmaps",
                             (("fieldSelector", f"metadata.name={o.tenants_configmap}"),))]
         found += [Collection(kind, path, optional=True) for kind, path in PODGROUP_APIS]
+        found.append(Collection("virtualclusters", virtualclusters.PATH, optional=True,
+                                transform=virtualclusters.trimmed))
         return found
 
     def run(self, *, sync_timeout: float = 60.0) -> None:
@@ -136,6 +211,8 @@ class Scheduler:
             while not self.stop.is_set():
                 self.step(wait=self._wait())
         finally:
+            while not self.calls.empty():
+                self.calls.get_nowait()[1].cancel()
             self.pool.shutdown(wait=False)
             self.binder.announce.close()
 
@@ -189,6 +266,8 @@ class Scheduler:
             log.exception("cycle failed (%s); the state is rebuilt from the API server", error)
             self.needs_rebuild = True
             self.stop.wait(1.0)
+        self._run_calls()
+        self.publish()
 
     def _catch_up_with_binds(self, outcomes: list[Settled], *, timeout: float = 5.0) -> None:
         """Before a rebuild: wait for the Bindings still on their way, then read events until the mirror
@@ -230,7 +309,8 @@ class Scheduler:
         for that rebuild, so a node event reads every node once, not twice)."""
         self._next_nodes = self._read_nodes()
         text = ((self.mirror.tenants or {}).get("data") or {}).get(self.options.tenants_key)
-        return self._next_nodes[1] != self.node_signature or text != self.tenants_text
+        return (self._next_nodes[1] != self.node_signature or text != self.tenants_text
+                or self.virtual_clusters.changed(self.mirror.virtualclusters.values()))
 
     # ================================================================== rebuilding
     def rebuild(self) -> None:
@@ -256,10 +336,20 @@ class Scheduler:
         self.dirty = True
         log.info("rebuilt: %d nodes, %d VCs, %d running jobs", len(nodes), len(tenants.vcs), len(engine.running))
 
+    @cached_property
+    def virtual_clusters(self) -> virtualclusters.VirtualClusterSource:
+        """The VirtualCluster objects' verdicts and the accepted set in force, kept across rebuilds."""
+        return virtualclusters.VirtualClusterSource(self.kube, self.options.name)
+
     def _tenants(self, nodes: Sequence[Node], forest: CellForest) -> Tenants:
+        """VirtualCluster objects when any exist (a refused set keeps the accepted one in force), else the
+        ConfigMap, else the whole-cluster default."""
         o = self.options
         text = ((self.mirror.tenants or {}).get("data") or {}).get(o.tenants_key)
         self.tenants_text = text
+        from_objects = self.virtual_clusters.tenants(self.mirror.virtualclusters.values(), forest)
+        if from_objects is not None:
+            return from_objects
         if text:
             source = f"configmap {o.tenants_namespace}/{o.tenants_configmap} key {o.tenants_key}"
             try:
@@ -273,7 +363,7 @@ class Scheduler:
         written before a crash is rolled back; one whose records all exist is bound the rest of the way)."""
         by_job: dict[str, list[tuple[dict[str, Any], AllocationRecord]]] = {}
         for pod in self.mirror.pods.values():
-            if not pods.ours(pod, self.options.name) or pods.is_done(pod):
+            if not pods.ours(pod, self.options.names) or pods.is_done(pod):
                 continue
             try:
                 record = pods.record_of(pod)
@@ -345,11 +435,15 @@ class Scheduler:
         wake = engine.next_wake()
         if self.binder.bind_reserved_when_victims_are_gone(state):
             self.dirty = True
+        if state.held and self.binder.release_stale(state, self.options.hold_seconds):
+            self.dirty = True
         if not self.dirty and (wake is None or wake > now):
             return
         self.dirty = False
         self.cycles += 1
+        began = time.perf_counter()
         result = engine.schedule(now)
+        decided = time.perf_counter()
         victims: set[str] = set()
         for job in result.evicted:
             victims |= self.binder.evict(state, job, f"preempted by kubecell: {job.wait_reason}")
@@ -371,6 +465,44 @@ class Scheduler:
                 pod = self.mirror.pods.get(uid)
                 if pod is not None:
                     self.teller.tell(pod, message)
+        failed = [job for job in [*result.started, *result.grown] if job.phase == JobPhase.PENDING]
+        self.recorder.cycle(result, engine.book, now=now, decide_seconds=decided - began,
+                            act_seconds=time.perf_counter() - decided, failed=failed, waiting=len(engine.pending))
+
+    # ================================================================== observing
+    def publish(self) -> None:
+        """Replace ``snapshot`` (on the scheduler thread) if ``SNAPSHOT_INTERVAL`` has passed or the engine
+        was rebuilt; a skipped one is taken by a wake-up once the interval is over, so the last change
+        of a burst is never left unpublished. A failure to take one is logged, never raised: scheduling
+        goes on with the previous picture."""
+        clock = time.monotonic()
+        rebuilt = self.state is not self._published_state
+        if not rebuilt and clock - self._published_at < SNAPSHOT_INTERVAL:
+            if self._publish_timer is None or not self._publish_timer.is_alive():
+                self._publish_timer = threading.Timer(SNAPSHOT_INTERVAL - (clock - self._published_at),
+                                                      self.events.put, (Event("wake", "SYNC"),))
+                self._publish_timer.daemon = True
+                self._publish_timer.start()
+            return
+        try:
+            taken = capture(self, cache=self._capture_cache, previous=self.snapshot)
+        except (KubecellError, ValueError, KeyError, IndexError) as error:
+            log.exception("could not take a snapshot (%s); the previous one stays published", error)
+            return
+        self._published_at, self._published_state = clock, self.state
+        self._publish_timer = None
+        with self.snapshot_changed:
+            self.snapshot = taken
+            self.snapshot_changed.notify_all()
+
+    def _count_settled(self, outcome: Settled) -> None:
+        """From a writer thread: count a refused Binding sent without waiting, then queue its outcome."""
+        state, name, _, _, error = outcome
+        if error is not None and not (error.conflict or error.not_found):
+            job = state.engine.jobs.get(name)
+            self.recorder.binding_refused(name, job.vc if job is not None else "", now=time.time(), detail=str(error),
+                                          gang=job is not None and job.spec.members > 1)
+        self._on_settled(outcome)
 
 
 def _placement_terms(node: Mapping[str, Any]) -> tuple[Any, ...]:

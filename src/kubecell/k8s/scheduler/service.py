@@ -1,7 +1,9 @@
-"""The scheduler as a process: leader election, the loop, health endpoints, metrics, graceful shutdown.
+"""The scheduler as a process: leader election, the loop, its HTTP port, graceful shutdown.
 
-``/healthz`` answers while the process runs; ``/readyz`` answers 200 once this replica leads and has
-completed a cycle (a standby replica is alive but not ready); ``/metrics`` is Prometheus' text format.
+The port (``kubecell.k8s.web``): ``/healthz`` answers while the process runs; ``/readyz`` answers 200 once
+this replica leads and has completed a cycle (a standby replica is alive but not ready); ``/metrics`` is
+Prometheus' text format; ``/`` is the live dashboard; in extender mode ``/extender/<verb>`` answers
+kube-scheduler (a standby replica answers 503 there; kube-scheduler retries the pod).
 SIGTERM stops scheduling, releases the Lease so a standby takes over at once, and exits.
 """
 
@@ -12,51 +14,17 @@ import os
 import signal
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
-
-from prometheus_client import CONTENT_TYPE_LATEST
 
 from kubecell.k8s.leader import LeaderElector, LeaseConfig
-from kubecell.k8s.observe.metrics import Metrics
 from kubecell.k8s.rest import Kube
 from kubecell.k8s.scheduler.scheduler import Scheduler, SchedulerOptions
+from kubecell.k8s.web.app import build_app, serve
 
 log = logging.getLogger("kubecell.scheduler")
 
 
 def default_identity() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def serve(address: tuple[str, int], scheduler: Scheduler, elector: LeaderElector | None) -> ThreadingHTTPServer:
-    metrics = Metrics(scheduler, elector)
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path == "/healthz":
-                self._answer(200, b"ok")
-            elif self.path == "/readyz":
-                ready = scheduler.ready.is_set() and (elector is None or elector.leading.is_set())
-                self._answer(200 if ready else 503, b"ok" if ready else b"not leading or not synced")
-            elif self.path == "/metrics":
-                self._answer(200, metrics.render(), CONTENT_TYPE_LATEST)
-            else:
-                self._answer(404, b"not found")
-
-        def _answer(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug(format, *args)
-
-    server = ThreadingHTTPServer(address, Handler)
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-    return server
 
 
 def _relay(source: threading.Event, scheduler: Scheduler) -> None:
@@ -78,7 +46,12 @@ def run(kube: Kube, options: SchedulerOptions, *, listen: tuple[str, int] | None
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-    server = serve(listen, scheduler, elector) if listen else None
+    extra = []
+    if options.extender:  # kube-scheduler's extender verbs on the same port (imported here: a mode apart)
+        from kubecell.k8s.extender.http import routes
+        from kubecell.k8s.extender.verbs import Extender
+        extra = routes(Extender(scheduler))
+    server = serve(build_app(scheduler, elector, extra_routes=extra), *listen) if listen else None
     try:
         if elector is not None:
             threading.Thread(target=elector.run, args=(stop,), name="leader", daemon=True).start()
@@ -93,6 +66,6 @@ def run(kube: Kube, options: SchedulerOptions, *, listen: tuple[str, int] | None
         if elector is not None and not elector.lost.is_set():
             elector.release()
         if server is not None:
-            server.shutdown()
+            server.stop()
     if elector is not None and elector.lost.is_set():
         raise SystemExit("lost the leader lease")

@@ -14,7 +14,22 @@ from kubecell.core.engine.engine import Engine
 from kubecell.k8s.constraints import ConstraintCache
 from kubecell.k8s.dialects import PodDemand
 from kubecell.k8s.inventory import NodeView
+from kubecell.k8s.records import AllocationRecord
 from kubecell.k8s.scheduler.jobs import Tracked
+
+Planned = tuple[int, str, dict[str, Any], AllocationRecord]
+"""(member index, pod uid, pod, record) for one member a job newly holds."""
+
+
+@dataclass
+class Held:
+    """Extender mode: a decision not written yet, waiting for kube-scheduler to ask for its bind."""
+
+    planned: list[Planned]
+    direct: bool
+    """A single member: its Binding carries the record."""
+    touched: float
+    """When kube-scheduler last asked about it (monotonic); a decision nobody asks about is given back."""
 
 
 @dataclass
@@ -40,6 +55,11 @@ class Tracking:
     rebuilt whenever a node's labels or taints change, so the cache lives exactly as long as its answers."""
     excluded_by_constraints: dict[str, str] = field(default_factory=dict)
     """Job name -> why its node constraints rule nodes out, in kube-scheduler's words (for why-pending)."""
+    held: dict[str, Held] = field(default_factory=dict)
+    """Extender mode: job name -> its decision, written when kube-scheduler asks to bind."""
+    filter_nodes: dict[str, frozenset[str]] = field(default_factory=dict)
+    """Extender mode: pod uid -> the nodes kube-scheduler's own filters left for it, once they ruled out
+    the node kubecell chose (pod affinity, ports, volumes: rules kubecell does not evaluate)."""
 
     def track(self, tracked: Tracked) -> None:
         self.tracked[tracked.name] = tracked
@@ -51,6 +71,7 @@ class Tracking:
         tracked = self.tracked.pop(name, None)
         self.waiting_victims.pop(name, None)
         self.excluded_by_constraints.pop(name, None)
+        self.held.pop(name, None)
         if tracked is None:
             return []
         for uid in tracked.pod_uids:

@@ -1,0 +1,165 @@
+"""The extender wire format of ``k8s.io/kube-scheduler/extender/v1``, read and written exactly.
+
+kube-scheduler marshals Go structs without JSON tags, so the keys are the Go field names (``Pod``,
+``NodeNames``, ``FailedNodes``, ``PodUID`` ...) and Go's decoder matches keys case-insensitively; we read
+them the same way (``pod``, ``POD`` and ``Pod`` are one key) and always write the exact spelling. The
+objects inside (``Pod``, ``Nodes``) are Kubernetes API objects with their usual camelCase fields.
+
+A request that does not parse gets a ``ProtocolError`` naming what is wrong; the HTTP layer answers it
+with status 400 and the message in ``Error``, the field kube-scheduler reports.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubecell.core.errors import KubecellError
+
+MAX_PRIORITY = 10
+"""``MaxExtenderPriority``: an extender's scores run 0..10 (kube-scheduler scales them by the weight)."""
+
+
+class ProtocolError(KubecellError):
+    """A request kube-scheduler (or anyone) sent that is not the extender protocol."""
+
+
+def _fields(body: bytes | str | Mapping[str, Any], what: str) -> dict[str, Any]:
+    if isinstance(body, Mapping):
+        data: Any = body
+    else:
+        try:
+            data = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ProtocolError(f"{what}: the body is not JSON ({error})") from None
+    if not isinstance(data, Mapping):
+        raise ProtocolError(f"{what}: expected a JSON object, got {type(data).__name__}")
+    return {str(key).lower(): value for key, value in data.items()}
+
+
+def _pod(fields: Mapping[str, Any], what: str) -> dict[str, Any]:
+    pod = fields.get("pod")
+    if not isinstance(pod, dict):
+        raise ProtocolError(f"{what}: no Pod in the request")
+    meta = pod.get("metadata")
+    if not isinstance(meta, dict) or not meta.get("name") or not meta.get("uid"):
+        raise ProtocolError(f"{what}: the Pod has no metadata.name and metadata.uid")
+    pod.setdefault("spec", {})
+    return pod
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderArgs:
+    """``ExtenderArgs``: the pod and its candidate nodes, by name (``nodeCacheCapable``) or as objects."""
+
+    pod: dict[str, Any]
+    node_names: list[str]
+    nodes: list[dict[str, Any]] | None
+    """The Node objects, when kube-scheduler sent them (no node cache); None when it sent names."""
+
+    @property
+    def by_name(self) -> bool:
+        return self.nodes is None
+
+
+def parse_args(body: bytes | str | Mapping[str, Any], what: str = "filter") -> ExtenderArgs:
+    fields = _fields(body, what)
+    pod = _pod(fields, what)
+    names, nodes = fields.get("nodenames"), fields.get("nodes")
+    if names is not None:
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ProtocolError(f"{what}: NodeNames must be a list of strings")
+        return ExtenderArgs(pod, names, None)
+    if isinstance(nodes, dict):
+        items = nodes.get("items") or []
+        if not isinstance(items, list):
+            raise ProtocolError(f"{what}: Nodes.items must be a list")
+        try:
+            return ExtenderArgs(pod, [str(item["metadata"]["name"]) for item in items], items)
+        except (KeyError, TypeError):
+            raise ProtocolError(f"{what}: a node in Nodes.items has no metadata.name") from None
+    raise ProtocolError(f"{what}: neither NodeNames nor Nodes in the request")
+
+
+def filter_result(args: ExtenderArgs, passed: list[str], failed: Mapping[str, str],
+                  unresolvable: Mapping[str, str] | None = None, error: str = "") -> dict[str, Any]:
+    """``ExtenderFilterResult``, in the form the request came in (names, or the passed Node objects)."""
+    result: dict[str, Any] = {"Nodes": None, "NodeNames": None, "FailedNodes": dict(failed),
+                              "FailedAndUnresolvableNodes": dict(unresolvable or {}), "Error": error}
+    if args.by_name:
+        result["NodeNames"] = passed
+    else:
+        assert args.nodes is not None
+        chosen = set(passed)
+        result["Nodes"] = {"metadata": {}, "items": [n for n in args.nodes if n["metadata"]["name"] in chosen]}
+    return result
+
+
+def priorities(scores: Mapping[str, int]) -> list[dict[str, Any]]:
+    """``HostPriorityList``."""
+    return [{"Host": host, "Score": max(0, min(MAX_PRIORITY, int(score)))} for host, score in scores.items()]
+
+
+@dataclass(frozen=True, slots=True)
+class BindingArgs:
+    """``ExtenderBindingArgs``."""
+
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+
+def parse_binding(body: bytes | str | Mapping[str, Any]) -> BindingArgs:
+    fields = _fields(body, "bind")
+    values = {key: fields.get(key) for key in ("podname", "podnamespace", "poduid", "node")}
+    missing = [name for name, key in (("PodName", "podname"), ("PodNamespace", "podnamespace"),
+                                      ("PodUID", "poduid"), ("Node", "node")) if not isinstance(values[key], str)
+               or not values[key]]
+    if missing:
+        raise ProtocolError(f"bind: missing {', '.join(missing)}")
+    return BindingArgs(str(values["podname"]), str(values["podnamespace"]), str(values["poduid"]),
+                       str(values["node"]))
+
+
+def binding_result(error: str = "") -> dict[str, Any]:
+    """``ExtenderBindingResult``."""
+    return {"Error": error}
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionArgs:
+    """``ExtenderPreemptionArgs``: kube-scheduler's candidate victims per node (as UIDs either way)."""
+
+    pod: dict[str, Any]
+    victims: dict[str, list[str]]
+
+
+def parse_preemption(body: bytes | str | Mapping[str, Any]) -> PreemptionArgs:
+    fields = _fields(body, "preempt")
+    pod = _pod(fields, "preempt")
+    victims: dict[str, list[str]] = {}
+    meta = fields.get("nodenametometavictims")
+    source = meta if meta else fields.get("nodenametovictims")
+    if source is not None and not isinstance(source, dict):
+        raise ProtocolError("preempt: NodeNameToVictims/NodeNameToMetaVictims must be an object")
+    for node, entry in (source or {}).items():
+        entry_fields = {str(k).lower(): v for k, v in (entry or {}).items()}
+        victims[str(node)] = [_victim_uid(p, meta=bool(meta)) for p in entry_fields.get("pods") or []
+                              if isinstance(p, dict)]
+    return PreemptionArgs(pod, victims)
+
+
+def _victim_uid(pod: Mapping[str, Any], *, meta: bool) -> str:
+    """A ``MetaPod``'s ``UID`` (any case), or a full Pod's ``metadata.uid``."""
+    if meta:
+        return str({str(k).lower(): v for k, v in pod.items()}.get("uid", ""))
+    return str((pod.get("metadata") or {}).get("uid", ""))
+
+
+def preemption_result(victims: Mapping[str, list[str]]) -> dict[str, Any]:
+    """``ExtenderPreemptionResult`` (victims by UID: ``MetaVictims``)."""
+    return {"NodeNameToMetaVictims": {node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": 0}
+                                      for node, uids in victims.items()}}
