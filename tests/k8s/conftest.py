@@ -7,11 +7,14 @@ import contextlib
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from kubecell.cli.main import example_paths
 from kubecell.k8s.rest import ApiError, Kube
 from kubecell.k8s.scheduler.scheduler import Scheduler, SchedulerOptions
+from kubecell.testbed import testbed as testbed_driver
 from kubecell.testbed.control_plane import ControlPlaneState
 
 
@@ -61,3 +64,25 @@ def start_scheduler(testbed: ControlPlaneState) -> Iterator[type[RunningSchedule
     finally:
         for running in started:
             running.close()
+
+
+@pytest.fixture(scope="module")
+def example_state(testbed: ControlPlaneState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneState]:
+    """A second control plane of the test module's own, holding the bundled example's 64 heterogeneous
+    nodes (no kube-scheduler: a test starts the one it needs)."""
+    nodes_csv, _ = example_paths()
+    directory = Path(tmp_path_factory.mktemp("example-testbed"))
+    result = testbed_driver.up(str(nodes_csv), directory=directory)
+    try:
+        yield result.state
+    finally:
+        testbed_driver.down(directory)
+
+
+@pytest.fixture(scope="module")
+def example_kube(example_state: ControlPlaneState) -> Iterator[Kube]:
+    kube = Kube.from_kubeconfig(example_state.admin_kubeconfig)
+    try:
+        yield kube
+    finally:
+        kube.close()

@@ -30,28 +30,6 @@ from kubecell.testbed.control_plane import ControlPlane, ControlPlaneState
 from tests.support import wait_for
 
 
-@pytest.fixture(scope="module")
-def example_state(testbed: ControlPlaneState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneState]:
-    """A control plane of its own holding the bundled example's 64 heterogeneous nodes (no kube-scheduler
-    yet: each test starts the one it needs)."""
-    nodes_csv, _ = example_paths()
-    directory = Path(tmp_path_factory.mktemp("extender-testbed"))
-    result = testbed_driver.up(str(nodes_csv), directory=directory)
-    try:
-        yield result.state
-    finally:
-        testbed_driver.down(directory)
-
-
-@pytest.fixture(scope="module")
-def example_kube(example_state: ControlPlaneState) -> Iterator[Kube]:
-    kube = Kube.from_kubeconfig(example_state.admin_kubeconfig)
-    try:
-        yield kube
-    finally:
-        kube.close()
-
-
 @contextlib.contextmanager
 def extender_mode(state: ControlPlaneState, options: SchedulerOptions, tmp: Path, *,
                   node_cache: bool = True) -> Iterator[Scheduler]:

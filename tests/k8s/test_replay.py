@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -19,49 +18,27 @@ from kubecell.k8s.scheduler.scheduler import Scheduler
 from kubecell.sim.packing.experiment import run_packing
 from kubecell.sim.packing.metrics import curves_of
 from kubecell.sim.traces.openb import load_nodes, load_pods
-from kubecell.testbed import testbed as testbed_driver
 from kubecell.testbed.control_plane import ControlPlaneState
 
 
-@pytest.fixture(scope="module")
-def example_state(testbed: ControlPlaneState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneState]:
-    """A second control plane holding the bundled example's 64 heterogeneous nodes (no kube-scheduler)."""
-    nodes_csv, _ = example_paths()
-    directory = Path(tmp_path_factory.mktemp("example-testbed"))
-    result = testbed_driver.up(str(nodes_csv), directory=directory)
-    try:
-        yield result.state
-    finally:
-        testbed_driver.down(directory)
-
-
-@pytest.fixture(scope="module")
-def example_testbed(example_state: ControlPlaneState) -> Iterator[Kube]:
-    kube = Kube.from_kubeconfig(example_state.admin_kubeconfig)
-    try:
-        yield kube
-    finally:
-        kube.close()
-
-
 @pytest.mark.parametrize("placement", ["fgd", "kubecell"])
-def test_replay_on_the_cluster_matches_the_simulator(example_testbed: Kube, placement: str) -> None:
+def test_replay_on_the_cluster_matches_the_simulator(example_kube: Kube, placement: str) -> None:
     nodes_csv, pods_csv = example_paths()
     nodes, pods = load_nodes(nodes_csv), load_pods(pods_csv)
     run = plan(nodes, pods, seed=42)
-    scheduler = Scheduler(example_testbed, run.scheduler_options(placement))
+    scheduler = Scheduler(example_kube, run.scheduler_options(placement))
     thread = threading.Thread(target=scheduler.run, daemon=True)
     thread.start()
     namespace = f"replay-{placement}"
-    example_testbed.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+    example_kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                   "metadata": {"name": namespace}})
     try:
         assert scheduler.ready.wait(60)
-        real = replay(example_testbed, run, namespace=namespace)
+        real = replay(example_kube, run, namespace=namespace)
     finally:
         scheduler.shutdown()
         thread.join(timeout=10)
-        example_testbed.delete(f"/api/v1/namespaces/{namespace}/pods")
+        example_kube.delete(f"/api/v1/namespaces/{namespace}/pods")
     simulated = run_packing(nodes, pods, placement, 42)
     assert real.failed == simulated.failed
     assert np.array_equal(real.allocated, simulated.allocated), "the same pods must be placed, in the same order"
