@@ -7,6 +7,6 @@ COPY pyproject.toml README.md ./
 COPY src ./src
 RUN pip install --no-cache-dir . && rm -rf /src
 WORKDIR /
-# Non-root, as deploy/scheduler.yaml's securityContext requires (runAsNonRoot, uid 65532).
+# Non-root, as deploy/base/deployment.yaml's securityContext requires (runAsNonRoot, uid 65532).
 USER 65532:65532
 ENTRYPOINT ["kubecell"]
