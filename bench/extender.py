@@ -12,6 +12,13 @@ cost is one allocation record + Binding write, measured end to end by ``tests/k8
 
 Prints p50/p99/max per configuration and the request body size. The target (issue 13): p99 under 50 ms at
 5,000 nodes with a node cache (kube-scheduler's default extender timeout is 5 s).
+
+    python bench/extender.py --e2e [--nodes 1000] [--pods 2000] [--clients 8]
+
+End to end on a testbed of synthetic 8-GPU nodes: whole-GPU pods created from client threads and watched
+until bound, once through the stock kube-scheduler configured with ``deploy/extender``'s sample and calling
+``kubecell extender`` (a separate process, as in a cluster), once through ``kubecell scheduler``; prints
+pods/s and create-to-bound p50/p99 for both, and the ratio.
 """
 
 from __future__ import annotations
@@ -20,19 +27,28 @@ import argparse
 import http.client
 import json
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 from starlette.applications import Starlette
 
+from kubecell.k8s.extender.config import render
 from kubecell.k8s.extender.http import routes
 from kubecell.k8s.extender.verbs import Extender
 from kubecell.k8s.rest import Kube
 from kubecell.k8s.scheduler.scheduler import Scheduler, SchedulerOptions
 from kubecell.k8s.watch import Event
 from kubecell.k8s.web.app import serve
+from kubecell.testbed import testbed
+from kubecell.testbed.build import ensure_binaries
+from kubecell.testbed.control_plane import ControlPlane
+from kubecell.testbed.load import free_port, measure, wait_ready
 from kubecell.testbed.nodes import node_manifest, synthetic_cluster
 
 ASKS = ({"kubecell.io/gpu-milli": "500"}, {"kubecell.io/gpu-milli": "250"}, {"kubecell.io/gpu": "1"},
@@ -103,12 +119,64 @@ def run(nodes: int, pods: int, seed: int) -> list[tuple[str, float, float, float
     return rows
 
 
+def end_to_end(nodes: int, pods: int, clients: int, timeout: float) -> None:
+    """kube-scheduler + ``kubecell extender`` against ``kubecell scheduler``, on one testbed."""
+    with tempfile.TemporaryDirectory(prefix="kubecell-bench-") as scratch:
+        state = testbed.up("synthetic", nodes=nodes, directory=Path(scratch),
+                           log=lambda line: print(line, file=sys.stderr)).state
+        kube = Kube.from_kubeconfig(state.admin_kubeconfig, pool=clients + 4)
+        plane = ControlPlane.attach(state, ensure_binaries(log=lambda _: None))
+        results = {}
+        try:
+            for mode in ("extender", "scheduler"):
+                port = free_port()
+                ours = subprocess.Popen([sys.executable, "-m", "kubecell.cli.main", mode, "--kubeconfig",
+                                         state.admin_kubeconfig, "--no-leader-elect", "--listen",
+                                         f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                server = None
+                try:
+                    wait_ready(port, 300.0, f"kubecell {mode}")
+                    if mode == "extender":
+                        config = Path(scratch) / "kube-scheduler-extender.yaml"
+                        config.write_text(render(url=f"http://127.0.0.1:{port}/extender", qps=5000,
+                                                 kubeconfig=state.kubeconfig("kube-scheduler")))
+                        server = plane.start_kube_scheduler(config)
+                    namespace = f"bench-{mode}"
+                    results[mode] = measure(kube, "kubecell", namespace, pods, clients, timeout)
+                    testbed.clear_pods(kube, namespace)
+                finally:
+                    if server is not None:
+                        plane.stop_server(server)
+                    ours.terminate()
+                    ours.wait(timeout=30)
+        finally:
+            kube.close()
+            testbed.down(Path(scratch))
+    print(f"{nodes} nodes x 8 GPUs, {pods} whole-GPU pods (nvidia.com/gpu: 1), {clients} client threads")
+    print(f"{'path':42} {'bound':>7} {'pods/s':>8} {'p50 s':>8} {'p99 s':>8}")
+    labels = {"extender": "kube-scheduler + kubecell extender", "scheduler": "kubecell scheduler"}
+    for mode, result in results.items():
+        print(f"{labels[mode]:42} {result['bound']:7.0f} {result['pods_per_second']:8.1f} {result['p50']:8.3f} "
+              f"{result['p99']:8.3f}")
+    ext, alone = results["extender"], results["scheduler"]
+    print(f"extender / scheduler: pods/s {ext['pods_per_second'] / alone['pods_per_second']:.2f}x, "
+          f"p99 {ext['p99'] / alone['p99']:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
-    parser.add_argument("--pods", type=int, default=300)
+    parser.add_argument("--nodes", type=int, nargs="+", default=None)
+    parser.add_argument("--pods", type=int, default=None)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--e2e", action="store_true", help="End to end on a testbed (see the module's text).")
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args()
+    if args.e2e:
+        end_to_end((args.nodes or [1000])[0], args.pods or 2000, args.clients, args.timeout)
+        return
+    args.nodes = args.nodes or [1000, 5000]
+    args.pods = args.pods or 300
     print(f"{'nodes':>6} {'candidates sent as':<18} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'pods/s':>8} "
           f"{'request':>10}")
     for count in args.nodes:

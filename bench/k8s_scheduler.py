@@ -17,116 +17,15 @@ Needs Go for the first testbed build (cached afterwards). Loopback only; everyth
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
-import time
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from kubecell.k8s.rest import Kube
 from kubecell.testbed import testbed
-
-
-def pod(name: str, namespace: str, scheduler: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "main", "image": "bench",
-                                     "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
-                                                   "limits": {"nvidia.com/gpu": "1"}}}]}}
-
-
-def measure(kube: Kube, scheduler: str, namespace: str, count: int, clients: int, timeout: float) -> dict[str, float]:
-    """Create ``count`` pods for ``scheduler``; return pods/s and latency percentiles (seconds)."""
-    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    created: dict[str, float] = {}
-    bound: dict[str, float] = {}
-    listed = kube.get(f"/api/v1/namespaces/{namespace}/pods")
-    version = listed["metadata"]["resourceVersion"]
-    done = threading.Event()
-
-    def watch() -> None:
-        nonlocal version
-        deadline = time.monotonic() + timeout
-        while not done.is_set() and time.monotonic() < deadline:
-            for event in kube.watch(f"/api/v1/namespaces/{namespace}/pods", version, timeout_seconds=30):
-                obj = event["object"]
-                version = obj["metadata"].get("resourceVersion", version)
-                name = obj["metadata"].get("name")
-                if name and obj.get("spec", {}).get("nodeName") and name not in bound:
-                    bound[name] = time.monotonic()
-                    if len(bound) >= count:
-                        done.set()
-                        return
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    started = time.monotonic()
-
-    def create(i: int) -> None:
-        name = f"p{i:06d}"
-        created[name] = time.monotonic()
-        kube.create(f"/api/v1/namespaces/{namespace}/pods", pod(name, namespace, scheduler))
-
-    with ThreadPoolExecutor(max_workers=clients) as pool:
-        list(pool.map(create, range(count)))
-    done.wait(timeout)
-    finished = max(bound.values()) if bound else time.monotonic()
-    latencies = sorted(bound[n] - created[n] for n in bound if n in created)
-    return {"bound": float(len(bound)), "pods_per_second": len(bound) / max(finished - started, 1e-9),
-            "p50": statistics.median(latencies) if latencies else float("nan"),
-            "p99": latencies[int(0.99 * (len(latencies) - 1))] if latencies else float("nan")}
-
-
-def share_pod(name: str, namespace: str) -> dict[str, Any]:
-    body = pod(name, namespace, "kubecell")
-    body["spec"]["containers"][0]["resources"]["limits"] = {"kubecell.io/gpu-milli": "250"}
-    return body
-
-
-def fill(kube: Kube, namespace: str, start: int, count: int, clients: int, timeout: float) -> float:
-    """Create ``count`` share pods for kubecell; returns seconds until all are bound (or the timeout)."""
-    started = time.monotonic()
-    with ThreadPoolExecutor(max_workers=clients) as pool:
-        list(pool.map(lambda i: kube.create(f"/api/v1/namespaces/{namespace}/pods",
-                                            share_pod(f"f{i:06d}", namespace)), range(start, start + count)))
-    path = f"/api/v1/namespaces/{namespace}/pods"
-    while time.monotonic() - started < timeout:
-        unbound = kube.get(path, fieldSelector="spec.nodeName=", limit=1)["items"]
-        if not unbound:
-            break
-        time.sleep(2.0)
-    return time.monotonic() - started
-
-
-def memory_kib(pid: int) -> tuple[int, int]:
-    """(VmRSS, VmHWM) of a process in KiB: resident now and at its peak."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
-
-
-def wait_ready(port: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit(f"kubecell's scheduler was not ready after {timeout:.0f} s")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from kubecell.testbed.load import fill, free_port, measure, memory_kib, wait_ready
 
 
 def main() -> None:

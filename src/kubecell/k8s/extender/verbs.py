@@ -25,13 +25,15 @@ kube-scheduler asks to bind. So the policy measured in the simulator decides her
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
 from kubecell.core.engine.job import JobPhase
 from kubecell.k8s.names import MANAGED_RESOURCES
 from kubecell.k8s.scheduler import pods
-from kubecell.k8s.scheduler.binder import member_index
+from kubecell.k8s.scheduler.binder import Outcome, member_index
 from kubecell.k8s.scheduler.scheduler import Scheduler
 from kubecell.k8s.scheduler.tracking import Tracking
 from kubecell.k8s.watch import Event
@@ -64,8 +66,18 @@ class Extender:
         return self.scheduler.call(lambda: self._prioritize(pod, candidates), self.timeout)
 
     def bind(self, uid: str, node: str) -> str:
-        """Bind the pod as decided; returns the error, empty when bound."""
-        return self.scheduler.call(lambda: self._bind(uid, node), self.timeout)
+        """Bind the pod as decided; returns the error, empty when bound. A pod alone's Binding is awaited
+        here, off the scheduler thread, which goes on deciding (kube-scheduler binds in parallel)."""
+        answer = self.scheduler.call(lambda: self._bind(uid, node), self.timeout)
+        if isinstance(answer, str):
+            return answer
+        try:
+            _, _, _, error = answer.result(self.timeout)
+        except FutureTimeout:
+            return f"the Binding of pod {uid} did not complete within {self.timeout:.0f} s"
+        if error is None or error.conflict:  # a 409: an earlier bind of this very decision
+            return ""
+        return f"the API server refused the Binding: {error}"
 
     # ------------------------------------------------------------------ on the scheduler thread
     def _filter(self, pod: dict[str, Any], candidates: list[str]) -> Verdict:
@@ -132,7 +144,7 @@ class Extender:
         chosen = self._node_of(state, name, uid) if state is not None and name is not None else None
         return {node: 10 if node == chosen else 0 for node in candidates}
 
-    def _bind(self, uid: str, node: str) -> str:
+    def _bind(self, uid: str, node: str) -> str | Future[Outcome]:
         s = self.scheduler
         self._catch_up()
         state, pod = s.state, s.mirror.pods.get(uid)

@@ -29,6 +29,8 @@ from kubecell.k8s.scheduler.tracking import Held, Planned, Tracking
 
 log = logging.getLogger("kubecell.scheduler")
 
+Outcome = tuple[str, str, bool, ApiError | None]
+"""A Binding's answer: (job name, pod uid, whether the Binding carried the record, the error or None)."""
 Settled = tuple[Tracking, str, str, bool, ApiError | None]
 """The outcome of a Binding sent without waiting: (the engine's tracking it was decided in, job name, pod
 uid, whether the Binding carried the record, the error or None)."""
@@ -48,7 +50,7 @@ class Binder:
         self.scheduler_name = scheduler_name
         self.settled = settled
         """Called from a writer thread with the outcome of each Binding sent without waiting."""
-        self.in_flight: set[Future[tuple[str, str, bool, ApiError | None]]] = set()
+        self.in_flight: set[Future[Outcome]] = set()
 
     def evict(self, state: Tracking, job: Job, reason: str) -> set[str]:
         """Evict the pods holding the job's members; returns their uids (its preemptor waits for them)."""
@@ -83,10 +85,12 @@ class Binder:
             return dirty
         return self._write(state, plans, victims, wait=False) or dirty
 
-    def commit(self, state: Tracking, name: str) -> str | None:
+    def commit(self, state: Tracking, name: str) -> str | Future[Outcome] | None:
         """Extender mode: write the decision held for job ``name`` now (kube-scheduler asked to bind one of
         its pods): a gang's records on every member, then every member's Binding, so kube-scheduler never
-        binds part of a gang. Returns why it could not, or None once every member is bound."""
+        binds part of a gang. Returns why it could not, or None once every member is bound; for a pod
+        alone, the Binding (carrying its record) is sent without blocking the scheduler thread and its
+        future returned (the caller waits on it; the outcome reaches the engine through ``settled``)."""
         held = state.held.get(name)
         job = state.engine.jobs.get(name)
         if held is None or job is None or job.phase not in (JobPhase.RUNNING, JobPhase.RESERVED):
@@ -95,6 +99,9 @@ class Binder:
         if state.waiting_victims.get(name):
             return f"{name} waits for {len(state.waiting_victims[name])} preempted pod(s) to leave"
         del state.held[name]
+        if held.direct and job.phase == JobPhase.RUNNING:
+            (_, uid, pod, record), = held.planned
+            return self._bind_without_waiting(state, name, uid, pod, record)
         self._write(state, [(job, held.planned, held.direct)], set(), wait=True)
         tracked = state.tracked.get(name)
         missing = [uid for _, uid, _, _ in held.planned if tracked is None or uid not in tracked.bound]
@@ -171,12 +178,12 @@ class Binder:
         return released
 
     def _bind_without_waiting(self, state: Tracking, name: str, uid: str, pod: dict[str, Any],
-                              record: AllocationRecord) -> None:
+                              record: AllocationRecord) -> Future[Outcome]:
         """A single member's Binding (carrying its record) goes out while the next cycle is decided: the
         engine already counts the member as running, and a failure comes back through ``settled``."""
         item = (name, uid, pod, record.node, record)
 
-        def done(future: Future[tuple[str, str, bool, ApiError | None]]) -> None:
+        def done(future: Future[Outcome]) -> None:
             try:
                 outcome = future.result()
             except Exception as error:  # whatever broke, a rebuild reads the truth from the API server
@@ -187,6 +194,7 @@ class Binder:
         future = self.pool.submit(self._bind_one, item)
         future.add_done_callback(done)
         self.in_flight.add(future)
+        return future
 
     def wait_in_flight(self, timeout: float) -> None:
         """Wait (bounded) for the Bindings sent without waiting: a rebuild must not decide again for a pod
