@@ -11,6 +11,7 @@ import typer
 from kubecell.core.engine.options import PRESETS
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.placement.registry import DEFAULT_POLICY, canonical_policy_name
+from kubecell.k8s.leader_label import PodRef
 from kubecell.k8s.rest import Kube
 from kubecell.k8s.scheduler.scheduler import SchedulerOptions
 from kubecell.k8s.scheduler.service import default_identity, run
@@ -26,6 +27,31 @@ def _address(text: str) -> tuple[str, int] | None:
     return host or "0.0.0.0", int(port)
 
 
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+"""Where a pod's service account names its namespace (used when ``POD_NAMESPACE`` is not set)."""
+
+
+def own_pod(name: str, namespace: str, *, fallback: Path = SERVICE_ACCOUNT_NAMESPACE) -> PodRef | None:
+    """This replica's Pod, when the Downward API names it; ``None`` outside a pod (nothing is labelled)."""
+    if not name:
+        return None
+    if not namespace and fallback.is_file():
+        namespace = fallback.read_text().strip()
+    if not namespace:
+        logging.getLogger("kubecell.leader").warning(
+            "POD_NAME is %r but the namespace is unknown (set POD_NAMESPACE from metadata.namespace): the "
+            "leader will not label its Pod", name)
+        return None
+    return PodRef(namespace, name)
+
+
+PodName = Annotated[str, typer.Option(envvar="POD_NAME", help=(
+    "This replica's Pod (Downward API; '' outside a pod): the leader labels it kubecell.io/leader=true, "
+    "which the Service kubecell-extender selects."))]
+PodNamespace = Annotated[str, typer.Option(envvar="POD_NAMESPACE", help=(
+    "The namespace of --pod-name (Downward API; default: the service account's namespace)."))]
+
+
 def scheduler(
     kubeconfig: Annotated[Path | None, typer.Option(help="Kubeconfig (default: the pod's service account).")] = None,
     name: Annotated[str, typer.Option(help="The schedulerName of the pods to place.")] = "kubecell",
@@ -37,7 +63,10 @@ def scheduler(
         "0.0.0.0:10259"),
     leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
                                                help="Elect a leader through a Lease (run several replicas).")] = True,
-    identity: Annotated[str, typer.Option(help="Leader-election identity (default: host name and pid).")] = "",
+    identity: Annotated[str, typer.Option(help="Leader-election identity (default: the pod name, else host "
+                                               "name and pid).")] = "",
+    pod_name: PodName = "",
+    pod_namespace: PodNamespace = "",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every decision.")] = False,
 ) -> None:
     """Run kubecell's scheduler against a cluster (standalone mode, its own schedulerName)."""
@@ -48,7 +77,8 @@ def scheduler(
     options = SchedulerOptions(name=name, tenancy=tenancy, placement=canonical_policy_name(placement),
                                tenants_namespace=tenants_namespace)
     kube = Kube.from_kubeconfig(kubeconfig)
-    run(kube, options, listen=_address(listen), leader_elect=leader_elect, identity=identity or default_identity())
+    run(kube, options, listen=_address(listen), leader_elect=leader_elect,
+        identity=identity or pod_name or default_identity(), pod=own_pod(pod_name, pod_namespace))
 
 
 def extender(
@@ -64,7 +94,10 @@ def extender(
                                              "the dashboard.")] = "0.0.0.0:10259",
     leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
                                                help="Elect a leader through a Lease (run several replicas).")] = True,
-    identity: Annotated[str, typer.Option(help="Leader-election identity (default: host name and pid).")] = "",
+    identity: Annotated[str, typer.Option(help="Leader-election identity (default: the pod name, else host "
+                                               "name and pid).")] = "",
+    pod_name: PodName = "",
+    pod_namespace: PodNamespace = "",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every decision.")] = False,
 ) -> None:
     """Serve kube-scheduler as its HTTP extender (filter, prioritize, bind, preempt): the same engine and
@@ -84,4 +117,5 @@ def extender(
                                placement=canonical_policy_name(placement), tenants_namespace=tenants_namespace,
                                extender=True)
     kube = Kube.from_kubeconfig(kubeconfig)
-    run(kube, options, listen=address, leader_elect=leader_elect, identity=identity or default_identity())
+    run(kube, options, listen=address, leader_elect=leader_elect, identity=identity or pod_name or default_identity(),
+        pod=own_pod(pod_name, pod_namespace))
