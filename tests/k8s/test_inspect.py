@@ -1,9 +1,11 @@
 """``kubecell inspect`` against the real testbed: two halves on one GPU, a pod that cannot fit waiting with
-its reason, a row per pod with ``-d``; API errors are one line and exit status 1."""
+its reason, a row per node by default, per GPU with ``-g``, per pod with ``-d``; the tenants from
+VirtualCluster objects when any exist, a missing CRD tolerated; API errors are one line and exit status 1."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +13,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from kubecell.cli.inspect import read_cluster
 from kubecell.cli.main import app
-from kubecell.k8s.rest import Kube
+from kubecell.k8s import virtualclusters
+from kubecell.k8s.rest import ApiError, Kube
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.k8s.conftest import RunningScheduler
+from tests.k8s.deploy_support import clear_virtualclusters, install_crd
 from tests.k8s.test_scheduler import bound, get_pod, gpus_of, make_pod
 from tests.support import wait_for
 
@@ -66,8 +71,56 @@ def test_inspect_shows_the_shared_gpu_the_waiting_pod_and_every_pod(
 
     table = inspect("--kubeconfig", testbed.admin_kubeconfig, "-d")
     assert table.exit_code == 0, table.output
-    for text in ("GPUs per node", f"{namespace}/half-0", f"{namespace}/too-big", "Virtual clusters", "1000/1000"):
+    for text in ("GPUs per node", f"{namespace}/half-0", f"{namespace}/too-big", "Virtual clusters",
+                 "Tenants in force"):
         assert text in table.stdout
+    (row,) = [line for line in table.stdout.splitlines() if line.startswith(f"│ {node} ")]
+    assert "█" in row                                 # the shared GPU, full
+    per_gpu = inspect("--kubeconfig", testbed.admin_kubeconfig, "-g", "--node", node)
+    assert per_gpu.exit_code == 0, per_gpu.output
+    assert "1000/1000" in per_gpu.stdout
+    assert f"{namespace}/half-0, {namespace}/half-1" in per_gpu.stdout
+
+
+class ListsOnly:
+    """A Kube that lists no node and no pod and answers ``status`` for the tenant objects."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+    def get(self, path: str, **_: Any) -> dict[str, Any]:
+        if path in ("/api/v1/nodes", "/api/v1/pods"):
+            return {"items": [], "metadata": {}}
+        raise ApiError(self.status, "NotFound" if self.status == 404 else "Forbidden", f"{path} refused", path=path)
+
+
+@pytest.mark.parametrize(("status", "warned"), [(404, False), (403, True)])
+def test_without_the_virtualcluster_crd_or_the_right_to_list_it_inspect_goes_on(status: int, warned: bool) -> None:
+    report = read_cluster(ListsOnly(status), scheduler="kubecell")  # type: ignore[arg-type]
+    assert report.tenants.kind == "none"
+    assert any("VirtualClusters not listed" in w for w in report.warnings) is warned
+
+
+@pytest.fixture
+def crd(testbed: ControlPlaneState, kube: Kube) -> Iterator[None]:
+    install_crd(testbed)
+    clear_virtualclusters(kube)
+    yield
+    clear_virtualclusters(kube)
+
+
+def test_the_tenants_are_the_virtualclusters_when_any_exist(testbed: ControlPlaneState, kube: Kube,
+                                                            crd: None) -> None:
+    kube.create(virtualclusters.PATH, {"apiVersion": "kubecell.io/v1alpha1", "kind": "VirtualCluster",
+                                       "metadata": {"name": "vision"}, "spec": {"gpus": 16}})
+    result = inspect("--kubeconfig", testbed.admin_kubeconfig, "-o", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["tenantSource"] == {"kind": "virtualclusters", "summary": "1 VirtualCluster (accepted)"}
+    assert [(vc["name"], vc["guaranteedGpus"]) for vc in data["virtualClusters"] if vc["name"] == "vision"] == [
+        ("vision", 16)]
+    table = inspect("--kubeconfig", testbed.admin_kubeconfig)
+    assert "Tenants in force: 1 VirtualCluster (accepted)" in table.stdout
 
 
 @pytest.mark.parametrize(("change", "message"), [

@@ -173,3 +173,129 @@ def test_an_unhealthy_gpu_is_reported_unhealthy() -> None:
     obj["metadata"]["annotations"]["kubecell.io/gpu-inventory"] = json.dumps(inventory)
     report = build_report([obj], [])
     assert [g.healthy for g in report.nodes[0].gpus] == [True, False]
+
+
+# ------------------------------------------------------------------ the tenant source, in the scheduler's order
+def virtualcluster(name: str, generation: int = 1, accepted: str | None = None, observed: int | None = None,
+                   **spec: Any) -> dict[str, Any]:
+    """A VirtualCluster object; ``accepted``: the status of the scheduler's Accepted condition, written for
+    generation ``observed`` (default: the object's)."""
+    obj: dict[str, Any] = {"apiVersion": "kubecell.io/v1alpha1", "kind": "VirtualCluster",
+                           "metadata": {"name": name, "generation": generation, "uid": f"uid-{name}"}, "spec": spec}
+    if accepted is not None:
+        obj["status"] = {"conditions": [{"type": "Accepted", "status": accepted,
+                                             "observedGeneration": observed or generation}]}
+    return obj
+
+
+CONFIGMAP = {"data": {"tenants.yaml": "virtualClusters:\n  from-configmap: {pinnedCells: [n2]}\n"}}
+
+
+@pytest.mark.parametrize(("objects", "configmap", "kind", "summary", "vcs", "warned"), [
+    # accepted VirtualClusters win over the ConfigMap
+    ([virtualcluster("vision", gpus=4, chain="A100x4"), virtualcluster("speech", gpus=2, chain="V100M32x2")],
+     CONFIGMAP,
+     "virtualclusters", "2 VirtualClusters (accepted)", {"speech": 2, "vision": 4}, ""),
+    # judged as the scheduler judges them, whatever their conditions say yet (the scheduler may lag)
+    ([virtualcluster("vision", 2, accepted="False", gpus=4, chain="A100x4")], None,
+     "virtualclusters", "1 VirtualCluster (accepted)", {"vision": 4}, ""),
+    # a refused set: its still-accepted part is the scheduler's last accepted set minus what changed
+    ([virtualcluster("vision", accepted="True", gpus=4, chain="A100x4"),
+      virtualcluster("speech", 2, accepted="False", gpus=99, chain="A100x4")],
+     CONFIGMAP, "virtualclusters", "1 of 2 VirtualClusters (set refused; the accepted ones stay in force)",
+     {"vision": 4}, "speech not in force as written"),
+    # a refused set none of whose objects is accepted: the ConfigMap, as a scheduler started now
+    ([virtualcluster("vision", accepted="False", gpus=99, chain="A100x4")], CONFIGMAP,
+     "configmap", "ConfigMap kubecell-system/kubecell-tenants", {"from-configmap": 2}, "None is accepted"),
+    # an accepted condition of an earlier generation is not in force as written
+    ([virtualcluster("vision", 3, accepted="True", observed=2, gpus=99, chain="A100x4")], None,
+     "default", "whole-cluster default (VC default owns every GPU)", {"default": 6}, "VirtualClusters refused"),
+    ([], CONFIGMAP, "configmap", "ConfigMap kubecell-system/kubecell-tenants", {"from-configmap": 2}, ""),
+    (None, None, "default", "whole-cluster default (VC default owns every GPU)", {"default": 6}, ""),
+    (None, {"data": {"tenants.yaml": "virtualClusters: [\n"}}, "default",
+     "whole-cluster default (ConfigMap kubecell-system/kubecell-tenants refused)", {"default": 6},
+     "keeps the tenants it last accepted from the ConfigMap"),
+])
+def test_the_tenants_come_from_the_source_the_scheduler_uses(
+        objects: list[dict[str, Any]] | None, configmap: dict[str, Any] | None, kind: str, summary: str,
+        vcs: dict[str, int], warned: str) -> None:
+    report = build_report(NODES, [], configmap, virtualcluster_objs=objects)
+    assert (report.tenants.kind, report.tenants.summary) == (kind, summary)
+    assert {vc.name: vc.guaranteed_gpus for vc in report.vcs} == vcs
+    assert report.to_data()["tenantSource"] == {"kind": kind, "summary": summary}
+    if warned:
+        assert len(report.warnings) == 1
+        assert warned in report.warnings[0]
+    else:
+        assert report.warnings == []
+
+
+def test_a_refused_virtualcluster_is_named_with_the_reason_the_scheduler_gives() -> None:
+    objects = [virtualcluster("vision", accepted="True", gpus=4, chain="A100x4"),
+               virtualcluster("speech", 2, accepted="False", cells={"H100x8/node": 1})]
+    (warning,) = build_report(NODES, [], virtualcluster_objs=objects).warnings
+    assert "speech: VirtualCluster speech: spec.cells.H100x8/node" in warning
+
+
+# ------------------------------------------------------------------ the compact view: a row per node
+@pytest.mark.parametrize(("milli", "healthy", "glyph"), [
+    (0, True, "·"), (1, True, "▁"), (125, True, "▁"), (250, True, "▂"), (500, True, "▄"), (750, True, "▆"),
+    (990, True, "▇"), (1000, True, "█"), (0, False, "✗"), (1000, False, "✗"),
+])
+def test_a_gpu_is_one_mark_any_share_visible_only_a_full_gpu_full(milli: int, healthy: bool, glyph: str) -> None:
+    from kubecell.cli.inspect import gpu_glyph
+    from kubecell.k8s.inspect import GpuReport
+
+    assert gpu_glyph(GpuReport(0, "", "A100", healthy, 40_960, milli_allocated=milli)).plain == glyph
+
+
+def rendered(report: Any, **options: bool) -> str:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from kubecell.cli.inspect import print_table
+
+    out = StringIO()
+    print_table(Console(file=out, width=160, color_system=None), report, details=options.get("details", False),
+                per_gpu=options.get("per_gpu", False))
+    return out.getvalue()
+
+
+def test_the_default_view_is_a_row_per_node_with_a_mark_per_gpu() -> None:
+    n3 = make_node("n3", cpu_milli=64_000, memory_mib=512_000, gpu_count=8, gpu_model="P40")
+    cordoned = node_manifest(N2)
+    cordoned["spec"]["unschedulable"] = True
+    pods = [recorded("a", N1, (1,), 500, 8192), recorded("b", N1, (1,), 250, 4096), recorded("w", N1, (2, 3), 1000),
+            recorded("q", n3, (0, 1, 2, 3, 4), 1000), recorded("t", n3, (6,), 100),
+            pod("theirs", node="n3", scheduler="default-scheduler", limits={"nvidia.com/gpu": "1"})]
+    report = build_report([NODES[0], cordoned, node_manifest(n3)], pods)
+    text = rendered(report)
+    rows = {line.split("│")[1].strip(): [cell.strip() for cell in line.split("│")[2:-1]]
+            for line in text.splitlines() if line.startswith("│")}
+    assert rows["n1"] == ["A100", "ok", "·▆██", "2.75/4", f"{(12288 + 2 * A100_MIB) / 1024:.1f}/"
+                          f"{4 * A100_MIB / 1024:.1f}", "3"]
+    assert rows["n2"][1:4] == ["cordoned (spec.unschedulable)", "··", "0/2"]
+    assert rows["n3"][2:4] == ["████ █·▁· +1 other", "6.1/8"]              # groups of 4; other's GPU counted
+    assert rows["n3"][5] == "3"
+    assert "Allocated/total in cluster: 8.85/14 GPUs (63%)" in text
+    assert "Tenants in force: whole-cluster default (VC default owns every GPU)" in text
+    assert "Virtual clusters (GPUs)" in text
+    assert "team-a/a" not in text                                             # pods only with -d or -g
+    per_gpu = rendered(report, per_gpu=True)
+    assert "750/1000" in per_gpu
+    assert "team-a/a, team-a/b" in per_gpu
+    assert "team-a/w" in rendered(report, details=True)
+    assert json.loads(json.dumps(report.to_data()))["nodes"][2]["gpus"][6]["milliAllocated"] == 100   # JSON: every GPU
+
+
+def test_unhealthy_gpus_and_exclusion_share_the_health_column() -> None:
+    sick = make_node("n3", cpu_milli=8000, memory_mib=64_000, gpu_count=2, gpu_model="A100")
+    obj = node_manifest(sick)
+    inventory = json.loads(obj["metadata"]["annotations"]["kubecell.io/gpu-inventory"])
+    inventory["gpus"][1]["healthy"] = False
+    obj["metadata"]["annotations"]["kubecell.io/gpu-inventory"] = json.dumps(inventory)
+    obj["spec"]["unschedulable"] = True
+    text = rendered(build_report([obj], []))
+    assert "cordoned (spec.unschedulable); 1 unhealthy" in text
+    assert "·✗" in text

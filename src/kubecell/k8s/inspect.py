@@ -1,12 +1,20 @@
 """What the cluster holds, as kubecell sees it: the report behind ``kubecell inspect``.
 
-Built from plain API objects (Node and Pod dicts as the API server returns them, and the tenant ConfigMap)
-with no API calls, so every number the command prints is unit-testable. The books are the pods' allocation
-records (``kubecell.io/allocation``): per GPU, the milli-GPU and MiB held and by whom; pods another scheduler
-bound hold their GPUs as whole GPUs (``other``), exactly as kubecell's scheduler accounts them. A record that
-cannot be trusted is listed with its error, never guessed; ended pods (Succeeded, Failed, being deleted) hold
-nothing. Per virtual cluster, the GPUs in use by class (guaranteed, borrowed, opportunistic) beside its
-guarantee, from the same tenant configuration the scheduler reads (its whole-cluster default without one).
+Built from plain API objects (Node and Pod dicts as the API server returns them, the VirtualCluster objects
+and the tenant ConfigMap) with no API calls, so every number the command prints is unit-testable. The books
+are the pods' allocation records (``kubecell.io/allocation``): per GPU, the milli-GPU and MiB held and by
+whom; pods another scheduler bound hold their GPUs as whole GPUs (``other``), exactly as kubecell's
+scheduler accounts them. A record that cannot be trusted is listed with its error, never guessed; ended pods
+(Succeeded, Failed, being deleted) hold nothing. Per virtual cluster, the GPUs in use by class (guaranteed,
+borrowed, opportunistic) beside its guarantee, from the tenant configuration the scheduler reads, in its
+order: the VirtualCluster objects when any exist (judged by the scheduler's own ``virtualclusters.resolve``),
+else the ConfigMap, else the whole-cluster default; the report names the source in force (``TenantSource``).
+
+What inspect cannot see is the scheduler's memory: a refused VirtualCluster set or an invalid ConfigMap
+leaves the scheduler on the configuration it last accepted. For a refused VirtualCluster set, the objects
+whose ``Accepted`` condition is True at their current generation are that set's unchanged part and are
+shown; for an invalid ConfigMap (or a refused set none of whose objects is still accepted), the report shows
+what a scheduler started now would run, and says so in a warning.
 """
 
 from __future__ import annotations
@@ -14,14 +22,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import MILLI_PER_GPU
-from kubecell.core.tenancy.config import Tenants
+from kubecell.core.tenancy.config import Tenants, resolve_tenants
 from kubecell.core.topology import CellForest
 from kubecell.inputs.tenants import parse_tenants
 from kubecell.inputs.yaml_document import YamlDocument
+from kubecell.k8s import virtualclusters
 from kubecell.k8s.dialects import DemandError, pod_demand
 from kubecell.k8s.inventory import NodeView, node_view
 from kubecell.k8s.records import RecordError
@@ -60,6 +69,10 @@ class NodeReport:
     @property
     def models(self) -> list[str]:
         return sorted({gpu.model for gpu in self.gpus})
+
+    @property
+    def unhealthy(self) -> int:
+        return sum(not gpu.healthy for gpu in self.gpus)
 
     @property
     def milli_total(self) -> int:
@@ -121,6 +134,16 @@ class VcReport:
         return self.in_use_milli["borrowed"] / total if total else 0.0
 
 
+@dataclass(frozen=True)
+class TenantSource:
+    """Where the VCs and guarantees of the report come from, as the scheduler decides it."""
+
+    kind: Literal["virtualclusters", "configmap", "default", "none"]
+    summary: str
+    """One line for people: ``3 VirtualClusters (accepted)``, ``ConfigMap kubecell-system/kubecell-tenants``,
+    ``whole-cluster default (VC default owns every GPU)``."""
+
+
 @dataclass
 class InspectReport:
     nodes: list[NodeReport]
@@ -128,6 +151,7 @@ class InspectReport:
     pending: list[PendingReport]
     vcs: list[VcReport]
     warnings: list[str] = field(default_factory=list)
+    tenants: TenantSource = TenantSource("none", "no schedulable node")
 
     def to_data(self) -> dict[str, Any]:
         """Plain data with stable camelCase keys (``-o json|yaml``)."""
@@ -154,6 +178,7 @@ class InspectReport:
                         "memoryTotalMiB": sum(n.memory_total_mib for n in self.nodes),
                         "memoryAllocatedMiB": sum(n.memory_allocated_mib for n in self.nodes)},
             "warnings": self.warnings,
+            "tenantSource": {"kind": self.tenants.kind, "summary": self.tenants.summary},
         }
 
 
@@ -189,26 +214,81 @@ def _waiting_reason(pod: Mapping[str, Any]) -> str:
     return "not yet considered by the scheduler"
 
 
-def _tenants(nodes: Sequence[NodeView], configmap: Mapping[str, Any] | None, key: str, source: str,
-             default_vc: str, warnings: list[str]) -> Tenants | None:
+def _in_force(obj: Mapping[str, Any]) -> bool:
+    """Whether the scheduler said the object is in force as written (``Accepted=True`` at its generation)."""
+    found = virtualclusters.current_condition(obj)
+    generation = int((obj.get("metadata") or {}).get("generation") or 0)
+    return found is not None and found.get("status") == "True" and found.get("observedGeneration") == generation
+
+
+def _from_virtualclusters(objects: Sequence[Mapping[str, Any]], forest: CellForest,
+                          warnings: list[str]) -> tuple[Tenants, TenantSource] | None:
+    """The tenants the scheduler runs from the VirtualCluster objects, or None when it falls back (as
+    ``VirtualClusterSource.tenants``): the set judged as the scheduler judges it; a refused set shows its
+    still-accepted part, the scheduler's last accepted set minus what changed since."""
+    items = sorted(objects, key=virtualclusters.name_of)
+    kept = [obj for obj in items if _in_force(obj)]
+    in_force = {virtualclusters.name_of(obj): virtualclusters.canonical_spec(obj) for obj in kept}
+    resolution = virtualclusters.resolve(items, forest, in_force)
+    if resolution.tenants is not None:
+        return resolution.tenants, TenantSource("virtualclusters", f"{len(items)} VirtualCluster"
+                                                                   f"{'s' if len(items) > 1 else ''} (accepted)")
+    refused = "; ".join(f"{v.name}: {v.message}" for v in resolution.verdicts
+                        if not v.accepted and v.reason != virtualclusters.REASON_NOT_APPLIED)
+    if kept:
+        try:
+            tenants = resolve_tenants(virtualclusters.tenant_document(kept), forest, locate=virtualclusters.locate)
+        except InvalidInputError as error:
+            warnings.append(f"VirtualClusters refused ({refused}), and the accepted ones no longer fit the cluster "
+                            f"({error}); shown: what a scheduler started now would run")
+            return None
+        others = sorted({virtualclusters.name_of(obj) for obj in items} - set(in_force))
+        warnings.append(f"VirtualClusters refused, the scheduler keeps the set it last accepted: {refused}. Shown: "
+                        f"{', '.join(sorted(in_force))} (Accepted); {', '.join(others)} not in force as written "
+                        "(an earlier accepted spec of theirs, which only the scheduler knows, may be)")
+        return tenants, TenantSource("virtualclusters", f"{len(kept)} of {len(items)} VirtualClusters "
+                                                        "(set refused; the accepted ones stay in force)")
+    warnings.append(f"VirtualClusters refused: {refused}. None is accepted, so the scheduler runs the ConfigMap "
+                    "or the whole-cluster default, shown here (one that accepted a set earlier keeps that set)")
+    return None
+
+
+def _tenants(nodes: Sequence[NodeView], configmap: Mapping[str, Any] | None,
+             virtualcluster_objs: Sequence[Mapping[str, Any]] | None, *, key: str, source: str, configmap_name: str,
+             default_vc: str, warnings: list[str]) -> tuple[Tenants | None, TenantSource]:
+    """The tenants the scheduler runs, in its order (``Scheduler._tenants``): VirtualCluster objects, the
+    ConfigMap, the whole-cluster default; and which of them is in force."""
     core = [view.node for view in nodes if view.node is not None and not view.excluded]
     if not core:
-        return None
+        return None, TenantSource("none", "no schedulable node, no tenants")
     forest = CellForest(core)
+    if virtualcluster_objs:
+        found = _from_virtualclusters(virtualcluster_objs, forest, warnings)
+        if found is not None:
+            return found
     text = ((configmap or {}).get("data") or {}).get(key)
     if text:
         try:
-            return parse_tenants(YamlDocument(Path(source), text), forest)
+            return (parse_tenants(YamlDocument(Path(source), text), forest),
+                    TenantSource("configmap", f"ConfigMap {configmap_name}"))
         except InvalidInputError as error:
-            warnings.append(f"tenant configuration rejected (the scheduler uses its whole-cluster default): {error}")
-    return whole_cluster_tenants(forest, default_vc)
+            warnings.append(f"tenant configuration rejected: {error}. The scheduler keeps the tenants it last "
+                            "accepted from the ConfigMap, which inspect cannot see (the whole-cluster default if "
+                            "it accepted none since it started); shown: the whole-cluster default")
+            return (whole_cluster_tenants(forest, default_vc),
+                    TenantSource("default", f"whole-cluster default (ConfigMap {configmap_name} refused)"))
+    return (whole_cluster_tenants(forest, default_vc),
+            TenantSource("default", f"whole-cluster default (VC {default_vc} owns every GPU)"))
 
 
 def build_report(node_objs: Sequence[Mapping[str, Any]], pod_objs: Sequence[Mapping[str, Any]],
                  tenants_configmap: Mapping[str, Any] | None = None, *, scheduler: str | None = "kubecell",
-                 tenants_key: str = "tenants.yaml", tenants_source: str = "configmap kubecell-system/kubecell-tenants",
+                 virtualcluster_objs: Sequence[Mapping[str, Any]] | None = None, tenants_key: str = "tenants.yaml",
+                 tenants_configmap_name: str = "kubecell-system/kubecell-tenants",
+                 tenants_source: str = "configmap kubecell-system/kubecell-tenants",
                  default_vc: str = "default") -> InspectReport:
-    """The report from listed objects. ``scheduler``: whose pending pods to list (None: every scheduler's)."""
+    """The report from listed objects. ``scheduler``: whose pending pods to list (None: every scheduler's);
+    ``virtualcluster_objs``: the VirtualCluster objects (None or empty: none, or the CRD is not installed)."""
     warnings: list[str] = []
     nodes: dict[str, NodeReport] = {}
     usable: list[NodeView] = []
@@ -218,7 +298,8 @@ def build_report(node_objs: Sequence[Mapping[str, Any]], pod_objs: Sequence[Mapp
         gpus = [GpuReport(g.index, view.uuids[g.index] if g.index < len(view.uuids) else "", g.model, g.healthy,
                           g.memory_mib) for g in (view.node.gpus if view.node else ())]
         nodes[view.name] = NodeReport(view.name, gpus, excluded)
-    tenants = _tenants(usable, tenants_configmap, tenants_key, tenants_source, default_vc, warnings)
+    tenants, source = _tenants(usable, tenants_configmap, virtualcluster_objs, key=tenants_key, source=tenants_source,
+                               configmap_name=tenants_configmap_name, default_vc=default_vc, warnings=warnings)
     vcs = {vc.name: VcReport(vc.name, vc.guaranteed_gpus) for vc in (tenants.vcs if tenants else ())}
     rows: list[PodReport] = []
     pending: list[PendingReport] = []
@@ -264,4 +345,4 @@ def build_report(node_objs: Sequence[Mapping[str, Any]], pod_objs: Sequence[Mapp
             vc = vcs.setdefault(record.vc, VcReport(record.vc))
             vc.in_use_milli[record.job_class] += sum(grant.milli for grant in record.gpus)
             vc.pods += 1
-    return InspectReport(list(nodes.values()), rows, pending, list(vcs.values()), warnings)
+    return InspectReport(list(nodes.values()), rows, pending, list(vcs.values()), warnings, source)

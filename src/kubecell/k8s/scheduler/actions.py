@@ -135,6 +135,25 @@ class Actions:
         except ApiError as error:  # an event is advice: never let it stop a decision
             log.warning("event for %s not recorded: %s", pods.key(pod), error)
 
+    def configuration_refused(self, obj: Mapping[str, Any], reason: str, message: str) -> None:
+        """A Warning Event on a configuration object the scheduler refused (the tenant ConfigMap), so
+        ``kubectl describe`` on it says what is wrong. Not a decision: not counted in ``writes``."""
+        meta = obj["metadata"]
+        namespace, kind = meta.get("namespace", "default"), obj.get("kind", "ConfigMap")
+        now = rfc3339()
+        body = {"apiVersion": "v1", "kind": "Event",
+                "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
+                "involvedObject": {"apiVersion": obj.get("apiVersion", "v1"), "kind": kind,
+                                   "name": meta["name"], "namespace": namespace, "uid": meta.get("uid", "")},
+                "reason": reason, "message": message[:1024], "type": "Warning", "count": 1,
+                "firstTimestamp": now, "lastTimestamp": now, "eventTime": rfc3339_micro(),
+                "reportingComponent": self.component, "reportingInstance": self.component,
+                "action": "Configure", "source": {"component": self.component}}
+        try:
+            self.kube.create(f"/api/v1/namespaces/{namespace}/events", body)
+        except ApiError as error:
+            log.warning("event on %s %s/%s not recorded: %s", kind, namespace, meta["name"], error)
+
 
 class EventSink:
     """Events that only inform (``Scheduled``) go out behind the decisions, from their own thread, and are

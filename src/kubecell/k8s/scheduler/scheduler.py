@@ -115,6 +115,8 @@ class Scheduler:
         self._next_nodes: tuple[dict[str, NodeView], tuple[Any, ...]] | None = None
         self._node_reads: dict[str, tuple[str, NodeView, tuple[Any, ...]]] = {}
         self.tenants_text: str | None = None
+        self.accepted_tenants_text: str | None = None
+        """The ConfigMap's tenants as last accepted: an invalid edit leaves them in force (``_tenants``)."""
         extender = self.options.extender
         self.teller = Teller(self.actions, quiet=extender)
         self.intake = Intake(self.mirror, self.teller, scheduler_name=self.options.names,
@@ -343,20 +345,42 @@ class Scheduler:
 
     def _tenants(self, nodes: Sequence[Node], forest: CellForest) -> Tenants:
         """VirtualCluster objects when any exist (a refused set keeps the accepted one in force), else the
-        ConfigMap, else the whole-cluster default."""
+        ConfigMap (an invalid one keeps the ConfigMap's tenants last accepted in force, and says what is
+        wrong in a Warning Event on it), else the whole-cluster default."""
         o = self.options
         text = ((self.mirror.tenants or {}).get("data") or {}).get(o.tenants_key)
+        # the same text as the ConfigMap in force at the last rebuild: a refusal of it was reported then
+        reported = text == self.tenants_text and not self.virtual_clusters.in_force
         self.tenants_text = text
         from_objects = self.virtual_clusters.tenants(self.mirror.virtualclusters.values(), forest)
         if from_objects is not None:
             return from_objects
-        if text:
-            source = f"configmap {o.tenants_namespace}/{o.tenants_configmap} key {o.tenants_key}"
+        if not text:
+            self.accepted_tenants_text = None  # no configuration (deleted or emptied): the default, on purpose
+            return whole_cluster_tenants(forest, o.default_vc)
+        source = f"configmap {o.tenants_namespace}/{o.tenants_configmap} key {o.tenants_key}"
+        try:
+            tenants = parse_tenants(YamlDocument(Path(source), text), forest)
+            self.accepted_tenants_text = text
+            return tenants
+        except InvalidInputError as error:
+            refused = error
+        kept = self.accepted_tenants_text
+        if kept is not None:
             try:
-                return parse_tenants(YamlDocument(Path(source), text), forest)
-            except InvalidInputError as error:
-                log.error("tenant configuration rejected, using the whole-cluster default: %s", error)
-        return whole_cluster_tenants(forest, o.default_vc)
+                tenants = parse_tenants(YamlDocument(Path(source), kept), forest)
+                outcome = "the tenants last accepted from it stay in force"
+            except InvalidInputError as error:  # the cluster itself changed under the accepted tenants
+                self.accepted_tenants_text, tenants = None, whole_cluster_tenants(forest, o.default_vc)
+                outcome = (f"the tenants last accepted no longer fit the cluster ({error}); "
+                           "using the whole-cluster default")
+        else:
+            tenants = whole_cluster_tenants(forest, o.default_vc)
+            outcome = "none was accepted before; using the whole-cluster default"
+        log.error("tenant configuration rejected, %s: %s", outcome, refused)
+        if not reported and self.mirror.tenants is not None:
+            self.actions.configuration_refused(self.mirror.tenants, "InvalidTenants", f"{refused} ({outcome})")
+        return tenants
 
     def _restore_records(self, state: Tracking) -> None:
         """Running work first: every pod with a record is restored (a gang whose records were not all
