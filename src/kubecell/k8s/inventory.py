@@ -37,8 +37,20 @@ from kubecell.k8s.names import ANNOTATION_INVENTORY, GFD_COUNT, GFD_MEMORY, GFD_
 INVENTORY_SCHEMA = "kubecell.io/gpu-inventory/v1"
 
 
+class MigInstanceRecord(BaseModel):
+    """One MIG device of a GPU in MIG mode: profile, UUID, memory and placement (in memory slices)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    uuid: str = Field(min_length=1)
+    profile: str = Field(min_length=1)
+    memory_mib: int = Field(ge=0, alias="memoryMiB")
+    start: int = Field(ge=0)
+    size: int = Field(ge=1)
+
+
 class GpuRecord(BaseModel):
-    """One GPU as the node agent reports it."""
+    """One GPU as the node agent reports it. ``migInstances`` is optional (absent before MIG support, and
+    left out of the annotation when empty, so schedulers that predate it keep reading MIG-less nodes)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     index: int = Field(ge=0, le=255)
@@ -50,6 +62,14 @@ class GpuRecord(BaseModel):
     nvlink_peers: list[int] = Field(default_factory=list, alias="nvlinkPeers")
     healthy: bool = True
     mig_mode: Literal["disabled", "enabled"] = Field(default="disabled", alias="migMode")
+    mig_instances: list[MigInstanceRecord] = Field(default_factory=list, alias="migInstances")
+
+
+IsolationMode = Literal["accounting", "mps", "mig"]
+
+
+def _accounting_only() -> list[IsolationMode]:
+    return ["accounting"]
 
 
 class NodeInventory(BaseModel):
@@ -60,9 +80,20 @@ class NodeInventory(BaseModel):
     agent: str = ""
     heartbeat: str = ""
     gpus: list[GpuRecord] = Field(default_factory=list)
+    isolation: list[IsolationMode] = Field(default_factory=_accounting_only)
+    """The isolation modes the node can give a share (``accounting`` always; ``mps`` where the agent manages
+    MPS control daemons; ``mig`` where MIG is enabled): a pod asking for another mode is not placed here."""
+    device_plugin: bool = Field(default=False, alias="devicePlugin")
+    """kubecell's device plugin serves this node: its ``Allocate`` reads the allocation record of the one
+    pod bound to the node and not yet acknowledged, so the scheduler binds GPU pods here one at a time,
+    each after the agent acknowledged the previous (never making the agent guess)."""
 
     def to_annotation(self) -> str:
-        return json.dumps(self.model_dump(by_alias=True, exclude_defaults=False), separators=(",", ":"))
+        data = self.model_dump(by_alias=True, exclude_defaults=False)
+        for gpu in data["gpus"]:
+            if not gpu["migInstances"]:
+                del gpu["migInstances"]
+        return json.dumps(data, separators=(",", ":"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +105,10 @@ class NodeView:
     excluded: str = ""
     uuids: tuple[str, ...] = ()
     source: Literal["inventory", "gfd", "none"] = "none"
+    isolation: tuple[str, ...] = ("accounting",)
+    """Isolation modes the node can give (its agent's inventory; accounting alone elsewhere)."""
+    serial_binds: bool = False
+    """GPU pods are bound here one at a time, each after the node agent acknowledged the previous."""
 
 
 def parse_inventory(text: str, *, node: str) -> NodeInventory:
@@ -195,7 +230,8 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
         node = Node(name, cpu, memory, gpus, nvlink_groups=_groups(peers) if records else (),
                     numa_groups=tuple(tuple(sorted(members)) for _, members in sorted(numa.items())),
                     rack=rack, zone=zone, labels=labels)
-        return NodeView(name, node, uuids=tuple(g.uuid for g in records), source="inventory")
+        return NodeView(name, node, uuids=tuple(g.uuid for g in records), source="inventory",
+                        isolation=tuple(inventory.isolation), serial_binds=inventory.device_plugin)
     count = int(labels.get(GFD_COUNT) or _resources(obj, "allocatable").get(NVIDIA_GPU, 0) or 0)
     if count:
         product = labels.get(GFD_PRODUCT, "")

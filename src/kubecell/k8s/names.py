@@ -29,6 +29,7 @@ GFD_COUNT = "nvidia.com/gpu.count"
 # Pod annotations.
 ANNOTATION_ALLOCATION = f"{DOMAIN}/allocation"     # versioned JSON allocation record
 ANNOTATION_DURATION = f"{DOMAIN}/duration-seconds" # testbed/replay: the fake kubelet ends the pod after this
+ANNOTATION_ACK = f"{DOMAIN}/allocated"              # the node agent: the allocation id its Allocate served
 
 # Pod annotations of kubecell's own dialect (see docs/kubernetes.md, "Asking for GPUs: the dialects").
 ANNOTATION_VC = f"{DOMAIN}/vc"                       # the virtual cluster (tenant) the pod runs in

@@ -25,6 +25,7 @@ from kubecell.k8s.rest import ApiError
 from kubecell.k8s.scheduler import pods
 from kubecell.k8s.scheduler.actions import Actions, EventSink, retry
 from kubecell.k8s.scheduler.cluster import Mirror
+from kubecell.k8s.scheduler.gate import BindItem, NodeGate
 from kubecell.k8s.scheduler.tracking import Held, Planned, Tracking
 
 log = logging.getLogger("kubecell.scheduler")
@@ -44,6 +45,8 @@ class Binder:
         self.actions = actions
         self.hold = hold
         """Extender mode: decisions wait in ``Tracking.held`` for kube-scheduler's bind call."""
+        self.gate = NodeGate(mirror)
+        """Bindings to nodes served by kubecell's device plugin go out one at a time per node."""
         self.announce = EventSink(actions)
         self.mirror = mirror
         self.pool = pool
@@ -148,7 +151,8 @@ class Binder:
                 state.waiting_victims[job.name] = set(victims)
             elif direct and job.phase == JobPhase.RUNNING and not wait:
                 (_, uid, pod, record), = planned
-                self._bind_without_waiting(state, job.name, uid, pod, record)
+                for item in self.gate.admit(state, [(job.name, uid, pod, record.node, record)]):
+                    self._send(state, item)
             else:
                 to_bind.append((job.name, {uid: record for _, uid, _, record in planned} if direct else {}))
         return self.bind(state, to_bind) or dirty
@@ -181,7 +185,16 @@ class Binder:
                               record: AllocationRecord) -> Future[Outcome]:
         """A single member's Binding (carrying its record) goes out while the next cycle is decided: the
         engine already counts the member as running, and a failure comes back through ``settled``."""
-        item = (name, uid, pod, record.node, record)
+        return self._send(state, (name, uid, pod, record.node, record))
+
+    def pump(self, state: Tracking) -> None:
+        """Send the Bindings the node gate lets go now (their node's agent acknowledged the pod before)."""
+        for item in self.gate.release(state):
+            self._send(state, item)
+
+    def _send(self, state: Tracking, item: BindItem) -> Future[Outcome]:
+        """One Binding sent without waiting; its outcome comes back through ``settled``."""
+        name, uid = item[0], item[1]
 
         def done(future: Future[Outcome]) -> None:
             try:
@@ -232,6 +245,11 @@ class Binder:
                 unavailable = error
         if unavailable is not None:
             raise unavailable
+        for name in {name for name, _, _, error in outcomes if error is None}:
+            job, tracked = state.engine.jobs.get(name), state.tracked.get(name)
+            complete = tracked is not None and len(tracked.bound) >= len(tracked.members)
+            if job is not None and job.phase == JobPhase.RESERVED and complete and not state.waiting_victims.get(name):
+                state.engine.confirm(name, time.time())  # its last member waited at a node gate
         return dirty
 
     def _plan(self, state: Tracking, job: Job) -> list[Planned] | None:
@@ -251,7 +269,8 @@ class Binder:
                 planned.append((index, uid, pod, record_for(
                     allocation, state.views[allocation.node], pod=pods.key(pod), pod_uid=uid,
                     attempt=job.preemptions, job=job.name, vc=job.vc, job_class=job.job_class or JobClass.BORROWED,
-                    member=index, scheduler=self.scheduler_name, created_at=created, batch=len(new))))
+                    member=index, scheduler=self.scheduler_name, created_at=created, batch=len(new),
+                    isolation=tracked.isolation)))
         except (KubecellError, KeyError) as error:
             self._requeue(state, job.name, str(error))
             return None
@@ -279,6 +298,7 @@ class Binder:
                 pod = self.mirror.pods.get(uid)
                 if uid not in tracked.bound and pod is not None and index in nodes:
                     work.append((name, uid, pod, nodes[index], carried.get(uid)))
+        work = self.gate.admit(state, work)
         dirty = self._take_outcomes(state, list(self.pool.map(self._bind_one, work)))
         for name, _ in jobs:
             job, current = engine.jobs[name], state.tracked.get(name)

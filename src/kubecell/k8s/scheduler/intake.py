@@ -231,13 +231,21 @@ class Intake:
         vc = demand.vc or self.default_vc
         try:
             nodes, excluded = self.allowed_nodes(state, [p for p, _ in members])
+            if demand.isolation != "accounting":  # a node that cannot isolate so is ruled out, never degraded
+                able = frozenset(n for n, view in state.views.items() if demand.isolation in view.isolation)
+                unable = sum(1 for view in state.views.values() if view.node is not None) - len(able)
+                nodes = able if nodes is None else nodes & able
+                if unable:
+                    excluded = ", ".join(filter(None, (excluded, f"{unable} node(s) cannot isolate by "
+                                                                  f"{demand.isolation}")))
             spec = job_spec(name, demand, size, minimum, vc, min(pods.created(p) for p, _ in members), nodes)
         except InvalidInputError as error:  # a gang whose pods ask for something no job can be
             for p, _ in members:
                 self.teller.tell(p, f"cannot be scheduled: {error}", reason="InvalidRequest")
             return False
         job = state.engine.submit(spec, spec.submit_time)
-        state.track(Tracked(name, demand.group.key if demand.group else None, [pods.uid(p) for p, _ in members]))
+        state.track(Tracked(name, demand.group.key if demand.group else None, [pods.uid(p) for p, _ in members],
+                            isolation=demand.isolation))
         if excluded:
             state.excluded_by_constraints[name] = excluded
         if job.phase == JobPhase.REJECTED:

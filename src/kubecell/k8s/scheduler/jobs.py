@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from kubecell.core.engine.job import OPPORTUNISTIC_PRIORITY, JobSpec
 from kubecell.core.model import Request, TopologyLevel
@@ -28,6 +28,8 @@ class Tracked:
     members: dict[int, str] = field(default_factory=dict)
     """Member index -> uid of the pod that holds it (a record was written for it)."""
     bound: set[str] = field(default_factory=set)
+    isolation: Literal["accounting", "mps", "mig"] = "accounting"
+    """What its pods asked for (``kubecell.io/isolation``), written into their records for the node agent."""
 
     def free_pods(self) -> list[str]:
         """Pods of the job that hold no member yet, in a stable order."""

@@ -433,12 +433,14 @@ class Scheduler:
             log.error("cannot restore %s as recorded: %s", name, error)
             return
         tracked = Tracked(name, group.key if group else None, [pods.uid(p) for p, _ in members],
-                          {r.member: pods.uid(p) for p, r in members})
+                          {r.member: pods.uid(p) for p, r in members}, isolation=record.isolation)
         state.track(tracked)
         self.intake.note_generation(tracked)
         for p, r in members:
             if not pods.node_of(p):  # records all written before the crash: finish the binds
                 retry("bind", lambda p=p, r=r: self.actions.bind(p, r.node))
+            else:
+                self.binder.gate.note_bound(state, p)
             tracked.bound.add(pods.uid(p))
 
     # ================================================================== cycles
@@ -459,6 +461,8 @@ class Scheduler:
         wake = engine.next_wake()
         if self.binder.bind_reserved_when_victims_are_gone(state):
             self.dirty = True
+        if state.deferred:
+            self.binder.pump(state)
         if state.held and self.binder.release_stale(state, self.options.hold_seconds):
             self.dirty = True
         if not self.dirty and (wake is None or wake > now):

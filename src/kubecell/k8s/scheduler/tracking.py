@@ -6,6 +6,7 @@ so no stale correspondence between jobs and pods can survive a rebuild.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,11 @@ class Tracking:
     """Job name -> why its node constraints rule nodes out, in kube-scheduler's words (for why-pending)."""
     held: dict[str, Held] = field(default_factory=dict)
     """Extender mode: job name -> its decision, written when kube-scheduler asks to bind."""
+    deferred: dict[str, deque[tuple[str, str, dict[str, Any], str, AllocationRecord | None]]] = field(
+        default_factory=dict)
+    """Node -> Bindings waiting for the node agent to acknowledge the pod bound before them (``gate``)."""
+    inflight: dict[str, str] = field(default_factory=dict)
+    """Node -> uid of the GPU pod bound there that its agent has not acknowledged yet (``gate``)."""
     filter_nodes: dict[str, frozenset[str]] = field(default_factory=dict)
     """Extender mode: pod uid -> the nodes kube-scheduler's own filters left for it, once they ruled out
     the node kubecell chose (pod affinity, ports, volumes: rules kubecell does not evaluate)."""
