@@ -1,0 +1,1 @@
+"""The node agent: GPU inventory, the kubelet device plugin, isolation."""
