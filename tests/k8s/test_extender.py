@@ -141,8 +141,12 @@ def test_a_gang_is_bound_whole_or_not_at_all(example_state: ControlPlaneState, e
             example_kube.create(path, gang_pod(f"huge-{i}", "huge", 2, 64))
         time.sleep(3)
         assert bound_names(example_kube, namespace) == set(records)
-        huge = example_kube.get(f"{path}/huge-0")
-        message = next(c["message"] for c in huge["status"]["conditions"] if c["type"] == "PodScheduled")
-        assert "nodes are available" in message
-        assert "GPU" in message
+        def told_no_room() -> str | None:  # kube-scheduler retries after its back-off (up to 10 s)
+            huge = example_kube.get(f"{path}/huge-0")
+            message = next((c["message"] for c in huge["status"].get("conditions") or []
+                            if c["type"] == "PodScheduled"), "")
+            return message if "nodes are available" in message and "GPU" in message else None
+
+        assert wait_for("kubecell's reason for the gang that cannot fit", told_no_room, 40)
+        assert bound_names(example_kube, namespace) == set(records)
     clear(example_kube, namespace)

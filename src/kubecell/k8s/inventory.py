@@ -93,6 +93,12 @@ class NodeInventory(BaseModel):
         for gpu in data["gpus"]:
             if not gpu["migInstances"]:
                 del gpu["migInstances"]
+        # Fields added after the first schedulers shipped are written only when they say something, so a
+        # scheduler that predates them (extra="forbid") still reads every node that does not use them.
+        if data["isolation"] == ["accounting"]:
+            del data["isolation"]
+        if not data["devicePlugin"]:
+            del data["devicePlugin"]
         return json.dumps(data, separators=(",", ":"))
 
 

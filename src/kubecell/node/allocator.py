@@ -1,0 +1,210 @@
+"""``Allocate`` from the scheduler's allocation record: the device plugin never guesses the pod.
+
+The kubelet's ``Allocate`` names device IDs, not the pod they are for. kubecell's scheduler binds GPU pods
+to a node served by this agent one at a time (``kubecell.k8s.scheduler.gate``): a pod is bound only after
+the agent acknowledged the one before it. So at any moment at most one pod bound here asks for the
+plugin's resources and carries a record the agent has not acknowledged: that is the pod ``Allocate``
+serves. The agent checks that its record is for this node, names GPUs this node has, and covers the
+device IDs the kubelet chose; gives the container its GPUs and isolation (``kubecell.node.isolation``);
+writes the acknowledgement (``kubecell.io/allocated`` = the allocation id) once every GPU container of the
+pod is served; and then checks with the kubelet's PodResources API that the kubelet recorded those devices
+for that pod. Anything else (no such pod, two of them, a record for another node or GPU, a corrupt
+record, devices the record does not name) is refused: an error to the kubelet, which fails the pod's
+admission, and a Warning Event on the pod. No pod ever starts on a GPU its record does not name.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubecell.k8s.names import ANNOTATION_ACK, RESOURCE_GPU, RESOURCE_GPU_MILLI
+from kubecell.k8s.records import AllocationRecord, RecordError
+from kubecell.k8s.rest import ApiError, Kube
+from kubecell.k8s.scheduler import pods
+from kubecell.k8s.scheduler.actions import Actions
+from kubecell.node.deviceplugin import AllocationRefused, ContainerAllocation, gpu_of
+from kubecell.node.isolation import NodeIsolation, container_allocation
+from kubecell.node.podresources import PodDevices
+
+log = logging.getLogger("kubecell.node")
+
+PLUGIN_RESOURCES = (RESOURCE_GPU, RESOURCE_GPU_MILLI)
+
+
+def plugin_containers(pod: Mapping[str, Any]) -> int:
+    """How many of the pod's containers ask for a device-plugin resource (one ``Allocate`` each)."""
+    spec = pod.get("spec") or {}
+    count = 0
+    for container in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]:
+        resources = container.get("resources") or {}
+        asked = {*(resources.get("limits") or {}), *(resources.get("requests") or {})}
+        count += any(name in asked for name in PLUGIN_RESOURCES)
+    return count
+
+
+@dataclass
+class Served:
+    """A pod whose containers are being served: how many Allocate calls it had, and its devices."""
+
+    record: AllocationRecord
+    pod: dict[str, Any]
+    calls: int = 0
+    devices: dict[str, set[str]] = field(default_factory=dict)
+
+
+class RecordAllocator:
+    """The device plugin's ``Allocator`` for this node (one instance serves every resource)."""
+
+    def __init__(self, kube: Kube, node: str, gpus: Callable[[], Mapping[str, int]], isolation: NodeIsolation,
+                 *, verify: Callable[[str, str], PodDevices | None] | None = None,
+                 verify_after: float = 0.5) -> None:
+        self.kube = kube
+        self.node = node
+        self.gpus = gpus
+        """UUID -> memory (MiB) of every GPU this node has (from NVML, through the inventory)."""
+        self.isolation = isolation
+        self.verify = verify
+        """PodResources ``Get(namespace, name)``, to check afterwards what the kubelet recorded."""
+        self.verify_after = verify_after
+        self.actions = Actions(kube, "kubecell-node-agent")
+        self.lock = threading.Lock()  # the kubelet may call for two resources of one pod at once
+        self.serving: dict[str, Served] = {}
+        self.mismatches = 0
+        """Allocations the kubelet's PodResources contradicted (exported as a metric)."""
+
+    # ------------------------------------------------------------------ the Allocator protocol
+    def preferred(self, resource: str, available: list[str], must_include: list[str], size: int) -> list[str]:
+        """The devices the record names (whole GPUs), or slots on the record's GPU (shares)."""
+        try:
+            served = self._pending()
+        except AllocationRefused:
+            return []  # Allocate will refuse with the reason
+        wanted = {gpu.uuid for gpu in served.record.gpus}
+        chosen = [d for d in must_include if gpu_of(d) in wanted]
+        for device in available:
+            if len(chosen) >= size:
+                break
+            if gpu_of(device) in wanted and device not in chosen:
+                chosen.append(device)
+        return chosen[:size]
+
+    def allocate(self, resource: str, container_requests: list[list[str]]) -> list[ContainerAllocation]:
+        with self.lock:
+            served = self._pending()
+            record = served.record
+            answers = []
+            for devices in container_requests:
+                self._check_devices(served, resource, devices)
+                try:
+                    answers.append(container_allocation(record, self.isolation, self.gpus()))
+                except RecordError as error:
+                    raise self._refuse(served.pod, str(error)) from None
+                served.devices.setdefault(resource, set()).update(devices)
+                served.calls += 1
+            if served.calls >= max(1, plugin_containers(served.pod)):
+                self._acknowledge(served)
+            return answers
+
+    # ------------------------------------------------------------------ finding the pod
+    def _pending(self) -> Served:
+        """The one pod on this node waiting for its GPUs; refused when there is none or more than one."""
+        listed = self.kube.get("/api/v1/pods", fieldSelector=f"spec.nodeName={self.node}")["items"]
+        waiting = [pod for pod in listed if self._waiting(pod)]
+        if not waiting:
+            raise AllocationRefused(f"no pod bound to node {self.node} waits for its GPUs (none carries an allocation "
+                                    "record this agent has not acknowledged): kubecell serves the pods its "
+                                    "scheduler placed, and will not guess")
+        if len(waiting) > 1:
+            names = ", ".join(sorted(pods.key(pod) for pod in waiting))
+            for pod in waiting:
+                self._event(pod, f"{len(waiting)} pods wait for their GPUs on {self.node} at once ({names}); "
+                                 "the agent cannot tell which one the kubelet's Allocate serves and refuses all")
+            raise AllocationRefused(f"{len(waiting)} pods wait for their GPUs on node {self.node} ({names}): "
+                                    "kubecell's scheduler binds one at a time here, so another scheduler bound one; "
+                                    "refusing rather than guessing")
+        pod = waiting[0]
+        uid = pods.uid(pod)
+        try:
+            record = pods.record_of(pod)
+        except RecordError as error:
+            raise self._refuse(pod, f"its allocation record cannot be trusted: {error}") from None
+        assert record is not None
+        if record.node != self.node:
+            raise self._refuse(pod, f"its allocation record is for node {record.node}, not {self.node}")
+        have = self.gpus()
+        unknown = [gpu.uuid for gpu in record.gpus if gpu.uuid not in have]
+        if unknown:
+            raise self._refuse(pod, f"its allocation record names GPU(s) {', '.join(unknown)}, which node "
+                                    f"{self.node} does not have")
+        served = self.serving.get(uid)
+        if served is None or served.record.allocation_id != record.allocation_id:
+            served = self.serving[uid] = Served(record, pod)
+        return served
+
+    @staticmethod
+    def _waiting(pod: Mapping[str, Any]) -> bool:
+        annotations = pod["metadata"].get("annotations") or {}
+        return (not pods.is_done(pod) and plugin_containers(pod) > 0 and "kubecell.io/allocation" in annotations
+                and ANNOTATION_ACK not in annotations)
+
+    # ------------------------------------------------------------------ checks and writes
+    def _check_devices(self, served: Served, resource: str, devices: Sequence[str]) -> None:
+        record = served.record
+        named = {gpu.uuid for gpu in record.gpus}
+        stray = sorted({gpu_of(d) for d in devices} - named)
+        if stray:
+            raise self._refuse(served.pod, f"the kubelet chose {resource} devices on GPU(s) {', '.join(stray)}, which "
+                                           f"its record ({record.allocation_id}) does not name")
+        if resource == RESOURCE_GPU_MILLI and len(devices) > record.gpu_milli * max(1, len(record.gpus)):
+            raise self._refuse(served.pod, f"{len(devices)} milli-GPU asked, its record grants {record.gpu_milli}")
+
+    def _acknowledge(self, served: Served) -> None:
+        pod, record = served.pod, served.record
+        path = f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods/{pod['metadata']['name']}"
+        self.kube.patch(path, {"metadata": {"uid": pods.uid(pod),
+                                            "annotations": {ANNOTATION_ACK: record.allocation_id}}})
+        self.serving.pop(pods.uid(pod), None)
+        log.info("served %s: %s", pods.key(pod), record.allocation_id)
+        if self.verify is not None:
+            threading.Thread(target=self._verify, args=(served,), daemon=True, name="verify").start()
+
+    def _verify(self, served: Served) -> None:
+        """After the kubelet recorded the devices: PodResources must show them for this very pod."""
+        assert self.verify is not None
+        meta = served.pod["metadata"]
+        deadline = time.monotonic() + 10 * max(self.verify_after, 0.1)
+        while time.monotonic() < deadline:
+            time.sleep(self.verify_after)
+            try:
+                found = self.verify(meta["namespace"], meta["name"])
+            except Exception as error:  # the kubelet's socket may be restarting: try again, bounded
+                log.warning("PodResources check of %s failed: %s", pods.key(served.pod), error)
+                continue
+            if found is None:
+                continue
+            recorded: dict[str, set[str]] = {}
+            for container in found.containers:
+                for resource, ids in container.devices.items():
+                    recorded.setdefault(resource, set()).update(ids)
+            wrong = {r: ids for r, ids in served.devices.items() if recorded.get(r, set()) != ids}
+            if wrong:
+                self.mismatches += 1
+                self._event(served.pod, f"the kubelet recorded other devices for this pod than the agent served: "
+                                        f"{ {r: sorted(recorded.get(r, set()))[:4] for r in wrong} }")
+            return
+        log.warning("PodResources never showed %s", pods.key(served.pod))
+
+    def _refuse(self, pod: Mapping[str, Any], message: str) -> AllocationRefused:
+        self._event(pod, message)
+        return AllocationRefused(f"{pods.key(pod)}: {message}")
+
+    def _event(self, pod: Mapping[str, Any], message: str) -> None:
+        try:
+            self.actions.event(pod, "Warning", "GPUAllocationRefused", message, counted=False)
+        except ApiError as error:
+            log.warning("could not report on %s: %s", pods.key(pod), error)
