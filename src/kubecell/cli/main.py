@@ -23,6 +23,7 @@ from kubecell import __version__
 from kubecell.cli.dynamic import sim_dynamic
 from kubecell.cli.examples import example_paths, philly_example_paths
 from kubecell.cli.inspect import inspect
+from kubecell.cli.node_agent import node_agent
 from kubecell.cli.output import stderr_console, stdout_console
 from kubecell.cli.packing import sim_packing, simulate
 from kubecell.cli.replay import replay_command
@@ -49,6 +50,7 @@ app.command("simulate")(simulate)
 app.add_typer(testbed_app, name="testbed")
 app.command("scheduler")(scheduler)
 app.command("extender")(extender)
+app.command("node-agent")(node_agent)
 app.command("replay")(replay_command)
 app.command("inspect")(inspect)
 

@@ -20,13 +20,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kubecell import __version__
 from kubecell.core.errors import KubecellError
 from kubecell.k8s.clock import rfc3339
-from kubecell.k8s.inventory import GpuRecord, MigInstanceRecord, NodeInventory, catalog_model
+from kubecell.k8s.inventory import GpuRecord, IsolationMode, MigInstanceRecord, NodeInventory, catalog_model
 from kubecell.k8s.names import ANNOTATION_INVENTORY, RESOURCE_GPU_MEMORY
 from kubecell.k8s.rest import ApiError, Kube
 from kubecell.node.nvml import GpuBackend, GpuDevice, summary
@@ -68,7 +68,14 @@ class InventoryPublisher:
 
     def __init__(self, kube: Kube, node_name: str, backend: GpuBackend, *, interval: float = DEFAULT_INTERVAL,
                  health: HealthTracker | None = None, agent: str = AGENT, advertise_memory: bool = True,
-                 max_backoff: float = MAX_BACKOFF) -> None:
+                 max_backoff: float = MAX_BACKOFF, isolation: Sequence[IsolationMode] = ("accounting",),
+                 device_plugin: bool = False, on_change: Callable[[NodeInventory], None] | None = None) -> None:
+        self.isolation = list(isolation)
+        """The isolation modes this node's agent can give, advertised to the scheduler."""
+        self.device_plugin = device_plugin
+        """Whether kubecell's device plugin serves this node (the scheduler then binds GPU pods one at a time)."""
+        self.on_change = on_change
+        """Called with each new inventory (the device plugins follow GPU health from it)."""
         self.kube = kube
         self.node_name = node_name
         self.backend = backend
@@ -122,8 +129,11 @@ class InventoryPublisher:
                 devices = self.backend.devices()
                 if published_key is None:
                     log.info("node %s: %s", self.node_name, summary(devices))
-                inventory = build_inventory(devices, self.health, agent=self.agent)
+                inventory = build_inventory(devices, self.health, agent=self.agent).model_copy(
+                    update={"isolation": self.isolation, "device_plugin": self.device_plugin})
                 key = inventory.to_annotation()
+                if key != published_key and self.on_change is not None:
+                    self.on_change(inventory)
                 if key != published_key or time.monotonic() >= next_heartbeat:
                     self.publish(inventory)
                     published_key = key

@@ -1,0 +1,65 @@
+"""``kubecell node-agent``: the GPU inventory, the kubelet device plugin and isolation on one node."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated, cast
+
+import typer
+
+from kubecell.core.errors import InvalidInputError
+from kubecell.k8s.inventory import IsolationMode
+from kubecell.k8s.names import ISOLATION_MODES
+from kubecell.k8s.rest import Kube
+from kubecell.node.deviceplugin import DEVICE_PLUGIN_DIR
+from kubecell.node.inventory import DEFAULT_INTERVAL
+from kubecell.node.nvml import GpuBackend
+from kubecell.node.podresources import POD_RESOURCES_SOCKET
+
+
+def node_agent(
+    node_name: Annotated[str, typer.Option(help="This node's name (the DaemonSet passes spec.nodeName).",
+                                           envvar="NODE_NAME")] = "",
+    kubeconfig: Annotated[Path | None, typer.Option(help="Kubeconfig (default: the pod's service account).")] = None,
+    fake_gpus: Annotated[Path | None, typer.Option(
+        help="Describe the GPUs in YAML instead of asking NVML (machines without GPUs, tests).")] = None,
+    isolation: Annotated[str, typer.Option(help="Comma list of the isolation modes this node gives: "
+                                                "accounting, mps.")] = "accounting",
+    device_plugin_dir: Annotated[Path, typer.Option(help="The kubelet's device-plugin directory.")] = (
+        DEVICE_PLUGIN_DIR),
+    pod_resources_socket: Annotated[Path, typer.Option(help="The kubelet's PodResources socket.")] = (
+        POD_RESOURCES_SOCKET),
+    interval: Annotated[float, typer.Option(help="Seconds between inventory heartbeats.")] = DEFAULT_INTERVAL,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Publish this node's GPUs and serve the kubelet's device plugin API from the scheduler's records."""
+    from kubecell.node.agent import AgentOptions, NodeAgent  # the node extra (grpcio) is needed from here on
+
+    if not node_name:
+        raise InvalidInputError("no node name", field="node-name", accepted="--node-name or $NODE_NAME")
+    modes = tuple(mode.strip() for mode in isolation.split(",") if mode.strip())
+    bad = [mode for mode in modes if mode not in ISOLATION_MODES or mode == "mig"]
+    if bad or "accounting" not in modes:
+        raise InvalidInputError(f"isolation {isolation!r}", field="isolation",
+                                accepted="accounting, optionally with mps (mig is not placed yet)")
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    backend: GpuBackend
+    if fake_gpus is not None:
+        from kubecell.node.fake_nvml import FakeNvml
+        backend = FakeNvml.from_file(fake_gpus)
+    else:
+        from kubecell.node.nvml import NvmlBackend
+        backend = NvmlBackend()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    options = AgentOptions(node=node_name, isolation=cast(tuple[IsolationMode, ...], modes),
+                           device_plugin_dir=device_plugin_dir, pod_resources=pod_resources_socket,
+                           interval=interval)
+    kube = Kube.from_kubeconfig(kubeconfig or os.environ.get("KUBECONFIG"))
+    NodeAgent(kube, backend, options).run(stop)

@@ -1,0 +1,153 @@
+"""``kubecell node-agent`` as a whole, on the real API server behind a fake kubelet: it publishes the fake
+GPUs with its capabilities, registers its device plugins, serves pods from their records, follows an
+XID into both the kubelet's device list and the scheduler's view, and a restarted agent goes on."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("grpc", reason="tests/node needs the `node` extra: pip install -e '.[dev,node]' (grpcio)")
+pytest.importorskip("grpc_tools", reason="tests/node needs the `node` extra: pip install -e '.[dev,node]' "
+                                         "(grpcio-tools)")
+
+from kubecell.core.model import GPU_MODELS, Gpu, Node
+from kubecell.k8s.inventory import node_view
+from kubecell.k8s.names import ANNOTATION_ACK
+from kubecell.k8s.rest import ApiError, Kube
+from kubecell.k8s.scheduler import pods
+from kubecell.node.agent import AgentOptions, NodeAgent
+from kubecell.node.fake_kubelet import FakeKubelet
+from kubecell.node.fake_nvml import FakeNvml, example_path
+from kubecell.testbed.control_plane import ControlPlaneState
+from kubecell.testbed.kubelet import register_nodes
+from kubecell.testbed.nodes import node_manifest
+from tests.k8s.conftest import RunningScheduler
+from tests.support import wait_for
+
+
+@dataclass
+class Running:
+    name: str
+    backend: FakeNvml
+    kubelet: FakeKubelet
+    root: Path
+    agent: NodeAgent
+    stop: threading.Event
+    thread: threading.Thread
+
+
+def start_agent(kube: Kube, name: str, backend: FakeNvml, kubelet: FakeKubelet, root: Path) -> Running:
+    options = AgentOptions(node=name, isolation=("accounting", "mps"), device_plugin_dir=kubelet.directory,
+                           pod_resources=kubelet.pod_resources, mps_root=root / "mps", interval=2.0)
+    agent = NodeAgent(kube, backend, options)
+    stop = threading.Event()
+    thread = threading.Thread(target=agent.run, args=(stop,), daemon=True, name="node-agent")
+    thread.start()
+    return Running(name, backend, kubelet, root, agent, stop, thread)
+
+
+@pytest.fixture
+def running(kube: Kube) -> Iterator[Running]:
+    name = f"na-{uuid.uuid4().hex[:6]}"
+    node = Node(name, 96_000, 512_000, tuple(Gpu(i, "A100", GPU_MODELS["A100"].memory_mib) for i in range(8)),
+                labels={"kubecell.io/test-node": name})
+    register_nodes(kube, [node_manifest(node)])
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="na-"))
+    kubelet = FakeKubelet(root / "dp", root / "pr" / "kubelet.sock").start()
+    backend = FakeNvml.from_file(example_path("a100-nvlink"))
+    agent = start_agent(kube, name, backend, kubelet, root)
+    try:
+        yield agent
+    finally:
+        agent.stop.set()
+        agent.thread.join(10)
+        kubelet.stop()
+        shutil.rmtree(root, ignore_errors=True)
+        with contextlib.suppress(ApiError):
+            kube.delete(f"/api/v1/nodes/{name}")
+
+
+def view(kube: Kube, name: str) -> Any:
+    return node_view(kube.get(f"/api/v1/nodes/{name}"))
+
+
+def make(kube: Kube, namespace: str, name: str, node: str, limits: dict[str, str]) -> None:
+    kube.create(f"/api/v1/namespaces/{namespace}/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+        "spec": {"schedulerName": "kubecell", "nodeSelector": {"kubecell.io/test-node": node},
+                 "containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}]}})
+
+
+def admit_when_bound(r: Running, kube: Kube, namespace: str, name: str, requests: dict[str, int]) -> dict[str, str]:
+    wait_for(f"{name} bound", lambda: kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")["spec"].get("nodeName"))
+    admitted = r.kubelet.admit(namespace, name, "main", requests)
+    return dict(next(iter(admitted.allocations.values())).envs)
+
+
+def test_the_agent_publishes_serves_and_follows_health(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, running: Running,
+        start_scheduler: type[RunningScheduler]) -> None:
+    r = running
+    uuids = [d.uuid for d in r.backend.devices()]
+    published = wait_for("the agent's inventory", lambda: view(kube, r.name) if view(kube, r.name).uuids == tuple(
+        uuids) else None)
+    assert published.serial_binds
+    assert "mps" in published.isolation
+    assert published.node.nvlink_groups == ((0, 1, 2, 3), (4, 5, 6, 7))
+    r.kubelet.wait_for(lambda: r.kubelet.capacity().get("kubecell.io/gpu") == 8
+                       and r.kubelet.capacity().get("kubecell.io/gpu-milli") == 8000, 10, "devices advertised")
+    start_scheduler(testbed)
+    make(kube, namespace, "two", r.name, {"kubecell.io/gpu": "2"})
+    env = admit_when_bound(r, kube, namespace, "two", {"kubecell.io/gpu": 2})
+    record = pods.record_of(kube.get(f"/api/v1/namespaces/{namespace}/pods/two"))
+    assert record is not None
+    assert env["NVIDIA_VISIBLE_DEVICES"] == ",".join(g.uuid for g in record.gpus)
+    assert {g.index for g in record.gpus} <= {0, 1, 2, 3} or {g.index for g in record.gpus} <= {4, 5, 6, 7}
+
+    victim = next(i for i in range(8) if uuids[i] not in env["NVIDIA_VISIBLE_DEVICES"])
+    r.backend.inject_xid(victim, 79)  # "GPU has fallen off the bus"
+    r.kubelet.wait_for(lambda: r.kubelet.allocatable().get("kubecell.io/gpu") == 7, 10,
+                       "the kubelet sees the GPU unhealthy")
+    wait_for("the scheduler's view marks it unhealthy",
+             lambda: not view(kube, r.name).node.gpus[victim].healthy, 15)
+    make(kube, namespace, "six", r.name, {"kubecell.io/gpu": "6"})  # only 5 healthy GPUs are free: waits
+    make(kube, namespace, "five", r.name, {"kubecell.io/gpu": "5"})
+    env = admit_when_bound(r, kube, namespace, "five", {"kubecell.io/gpu": 5})
+    assert uuids[victim] not in env["NVIDIA_VISIBLE_DEVICES"]
+    assert not kube.get(f"/api/v1/namespaces/{namespace}/pods/six")["spec"].get("nodeName")
+
+
+def test_a_restarted_agent_serves_on_from_the_annotations(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, running: Running,
+        start_scheduler: type[RunningScheduler]) -> None:
+    r = running
+    r.kubelet.wait_for(lambda: r.kubelet.capacity().get("kubecell.io/gpu-milli") == 8000, 15, "shares advertised")
+    start_scheduler(testbed)
+    make(kube, namespace, "first", r.name, {"kubecell.io/gpu-milli": "500"})
+    admit_when_bound(r, kube, namespace, "first", {"kubecell.io/gpu-milli": 500})
+    r.stop.set()
+    r.thread.join(10)
+    make(kube, namespace, "second", r.name, {"kubecell.io/gpu-milli": "500"})
+    again = start_agent(kube, r.name, r.backend, r.kubelet, r.root)
+    try:
+        r.kubelet.wait_for(lambda: r.kubelet.registrations.get("kubecell.io/gpu-milli", 0) >= 2
+                           and r.kubelet.capacity().get("kubecell.io/gpu-milli") == 8000, 15,
+                           "the new agent registered again")
+        env = admit_when_bound(again, kube, namespace, "second", {"kubecell.io/gpu-milli": 500})
+        pod = kube.get(f"/api/v1/namespaces/{namespace}/pods/second")
+        record = pods.record_of(pod)
+        assert record is not None
+        assert env["KUBECELL_ALLOCATION_ID"] == record.allocation_id == pod["metadata"]["annotations"][ANNOTATION_ACK]
+    finally:
+        again.stop.set()
+        again.thread.join(10)
