@@ -38,8 +38,9 @@ EXAMPLES = sorted((DEPLOY / "examples").glob("*.yaml")) + sorted(DEPLOY.glob("*.
 @pytest.fixture(scope="module")
 def installed(testbed: ControlPlaneState, kube: Kube) -> None:
     """The base applied for real (no controller-manager runs on the testbed, so the Deployment starts
-    nothing): the namespace, RBAC and CRD exist for the dry runs of overlays and examples."""
+    nothing): the namespaces, RBAC and CRD exist for the dry runs of overlays and examples."""
     kubectl(testbed, "apply", "-k", str(BASE))
+    kubectl(testbed, "apply", "-f", str(DEPLOY / "node-agent" / "namespace.yaml"))  # the agent's own namespace
     install_crd(testbed)
 
 
