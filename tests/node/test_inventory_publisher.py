@@ -132,7 +132,7 @@ def test_an_xid_reaches_the_scheduler_which_stops_placing_on_that_gpu(
         # 5. all 8 GPUs: no longer possible on that node (it waits, told why); 7 GPUs: placed around the broken one
         pinned_pod(kube, namespace, "eight", gpu_node, 8)
         message = wait_for("the 8-GPU pod's waiting reason", lambda: waiting_message(kube, namespace, "eight"))
-        assert "insufficient GPUs" in message, message
+        assert "1 too few healthy GPUs" in message, message  # the XID, named as such
         pinned_pod(kube, namespace, "seven", gpu_node, 7)
         placed = wait_for("the 7-GPU pod to be bound", lambda: record_uuids(kube, namespace, "seven"))
         assert sorted(placed) == sorted(u for u in uuids if u != held)

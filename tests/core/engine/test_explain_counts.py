@@ -113,8 +113,18 @@ def test_shares_say_whether_compute_or_gpu_memory_is_missing() -> None:
     take(book, "memory", "n1", gpus=(0,), gpu_count=1, gpu_milli=100, gpu_memory_mib=30_000)
     book.set_gpu_health(2, 0, False)
     share = Request("s", gpu_count=1, gpu_milli=500, gpu_memory_mib=8000)
-    assert breakdown(book, share) == ("1/4 nodes fit one member: 2 no GPU with enough free share, "
-                                      "1 no GPU with enough free memory")
+    assert breakdown(book, share) == ("1/4 nodes fit one member: 1 no GPU with enough free share, "
+                                      "1 no GPU with enough free memory, 1 too few healthy GPUs")
+
+
+def test_a_node_that_would_fit_but_for_its_unhealthy_gpus_says_so() -> None:
+    """An XID took GPUs out of service: the operator must read that, not "insufficient GPUs"."""
+    book = AllocationBook([node(f"n{i}") for i in range(3)])
+    book.set_gpu_health(0, 3, False)  # n0: 7 healthy GPUs left
+    take(book, "busy", "n1", gpus=(0,), gpu_count=1, gpu_milli=MILLI_PER_GPU)  # n1: 7 free, all healthy
+    assert breakdown(book, EIGHT) == ("1/3 nodes fit one member: 1 insufficient GPUs, 1 too few healthy GPUs")
+    seven = replace(EIGHT, gpu_count=7)
+    assert breakdown(book, seven) == "3/3 nodes fit one member"
 
 
 def test_nvlink_members_say_when_free_gpus_are_split_across_groups() -> None:

@@ -22,7 +22,7 @@ from kubecell.core.engine.attempt import Attempt
 from kubecell.core.engine.placement import BIG, group_ids
 from kubecell.core.engine.regions import Region
 from kubecell.core.engine.session import Session
-from kubecell.core.model import Request, TopologyLevel
+from kubecell.core.model import MILLI_PER_GPU, Request, TopologyLevel
 from kubecell.core.placement.filters import model_mask
 
 NODE_REASONS = (
@@ -37,9 +37,11 @@ NODE_REASONS = (
     "no GPU with enough free share",
     "no GPU with enough free memory",
     "reserved for a starving job",
+    "too few healthy GPUs",
 )
 """Why a node takes no member, in the order the checks are made: a node is counted under the first."""
-(CONSTRAINED, OUTSIDE, FAILED, MODEL, CPU, MEMORY, GPUS, GROUP, SHARE, GPU_MEMORY, RESERVED) = range(len(NODE_REASONS))
+(CONSTRAINED, OUTSIDE, FAILED, MODEL, CPU, MEMORY, GPUS, GROUP, SHARE, GPU_MEMORY, RESERVED,
+ UNHEALTHY_GPUS) = range(len(NODE_REASONS))
 FITS = len(NODE_REASONS)
 
 
@@ -66,8 +68,11 @@ def node_reasons(book: AllocationBook, member: Request, *, allowed: BoolArray | 
         if gpus is not None:
             no_gpus: BoolArray = np.logical_not(usable.any(axis=1))
             outside = no_gpus if outside is None else outside | no_gpus
-        usable = usable & book.gpu_healthy
-        gpu_cap, gpu_reason = _gpu_capacity(book, member, usable)
+        healthy = usable & book.gpu_healthy
+        gpu_cap, gpu_reason = _gpu_capacity(book, member, healthy)
+        if not book.gpu_healthy[usable].all():  # would a node take it but for its unhealthy GPUs?
+            gpu_reason = np.where((gpu_cap == 0) & _fits_if_healthy(book, member, usable), UNHEALTHY_GPUS,
+                                  gpu_reason)
         first = np.where((gpu_cap == 0) & (first == FITS), gpu_reason, first)
         cap = np.minimum(cap, gpu_cap)
         if member.gpu_models is not None:
@@ -86,6 +91,18 @@ def node_reasons(book: AllocationBook, member: Request, *, allowed: BoolArray | 
         cap = np.where(blocked, 0, cap)
     first[cap > 0] = FITS
     return cap, first
+
+
+def _fits_if_healthy(book: AllocationBook, member: Request, usable: BoolArray) -> BoolArray:
+    """Nodes whose ``usable`` GPUs would take one member if every one of them were healthy (the raw free
+    arrays: the book's derived ones already count an unhealthy GPU as full)."""
+    if member.is_whole:
+        free = (book.gpu_milli_free >= MILLI_PER_GPU) & usable
+        return np.asarray(free.sum(axis=1) >= member.gpu_count)
+    per_gpu = np.where(usable, book.gpu_milli_free // max(member.gpu_milli, 1), 0)
+    if member.gpu_memory_mib:
+        per_gpu = np.minimum(per_gpu, book.gpu_mem_free // member.gpu_memory_mib)
+    return np.asarray(per_gpu.any(axis=1))
 
 
 def _gpu_capacity(book: AllocationBook, member: Request, usable: BoolArray) -> tuple[IntArray, IntArray]:
