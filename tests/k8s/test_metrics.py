@@ -154,6 +154,7 @@ def test_metrics_give_the_per_vc_and_per_gpu_figures_of_the_allocation_records(
     assert 0.0 <= by(found, "kubecell_fragmentation_ratio")[()] <= 1.0
     assert by(found, "kubecell_allocated_gpus")[()] >= sum(per_vc.values()) - 1e-9
     assert by(found, "kubecell_running_jobs", "vc") == {("alpha",): 4.0, ("beta",): 3.0}
+    assert by(found, "kubecell_running_pods", "isolation") == {("accounting",): 7.0}  # nothing enforced: said so
 
 
 def test_a_scrape_during_a_rebuild_serves_the_last_snapshot(

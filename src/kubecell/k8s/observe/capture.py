@@ -85,7 +85,18 @@ def capture(scheduler: Scheduler, *, cache: CaptureCache | None = None, leading:
         vcs=_vcs(engine), pending=_pending(state, scheduler.mirror.pods, now),
         decisions=scheduler.recorder.decisions, fragmentation=fragmentation,
         unallocated_gpus=free_milli / MILLI_PER_GPU, running_jobs=len(engine.running),
+        pods_by_isolation=_by_isolation(state),
         extra={"fragmentation_typical_pods": float(typical), "api_writes": float(scheduler.actions.writes)})
+
+
+def _by_isolation(state: Tracking) -> dict[str, int]:
+    """Pods holding a member of a running job, by the isolation mode their records name."""
+    counts: Counter[str] = Counter()
+    running = state.engine.running
+    for name, tracked in state.tracked.items():
+        if name in running:
+            counts[tracked.isolation] += len(tracked.members)
+    return dict(counts)
 
 
 def _holders(state: Tracking, mirror: Mapping[str, Mapping[str, Any]], nodes: set[str]

@@ -106,6 +106,12 @@ def cluster_families(snapshot: Snapshot | None) -> Iterator[Metric]:
     for (model, healthy), count in sorted(counts.items()):
         gpus.add_metric([model, healthy], float(count))
     yield gpus
+    isolation = GaugeMetricFamily("kubecell_running_pods", "Pods holding GPUs through kubecell, by isolation mode "
+                                  "(accounting: shares are bookkeeping only; mps: memory limited by the driver)",
+                                  labels=["isolation"])
+    for mode, count in sorted((snapshot.pods_by_isolation if snapshot else {}).items()):
+        isolation.add_metric([mode], float(count))
+    yield isolation
     yield GaugeMetricFamily("kubecell_allocated_gpus", "GPUs allocated in the cluster (fractions count as their "
                             "share; includes pods another scheduler bound)",
                             value=snapshot.allocated_gpus if snapshot else 0.0)

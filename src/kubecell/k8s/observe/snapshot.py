@@ -103,6 +103,8 @@ class Snapshot:
     """Share of the free GPU capacity (0-1) that the workload's typical pods cannot use (FGD's measure)."""
     unallocated_gpus: float = 0.0
     running_jobs: int = 0
+    pods_by_isolation: dict[str, int] = field(default_factory=dict)
+    """Pods holding GPUs through kubecell, by isolation mode (``accounting`` enforces nothing: say how many)."""
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
