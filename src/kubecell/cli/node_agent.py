@@ -34,6 +34,13 @@ def node_agent(
     pod_resources_socket: Annotated[Path, typer.Option(help="The kubelet's PodResources socket.")] = (
         POD_RESOURCES_SOCKET),
     interval: Annotated[float, typer.Option(help="Seconds between inventory heartbeats.")] = DEFAULT_INTERVAL,
+    proc_root: Annotated[Path, typer.Option(help="The host's /proc (processes to pods, MPS daemons).")] = (
+        Path("/proc")),
+    evict_after: Annotated[float | None, typer.Option(
+        help="Evict a pod that overuses its GPU share for this many seconds (default: report only).")] = None,
+    mps_binary: Annotated[str, typer.Option(help="The MPS control binary.")] = "nvidia-cuda-mps-control",
+    metrics_listen: Annotated[str, typer.Option(help="HOST:PORT of the agent's /metrics ('' for none).")] = (
+        "0.0.0.0:10260"),
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Publish this node's GPUs and serve the kubelet's device plugin API from the scheduler's records."""
@@ -58,8 +65,16 @@ def node_agent(
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    metrics = None
+    if metrics_listen:
+        host, _, port = metrics_listen.rpartition(":")
+        if not port.isdigit():
+            raise InvalidInputError(f"--metrics-listen {metrics_listen!r}", field="metrics-listen",
+                                    accepted="HOST:PORT, or '' for none")
+        metrics = (host or "0.0.0.0", int(port))
     options = AgentOptions(node=node_name, isolation=cast(tuple[IsolationMode, ...], modes),
                            device_plugin_dir=device_plugin_dir, pod_resources=pod_resources_socket,
-                           interval=interval)
+                           interval=interval, proc_root=proc_root, evict_after_seconds=evict_after,
+                           mps_binary=mps_binary, metrics=metrics)
     kube = Kube.from_kubeconfig(kubeconfig or os.environ.get("KUBECONFIG"))
     NodeAgent(kube, backend, options).run(stop)

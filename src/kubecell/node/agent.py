@@ -17,14 +17,20 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+from kubecell.core.errors import KubecellError
 from kubecell.k8s.inventory import IsolationMode, NodeInventory
 from kubecell.k8s.names import RESOURCE_GPU, RESOURCE_GPU_MILLI
+from kubecell.k8s.records import AllocationRecord
 from kubecell.k8s.rest import Kube
 from kubecell.node.allocator import RecordAllocator
 from kubecell.node.deviceplugin import DEVICE_PLUGIN_DIR, Device, DeviceFeed, DevicePlugin, milli_devices
 from kubecell.node.inventory import DEFAULT_INTERVAL, InventoryPublisher
 from kubecell.node.isolation import MPS_ROOT, NodeIsolation
+from kubecell.node.mps import MPS_CONTROL, MpsDaemons, mps_holders
 from kubecell.node.nvml import GpuBackend
+from kubecell.node.overuse import OveruseMonitor, api_pods
 from kubecell.node.podresources import POD_RESOURCES_SOCKET, PodResourcesClient
 
 log = logging.getLogger("kubecell.node")
@@ -39,6 +45,15 @@ class AgentOptions:
     mps_root: Path = MPS_ROOT
     interval: float = DEFAULT_INTERVAL
     milli_unit: int = 1
+    proc_root: Path = Path("/proc")
+    """Where the host's processes are seen (the DaemonSet mounts the host's /proc with hostPID)."""
+    evict_after_seconds: float | None = None
+    """Evict a pod that overuses its share for this long (None: report only)."""
+    mps_binary: str = MPS_CONTROL
+    metrics: tuple[str, int] | None = None
+    """Where to serve Prometheus metrics (overuse, refusals), or None."""
+    housekeeping_seconds: float = 5.0
+    """How often MPS daemons are matched to the node's pods (a daemon nobody holds any more is stopped)."""
 
 
 def devices_of(inventory: NodeInventory) -> list[Device]:
@@ -51,18 +66,32 @@ class NodeAgent:
     """The inventory publisher, the two device plugins and the record-reading allocator of one node."""
 
     def __init__(self, kube: Kube, backend: GpuBackend, options: AgentOptions) -> None:
+        self.kube = kube
         self.options = options
         self.whole = DeviceFeed()
         self.milli = DeviceFeed()
         self.memory: dict[str, int] = {}
         self.ready = threading.Event()
         """Set once the GPUs were discovered and both feeds carry them."""
+        self.registry = CollectorRegistry()
+        modes = options.isolation
+        self.mps = MpsDaemons.for_backend(NodeIsolation(modes, options.mps_root), backend,
+                                          binary=options.mps_binary, proc_root=options.proc_root)
+        if "mps" in modes and not self.mps.available():  # never advertise a limit that would not hold
+            log.warning("mps asked for, but this node cannot run MPS control daemons (%s): offering %s only",
+                        "no real GPUs" if not self.mps.real_gpus else f"{options.mps_binary} not found",
+                        ", ".join(m for m in modes if m != "mps"))
+            modes = tuple(m for m in modes if m != "mps")
+        self.isolation = NodeIsolation(modes, options.mps_root)
         client = PodResourcesClient(options.pod_resources)
-        self.allocator = RecordAllocator(kube, options.node, lambda: dict(self.memory),
-                                         NodeIsolation(options.isolation, options.mps_root), verify=client.get)
+        self.allocator = RecordAllocator(kube, options.node, lambda: dict(self.memory), self.isolation,
+                                         verify=client.get, prepare=self._prepare)
         self.publisher = InventoryPublisher(kube, options.node, backend, interval=options.interval,
-                                            isolation=options.isolation, device_plugin=True,
-                                            on_change=self._follow)
+                                            isolation=modes, device_plugin=True, on_change=self._follow)
+        self.overuse = OveruseMonitor(kube, options.node, backend, api_pods(kube, options.node), self.registry,
+                                      proc_root=options.proc_root, evict_after_seconds=options.evict_after_seconds)
+        Gauge("kubecell_node_allocation_mismatches", "Pods the kubelet's PodResources showed with other devices "
+              "than the agent served", registry=self.registry).set_function(lambda: self.allocator.mismatches)
         self.plugins = [DevicePlugin(RESOURCE_GPU, self.whole, self.allocator, directory=options.device_plugin_dir),
                         DevicePlugin(RESOURCE_GPU_MILLI, self.milli, self.allocator,
                                      directory=options.device_plugin_dir)]
@@ -78,17 +107,46 @@ class NodeAgent:
                  f", unhealthy: {', '.join(unhealthy)}" if unhealthy else "")
         self.ready.set()
 
+    def _prepare(self, record: AllocationRecord) -> None:
+        """Before an mps container is answered, its GPU's MPS control daemon runs."""
+        if record.isolation == "mps":
+            for gpu in record.gpus:
+                self.mps.acquire(gpu.uuid, record.allocation_id)
+
+    def _housekeeping(self, stop: threading.Event) -> None:
+        """Stop the MPS daemons no running pod holds any more (and restart dead ones that one still does)."""
+        while not stop.wait(self.options.housekeeping_seconds):
+            if "mps" not in self.isolation.modes:
+                continue
+            try:
+                self.mps.reconcile(mps_holders(api_pods(self.kube, self.options.node)(), self.options.node))
+            except (KubecellError, OSError) as error:
+                log.warning("MPS housekeeping failed: %s", error)
+
     def run(self, stop: threading.Event, *, ready_timeout: float = 60.0) -> None:
         """Publish, then serve the kubelet until ``stop``."""
+        server = None
+        if self.options.metrics is not None:
+            host, port = self.options.metrics
+            server, _ = start_http_server(port, addr=host, registry=self.registry)
         self.publisher.start()
+        workers = [threading.Thread(target=self.overuse.run, args=(stop,), daemon=True, name="overuse"),
+                   threading.Thread(target=self._housekeeping, args=(stop,), daemon=True, name="mps")]
         try:
             if not self.ready.wait(ready_timeout):
                 log.warning("no GPU inventory after %.0f s (%s); serving an empty device list",
                             ready_timeout, self.publisher.last_error or "no error reported")
             for plugin in self.plugins:
                 plugin.start()
+            for worker in workers:
+                worker.start()
             stop.wait()
         finally:
             for plugin in self.plugins:
                 plugin.stop()
             self.publisher.stop()
+            for worker in workers:
+                if worker.is_alive():
+                    worker.join(10)
+            if server is not None:
+                server.shutdown()

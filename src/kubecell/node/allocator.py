@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubecell.core.errors import KubecellError
 from kubecell.k8s.names import ANNOTATION_ACK, RESOURCE_GPU, RESOURCE_GPU_MILLI
 from kubecell.k8s.records import AllocationRecord, RecordError
 from kubecell.k8s.rest import ApiError, Kube
@@ -62,7 +63,7 @@ class RecordAllocator:
 
     def __init__(self, kube: Kube, node: str, gpus: Callable[[], Mapping[str, int]], isolation: NodeIsolation,
                  *, verify: Callable[[str, str], PodDevices | None] | None = None,
-                 verify_after: float = 0.5) -> None:
+                 verify_after: float = 0.5, prepare: Callable[[AllocationRecord], None] | None = None) -> None:
         self.kube = kube
         self.node = node
         self.gpus = gpus
@@ -71,6 +72,9 @@ class RecordAllocator:
         self.verify = verify
         """PodResources ``Get(namespace, name)``, to check afterwards what the kubelet recorded."""
         self.verify_after = verify_after
+        self.prepare = prepare
+        """Called before a container is answered (the MPS daemon of its GPU must run before it starts);
+        a ``KubecellError`` from it refuses the pod."""
         self.actions = Actions(kube, "kubecell-node-agent")
         self.lock = threading.Lock()  # the kubelet may call for two resources of one pod at once
         self.serving: dict[str, Served] = {}
@@ -98,6 +102,11 @@ class RecordAllocator:
             served = self._pending()
             record = served.record
             answers = []
+            if self.prepare is not None:
+                try:
+                    self.prepare(record)
+                except KubecellError as error:
+                    raise self._refuse(served.pod, f"cannot prepare isolation {record.isolation}: {error}") from None
             for devices in container_requests:
                 self._check_devices(served, resource, devices)
                 try:
