@@ -27,6 +27,7 @@ from kubecell.sim.traces.openb import load_nodes, load_pods
 from kubecell.testbed import testbed as testbed_driver
 from kubecell.testbed.build import ensure_binaries
 from kubecell.testbed.control_plane import ControlPlane, ControlPlaneState
+from tests.k8s.test_node_gate import acknowledge, get, pod_on, served_node
 from tests.support import wait_for
 
 
@@ -150,3 +151,22 @@ def test_a_gang_is_bound_whole_or_not_at_all(example_state: ControlPlaneState, e
         assert wait_for("kubecell's reason for the gang that cannot fit", told_no_room, 40)
         assert bound_names(example_kube, namespace) == set(records)
     clear(example_kube, namespace)
+
+
+def test_the_extender_binds_one_gpu_pod_at_a_time_where_the_device_plugin_serves(
+        example_state: ControlPlaneState, example_kube: Kube, tmp_path: Path) -> None:
+    """Through kube-scheduler too, a node served by kubecell's device plugin gets its next GPU pod only after
+    the node agent acknowledged the previous one (the bind call is refused meanwhile and retried)."""
+    namespace = fresh_namespace(example_kube, "gate")
+    try:
+        with served_node(example_kube) as node, extender_mode(example_state, SchedulerOptions(extender=True),
+                                                              tmp_path):
+            pod_on(example_kube, namespace, "a", node, {"kubecell.io/gpu": "1"})
+            wait_for("a bound", lambda: get(example_kube, namespace, "a")["spec"].get("nodeName"), 60)
+            pod_on(example_kube, namespace, "b", node, {"kubecell.io/gpu": "1"})
+            time.sleep(3)
+            assert not get(example_kube, namespace, "b")["spec"].get("nodeName")
+            acknowledge(example_kube, namespace, "a")
+            wait_for("b bound after the ack", lambda: get(example_kube, namespace, "b")["spec"].get("nodeName"), 60)
+    finally:
+        clear(example_kube, namespace)

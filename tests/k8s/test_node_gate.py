@@ -25,6 +25,12 @@ from tests.support import wait_for
 
 @pytest.fixture
 def agent_node(kube: Kube) -> Iterator[str]:
+    with served_node(kube) as name:
+        yield name
+
+
+@contextlib.contextmanager
+def served_node(kube: Kube) -> Iterator[str]:
     """A 4-GPU node whose (pretend) node agent serves the device plugin and can isolate by MPS."""
     name = f"agent-{uuid.uuid4().hex[:6]}"
     model = GPU_MODELS["A100"]

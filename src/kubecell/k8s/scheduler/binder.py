@@ -101,10 +101,18 @@ class Binder:
             return f"kubecell holds no placement for {name} (it was released; kube-scheduler will ask again)"
         if state.waiting_victims.get(name):
             return f"{name} waits for {len(state.waiting_victims[name])} preempted pod(s) to leave"
-        del state.held[name]
         if held.direct and job.phase == JobPhase.RUNNING:
             (_, uid, pod, record), = held.planned
-            return self._bind_without_waiting(state, name, uid, pod, record)
+            waiting = self.gate.holding(state, record.node, pod)
+            if waiting is not None:  # kube-scheduler asks again after its back-off; the decision stays held
+                held.touched = time.monotonic()
+                return (f"{record.node} serves one GPU pod at a time: waiting for its node agent to acknowledge "
+                        f"{waiting}")
+            del state.held[name]
+            item = (name, uid, pod, record.node, record)
+            self.gate.admit(state, [item])  # free: it goes now, and marks the node in flight if it serialises
+            return self._send(state, item)
+        del state.held[name]
         self._write(state, [(job, held.planned, held.direct)], set(), wait=True)
         tracked = state.tracked.get(name)
         missing = [uid for _, uid, _, _ in held.planned if tracked is None or uid not in tracked.bound]

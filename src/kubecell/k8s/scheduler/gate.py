@@ -76,6 +76,13 @@ class NodeGate:
                 del state.deferred[node]
         return ready
 
+    def holding(self, state: Tracking, node: str, pod: Mapping[str, Any]) -> str | None:
+        """Whether a Binding of ``pod`` to ``node`` would have to wait, and for which pod (namespace/name);
+        None when it may go now. Changes nothing (the extender answers kube-scheduler with it)."""
+        if not self._serial(state, node, pod) or (not state.deferred.get(node) and self._free(state, node)):
+            return None
+        return self.waiting_on(state, node) or "an earlier pod"
+
     def waiting_on(self, state: Tracking, node: str) -> str | None:
         """The pod (namespace/name) a node's waiting Bindings wait for, if any."""
         uid = state.inflight.get(node)
