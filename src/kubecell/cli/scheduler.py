@@ -45,6 +45,15 @@ def own_pod(name: str, namespace: str, *, fallback: Path = SERVICE_ACCOUNT_NAMES
     return PodRef(namespace, name)
 
 
+Kubeconfig = Annotated[Path | None, typer.Option(help="Kubeconfig (default: the pod's service account).")]
+Tenancy = Annotated[str, typer.Option(help="Tenancy preset: " + ", ".join(PRESETS) + ".")]
+Placement = Annotated[str, typer.Option(help="Placement policy (see 'kubecell policies').")]
+TenantsNamespace = Annotated[str, typer.Option(help="Namespace of the tenants ConfigMap and the Lease.")]
+LeaderElect = Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
+                                           help="Elect a leader through a Lease (run several replicas).")]
+Identity = Annotated[str, typer.Option(help="Leader-election identity (default: the pod name, else host name and "
+                                            "pid).")]
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Log every decision.")]
 PodName = Annotated[str, typer.Option(envvar="POD_NAME", help=(
     "This replica's Pod (Downward API; '' outside a pod): the leader labels it kubecell.io/leader=true, "
     "which the Service kubecell-extender selects."))]
@@ -52,28 +61,30 @@ PodNamespace = Annotated[str, typer.Option(envvar="POD_NAMESPACE", help=(
     "The namespace of --pod-name (Downward API; default: the service account's namespace)."))]
 
 
-def scheduler(
-    kubeconfig: Annotated[Path | None, typer.Option(help="Kubeconfig (default: the pod's service account).")] = None,
-    name: Annotated[str, typer.Option(help="The schedulerName of the pods to place.")] = "kubecell",
-    tenancy: Annotated[str, typer.Option(help="Tenancy preset: " + ", ".join(PRESETS) + ".")] = "kubecell",
-    placement: Annotated[str, typer.Option(help="Placement policy (see 'kubecell policies').")] = DEFAULT_POLICY,
-    tenants_namespace: Annotated[str, typer.Option(help="Namespace of the tenants ConfigMap and the Lease.")] = (
-        "kubecell-system"),
-    listen: Annotated[str, typer.Option(help="HOST:PORT of /healthz, /readyz and /metrics ('' for none).")] = (
-        "0.0.0.0:10259"),
-    leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
-                                               help="Elect a leader through a Lease (run several replicas).")] = True,
-    identity: Annotated[str, typer.Option(help="Leader-election identity (default: the pod name, else host "
-                                               "name and pid).")] = "",
-    pod_name: PodName = "",
-    pod_namespace: PodNamespace = "",
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every decision.")] = False,
-) -> None:
-    """Run kubecell's scheduler against a cluster (standalone mode, its own schedulerName)."""
+def _prepare(tenancy: str, verbose: bool) -> None:
+    """What both modes check and set up before they talk to the cluster."""
     if tenancy not in PRESETS:
         raise InvalidInputError(f"unknown tenancy preset {tenancy!r}", field="tenancy", accepted=", ".join(PRESETS))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+
+def scheduler(
+    kubeconfig: Kubeconfig = None,
+    name: Annotated[str, typer.Option(help="The schedulerName of the pods to place.")] = "kubecell",
+    tenancy: Tenancy = "kubecell",
+    placement: Placement = DEFAULT_POLICY,
+    tenants_namespace: TenantsNamespace = "kubecell-system",
+    listen: Annotated[str, typer.Option(help="HOST:PORT of /healthz, /readyz and /metrics ('' for none).")] = (
+        "0.0.0.0:10259"),
+    leader_elect: LeaderElect = True,
+    identity: Identity = "",
+    pod_name: PodName = "",
+    pod_namespace: PodNamespace = "",
+    verbose: Verbose = False,
+) -> None:
+    """Run kubecell's scheduler against a cluster (standalone mode, its own schedulerName)."""
+    _prepare(tenancy, verbose)
     options = SchedulerOptions(name=name, tenancy=tenancy, placement=canonical_policy_name(placement),
                                tenants_namespace=tenants_namespace)
     kube = Kube.from_kubeconfig(kubeconfig)
@@ -82,37 +93,31 @@ def scheduler(
 
 
 def extender(
-    kubeconfig: Annotated[Path | None, typer.Option(help="Kubeconfig (default: the pod's service account).")] = None,
+    kubeconfig: Kubeconfig = None,
     scheduler_names: Annotated[str, typer.Option(
         help="Comma list of the schedulerNames (kube-scheduler profiles) whose GPU pods kubecell places.")] = (
         "kubecell"),
-    tenancy: Annotated[str, typer.Option(help="Tenancy preset: " + ", ".join(PRESETS) + ".")] = "kubecell",
-    placement: Annotated[str, typer.Option(help="Placement policy (see 'kubecell policies').")] = DEFAULT_POLICY,
-    tenants_namespace: Annotated[str, typer.Option(help="Namespace of the tenants ConfigMap and the Lease.")] = (
-        "kubecell-system"),
+    tenancy: Tenancy = "kubecell",
+    placement: Placement = DEFAULT_POLICY,
+    tenants_namespace: TenantsNamespace = "kubecell-system",
     listen: Annotated[str, typer.Option(help="HOST:PORT of /extender/<verb>, /healthz, /readyz, /metrics and "
                                              "the dashboard.")] = "0.0.0.0:10259",
-    leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
-                                               help="Elect a leader through a Lease (run several replicas).")] = True,
-    identity: Annotated[str, typer.Option(help="Leader-election identity (default: the pod name, else host "
-                                               "name and pid).")] = "",
+    leader_elect: LeaderElect = True,
+    identity: Identity = "",
     pod_name: PodName = "",
     pod_namespace: PodNamespace = "",
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every decision.")] = False,
+    verbose: Verbose = False,
 ) -> None:
     """Serve kube-scheduler as its HTTP extender (filter, prioritize, bind, preempt): the same engine and
     allocation records as 'kubecell scheduler', for clusters that keep kube-scheduler. Configure
     kube-scheduler with deploy/extender/kube-scheduler-config.yaml."""
-    if tenancy not in PRESETS:
-        raise InvalidInputError(f"unknown tenancy preset {tenancy!r}", field="tenancy", accepted=", ".join(PRESETS))
     names = [name.strip() for name in scheduler_names.split(",") if name.strip()]
     if not names:
         raise InvalidInputError("--scheduler-names is empty", field="scheduler-names", accepted="e.g. kubecell")
     address = _address(listen)
     if address is None:
         raise InvalidInputError("the extender needs an HTTP port", field="listen", accepted="HOST:PORT")
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    _prepare(tenancy, verbose)
     options = SchedulerOptions(name=names[0], extra_names=tuple(names[1:]), tenancy=tenancy,
                                placement=canonical_policy_name(placement), tenants_namespace=tenants_namespace,
                                extender=True)

@@ -47,7 +47,7 @@ from kubecell.core.model import MILLI_PER_GPU
 from kubecell.k8s.records import AllocationRecord, RecordError
 from kubecell.k8s.rest import ApiError, Kube
 from kubecell.k8s.scheduler import pods
-from kubecell.k8s.scheduler.actions import Actions, pod_path
+from kubecell.k8s.scheduler.actions import Actions, eviction, pod_path
 from kubecell.node.nvml import MIB, GpuBackend
 
 log = logging.getLogger("kubecell.node.overuse")
@@ -356,12 +356,8 @@ class OveruseMonitor:
         """Evict through the Eviction API (the body ``Actions.evict`` uses: PDBs honoured, the UID
         precondition keeps a pod recreated under the name safe). True once the pod is evicted or gone;
         False when a PodDisruptionBudget refused (429) or the API failed, so the next sample tries again."""
-        meta = pod["metadata"]
-        body = {"apiVersion": "policy/v1", "kind": "Eviction",
-                "metadata": {"name": meta["name"], "namespace": meta.get("namespace", "default")},
-                "deleteOptions": {"preconditions": {"uid": meta["uid"]}}}
         try:
-            self.kube.create(f"{pod_path(pod)}/eviction", body)
+            self.kube.create(f"{pod_path(pod)}/eviction", eviction(pod))
         except ApiError as error:
             if error.not_found:
                 return True

@@ -32,6 +32,14 @@ def pod_path(pod: Mapping[str, Any]) -> str:
     return f"/api/v1/namespaces/{meta.get('namespace', 'default')}/pods/{meta['name']}"
 
 
+def eviction(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``policy/v1`` Eviction of the pod; the UID precondition keeps a pod recreated under the name safe."""
+    meta = pod["metadata"]
+    return {"apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": meta["name"], "namespace": meta.get("namespace", "default")},
+            "deleteOptions": {"preconditions": {"uid": meta["uid"]}}}
+
+
 CRASH_AFTER_WRITES = "KUBECELL_CRASH_AFTER_WRITES"
 """Fault injection for the restart tests: after this many successful writes the process SIGKILLs itself,
 so a crash can be placed exactly between any two writes of a decision. Unset (the default): never."""
@@ -90,12 +98,8 @@ class Actions:
 
     def evict(self, pod: Mapping[str, Any], reason: str) -> None:
         """Through the Eviction API, so PodDisruptionBudgets are honoured; a pod already gone is fine."""
-        meta = pod["metadata"]
-        body = {"apiVersion": "policy/v1", "kind": "Eviction",
-                "metadata": {"name": meta["name"], "namespace": meta.get("namespace", "default")},
-                "deleteOptions": {"preconditions": {"uid": meta["uid"]}}}
         try:
-            self.kube.create(f"{pod_path(pod)}/eviction", body)
+            self.kube.create(f"{pod_path(pod)}/eviction", eviction(pod))
             self._wrote()
             self.event(pod, "Warning", "Preempted", reason)
         except ApiError as error:
