@@ -3,9 +3,13 @@ bounded wait for tests that watch a real API server."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from kubecell.k8s.rest import ApiError, Kube
+from kubecell.testbed.kubelet import register_nodes
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec"
@@ -45,3 +49,15 @@ def wait_for(what: str, probe: Callable[[], Any], timeout: float = 30.0) -> Any:
             return value
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@contextlib.contextmanager
+def registered_node(kube: Kube, manifest: dict[str, Any]) -> Iterator[str]:
+    """A Node of a test's own on the testbed (registered Ready and untainted as the testbed registers its
+    nodes), deleted when the block ends."""
+    register_nodes(kube, [manifest])
+    try:
+        yield str(manifest["metadata"]["name"])
+    finally:
+        with contextlib.suppress(ApiError):
+            kube.delete(f"/api/v1/nodes/{manifest['metadata']['name']}")

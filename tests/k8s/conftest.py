@@ -16,6 +16,7 @@ from kubecell.k8s.rest import ApiError, Kube
 from kubecell.k8s.scheduler.scheduler import Scheduler, SchedulerOptions
 from kubecell.testbed import testbed as testbed_driver
 from kubecell.testbed.control_plane import ControlPlaneState
+from tests.k8s.deploy_support import clear_virtualclusters, install_crd
 
 
 @pytest.fixture
@@ -86,3 +87,12 @@ def example_kube(example_state: ControlPlaneState) -> Iterator[Kube]:
         yield kube
     finally:
         kube.close()
+
+
+@pytest.fixture
+def crd(testbed: ControlPlaneState, kube: Kube) -> Iterator[None]:
+    """The VirtualCluster CRD installed, and no VirtualCluster before or after the test."""
+    install_crd(testbed)
+    clear_virtualclusters(kube)
+    yield
+    clear_virtualclusters(kube)

@@ -5,7 +5,6 @@ VirtualCluster objects when any exist, a missing CRD tolerated; API errors are o
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from kubecell.k8s import virtualclusters
 from kubecell.k8s.rest import ApiError, Kube
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.k8s.conftest import RunningScheduler
-from tests.k8s.deploy_support import clear_virtualclusters, install_crd
 from tests.k8s.test_scheduler import bound, get_pod, gpus_of, make_pod
 from tests.support import wait_for
 
@@ -99,14 +97,6 @@ def test_without_the_virtualcluster_crd_or_the_right_to_list_it_inspect_goes_on(
     report = read_cluster(ListsOnly(status), scheduler="kubecell")  # type: ignore[arg-type]
     assert report.tenants.kind == "none"
     assert any("VirtualClusters not listed" in w for w in report.warnings) is warned
-
-
-@pytest.fixture
-def crd(testbed: ControlPlaneState, kube: Kube) -> Iterator[None]:
-    install_crd(testbed)
-    clear_virtualclusters(kube)
-    yield
-    clear_virtualclusters(kube)
 
 
 def test_the_tenants_are_the_virtualclusters_when_any_exist(testbed: ControlPlaneState, kube: Kube,

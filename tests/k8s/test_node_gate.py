@@ -14,13 +14,12 @@ import pytest
 from kubecell.core.model import GPU_MODELS, Gpu, Node
 from kubecell.k8s.inventory import inventory_of
 from kubecell.k8s.names import ANNOTATION_ACK, ANNOTATION_INVENTORY
-from kubecell.k8s.rest import ApiError, Kube
+from kubecell.k8s.rest import Kube
 from kubecell.k8s.scheduler import pods
 from kubecell.testbed.control_plane import ControlPlaneState
-from kubecell.testbed.kubelet import register_nodes
 from kubecell.testbed.nodes import node_manifest
 from tests.k8s.conftest import RunningScheduler
-from tests.support import wait_for
+from tests.support import registered_node, wait_for
 
 
 @pytest.fixture
@@ -40,12 +39,8 @@ def served_node(kube: Kube) -> Iterator[str]:
     inventory = inventory_of(node, agent="kubecell-node-agent/test").model_copy(
         update={"device_plugin": True, "isolation": ["accounting", "mps"]})
     manifest["metadata"]["annotations"][ANNOTATION_INVENTORY] = inventory.to_annotation()
-    register_nodes(kube, [manifest])
-    try:
+    with registered_node(kube, manifest):
         yield name
-    finally:
-        with contextlib.suppress(ApiError):
-            kube.delete(f"/api/v1/nodes/{name}")
 
 
 def pod_on(kube: Kube, namespace: str, name: str, node: str, limits: dict[str, str],

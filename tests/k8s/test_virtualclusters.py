@@ -5,7 +5,6 @@ configuration in force keeps working, and running pods keep their GPUs across a 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -17,7 +16,6 @@ from kubecell.k8s.rest import Kube
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.core.support import make_nodes
 from tests.k8s.conftest import RunningScheduler
-from tests.k8s.deploy_support import clear_virtualclusters, install_crd
 from tests.k8s.test_scheduler import bound, get_pod, gpus_of, make_pod
 from tests.support import wait_for
 
@@ -102,14 +100,6 @@ def test_the_condition_keeps_its_transition_time_while_the_status_holds() -> Non
 
 
 # ------------------------------------------------------------------ on the testbed
-@pytest.fixture
-def crd(testbed: ControlPlaneState, kube: Kube) -> Iterator[None]:
-    install_crd(testbed)
-    clear_virtualclusters(kube)
-    yield
-    clear_virtualclusters(kube)
-
-
 def put(kube: Kube, name: str, **spec: Any) -> dict[str, Any]:
     """Create the VirtualCluster, or replace its spec."""
     path = f"{vcs.PATH}/{name}"

@@ -22,10 +22,9 @@ from kubecell.k8s.rest import ApiError, Kube
 from kubecell.node.fake_nvml import FakeNvml, example_path
 from kubecell.node.inventory import InventoryPublisher, build_inventory
 from kubecell.testbed.control_plane import ControlPlaneState
-from kubecell.testbed.kubelet import register_nodes
 from kubecell.testbed.nodes import node_manifest
 from tests.k8s.conftest import RunningScheduler, namespace, start_scheduler  # noqa: F401 - fixtures used here
-from tests.support import wait_for
+from tests.support import registered_node, wait_for
 
 pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed: .venv/bin/pip install -e '.[dev,node]'")
 
@@ -41,12 +40,8 @@ def gpu_node(kube: Kube) -> Iterator[str]:
                      nvlink_groups=[[0, 1, 2, 3], [4, 5, 6, 7]], numa_groups=[[0, 1, 2, 3], [4, 5, 6, 7]])
     manifest = node_manifest(core)
     manifest["metadata"]["annotations"] = {}
-    register_nodes(kube, [manifest])
-    try:
+    with registered_node(kube, manifest):
         yield name
-    finally:
-        with contextlib.suppress(ApiError):
-            kube.delete(f"/api/v1/nodes/{name}")
 
 
 def annotation(kube: Kube, node: str) -> str | None:
