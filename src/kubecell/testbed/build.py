@@ -11,6 +11,10 @@ loudly instead of silently downloading a toolchain).
 A build is several minutes of compile on two cores, so the binaries are cached per version outside
 the repository, stamped with a hash of the module files that produced them, and built under a file
 lock so that parallel test sessions never build twice or see a half-written binary.
+
+The node side (the kubelet, and ``fakecri``: the fake CRI runtime of ``k8s.io/cri-client`` served on a
+Unix socket) builds from its own module, ``testbed/node``, with its own stamp (``stamp-node``): only the
+real-kubelet tests need it, so neither module's changes rebuild the other's binaries.
 """
 
 from __future__ import annotations
@@ -77,6 +81,17 @@ def targets(version: str = K8S_VERSION) -> tuple[Target, ...]:
     )
 
 
+def node_targets(version: str = K8S_VERSION) -> tuple[Target, ...]:
+    """The kubelet and the fake CRI runtime it runs pods on (``kubecell.testbed.real_kubelet``)."""
+    return (
+        Target("kubelet", "node", "k8s.io/kubernetes/cmd/kubelet", _k8s_ldflags(version)),
+        Target("fakecri", "node", "./cmd/fakecri", "-s -w"),
+    )
+
+
+NODE_MODULE_FILES = ("node/go.mod", "node/go.sum", "node/cmd/fakecri/main.go")
+
+
 def module_stamp(modules: Path) -> str:
     """A hash of the Go module files: binaries built from other module files are rebuilt."""
     digest = hashlib.sha256()
@@ -86,6 +101,65 @@ def module_stamp(modules: Path) -> str:
         digest.update(path.read_bytes() if path.is_file() else b"-")
     digest.update(f"{K8S_VERSION} {ETCD_VERSION}".encode())
     return digest.hexdigest()[:16]
+
+
+def node_module_stamp(modules: Path) -> str:
+    """A hash of the node module's files (the kubelet and ``fakecri`` are rebuilt when they change)."""
+    digest = hashlib.sha256()
+    for name in NODE_MODULE_FILES:
+        path = modules / name
+        digest.update(name.encode())
+        digest.update(path.read_bytes() if path.is_file() else b"-")
+    digest.update(K8S_VERSION.encode())
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeBinaries:
+    kubelet: Path
+    fakecri: Path
+
+    def all(self) -> tuple[Path, ...]:
+        return (self.kubelet, self.fakecri)
+
+
+def cached_node_binaries(version: str = K8S_VERSION) -> NodeBinaries | None:
+    """The cached kubelet and ``fakecri`` for ``version`` if present and built from today's module files."""
+    directory = binary_dir(version)
+    binaries = NodeBinaries(directory / "kubelet", directory / "fakecri")
+    if not all(path.is_file() and os.access(path, os.X_OK) for path in binaries.all()):
+        return None
+    modules = go_modules_dir()
+    stamp = directory / "stamp-node"
+    if (modules / "node").is_dir() and (not stamp.is_file() or stamp.read_text().strip() != node_module_stamp(modules)):
+        return None
+    return binaries
+
+
+def ensure_node_binaries(version: str = K8S_VERSION, *, log: Callable[[str], None] = print) -> NodeBinaries:
+    """The cached kubelet and ``fakecri``, building them first (the kubelet: ~7 min on two cores)."""
+    found = cached_node_binaries(version)
+    if found is not None:
+        return found
+    modules = go_modules_dir()
+    if not (modules / "node" / "go.mod").is_file():
+        raise TestbedUnavailable(
+            f"the kubelet and fakecri for {version} are not in {binary_dir(version)} and the Go module that "
+            f"builds them is not at {modules / 'node'} (building needs a source checkout of kubecell)")
+    go = go_toolchain()
+    directory = binary_dir(version)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = cached_node_binaries(version)
+        if found is not None:
+            return found
+        started = time.monotonic()
+        for target in node_targets(version):
+            _build(go, modules / target.module, target, directory / target.name, log)
+        (directory / "stamp-node").write_text(node_module_stamp(modules) + "\n")
+        log(f"kubelet and fakecri built in {time.monotonic() - started:.0f} s -> {directory}")
+    return NodeBinaries(directory / "kubelet", directory / "fakecri")
 
 
 def _binaries(directory: Path) -> Binaries:
