@@ -172,6 +172,7 @@ class Binder:
         state.held.pop(name, None)
         tracked = state.tracked.get(name)
         if tracked is not None:
+            self.gate.forget(state, set(tracked.pod_uids))
             tracked.members.clear()
             tracked.bound.clear()
 
@@ -196,8 +197,15 @@ class Binder:
         return self._send(state, (name, uid, pod, record.node, record))
 
     def pump(self, state: Tracking) -> None:
-        """Send the Bindings the node gate lets go now (their node's agent acknowledged the pod before)."""
+        """Send the Bindings the node gate lets go now (their node's agent acknowledged the pod before),
+        unless their decision was undone while they waited (the job went back to the queue or ended)."""
         for item in self.gate.release(state):
+            name, uid = item[0], item[1]
+            job, tracked = state.engine.jobs.get(name), state.tracked.get(name)
+            live = job is not None and job.phase in (JobPhase.RUNNING, JobPhase.RESERVED)
+            if not live or tracked is None or uid not in tracked.members.values():
+                self.gate.forget(state, {uid})
+                continue
             self._send(state, item)
 
     def _send(self, state: Tracking, item: BindItem) -> Future[Outcome]:

@@ -89,6 +89,18 @@ class NodeGate:
         pod = self.mirror.pods.get(uid) if uid else None
         return pods.key(pod) if pod is not None else None
 
+    def forget(self, state: Tracking, uids: set[str]) -> None:
+        """The pods' Bindings will not happen (refused, or their job went back to the queue): they hold no
+        node and wait in no queue any more."""
+        for node in [node for node, uid in state.inflight.items() if uid in uids]:
+            del state.inflight[node]
+        for node, queue in list(state.deferred.items()):
+            kept = [item for item in queue if item[1] not in uids]
+            if kept:
+                state.deferred[node] = deque(kept)
+            else:
+                del state.deferred[node]
+
     def note_bound(self, state: Tracking, pod: Mapping[str, Any]) -> None:
         """A pod found bound and not acknowledged at a rebuild holds its node (the agent may be serving it)."""
         node = pods.node_of(pod)
