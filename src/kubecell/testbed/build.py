@@ -25,7 +25,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,24 +141,9 @@ def ensure_node_binaries(version: str = K8S_VERSION, *, log: Callable[[str], Non
     found = cached_node_binaries(version)
     if found is not None:
         return found
-    modules = go_modules_dir()
-    if not (modules / "node" / "go.mod").is_file():
-        raise TestbedUnavailable(
-            f"the kubelet and fakecri for {version} are not in {binary_dir(version)} and the Go module that "
-            f"builds them is not at {modules / 'node'} (building needs a source checkout of kubecell)")
-    go = go_toolchain()
+    _build_set(version, "node", node_targets(version), "stamp-node", node_module_stamp,
+               lambda: cached_node_binaries(version) is not None, "the kubelet and fakecri", log)
     directory = binary_dir(version)
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        found = cached_node_binaries(version)
-        if found is not None:
-            return found
-        started = time.monotonic()
-        for target in node_targets(version):
-            _build(go, modules / target.module, target, directory / target.name, log)
-        (directory / "stamp-node").write_text(node_module_stamp(modules) + "\n")
-        log(f"kubelet and fakecri built in {time.monotonic() - started:.0f} s -> {directory}")
     return NodeBinaries(directory / "kubelet", directory / "fakecri")
 
 
@@ -204,25 +189,33 @@ def ensure_binaries(version: str = K8S_VERSION, *, log: Callable[[str], None] = 
     found = cached_binaries(version)
     if found is not None:
         return found
+    _build_set(version, "k8s", targets(version), "stamp", module_stamp,
+               lambda: cached_binaries(version) is not None, "the testbed binaries", log)
+    return _binaries(binary_dir(version))
+
+
+def _build_set(version: str, module: str, wanted: Sequence[Target], stamp_name: str,
+               stamp: Callable[[Path], str], cached: Callable[[], bool], what: str,
+               log: Callable[[str], None]) -> None:
+    """Build ``wanted`` under the machine-wide build lock, unless another session built them while this one
+    waited for it, and stamp them with the module files they were built from."""
     modules = go_modules_dir()
-    if not (modules / "k8s" / "go.mod").is_file():
+    if not (modules / module / "go.mod").is_file():
         raise TestbedUnavailable(
-            f"the testbed binaries for {version} are not in {binary_dir(version)} and the Go modules that "
-            f"build them are not at {modules} (building needs a source checkout of kubecell)")
+            f"{what} for {version} are not in {binary_dir(version)} and the Go module that builds them is not "
+            f"at {modules / module} (building needs a source checkout of kubecell)")
     go = go_toolchain()
     directory = binary_dir(version)
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another session may be building: wait for it, then re-check
-        found = cached_binaries(version)
-        if found is not None:
-            return found
+        if cached():
+            return
         started = time.monotonic()
-        for target in targets(version):
+        for target in wanted:
             _build(go, modules / target.module, target, directory / target.name, log)
-        (directory / "stamp").write_text(module_stamp(modules) + "\n")
-        log(f"testbed binaries built in {time.monotonic() - started:.0f} s -> {directory}")
-    return _binaries(directory)
+        (directory / stamp_name).write_text(stamp(modules) + "\n")
+        log(f"{what} built in {time.monotonic() - started:.0f} s -> {directory}")
 
 
 def _build(go: str, module: Path, target: Target, output: Path, log: Callable[[str], None]) -> None:
