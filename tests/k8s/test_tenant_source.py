@@ -59,7 +59,7 @@ def test_an_invalid_configmap_keeps_the_tenants_last_accepted_and_warns_on_the_c
         testbed: ControlPlaneState, kube: Kube, namespace: str, start_scheduler: type[RunningScheduler]) -> None:
     configmap(kube, namespace, TENANTS)
     running = start_scheduler(testbed, SchedulerOptions(tenants_namespace=namespace, tenants_configmap="tenants"))
-    assert tenant_names(running) == ["a", "b"]
+    wait_for("VCs a and b in force", lambda: tenant_names(running) == ["a", "b"])
     make_pod(kube, namespace, "before", {"nvidia.com/gpu": "1"}, {ANNOTATION_VC: "a"})
     wait_for("a pod of VC a placed", lambda: bound(kube, namespace, "before"))
     assert record_vc(kube, namespace, "before") == "a"
@@ -72,8 +72,9 @@ def test_an_invalid_configmap_keeps_the_tenants_last_accepted_and_warns_on_the_c
     assert "the tenants last accepted from it stay in force" in event["message"]
     assert event["involvedObject"]["uid"] == kube.get(f"/api/v1/namespaces/{namespace}/configmaps/tenants")[
         "metadata"]["uid"]
-    wait_for("the scheduler rebuilt on the edit", lambda: running.scheduler.tenants_text == MALFORMED)
-    assert tenant_names(running) == ["a", "b"]                       # not the whole-cluster default
+    # the rebuild reads the text before its new engine exists: wait for both, not the text alone
+    wait_for("the scheduler rebuilt on the edit, keeping VCs a and b (not the whole-cluster default)",
+             lambda: running.scheduler.tenants_text == MALFORMED and tenant_names(running) == ["a", "b"])
 
     make_pod(kube, namespace, "after", {"nvidia.com/gpu": "1"}, {ANNOTATION_VC: "a"})
     make_pod(kube, namespace, "nobody", {"nvidia.com/gpu": "1"}, {ANNOTATION_VC: "default"})
@@ -91,7 +92,7 @@ def test_an_invalid_configmap_with_nothing_accepted_before_runs_the_whole_cluste
         testbed: ControlPlaneState, kube: Kube, namespace: str, start_scheduler: type[RunningScheduler]) -> None:
     configmap(kube, namespace, MALFORMED)
     running = start_scheduler(testbed, SchedulerOptions(tenants_namespace=namespace, tenants_configmap="tenants"))
-    assert tenant_names(running) == ["default"]
+    wait_for("the whole-cluster default in force", lambda: tenant_names(running) == ["default"])
     (event,) = wait_for("a Warning Event on the ConfigMap", lambda: warnings_on_configmap(kube, namespace))
     assert "none was accepted before; using the whole-cluster default" in event["message"]
     make_pod(kube, namespace, "anyone", {"nvidia.com/gpu": "1"})
