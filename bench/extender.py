@@ -68,13 +68,7 @@ def run(nodes: int, pods: int, seed: int) -> list[tuple[str, float, float, float
     manifests = [node_manifest(node) for node in synthetic_cluster(nodes)]
     scheduler = Scheduler(cast(Kube, None), SchedulerOptions(extender=True))
     scheduler.events.put(Event("nodes", "SYNC", objects=tuple(manifests)))
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.is_set():
-            scheduler.step(wait=0.05)
-
-    thread = threading.Thread(target=loop, daemon=True)
+    thread = threading.Thread(target=scheduler.loop, daemon=True)  # no watches: the nodes were put in above
     thread.start()
     served = serve(Starlette(routes=routes(Extender(scheduler))), "127.0.0.1", 0)
     rows = []
@@ -113,7 +107,6 @@ def run(nodes: int, pods: int, seed: int) -> list[tuple[str, float, float, float
         connection.close()
     finally:
         served.stop()
-        stop.set()
         scheduler.shutdown()
         thread.join(10)
     return rows

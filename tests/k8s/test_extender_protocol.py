@@ -81,22 +81,15 @@ def test_priorities_stay_within_the_extender_range() -> None:
 
 @pytest.fixture
 def loop() -> Iterator[Scheduler]:
-    """A scheduler over no cluster, its loop stepped by hand (no watches): enough for the verbs' answers
-    that need no node."""
+    """A scheduler over no cluster, its loop without watches: enough for the verbs' answers that need no
+    node."""
     scheduler = Scheduler(cast(Kube, None), SchedulerOptions(extender=True))
-    stop = threading.Event()
-
-    def run() -> None:
-        while not stop.is_set():
-            scheduler.step(wait=0.02)
-
-    thread = threading.Thread(target=run, daemon=True)
+    thread = threading.Thread(target=scheduler.loop, daemon=True)
     thread.start()
     try:
         assert scheduler.ready.wait(5)
         yield scheduler
     finally:
-        stop.set()
         scheduler.shutdown()
         thread.join(5)
 

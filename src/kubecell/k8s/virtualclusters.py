@@ -28,8 +28,9 @@ from kubecell.core.errors import InvalidInputError
 from kubecell.core.tenancy.config import Tenants, resolve_tenants
 from kubecell.core.topology import CellForest
 from kubecell.core.validation import KeyPath, key_path
-from kubecell.k8s.clock import rfc3339, rfc3339_micro
+from kubecell.k8s.clock import rfc3339
 from kubecell.k8s.rest import ApiError, Kube
+from kubecell.k8s.scheduler.actions import event_body
 
 log = logging.getLogger("kubecell.virtualclusters")
 
@@ -283,15 +284,9 @@ class VirtualClusterSource:
 
     def event(self, obj: Mapping[str, Any], verdict: Verdict) -> None:
         meta = obj["metadata"]
-        now = rfc3339()
-        body = {"apiVersion": "v1", "kind": "Event",
-                "metadata": {"generateName": f"{meta['name']}.", "namespace": EVENT_NAMESPACE},
-                "involvedObject": {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": meta["name"],
-                                   "uid": meta.get("uid", "")},
-                "reason": verdict.reason, "message": verdict.message[:1024], "type": "Warning", "count": 1,
-                "firstTimestamp": now, "lastTimestamp": now, "eventTime": rfc3339_micro(),
-                "reportingComponent": self.component, "reportingInstance": self.component,
-                "action": "Configure", "source": {"component": self.component}}
+        involved = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": meta["name"], "uid": meta.get("uid", "")}
+        body = event_body(involved, EVENT_NAMESPACE, event_type="Warning", reason=verdict.reason,
+                          message=verdict.message, component=self.component, action="Configure")
         try:
             self.kube.create(f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", body)
         except ApiError as error:

@@ -40,6 +40,19 @@ def eviction(pod: Mapping[str, Any]) -> dict[str, Any]:
             "deleteOptions": {"preconditions": {"uid": meta["uid"]}}}
 
 
+def event_body(involved: Mapping[str, Any], namespace: str, *, event_type: str, reason: str, message: str,
+               component: str, action: str) -> dict[str, Any]:
+    """A ``core/v1`` Event about ``involved`` (its apiVersion, kind, name, uid and, if namespaced, namespace)
+    in ``namespace``, as client-go's recorder writes one (both the old and the ``events.k8s.io`` fields)."""
+    now = rfc3339()
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
+            "involvedObject": dict(involved), "reason": reason, "message": message[:1024], "type": event_type,
+            "count": 1, "firstTimestamp": now, "lastTimestamp": now, "eventTime": rfc3339_micro(),
+            "reportingComponent": component, "reportingInstance": component, "action": action,
+            "source": {"component": component}}
+
+
 CRASH_AFTER_WRITES = "KUBECELL_CRASH_AFTER_WRITES"
 """Fault injection for the restart tests: after this many successful writes the process SIGKILLs itself,
 so a crash can be placed exactly between any two writes of a decision. Unset (the default): never."""
@@ -123,15 +136,9 @@ class Actions:
     def event(self, pod: Mapping[str, Any], kind: str, reason: str, message: str, *, counted: bool = True) -> None:
         meta = pod["metadata"]
         namespace = meta.get("namespace", "default")
-        now = rfc3339()
-        body = {"apiVersion": "v1", "kind": "Event",
-                "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
-                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "namespace": namespace,
-                                   "uid": meta["uid"]},
-                "reason": reason, "message": message[:1024], "type": kind, "count": 1,
-                "firstTimestamp": now, "lastTimestamp": now, "eventTime": rfc3339_micro(),
-                "reportingComponent": self.component, "reportingInstance": self.component,
-                "action": "Scheduling", "source": {"component": self.component}}
+        involved = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "namespace": namespace, "uid": meta["uid"]}
+        body = event_body(involved, namespace, event_type=kind, reason=reason, message=message,
+                          component=self.component, action="Scheduling")
         try:
             self.kube.create(f"/api/v1/namespaces/{namespace}/events", body)
             if counted:
@@ -144,15 +151,10 @@ class Actions:
         ``kubectl describe`` on it says what is wrong. Not a decision: not counted in ``writes``."""
         meta = obj["metadata"]
         namespace, kind = meta.get("namespace", "default"), obj.get("kind", "ConfigMap")
-        now = rfc3339()
-        body = {"apiVersion": "v1", "kind": "Event",
-                "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
-                "involvedObject": {"apiVersion": obj.get("apiVersion", "v1"), "kind": kind,
-                                   "name": meta["name"], "namespace": namespace, "uid": meta.get("uid", "")},
-                "reason": reason, "message": message[:1024], "type": "Warning", "count": 1,
-                "firstTimestamp": now, "lastTimestamp": now, "eventTime": rfc3339_micro(),
-                "reportingComponent": self.component, "reportingInstance": self.component,
-                "action": "Configure", "source": {"component": self.component}}
+        involved = {"apiVersion": obj.get("apiVersion", "v1"), "kind": kind, "name": meta["name"],
+                    "namespace": namespace, "uid": meta.get("uid", "")}
+        body = event_body(involved, namespace, event_type="Warning", reason=reason, message=message,
+                          component=self.component, action="Configure")
         try:
             self.kube.create(f"/api/v1/namespaces/{namespace}/events", body)
         except ApiError as error:

@@ -209,6 +209,11 @@ class Scheduler:
         for watcher in watchers:
             if not watcher.synced.wait(max(0.0, deadline - time.monotonic())):
                 log.warning("%s not listed after %.0f s; starting anyway", watcher.collection.kind, sync_timeout)
+        self.loop()
+
+    def loop(self) -> None:
+        """Step until ``stop`` is set, on whatever arrives in ``events`` (``run`` feeds it from the watches;
+        a bench or test that feeds it itself runs only this), then let go of the writers."""
         try:
             while not self.stop.is_set():
                 self.step(wait=self._wait())
