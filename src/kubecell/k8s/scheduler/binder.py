@@ -2,7 +2,7 @@
 
 A job whose new members are several (a gang) gets every record written before its first Binding, so a
 crash in between leaves records without bindings that the next instance rolls back or forward (see
-``Scheduler._restore_job``). A single new member needs no such step: its Binding carries the record as an
+``kubecell.k8s.scheduler.restore``). A single new member needs no such step: its Binding carries the record as an
 annotation (the API server copies a Binding's annotations onto the pod in the same write), which is
 atomic by itself and halves the round trips of the common case. Within each step the writes go out in
 parallel, because one round trip after another is what limits a scheduler's throughput.

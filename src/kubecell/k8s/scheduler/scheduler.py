@@ -24,9 +24,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from kubecell.core.engine.engine import Engine
-from kubecell.core.engine.job import JobClass, JobPhase
+from kubecell.core.engine.job import JobPhase
 from kubecell.core.engine.options import PRESETS
-from kubecell.core.engine.restore import RunningMember
 from kubecell.core.errors import InvalidInputError, KubecellError
 from kubecell.core.model import Node
 from kubecell.core.placement.frag import TypicalPod
@@ -36,20 +35,18 @@ from kubecell.core.topology import CellForest
 from kubecell.inputs.tenants import parse_tenants
 from kubecell.inputs.yaml_document import YamlDocument
 from kubecell.k8s import virtualclusters
-from kubecell.k8s.dialects import DemandError, pod_demand
 from kubecell.k8s.inventory import NodeView
 from kubecell.k8s.names import MANAGED_RESOURCES
 from kubecell.k8s.observe.capture import CaptureCache, capture
 from kubecell.k8s.observe.recorder import Recorder
 from kubecell.k8s.observe.snapshot import Snapshot
-from kubecell.k8s.records import AllocationRecord, RecordError
 from kubecell.k8s.rest import ApiError, Kube
 from kubecell.k8s.scheduler import pods
-from kubecell.k8s.scheduler.actions import Actions, retry
+from kubecell.k8s.scheduler.actions import Actions
 from kubecell.k8s.scheduler.binder import Binder, Settled
 from kubecell.k8s.scheduler.cluster import Mirror, node_view_safe, trimmed_node, whole_cluster_tenants
 from kubecell.k8s.scheduler.intake import Intake, Teller
-from kubecell.k8s.scheduler.jobs import Tracked, job_spec
+from kubecell.k8s.scheduler.restore import Restorer
 from kubecell.k8s.scheduler.tracking import Tracking
 from kubecell.k8s.watch import Collection, Event, Watcher
 
@@ -338,7 +335,7 @@ class Scheduler:
                          np.int64)
         engine = Engine(nodes, tenants, PRESETS[o.tenancy], forest=forest, placement=policy, tie_rank=ranks)
         self.state = Tracking(engine, views)
-        self._restore_records(self.state)
+        Restorer(self.mirror, self.actions, self.intake, self.binder.gate, self.options.names).restore(self.state)
         self.mirror.changed.update(dict.fromkeys(self.mirror.pods))  # a new engine looks at every pod once
         self.dirty = True
         log.info("rebuilt: %d nodes, %d VCs, %d running jobs", len(nodes), len(tenants.vcs), len(engine.running))
@@ -386,67 +383,6 @@ class Scheduler:
         if not reported and self.mirror.tenants is not None:
             self.actions.configuration_refused(self.mirror.tenants, "InvalidTenants", f"{refused} ({outcome})")
         return tenants
-
-    def _restore_records(self, state: Tracking) -> None:
-        """Running work first: every pod with a record is restored (a gang whose records were not all
-        written before a crash is rolled back; one whose records all exist is bound the rest of the way)."""
-        by_job: dict[str, list[tuple[dict[str, Any], AllocationRecord]]] = {}
-        for pod in self.mirror.pods.values():
-            if not pods.ours(pod, self.options.names) or pods.is_done(pod):
-                continue
-            try:
-                record = pods.record_of(pod)
-            except RecordError as error:
-                self.actions.unschedulable(pod, f"allocation record ignored: {error}", reason="InvalidRecord")
-                continue
-            if record is not None:
-                by_job.setdefault(record.job, []).append((pod, record))
-        for name, members in sorted(by_job.items()):
-            self._restore_job(state, name, members)
-
-    def _restore_job(self, state: Tracking, name: str,
-                     members: list[tuple[dict[str, Any], AllocationRecord]]) -> None:
-        pod, record = members[0]
-        try:
-            demand = pod_demand(pod, pod_groups=self.mirror.all_podgroups())
-        except DemandError as error:
-            log.warning("cannot restore %s: %s", name, error)
-            return
-        batch = max(r.batch for _, r in members)
-        bound = [p for p, _ in members if pods.node_of(p)]
-        if len(members) < batch and len(bound) < len(members):  # the crash came before every record existed
-            for p, _ in members:
-                if not pods.node_of(p):
-                    retry("roll back a record", lambda p=p: self.actions.clear_record(p))
-            members = [(p, r) for p, r in members if pods.node_of(p)]
-            if not members:
-                return
-        group = demand.group
-        size = group.size if group is not None and group.size is not None else len(members)
-        minimum = group.minimum if group is not None and group.minimum is not None else None
-        try:
-            nodes, _ = self.intake.allowed_nodes(state, [p for p, _ in members])
-        except InvalidInputError:
-            nodes = None  # it runs where its record says; a malformed constraint only stops new placements
-        spec = job_spec(name, demand, max(size, len(members)), minimum and min(minimum, len(members)),
-                        record.vc, pods.created(pod), nodes)
-        running = [RunningMember(r.member, r.node, tuple(g.index for g in r.gpus)) for _, r in members]
-        started = min(r.created_at for _, r in members).timestamp()
-        try:
-            state.engine.restore(spec, running, JobClass(record.job_class), started_at=started)
-        except InvalidInputError as error:
-            log.error("cannot restore %s as recorded: %s", name, error)
-            return
-        tracked = Tracked(name, group.key if group else None, [pods.uid(p) for p, _ in members],
-                          {r.member: pods.uid(p) for p, r in members}, isolation=record.isolation)
-        state.track(tracked)
-        self.intake.note_generation(tracked)
-        for p, r in members:
-            if not pods.node_of(p):  # records all written before the crash: finish the binds
-                retry("bind", lambda p=p, r=r: self.actions.bind(p, r.node))
-            else:
-                self.binder.gate.note_bound(state, p)
-            tracked.bound.add(pods.uid(p))
 
     # ================================================================== cycles
     def reconcile(self) -> None:
