@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import stat
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,6 +131,10 @@ def test_a_daemon_that_died_is_started_again_on_next_use(fake: Fake) -> None:
     daemons = fake.daemons()
     daemons.acquire(GPU0, "pod-a-0")
     os.kill(fake.pid(GPU0), signal.SIGKILL)
+    # SIGKILL reaches another process asynchronously: wait (bounded) until it has died
+    deadline = time.monotonic() + 5.0
+    while daemons.running(GPU0) and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert not daemons.running(GPU0)
     daemons.acquire(GPU0, "pod-b-0")
     assert daemons.running(GPU0)
