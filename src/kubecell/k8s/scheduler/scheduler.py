@@ -203,9 +203,14 @@ class Scheduler:
         for watcher in watchers:
             watcher.start()
         deadline = time.monotonic() + sync_timeout
-        for watcher in watchers:
-            if not watcher.synced.wait(max(0.0, deadline - time.monotonic())):
-                log.warning("%s not listed after %.0f s; starting anyway", watcher.collection.kind, sync_timeout)
+        for watcher in watchers:  # in slices: a stop during the first lists must not wait for them
+            while not watcher.synced.wait(min(0.2, max(0.0, deadline - time.monotonic()))):
+                if self.stop.is_set():
+                    break  # the loop below returns at once, letting go of the writers
+                if time.monotonic() >= deadline:
+                    log.warning("%s not listed after %.0f s; starting anyway", watcher.collection.kind,
+                                sync_timeout)
+                    break
         self.loop()
 
     def loop(self) -> None:
