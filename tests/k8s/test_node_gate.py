@@ -95,17 +95,21 @@ def test_an_isolation_mode_is_given_only_where_a_node_can_give_it(
     mps = wait_for("the MPS share bound", lambda: pods.record_of(get(kube, namespace, "mps")))
     assert mps.isolation == "mps"
     assert mps.node == agent_node
-    body = {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "mig", "namespace": namespace, "annotations": {"kubecell.io/isolation": "mig"}},
-            "spec": {"schedulerName": "kubecell", "containers": [
-                {"name": "main", "image": "x", "resources": {"limits": {"kubecell.io/gpu-milli": "250"}}}]}}
-    kube.create(f"/api/v1/namespaces/{namespace}/pods", body)
+    for name, limits in (("mig", {"kubecell.io/gpu": "1"}), ("mig-share", {"kubecell.io/gpu-milli": "250"})):
+        body = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": namespace, "annotations": {"kubecell.io/isolation": "mig"}},
+                "spec": {"schedulerName": "kubecell", "containers": [
+                    {"name": "main", "image": "x", "resources": {"limits": limits}}]}}
+        kube.create(f"/api/v1/namespaces/{namespace}/pods", body)
 
-    def told() -> str | None:
-        for condition in get(kube, namespace, "mig")["status"].get("conditions") or []:
-            if condition["type"] == "PodScheduled" and "cannot isolate by mig" in condition.get("message", ""):
+    def told(name: str, words: str) -> str | None:
+        for condition in get(kube, namespace, name)["status"].get("conditions") or []:
+            if condition["type"] == "PodScheduled" and words in condition.get("message", ""):
                 return str(condition["message"])
         return None
 
-    assert wait_for("the MIG share told why it waits", told)
+    # no node here is in MIG mode: a MIG instance waits, saying why; a share of one is refused outright
+    assert wait_for("the MIG pod told why it waits", lambda: told("mig", "cannot isolate by mig"))
+    assert wait_for("the MIG share refused", lambda: told("mig-share", "places one whole MIG instance"))
     assert not get(kube, namespace, "mig")["spec"].get("nodeName")
+    assert not get(kube, namespace, "mig-share")["spec"].get("nodeName")

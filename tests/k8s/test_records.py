@@ -237,9 +237,19 @@ def test_a_pod_without_gpus_sees_none() -> None:
     assert gpu_environment(record(CPU_ONLY, ())) == {"NVIDIA_VISIBLE_DEVICES": "void"}
 
 
-def test_mig_has_no_environment_from_the_record_alone() -> None:
-    with pytest.raises(RecordError, match="MIG instance is chosen by the node agent"):
-        gpu_environment(record(SHARE, (0,), isolation="mig"))
+def test_mig_names_the_one_instance_and_nothing_else() -> None:
+    mig_view = NodeView("n1", NODE, uuids=tuple(f"MIG-{i:04d}" for i in range(len(NODE.gpus))), source="inventory")
+    whole_one = Request("a/p", gpu_count=1, gpu_milli=1000)
+    allocation = Allocation(whole_one, "n1", (1,), 1000, 0)
+    built = record_for(allocation, mig_view, pod="a/p", pod_uid="uid-1", attempt=0, job="a/p", vc="default",
+                       job_class=JobClass.GUARANTEED, member=0, scheduler="kubecell/test", created_at=WHEN,
+                       isolation="mig")
+    env = gpu_environment(built)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == env["CUDA_VISIBLE_DEVICES"] == "MIG-0001"
+    assert env["KUBECELL_ISOLATION"] == "mig"
+    assert not any(key.startswith("CUDA_MPS") for key in env)
+    with pytest.raises(RecordError, match="one MIG instance"):
+        gpu_environment(record(SHARE, (0,), isolation="mig"))  # a record naming a GPU, not an instance
 
 
 def test_schema_constant_matches_the_model() -> None:

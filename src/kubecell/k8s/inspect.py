@@ -297,7 +297,8 @@ def build_report(node_objs: Sequence[Mapping[str, Any]], pod_objs: Sequence[Mapp
         usable.append(NodeView(view.name, view.node, excluded))
         gpus = [GpuReport(g.index, view.uuids[g.index] if g.index < len(view.uuids) else "", g.model, g.healthy,
                           g.memory_mib) for g in (view.node.gpus if view.node else ())]
-        nodes[view.name] = NodeReport(view.name, gpus, excluded)
+        told = excluded or (f"GPUs not placed: {view.gpu_note}" if view.gpu_note else "")
+        nodes[view.name] = NodeReport(view.name, gpus, told)
     tenants, source = _tenants(usable, tenants_configmap, virtualcluster_objs, key=tenants_key, source=tenants_source,
                                configmap_name=tenants_configmap_name, default_vc=default_vc, warnings=warnings)
     vcs = {vc.name: VcReport(vc.name, vc.guaranteed_gpus) for vc in (tenants.vcs if tenants else ())}

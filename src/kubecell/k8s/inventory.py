@@ -15,6 +15,9 @@ Where no agent runs yet (a cluster with NVIDIA's GPU Feature Discovery only), th
 the GFD labels ``nvidia.com/gpu.product`` / ``gpu.memory`` / ``gpu.count`` and the node's
 ``nvidia.com/gpu`` capacity: identical GPUs, no topology below the node, all assumed healthy.
 
+On a node whose GPUs are in MIG mode, the MIG instances are the GPUs the scheduler places
+(``kubecell.k8s.mig``).
+
 Unhealthy GPUs stay in the inventory marked unhealthy (the allocation book then refuses them), and
 cordoned or NotReady nodes are excluded with a reason, so ``why pending`` can say so.
 """
@@ -32,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import GPU_MODELS, UNKNOWN_GPU_MEMORY_MIB, Gpu, Node, TopologyLevel
 from kubecell.core.topology import rack_and_zone_from_labels
+from kubecell.k8s.mig import mig_layout
 from kubecell.k8s.names import ANNOTATION_INVENTORY, GFD_COUNT, GFD_MEMORY, GFD_PRODUCT, NVIDIA_GPU
 
 INVENTORY_SCHEMA = "kubecell.io/gpu-inventory/v1"
@@ -115,6 +119,9 @@ class NodeView:
     """Isolation modes the node can give (its agent's inventory; accounting alone elsewhere)."""
     serial_binds: bool = False
     """GPU pods are bound here one at a time, each after the node agent acknowledged the previous."""
+    gpu_note: str = ""
+    """Why the node's GPUs cannot be placed although it has some (a MIG layout kubecell does not place,
+    see ``kubecell.k8s.mig``); the node then takes CPU work only, and GPU pods are told why."""
 
 
 def parse_inventory(text: str, *, node: str) -> NodeInventory:
@@ -225,6 +232,14 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
     if text:
         inventory = parse_inventory(text, node=name)
         records = sorted(inventory.gpus, key=lambda gpu: gpu.index)
+        modes = tuple(mode for mode in inventory.isolation if mode != "mig")
+        layout = mig_layout(records, agent_gives_mig="mig" in inventory.isolation)
+        if layout is not None:  # MIG instances are the GPUs here (or, where they cannot be placed, none)
+            node = Node(name, cpu, memory, layout.gpus, nvlink_groups=layout.nvlink_groups,
+                        numa_groups=layout.numa_groups, rack=rack, zone=zone, labels=labels)
+            return NodeView(name, node, uuids=layout.uuids, source="inventory",
+                            isolation=("mig",) if layout.gpus else modes, serial_binds=inventory.device_plugin,
+                            gpu_note=layout.note)
         gpus = tuple(Gpu(g.index, g.model, g.memory_mib, g.healthy) for g in records)
         peers = {g.index: {p for p in g.nvlink_peers if 0 <= p < len(records)} for g in records}
         for index, linked in list(peers.items()):
@@ -237,7 +252,7 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
                     numa_groups=tuple(tuple(sorted(members)) for _, members in sorted(numa.items())),
                     rack=rack, zone=zone, labels=labels)
         return NodeView(name, node, uuids=tuple(g.uuid for g in records), source="inventory",
-                        isolation=tuple(inventory.isolation), serial_binds=inventory.device_plugin)
+                        isolation=modes or ("accounting",), serial_binds=inventory.device_plugin)
     count = int(labels.get(GFD_COUNT) or _resources(obj, "allocatable").get(NVIDIA_GPU, 0) or 0)
     if count:
         product = labels.get(GFD_PRODUCT, "")

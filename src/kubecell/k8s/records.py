@@ -271,15 +271,14 @@ def gpu_environment(record: AllocationRecord) -> dict[str, str]:
     GPU's size is unknown). MPS adds NVIDIA's per-client limits: ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``
     (the share, rounded down, at least 1) and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (the memory share,
     on the container's device 0); whole GPUs get no limit. A record without GPUs hides every GPU
-    (``void``), since CUDA images default to all of them. MIG instances are chosen on the node, not
-    in the record, so MIG has no environment here and is refused rather than approximated.
+    (``void``), since CUDA images default to all of them. MIG names the one MIG instance by its UUID
+    (``MIG-...``), which both the container runtime and CUDA accept; the hardware enforces its size.
     """
     if not record.gpus:
         return {"NVIDIA_VISIBLE_DEVICES": "void"}
-    if record.isolation == "mig":
-        raise RecordError("isolation mig: the MIG instance is chosen by the node agent, so the record alone "
-                          "gives no environment", location=f"allocation {record.allocation_id}",
-                          accepted="accounting or mps records")
+    if record.isolation == "mig" and (len(record.gpus) != 1 or not record.gpus[0].uuid.startswith("MIG-")):
+        raise RecordError(f"isolation mig names {', '.join(gpu.uuid for gpu in record.gpus)}",
+                          location=f"allocation {record.allocation_id}", accepted="one MIG instance (MIG-<uuid>)")
     uuids = ",".join(gpu.uuid for gpu in record.gpus)
     env = {
         "NVIDIA_VISIBLE_DEVICES": uuids,

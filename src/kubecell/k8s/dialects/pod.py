@@ -29,6 +29,7 @@ from kubecell.k8s.dialects.groups import (
 from kubecell.k8s.dialects.hived import OPPORTUNISTIC, HivedSpec, parse_hived
 from kubecell.k8s.dialects.models import Matching, known_list, match_models, split_list
 from kubecell.k8s.dialects.resources import mib_up, number_text, pod_totals
+from kubecell.k8s.mig import is_mig_model
 
 DIALECT_ORDER = ("kubecell", "nvidia", "hami", "aliyun", "kubeshare", "hived", "coscheduling", "volcano", "kai")
 
@@ -40,7 +41,8 @@ def _models(pod: PodMeta, hived: HivedSpec | None, options: DialectOptions) -> t
     filters: list[tuple[str, str, str, frozenset[str]]] = []  # (dialect, field, subject, models)
 
     def add(dialect: str, field: str, subject: str, wanted: list[str], how: Matching, *, exclude: bool = False) -> None:
-        chosen = match_models(wanted, known, how)
+        # MIG profiles differ by GPU and driver, so a MIG model is taken as written (kubecell.k8s.mig)
+        chosen = match_models(wanted, known, how) | frozenset(name for name in wanted if is_mig_model(name))
         if exclude:
             chosen = known - chosen
         if not wanted or not chosen:
@@ -87,15 +89,38 @@ def _topology(pod: PodMeta) -> TopologyLevel | None:
     return TopologyLevel[value.upper()]
 
 
-def _isolation(pod: PodMeta) -> Isolation:
+def _isolation(pod: PodMeta, models: frozenset[str] | None) -> Isolation:
+    """The pod's isolation mode; a pod whose model filter names only MIG profiles asks for ``mig``."""
     text = pod.annotations.get(names.ANNOTATION_ISOLATION)
+    only_mig = models is not None and all(is_mig_model(model) for model in models)
     if text is None:
-        return cast(Isolation, names.DEFAULT_ISOLATION)
+        return "mig" if only_mig else cast(Isolation, names.DEFAULT_ISOLATION)
     value = text.strip().lower()
     if value not in names.ISOLATION_MODES:
         raise pod.annotation_error(names.ANNOTATION_ISOLATION, "is not an isolation mode",
                                    ", ".join(names.ISOLATION_MODES))
+    if only_mig and value != "mig":
+        raise pod.annotation_error(names.ANNOTATION_ISOLATION, f"asks for {value} on MIG instances (its GPU model "
+                                   f"filter names MIG profiles only), which are given in mig isolation alone",
+                                   "mig, or a GPU model filter without MIG profiles")
     return cast(Isolation, value)
+
+
+def _check_mig(pod: PodMeta, request: Request, models: frozenset[str] | None) -> None:
+    """A pod in ``mig`` isolation takes one whole MIG instance: CUDA sees one MIG device per process, and an
+    instance is not shared (a share of one is a share of a GPU in accounting or mps isolation)."""
+    if not request.wants_gpu:
+        return
+    if request.gpu_count != 1 or not request.is_whole:
+        asked = (f"{request.gpu_count} GPUs" if request.gpu_count > 1
+                 else f"a share ({request.gpu_milli} milli, {request.gpu_memory_mib} MiB)")
+        raise pod.annotation_error(names.ANNOTATION_ISOLATION, f"places one whole MIG instance, and the pod asks for "
+                                   f"{asked}", f"{names.RESOURCE_GPU}: 1 (with {names.ANNOTATION_GPU_MODELS}: "
+                                   "MIG-<profile> to choose the instance size)")
+    if models is not None and not all(is_mig_model(model) for model in models):
+        others = ", ".join(sorted(model for model in models if not is_mig_model(model)))
+        raise pod.annotation_error(names.ANNOTATION_ISOLATION, f"places MIG instances, and the pod's GPU model filter "
+                                   f"allows {others}", "MIG-<profile> models (MIG-1g.5gb, MIG-3g.20gb, ...) or none")
 
 
 def _vc(pod: PodMeta, hived: HivedSpec | None) -> str | None:
@@ -198,8 +223,10 @@ def pod_demand(pod: Mapping[str, Any], *, pod_groups: PodGroups | None = None,
     group = merge_groups(meta, claims + podgroups)
     vc = _vc(meta, hived)
     priority, priority_dialects = _priority(meta, hived)
-    isolation = _isolation(meta)
+    isolation = _isolation(meta, models if ask is not None else None)
     request = _request(meta, ask, totals, models, _topology(meta))
+    if isolation == "mig":
+        _check_mig(meta, request, request.gpu_models)
     used = {a.dialect for a in asks} | model_dialects | priority_dialects | {c.source for c in claims + podgroups}
     if hived is not None:
         used.add("hived")

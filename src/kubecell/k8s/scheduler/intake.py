@@ -18,6 +18,7 @@ from kubecell.core.engine.job import JobPhase
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import MILLI_PER_GPU, Request
 from kubecell.k8s.dialects import DemandError, PodDemand, pod_demand
+from kubecell.k8s.inventory import NodeView
 from kubecell.k8s.scheduler import pods
 from kubecell.k8s.scheduler.actions import Actions, retry
 from kubecell.k8s.scheduler.cluster import Mirror
@@ -231,13 +232,14 @@ class Intake:
         vc = demand.vc or self.default_vc
         try:
             nodes, excluded = self.allowed_nodes(state, [p for p, _ in members])
-            if demand.isolation != "accounting":  # a node that cannot isolate so is ruled out, never degraded
-                able = frozenset(n for n, view in state.views.items() if demand.isolation in view.isolation)
-                unable = sum(1 for view in state.views.values() if view.node is not None) - len(able)
-                nodes = able if nodes is None else nodes & able
-                if unable:
-                    excluded = ", ".join(filter(None, (excluded, f"{unable} node(s) cannot isolate by "
-                                                                  f"{demand.isolation}")))
+            if demand.request.wants_gpu:  # a node that cannot isolate so is ruled out, never degraded
+                known = state.isolation_nodes.get(demand.isolation)
+                if known is None:
+                    known = state.isolation_nodes[demand.isolation] = isolation_nodes(state.views, demand.isolation)
+                able, unable = known
+                if able is not None:
+                    nodes = able if nodes is None else nodes & able
+                    excluded = ", ".join(filter(None, (excluded, unable)))
             spec = job_spec(name, demand, size, minimum, vc, min(pods.created(p) for p, _ in members), nodes)
         except InvalidInputError as error:  # a gang whose pods ask for something no job can be
             for p, _ in members:
@@ -271,6 +273,27 @@ class Intake:
         if allowed is None:
             return None, ""
         return allowed, ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()) if count)
+
+
+def isolation_nodes(views: Mapping[str, NodeView], mode: str) -> tuple[frozenset[str] | None, str]:
+    """The nodes that can give a GPU pod isolation ``mode`` (None: every node can), and why the others cannot,
+    counted as kube-scheduler counts ("2 node(s) cannot isolate by mps"). Nodes without GPUs are left to the
+    engine, which says they lack GPUs; a node whose GPUs cannot be placed says why (``gpu_note``)."""
+    reasons: Counter[str] = Counter()
+    able = []
+    for name, view in views.items():
+        if view.node is None:
+            continue
+        if view.gpu_note:
+            reasons[f"have GPUs kubecell cannot place ({view.gpu_note})"] += 1
+        elif view.node.gpus and mode not in view.isolation:
+            reasons["give GPUs only as MIG instances (kubecell.io/isolation: mig)" if view.isolation == ("mig",)
+                    else f"cannot isolate by {mode}"] += 1
+        else:
+            able.append(name)
+    if not reasons:
+        return None, ""
+    return frozenset(able), ", ".join(f"{count} node(s) {reason}" for reason, count in sorted(reasons.items()))
 
 
 def foreign_hold(pod: Mapping[str, Any], name: str) -> Request:

@@ -80,7 +80,7 @@ class Restorer:
             nodes = None  # it runs where its record says; a malformed constraint only stops new placements
         spec = job_spec(name, demand, max(size, len(members)), minimum and min(minimum, len(members)),
                         record.vc, pods.created(pod), nodes)
-        running = [RunningMember(r.member, r.node, tuple(g.index for g in r.gpus)) for _, r in members]
+        running = [RunningMember(r.member, r.node, held_indices(state, r)) for _, r in members]
         started = min(r.created_at for _, r in members).timestamp()
         try:
             state.engine.restore(spec, running, JobClass(record.job_class), started_at=started)
@@ -97,3 +97,16 @@ class Restorer:
             else:
                 self.gate.note_bound(state, p)
             tracked.bound.add(pods.uid(p))
+
+
+def held_indices(state: Tracking, record: AllocationRecord) -> tuple[int, ...]:
+    """The node's GPU indices a record holds, found by UUID: a GPU's index can change under a running pod (MIG
+    instances recreated in another order, a board replaced), and its UUID is what the pod was given. A UUID
+    the node no longer reports keeps the recorded index (the pod still holds that capacity)."""
+    view = state.views.get(record.node)
+    where = {uuid: index for index, uuid in enumerate(view.uuids)} if view is not None else {}
+    found = tuple(where.get(gpu.uuid, gpu.index) for gpu in record.gpus)
+    if found != tuple(gpu.index for gpu in record.gpus):
+        log.info("%s: its GPUs are now at indices %s on %s (recorded %s)", record.allocation_id, found, record.node,
+                 [gpu.index for gpu in record.gpus])
+    return found

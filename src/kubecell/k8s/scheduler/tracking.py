@@ -63,6 +63,9 @@ class Tracking:
     """Node -> Bindings waiting for the node agent to acknowledge the pod bound before them (``gate``)."""
     inflight: dict[str, str] = field(default_factory=dict)
     """Node -> uid of the GPU pod bound there that its agent has not acknowledged yet (``gate``)."""
+    isolation_nodes: dict[str, tuple[frozenset[str] | None, str]] = field(default_factory=dict)
+    """Isolation mode -> the nodes that can give it to a GPU pod (None: all) and why the others cannot; the
+    views live as long as this object, so each mode is worked out once (``intake.isolation_nodes``)."""
     filter_nodes: dict[str, frozenset[str]] = field(default_factory=dict)
     """Extender mode: pod uid -> the nodes kube-scheduler's own filters left for it, once they ruled out
     the node kubecell chose (pod affinity, ports, volumes: rules kubecell does not evaluate)."""
