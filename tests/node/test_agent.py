@@ -56,16 +56,17 @@ def start_agent(kube: Kube, name: str, backend: FakeNvml, kubelet: FakeKubelet, 
     return Running(name, backend, kubelet, root, agent, stop, thread)
 
 
-@pytest.fixture
-def running(kube: Kube) -> Iterator[Running]:
-    name = f"na-{uuid.uuid4().hex[:6]}"
-    node = Node(name, 96_000, 512_000, tuple(Gpu(i, "A100", GPU_MODELS["A100"].memory_mib) for i in range(8)),
+@contextlib.contextmanager
+def agent_node(kube: Kube, example: str, prefix: str, gpus: int) -> Iterator[Running]:
+    """A registered Node (``gpus`` A100s until the agent publishes the fake ``example``'s), a fake kubelet and
+    the whole agent on it; all removed afterwards."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    node = Node(name, 96_000, 512_000, tuple(Gpu(i, "A100", GPU_MODELS["A100"].memory_mib) for i in range(gpus)),
                 labels={"kubecell.io/test-node": name})
     register_nodes(kube, [node_manifest(node)])
-    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="na-"))
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix=f"{prefix}-"))
     kubelet = FakeKubelet(root / "dp", root / "pr" / "kubelet.sock").start()
-    backend = FakeNvml.from_file(example_path("a100-nvlink"))
-    agent = start_agent(kube, name, backend, kubelet, root)
+    agent = start_agent(kube, name, FakeNvml.from_file(example_path(example)), kubelet, root)
     try:
         yield agent
     finally:
@@ -75,6 +76,12 @@ def running(kube: Kube) -> Iterator[Running]:
         shutil.rmtree(root, ignore_errors=True)
         with contextlib.suppress(ApiError):
             kube.delete(f"/api/v1/nodes/{name}")
+
+
+@pytest.fixture
+def running(kube: Kube) -> Iterator[Running]:
+    with agent_node(kube, "a100-nvlink", "na", 8) as agent:
+        yield agent
 
 
 def view(kube: Kube, name: str) -> Any:

@@ -345,3 +345,19 @@ def test_an_eviction_a_disruption_budget_refuses_is_tried_again(
     monitor.sample()
     assert kube.get(f"/api/v1/namespaces/{namespace}/pods/guarded")["metadata"].get("deletionTimestamp")
 
+
+
+def test_a_mig_pod_on_its_instance_is_never_over(tmp_path: Path) -> None:
+    """NVML lists a MIG pod's processes on the GPU, not on its instance: that is the pod's own instance
+    (bounded by the hardware), not a GPU its record does not name."""
+    backend = FakeNvml.from_text(f"{FAKE}mig: [{{gpu: 0, instances: [{{profile: 3g.20gb}}, {{profile: 3g.20gb}}]}}]\n")
+    instance = backend.devices()[0].mig_instances[1]
+    Proc(tmp_path).put(100, UID)
+    backend.set_processes(0, [GpuProcess(100, 19_000, 100)])
+    pod = pod_dict("p", UID, record(UID, [(1, instance.uuid, 1000, instance.memory_mib)], isolation="mig"))
+    kube = RecordingKube()
+    monitor = OveruseMonitor(cast(Kube, kube), NODE, backend, lambda: [pod], None, proc_root=tmp_path, window=1)
+    assert monitor.sample() == []
+    assert kube.created == []
+    backend.set_processes(1, [GpuProcess(100, 1_000, 5)])  # but the other GPU is not its own
+    assert {f.kind for f in monitor.sample()} == {"memory"}

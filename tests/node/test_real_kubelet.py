@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -206,23 +206,33 @@ def test_a_restarted_kubelet_gets_the_plugin_back(
         assert len(client.allocatable()[GPU_RESOURCE]) == 8
 
 
-@pytest.fixture
-def agent(real_kubelet: RealKubelet, kube: Kube, tmp_path: Path) -> Iterator[NodeAgent]:
-    """The whole ``kubecell node-agent`` on the real kubelet's node, with the fake NVML's eight A100s."""
+@contextlib.contextmanager
+def _agent_on(real_kubelet: RealKubelet, kube: Kube, tmp_path: Path, example: str,
+              ready: Callable[[], bool], what: str) -> Iterator[NodeAgent]:
+    """The whole ``kubecell node-agent`` on the real kubelet's node with the fake NVML ``example``, once
+    ``ready()``; stopped afterwards."""
     options = AgentOptions(node=real_kubelet.node, device_plugin_dir=real_kubelet.device_plugin_dir,
                            pod_resources=real_kubelet.pod_resources, mps_root=tmp_path / "mps", interval=2.0)
-    running = NodeAgent(kube, FakeNvml.from_file(example_path("a100-nvlink")), options)
+    running = NodeAgent(kube, FakeNvml.from_file(example_path(example)), options)
     stop = threading.Event()
     thread = threading.Thread(target=running.run, args=(stop,), daemon=True, name="node-agent")
     thread.start()
     try:
-        wait_for("the agent's GPUs on the Node", lambda: (
-            _capacity(kube, real_kubelet.node, GPU_RESOURCE) == (8, 8)
-            and _capacity(kube, real_kubelet.node, MILLI_RESOURCE) == (8000, 8000)), WAIT)
+        wait_for(what, ready, WAIT)
         yield running
     finally:
         stop.set()
         thread.join(timeout=30)
+
+
+@pytest.fixture
+def agent(real_kubelet: RealKubelet, kube: Kube, tmp_path: Path) -> Iterator[NodeAgent]:
+    """The agent with the fake NVML's eight A100s."""
+    node = real_kubelet.node
+    with _agent_on(real_kubelet, kube, tmp_path, "a100-nvlink", lambda: (
+            _capacity(kube, node, GPU_RESOURCE) == (8, 8) and _capacity(kube, node, MILLI_RESOURCE) == (8000, 8000)),
+            "the agent's GPUs on the Node") as running:
+        yield running
 
 
 def test_the_node_agent_advertises_the_fake_nvml_gpus(real_kubelet: RealKubelet, agent: NodeAgent) -> None:
@@ -257,3 +267,38 @@ def test_a_pod_placed_by_kubecell_runs_on_the_gpus_its_record_names(
         got = client.get(namespace, "pair")
     assert got is not None
     assert sorted(got.devices(GPU_RESOURCE)) == sorted(g.uuid for g in record.gpus)
+
+
+@pytest.fixture
+def mig_agent(real_kubelet: RealKubelet, kube: Kube, tmp_path: Path) -> Iterator[NodeAgent]:
+    """The agent with two A100s in MIG mode, seven 1g.5gb instances each."""
+    node = real_kubelet.node
+    with _agent_on(real_kubelet, kube, tmp_path, "a100-mig-1g", lambda: (
+            _capacity(kube, node, GPU_RESOURCE) == (14, 14)
+            and node_view(kube.get(f"/api/v1/nodes/{node}")).isolation == ("mig",)),
+            "the MIG instances on the Node") as running:
+        yield running
+
+
+def test_a_mig_instance_placed_by_kubecell_is_the_device_the_kubelet_gives(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, real_kubelet: RealKubelet, mig_agent: NodeAgent,
+        start_scheduler: type[RunningScheduler]) -> None:
+    """On a node in MIG mode the scheduler places an instance, and the real kubelet's PodResources shows the
+    pod holding exactly the MIG instance its record names."""
+    start_scheduler(testbed)
+    pod = _gpu_pod("slice", real_kubelet.node, 1)
+    del pod["spec"]["nodeName"]
+    pod["spec"]["schedulerName"] = "kubecell"
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": real_kubelet.node}
+    pod["metadata"]["annotations"] = {"kubecell.io/gpu-models": "MIG-1g.5gb"}
+    kube.create(f"/api/v1/namespaces/{namespace}/pods", pod)
+    placed = _settled(kube, namespace, "slice")
+    assert placed["status"]["phase"] == "Running", placed["status"]
+    record = pods.record_of(placed)
+    assert record is not None
+    assert record.isolation == "mig"
+    assert [g.uuid[:4] for g in record.gpus] == ["MIG-"]
+    with PodResourcesClient(real_kubelet.pod_resources, timeout=WAIT) as client:
+        got = client.get(namespace, "slice")
+    assert got is not None
+    assert list(got.devices(GPU_RESOURCE)) == [record.gpus[0].uuid]

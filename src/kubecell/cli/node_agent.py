@@ -28,7 +28,7 @@ def node_agent(
     fake_gpus: Annotated[Path | None, typer.Option(
         help="Describe the GPUs in YAML instead of asking NVML (machines without GPUs, tests).")] = None,
     isolation: Annotated[str, typer.Option(help="Comma list of the isolation modes this node gives: "
-                                                "accounting, mps.")] = "accounting",
+                                                "accounting, mps (GPUs in MIG mode give mig alone).")] = "accounting",
     device_plugin_dir: Annotated[Path, typer.Option(help="The kubelet's device-plugin directory.")] = (
         DEVICE_PLUGIN_DIR),
     pod_resources_socket: Annotated[Path, typer.Option(help="The kubelet's PodResources socket.")] = (
@@ -52,7 +52,8 @@ def node_agent(
     bad = [mode for mode in modes if mode not in ISOLATION_MODES or mode == "mig"]
     if bad or "accounting" not in modes:
         raise InvalidInputError(f"isolation {isolation!r}", field="isolation",
-                                accepted="accounting, optionally with mps (mig is not placed yet)")
+                                accepted="accounting, optionally with mps (mig is given, alone, wherever the "
+                                         "node's GPUs are in MIG mode)")
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     backend: GpuBackend

@@ -57,9 +57,30 @@ class AgentOptions:
 
 
 def devices_of(inventory: NodeInventory) -> list[Device]:
-    """The device plugin's view of the inventory: one device per GPU UUID, with health and NUMA node."""
+    """The device plugin's ``kubecell.io/gpu`` devices: one per GPU UUID, or for a GPU in MIG mode one per
+    MIG instance UUID (what the scheduler places there), with the GPU's health and NUMA node."""
+    devices = []
+    for gpu in sorted(inventory.gpus, key=lambda g: g.index):
+        numa = (gpu.numa_node,) if gpu.numa_node is not None else ()
+        if gpu.mig_mode == "enabled":
+            devices += [Device(instance.uuid, gpu.healthy, numa)
+                        for instance in sorted(gpu.mig_instances, key=lambda m: (m.start, m.uuid))]
+        else:
+            devices.append(Device(gpu.uuid, gpu.healthy, numa))
+    return devices
+
+
+def shareable_devices(inventory: NodeInventory) -> list[Device]:
+    """The GPUs whose compute can be shared (``kubecell.io/gpu-milli`` slots): not those in MIG mode."""
     return [Device(gpu.uuid, gpu.healthy, (gpu.numa_node,) if gpu.numa_node is not None else ())
-            for gpu in sorted(inventory.gpus, key=lambda g: g.index)]
+            for gpu in sorted(inventory.gpus, key=lambda g: g.index) if gpu.mig_mode != "enabled"]
+
+
+def memory_of(inventory: NodeInventory) -> dict[str, int]:
+    """MiB by the UUID a record may name: each GPU, and each MIG instance."""
+    memory = {gpu.uuid: gpu.memory_mib for gpu in inventory.gpus}
+    memory.update({m.uuid: m.memory_mib for gpu in inventory.gpus for m in gpu.mig_instances})
+    return memory
 
 
 class NodeAgent:
@@ -97,11 +118,13 @@ class NodeAgent:
                                      directory=options.device_plugin_dir)]
 
     def _follow(self, inventory: NodeInventory) -> None:
-        """A new inventory (discovery, a health change): the device plugins advertise it."""
+        """A new inventory (discovery, a health change, MIG reconfigured): the device plugins advertise it, and
+        the allocator gives the isolation modes it advertises."""
         gpus = devices_of(inventory)
-        self.memory = {gpu.uuid: gpu.memory_mib for gpu in inventory.gpus}
+        self.memory = memory_of(inventory)
+        self.isolation = self.allocator.isolation = NodeIsolation(tuple(inventory.isolation), self.options.mps_root)
         self.whole.publish(gpus)
-        self.milli.publish(milli_devices(gpus, self.options.milli_unit))
+        self.milli.publish(milli_devices(shareable_devices(inventory), self.options.milli_unit))
         unhealthy = [d.id for d in gpus if not d.healthy]
         log.info("node %s: %d GPU(s)%s", self.options.node, len(gpus),
                  f", unhealthy: {', '.join(unhealthy)}" if unhealthy else "")

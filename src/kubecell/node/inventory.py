@@ -55,6 +55,14 @@ def build_inventory(devices: Sequence[GpuDevice], health: HealthTracker, *, agen
         for d in sorted(devices, key=lambda device: device.index)])
 
 
+def advertised_isolation(configured: Sequence[IsolationMode], devices: Sequence[GpuDevice]) -> list[IsolationMode]:
+    """What the node gives: ``mig`` alone where its GPUs are in MIG mode (CUDA sees only their instances, so a
+    whole GPU or a time share of one cannot be given), else the configured modes."""
+    if any(device.mig_mode == "enabled" for device in devices):
+        return ["mig"]
+    return [mode for mode in configured if mode != "mig"]
+
+
 def _escape(resource: str) -> str:
     """A JSON-pointer path segment (RFC 6901): ``kubecell.io/gpu-memory`` -> ``kubecell.io~1gpu-memory``."""
     return resource.replace("~", "~0").replace("/", "~1")
@@ -130,7 +138,8 @@ class InventoryPublisher:
                 if published_key is None:
                     log.info("node %s: %s", self.node_name, summary(devices))
                 inventory = build_inventory(devices, self.health, agent=self.agent).model_copy(
-                    update={"isolation": self.isolation, "device_plugin": self.device_plugin})
+                    update={"isolation": advertised_isolation(self.isolation, devices),
+                            "device_plugin": self.device_plugin})
                 key = inventory.to_annotation()
                 if key != published_key and self.on_change is not None:
                     self.on_change(inventory)

@@ -8,8 +8,10 @@
 * ``mps``: the same plus NVIDIA's per-client MPS limits (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``,
   ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``) and the pipe and log directories of the MPS control daemon the agent
   runs for that GPU, mounted into the container: the driver enforces the memory limit and caps the SMs.
-* ``mig``: not given yet (MIG instances are not a unit the scheduler places); a node never advertises it,
-  so the scheduler never sends such a pod here, and a record that says so anyway is refused.
+* ``mig``: the one MIG instance the record names, by its ``MIG-...`` UUID. The hardware isolates its
+  compute and memory. A node whose GPUs are in MIG mode gives this mode alone, and the scheduler places
+  instances there (``kubecell.k8s.mig``); a record for another mode on such a node, or a ``mig`` record
+  naming a GPU rather than an instance, is refused.
 """
 
 from __future__ import annotations

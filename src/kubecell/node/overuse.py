@@ -205,6 +205,8 @@ class OveruseMonitor:
         for kind in KINDS:
             self.overuse_total.labels(kind=kind)  # every kind is exported from the start, at 0
         self.windows: dict[tuple[str, str], deque[float]] = {}
+        self.parent_of: dict[str, str] = {}
+        """MIG instance UUID -> its GPU's UUID: NVML lists a MIG pod's processes on the GPU, not the instance."""
         """(pod UID, GPU UUID) -> the last ``window`` utilisation samples."""
         self.episodes: dict[tuple[str, Kind], Episode] = {}
         self._series: set[tuple[str, str, str]] = set()
@@ -226,7 +228,9 @@ class OveruseMonitor:
     def _usage(self) -> dict[str, dict[str, Usage]]:
         """Pod UID -> GPU UUID -> usage, over every GPU's processes; host processes left out."""
         found: dict[str, dict[str, Usage]] = {}
-        for device in self.backend.devices():
+        devices = self.backend.devices()
+        self.parent_of = {m.uuid: device.uuid for device in devices for m in device.mig_instances}
+        for device in devices:
             for process in self.backend.processes(device.index):
                 uid = self.cgroups.pod_uid(process.pid)
                 if uid is None:
@@ -269,7 +273,8 @@ class OveruseMonitor:
                                         f"uses {total} MiB on {where} but {problem}: its GPU use is unaccounted "
                                         "(kubecell granted it nothing)"))
                 continue
-            grants = {gpu.uuid: gpu for gpu in record.gpus}
+            # a MIG instance is the pod's own (the hardware bounds it): its processes on the GPU are never over
+            grants = {self.parent_of.get(gpu.uuid, gpu.uuid): gpu for gpu in record.gpus}
             for gpu_uuid, used in gpus.items():
                 grant = grants.get(gpu_uuid)
                 if grant is not None and grant.milli >= MILLI_PER_GPU:
