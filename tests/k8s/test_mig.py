@@ -83,6 +83,17 @@ def test_a_layout_the_core_cannot_place_keeps_the_node_for_cpu_work_and_says_why
     assert view.node.cpu_milli == 64_000
 
 
+def test_an_inventory_naming_an_instance_twice_is_not_placed() -> None:
+    node = k8s_node("m1", "a100-mig-1g")
+    data = json.loads(node["metadata"]["annotations"][ANNOTATION_INVENTORY])
+    data["gpus"][1]["migInstances"][0]["uuid"] = data["gpus"][0]["migInstances"][0]["uuid"]
+    node["metadata"]["annotations"][ANNOTATION_INVENTORY] = json.dumps(data)
+    view = node_view(node)
+    assert view.node is not None
+    assert view.node.gpus == ()
+    assert "UUID twice" in view.gpu_note
+
+
 def test_mig_mode_without_an_agent_that_gives_mig_is_not_placed() -> None:
     node = k8s_node("m1", "a100-mig-1g")
     data = json.loads(node["metadata"]["annotations"][ANNOTATION_INVENTORY])

@@ -80,6 +80,9 @@ def mig_layout(records: Sequence[GpuRecord], *, agent_gives_mig: bool) -> MigLay
         return MigLayout(note=f"its MIG instances are of several profiles ({', '.join(profiles)}): kubecell places "
                               "MIG instances where a node's instances share one profile (NVIDIA's single "
                               "strategy, e.g. mig-parted's all-1g.5gb)")
+    uuids_seen = [instance.uuid for gpu in in_mig for instance in gpu.mig_instances]
+    if len(set(uuids_seen)) != len(uuids_seen):
+        return MigLayout(note="its inventory names one MIG instance UUID twice (a record could not tell them apart)")
     if not is_mig_profile(profiles[0]):
         return MigLayout(note=f"MIG profile {profiles[0]!r} is not a profile name kubecell reads (<n>g.<m>gb)")
     model = mig_model(profiles[0])
