@@ -48,7 +48,8 @@ class Running:
 
 def start_agent(kube: Kube, name: str, backend: FakeNvml, kubelet: FakeKubelet, root: Path) -> Running:
     options = AgentOptions(node=name, isolation=("accounting", "mps"), device_plugin_dir=kubelet.directory,
-                           pod_resources=kubelet.pod_resources, mps_root=root / "mps", interval=2.0)
+                           pod_resources=kubelet.pod_resources, mps_root=root / "mps", interval=2.0,
+                           settle_seconds=0.5)
     agent = NodeAgent(kube, backend, options)
     stop = threading.Event()
     thread = threading.Thread(target=agent.run, args=(stop,), daemon=True, name="node-agent")
@@ -155,6 +156,38 @@ def test_a_restarted_agent_serves_on_from_the_annotations(
         record = pods.record_of(pod)
         assert record is not None
         assert env["KUBECELL_ALLOCATION_ID"] == record.allocation_id == pod["metadata"]["annotations"][ANNOTATION_ACK]
+    finally:
+        again.stop.set()
+        again.thread.join(10)
+
+
+def test_a_restarted_agent_acknowledges_a_pod_admitted_across_its_restart(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, running: Running,
+        start_scheduler: type[RunningScheduler]) -> None:
+    r = running
+    r.kubelet.wait_for(lambda: r.kubelet.capacity().get("kubecell.io/gpu") == 8, 15, "GPUs advertised")
+    start_scheduler(testbed)
+    kube.create(f"/api/v1/namespaces/{namespace}/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "two", "namespace": namespace},
+        "spec": {"schedulerName": "kubecell", "nodeSelector": {"kubecell.io/test-node": r.name},
+                 "containers": [{"name": name, "image": "x", "resources": {"limits": {"kubecell.io/gpu": "1"}}}
+                                for name in ("a", "b")]}})
+    wait_for("two bound", lambda: kube.get(f"/api/v1/namespaces/{namespace}/pods/two")["spec"].get("nodeName"))
+    r.kubelet.admit(namespace, "two", "a", {"kubecell.io/gpu": 1})
+    r.stop.set()
+    r.thread.join(10)
+    again = start_agent(kube, r.name, r.backend, r.kubelet, r.root)
+    try:
+        r.kubelet.wait_for(lambda: r.kubelet.registrations.get("kubecell.io/gpu", 0) >= 2
+                           and r.kubelet.connected("kubecell.io/gpu")
+                           and r.kubelet.allocatable().get("kubecell.io/gpu") == 8, 15, "registered again")
+        r.kubelet.admit(namespace, "two", "b", {"kubecell.io/gpu": 1})
+        pod = wait_for("two acknowledged by the new agent's housekeeping", lambda: (
+            lambda p: p if ANNOTATION_ACK in p["metadata"]["annotations"] else None)(
+            kube.get(f"/api/v1/namespaces/{namespace}/pods/two")))
+        record = pods.record_of(pod)
+        assert record is not None
+        assert pod["metadata"]["annotations"][ANNOTATION_ACK] == record.allocation_id
     finally:
         again.stop.set()
         again.thread.join(10)

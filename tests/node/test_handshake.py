@@ -194,3 +194,35 @@ def test_a_record_that_cannot_be_trusted_is_refused_loudly(
     assert not agent.kubelet.assignments().get((namespace, case)), "nothing may be allocated"
     if case != "missing":
         assert wait_for("a Warning Event on the pod", lambda: refused(kube, namespace, case), 10)
+
+
+def test_a_pod_admitted_across_an_agent_restart_is_acknowledged_from_pod_resources(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, agent: AgentNode,
+        start_scheduler: type[RunningScheduler]) -> None:
+    """The agent restarts between the Allocate calls of a pod's two GPU containers: the new agent serves the
+    second but never saw the first, so it cannot acknowledge; ``settle`` does, once PodResources shows the
+    record's devices for both containers (and not before), and the node's next GPU pod is bound."""
+    start_scheduler(testbed)
+    containers = [{"name": name, "image": "x", "resources": {"limits": {"kubecell.io/gpu": "1"}}}
+                  for name in ("a", "b")]
+    kube.create(f"/api/v1/namespaces/{namespace}/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "two", "namespace": namespace},
+        "spec": {"schedulerName": "kubecell", "nodeSelector": {"kubecell.io/test-node": agent.name},
+                 "containers": containers}})
+    wait_for("two bound", lambda: get(kube, namespace, "two")["spec"].get("nodeName"))
+    agent.kubelet.admit(namespace, "two", "a", {"kubecell.io/gpu": 1})
+    assert agent.allocator.settle() == [], "one of two containers admitted: the pod is not served yet"
+    agent.allocator.serving.clear()  # the agent restarted: what it served before is forgotten
+    agent.kubelet.admit(namespace, "two", "b", {"kubecell.io/gpu": 1})
+    record = pods.record_of(get(kube, namespace, "two"))
+    assert record is not None
+    assert ANNOTATION_ACK not in get(kube, namespace, "two")["metadata"]["annotations"]
+    make(kube, namespace, "next", agent.name, {"kubecell.io/gpu": "1"})
+    time.sleep(1.0)
+    assert not get(kube, namespace, "next")["spec"].get("nodeName"), "held while two is unacknowledged"
+    assert agent.allocator.settle() == [record.allocation_id]
+    assert get(kube, namespace, "two")["metadata"]["annotations"][ANNOTATION_ACK] == record.allocation_id
+    assigned = agent.kubelet.assignments()[(namespace, "two")]
+    assert {assigned[c]["kubecell.io/gpu"][0] for c in ("a", "b")} == {g.uuid for g in record.gpus}
+    wait_for("the next pod bound once two is acknowledged",
+             lambda: get(kube, namespace, "next")["spec"].get("nodeName"))

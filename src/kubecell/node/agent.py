@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,9 @@ class AgentOptions:
     """Where to serve Prometheus metrics (overuse, refusals), or None."""
     housekeeping_seconds: float = 5.0
     """How often MPS daemons are matched to the node's pods (a daemon nobody holds any more is stopped)."""
+    settle_seconds: float = 30.0
+    """How often pods admitted without an acknowledgement are looked for (at start, then this often: one
+    LIST of the node's pods, rare PodResources reads)."""
 
 
 def devices_of(inventory: NodeInventory) -> list[Device]:
@@ -137,14 +141,24 @@ class NodeAgent:
                 self.mps.acquire(gpu.uuid, record.allocation_id)
 
     def _housekeeping(self, stop: threading.Event) -> None:
-        """Stop the MPS daemons no running pod holds any more (and restart dead ones that one still does)."""
-        while not stop.wait(self.options.housekeeping_seconds):
-            if "mps" not in self.isolation.modes:
-                continue
-            try:
-                self.mps.reconcile(mps_holders(api_pods(self.kube, self.options.node)(), self.options.node))
-            except (KubecellError, OSError) as error:
-                log.warning("MPS housekeeping failed: %s", error)
+        """Acknowledge pods admitted while the agent was away (``RecordAllocator.settle``, at start and then
+        periodically); stop the MPS daemons no running pod holds any more (and restart dead ones that one
+        still does)."""
+        next_settle = 0.0
+        while True:
+            if time.monotonic() >= next_settle:
+                next_settle = time.monotonic() + self.options.settle_seconds
+                try:
+                    self.allocator.settle()
+                except Exception as error:  # the API server or the kubelet's socket may be away: next round
+                    log.warning("acknowledging admitted pods failed: %s", error)
+            if "mps" in self.isolation.modes:
+                try:
+                    self.mps.reconcile(mps_holders(api_pods(self.kube, self.options.node)(), self.options.node))
+                except (KubecellError, OSError) as error:
+                    log.warning("MPS housekeeping failed: %s", error)
+            if stop.wait(self.options.housekeeping_seconds):
+                return
 
     def run(self, stop: threading.Event, *, ready_timeout: float = 60.0) -> None:
         """Publish, then serve the kubelet until ``stop``."""

@@ -119,6 +119,47 @@ class RecordAllocator:
                 self._acknowledge(served)
             return answers
 
+    def settle(self) -> list[str]:
+        """Acknowledge the pods the kubelet admitted while nobody acknowledged them, from PodResources; returns
+        their allocation ids. An agent that restarted between the ``Allocate`` calls of a pod's containers
+        served the later ones but never counted the earlier; without this the pod would run unacknowledged
+        and hold its node's next GPU pod forever. A pod is acknowledged only when PodResources shows devices of
+        kubecell's resources for every one of its GPU containers, all on GPUs its record names: the kubelet
+        records them after each ``Allocate``, so no call of that pod is still to come."""
+        if self.verify is None:
+            return []
+        settled = []
+        with self.lock:
+            listed = self.kube.get("/api/v1/pods", fieldSelector=f"spec.nodeName={self.node}")["items"]
+            for pod in listed:
+                if not self._waiting(pod):
+                    continue
+                try:
+                    record = pods.record_of(pod)
+                except RecordError:
+                    continue  # refused, loudly, when the kubelet asks for it
+                if record is None or record.node != self.node:
+                    continue
+                found = self.verify(pod["metadata"]["namespace"], pod["metadata"]["name"])
+                if found is None:
+                    continue
+                devices: dict[str, set[str]] = {}
+                served_containers = 0
+                for container in found.containers:
+                    ours = {r: set(ids) for r, ids in container.devices.items() if r in PLUGIN_RESOURCES and ids}
+                    served_containers += bool(ours)
+                    for resource, ids in ours.items():
+                        devices.setdefault(resource, set()).update(ids)
+                named = {gpu.uuid for gpu in record.gpus}
+                if served_containers < plugin_containers(pod) or any(
+                        gpu_of(d) not in named for ids in devices.values() for d in ids):
+                    continue
+                log.info("%s was admitted without an acknowledgement (the agent restarted meanwhile): "
+                         "acknowledging from PodResources", pods.key(pod))
+                self._acknowledge(Served(record, pod, served_containers, devices))
+                settled.append(record.allocation_id)
+        return settled
+
     # ------------------------------------------------------------------ finding the pod
     def _pending(self) -> Served:
         """The one pod on this node waiting for its GPUs; refused when there is none or more than one."""
