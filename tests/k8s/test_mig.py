@@ -83,26 +83,26 @@ def test_a_layout_the_core_cannot_place_keeps_the_node_for_cpu_work_and_says_why
     assert view.node.cpu_milli == 64_000
 
 
-def test_an_inventory_naming_an_instance_twice_is_not_placed() -> None:
-    node = k8s_node("m1", "a100-mig-1g")
-    data = json.loads(node["metadata"]["annotations"][ANNOTATION_INVENTORY])
+def _same_uuid_twice(data: dict[str, Any]) -> None:
     data["gpus"][1]["migInstances"][0]["uuid"] = data["gpus"][0]["migInstances"][0]["uuid"]
-    node["metadata"]["annotations"][ANNOTATION_INVENTORY] = json.dumps(data)
-    view = node_view(node)
-    assert view.node is not None
-    assert view.node.gpus == ()
-    assert "UUID twice" in view.gpu_note
 
 
-def test_mig_mode_without_an_agent_that_gives_mig_is_not_placed() -> None:
+def _agent_without_mig(data: dict[str, Any]) -> None:
+    del data["isolation"]  # an agent that predates MIG advertises accounting only
+
+
+@pytest.mark.parametrize(("edit", "note"), [(_same_uuid_twice, "UUID twice"),
+                                            (_agent_without_mig, "does not give mig isolation")],
+                         ids=["an instance named twice", "an agent that does not give mig"])
+def test_an_inventory_that_cannot_be_trusted_with_mig_is_not_placed(edit: Any, note: str) -> None:
     node = k8s_node("m1", "a100-mig-1g")
     data = json.loads(node["metadata"]["annotations"][ANNOTATION_INVENTORY])
-    del data["isolation"]  # an agent that predates MIG advertises accounting only
+    edit(data)
     node["metadata"]["annotations"][ANNOTATION_INVENTORY] = json.dumps(data)
     view = node_view(node)
     assert view.node is not None
     assert view.node.gpus == ()
-    assert "does not give mig isolation" in view.gpu_note
+    assert note in view.gpu_note
 
 
 def test_a_node_without_mig_mode_never_claims_mig() -> None:
