@@ -129,35 +129,35 @@ class RecordAllocator:
         if self.verify is None:
             return []
         settled = []
-        with self.lock:
-            listed = self.kube.get("/api/v1/pods", fieldSelector=f"spec.nodeName={self.node}")["items"]
-            for pod in listed:
-                if not self._waiting(pod):
-                    continue
-                try:
-                    record = pods.record_of(pod)
-                except RecordError:
-                    continue  # refused, loudly, when the kubelet asks for it
-                if record is None or record.node != self.node:
-                    continue
-                found = self.verify(pod["metadata"]["namespace"], pod["metadata"]["name"])
-                if found is None:
-                    continue
-                devices: dict[str, set[str]] = {}
-                served_containers = 0
-                for container in found.containers:
-                    ours = {r: set(ids) for r, ids in container.devices.items() if r in PLUGIN_RESOURCES and ids}
-                    served_containers += bool(ours)
-                    for resource, ids in ours.items():
-                        devices.setdefault(resource, set()).update(ids)
-                named = {gpu.uuid for gpu in record.gpus}
-                if served_containers < plugin_containers(pod) or any(
-                        gpu_of(d) not in named for ids in devices.values() for d in ids):
-                    continue
-                log.info("%s was admitted without an acknowledgement (the agent restarted meanwhile): "
-                         "acknowledging from PodResources", pods.key(pod))
+        listed = self.kube.get("/api/v1/pods", fieldSelector=f"spec.nodeName={self.node}")["items"]
+        for pod in listed:  # reads outside the lock: a kubelet's Allocate never waits for them
+            if not self._waiting(pod):
+                continue
+            try:
+                record = pods.record_of(pod)
+            except RecordError:
+                continue  # refused, loudly, when the kubelet asks for it
+            if record is None or record.node != self.node:
+                continue
+            found = self.verify(pod["metadata"]["namespace"], pod["metadata"]["name"])
+            if found is None:
+                continue
+            devices: dict[str, set[str]] = {}
+            served_containers = 0
+            for container in found.containers:
+                ours = {r: set(ids) for r, ids in container.devices.items() if r in PLUGIN_RESOURCES and ids}
+                served_containers += bool(ours)
+                for resource, ids in ours.items():
+                    devices.setdefault(resource, set()).update(ids)
+            named = {gpu.uuid for gpu in record.gpus}
+            if served_containers < plugin_containers(pod) or any(
+                    gpu_of(d) not in named for ids in devices.values() for d in ids):
+                continue
+            log.info("%s was admitted without an acknowledgement (the agent restarted meanwhile): "
+                     "acknowledging from PodResources", pods.key(pod))
+            with self.lock:  # the same id an Allocate of this pod would write: idempotent either way
                 self._acknowledge(Served(record, pod, served_containers, devices))
-                settled.append(record.allocation_id)
+            settled.append(record.allocation_id)
         return settled
 
     # ------------------------------------------------------------------ finding the pod
