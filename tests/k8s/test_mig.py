@@ -73,7 +73,10 @@ def test_a_node_of_one_profile_offers_its_instances_as_its_gpus() -> None:
      "several profiles (1g.5gb, 3g.20gb)"),
     (None, "gpus: [{product: NVIDIA A100-SXM4-40GB, count: 1}]\nmig: [{gpu: 0, instances: []}]",
      "without MIG instances"),
-], ids=["some GPUs in MIG mode", "mixed profiles", "no instances"])
+    (None, "gpus: [{product: NVIDIA A100-SXM4-40GB, count: 10}]\nmig: ["
+           + ", ".join(f"{{gpu: {i}, instances: [{', '.join(['{profile: 1g.5gb}'] * 7)}]}}" for i in range(10)) + "]",
+     "70 MIG instances are more than the 64"),
+], ids=["some GPUs in MIG mode", "mixed profiles", "no instances", "more instances than a node may hold"])
 def test_a_layout_the_core_cannot_place_keeps_the_node_for_cpu_work_and_says_why(
         description: str | None, yaml_text: str | None, note: str) -> None:
     view = node_view(k8s_node("m1", description, yaml_text=yaml_text))

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kubecell.core.limits import MAX_GPUS_PER_NODE
 from kubecell.core.model import Gpu
 
 if TYPE_CHECKING:  # the inventory reads MIG layouts through this module
@@ -83,6 +84,9 @@ def mig_layout(records: Sequence[GpuRecord], *, agent_gives_mig: bool) -> MigLay
     uuids_seen = [instance.uuid for gpu in in_mig for instance in gpu.mig_instances]
     if len(set(uuids_seen)) != len(uuids_seen):
         return MigLayout(note="its inventory names one MIG instance UUID twice (a record could not tell them apart)")
+    if len(uuids_seen) > MAX_GPUS_PER_NODE:
+        return MigLayout(note=f"its {len(uuids_seen)} MIG instances are more than the {MAX_GPUS_PER_NODE} GPUs a node "
+                              "may have (choose a larger profile)")
     if not is_mig_profile(profiles[0]):
         return MigLayout(note=f"MIG profile {profiles[0]!r} is not a profile name kubecell reads (<n>g.<m>gb)")
     model = mig_model(profiles[0])
