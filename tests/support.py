@@ -27,17 +27,8 @@ nodeGroups:
     rackSize: 2
 """
 
-# 2 racks x 2 nodes x 8 V100 GPUs = 32 GPUs
-TINY_CLUSTER = """\
-nodeGroups:
-  - count: 4
-    namePrefix: n-
-    gpu: {model: V100M32, count: 8}
-    cpuMilli: 64000
-    memoryMiB: 524288
-    nvlinkGroups: [[0, 1, 2, 3], [4, 5, 6, 7]]
-    rackSize: 2
-"""
+# the same with two NVLink islands per node
+TINY_CLUSTER = RACKED_CLUSTER.replace("    rackSize:", "    nvlinkGroups: [[0, 1, 2, 3], [4, 5, 6, 7]]\n    rackSize:")
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout: float = 30.0) -> Any:

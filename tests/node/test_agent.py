@@ -23,16 +23,15 @@ pytest.importorskip("grpc_tools", reason="tests/node needs the `node` extra: pip
 from kubecell.core.model import GPU_MODELS, Gpu, Node
 from kubecell.k8s.inventory import node_view
 from kubecell.k8s.names import ANNOTATION_ACK
-from kubecell.k8s.rest import ApiError, Kube
+from kubecell.k8s.rest import Kube
 from kubecell.k8s.scheduler import pods
 from kubecell.node.agent import AgentOptions, NodeAgent
 from kubecell.node.fake_kubelet import FakeKubelet
 from kubecell.node.fake_nvml import FakeNvml, example_path
 from kubecell.testbed.control_plane import ControlPlaneState
-from kubecell.testbed.kubelet import register_nodes
 from kubecell.testbed.nodes import node_manifest
 from tests.k8s.conftest import RunningScheduler
-from tests.support import wait_for
+from tests.support import registered_node, wait_for
 
 
 @dataclass
@@ -64,19 +63,17 @@ def agent_node(kube: Kube, example: str, prefix: str, gpus: int) -> Iterator[Run
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     node = Node(name, 96_000, 512_000, tuple(Gpu(i, "A100", GPU_MODELS["A100"].memory_mib) for i in range(gpus)),
                 labels={"kubecell.io/test-node": name})
-    register_nodes(kube, [node_manifest(node)])
-    root = Path(tempfile.mkdtemp(dir="/tmp", prefix=f"{prefix}-"))
-    kubelet = FakeKubelet(root / "dp", root / "pr" / "kubelet.sock").start()
-    agent = start_agent(kube, name, FakeNvml.from_file(example_path(example)), kubelet, root)
-    try:
-        yield agent
-    finally:
-        agent.stop.set()
-        agent.thread.join(10)
-        kubelet.stop()
-        shutil.rmtree(root, ignore_errors=True)
-        with contextlib.suppress(ApiError):
-            kube.delete(f"/api/v1/nodes/{name}")
+    with registered_node(kube, node_manifest(node)):
+        root = Path(tempfile.mkdtemp(dir="/tmp", prefix=f"{prefix}-"))
+        kubelet = FakeKubelet(root / "dp", root / "pr" / "kubelet.sock").start()
+        agent = start_agent(kube, name, FakeNvml.from_file(example_path(example)), kubelet, root)
+        try:
+            yield agent
+        finally:
+            agent.stop.set()
+            agent.thread.join(10)
+            kubelet.stop()
+            shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

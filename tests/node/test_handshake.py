@@ -4,7 +4,6 @@ protos) serves each from its allocation record, acknowledges it, and refuses wha
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import tempfile
@@ -24,7 +23,7 @@ pytest.importorskip("grpc_tools", reason="tests/node needs the `node` extra: pip
 from kubecell.core.model import GPU_MODELS, Gpu, Node
 from kubecell.k8s.inventory import inventory_of
 from kubecell.k8s.names import ANNOTATION_ACK, ANNOTATION_ALLOCATION, ANNOTATION_INVENTORY
-from kubecell.k8s.rest import ApiError, Kube
+from kubecell.k8s.rest import Kube
 from kubecell.k8s.scheduler import pods
 from kubecell.node.allocator import RecordAllocator
 from kubecell.node.deviceplugin import Device, DeviceFeed, DevicePlugin, milli_devices
@@ -32,10 +31,9 @@ from kubecell.node.fake_kubelet import AdmissionFailed, FakeKubelet
 from kubecell.node.isolation import NodeIsolation
 from kubecell.node.podresources import PodResourcesClient
 from kubecell.testbed.control_plane import ControlPlaneState
-from kubecell.testbed.kubelet import register_nodes
 from kubecell.testbed.nodes import node_manifest
 from tests.k8s.conftest import RunningScheduler
-from tests.support import wait_for
+from tests.support import registered_node, wait_for
 
 GPUS = 4
 
@@ -61,31 +59,29 @@ def agent(kube: Kube) -> Iterator[AgentNode]:
     inventory = inventory_of(node, uuids, agent="kubecell-node-agent/test").model_copy(
         update={"device_plugin": True, "isolation": ["accounting", "mps"]})
     manifest["metadata"]["annotations"][ANNOTATION_INVENTORY] = inventory.to_annotation()
-    register_nodes(kube, [manifest])
-    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="kc-"))
-    kubelet = FakeKubelet(root / "dp", root / "pr" / "kubelet.sock").start()
-    client = PodResourcesClient(kubelet.pod_resources, timeout=5)
-    allocator = RecordAllocator(kube, name, lambda: dict.fromkeys(uuids, model.memory_mib),
-                                NodeIsolation(("accounting", "mps"), mps_root=root / "mps"),
-                                verify=client.get, verify_after=0.2)
-    whole = [Device(u, True, (0,)) for u in uuids]
-    plugins = [DevicePlugin("kubecell.io/gpu", DeviceFeed(whole), allocator, directory=kubelet.directory,
-                            poll_interval=0.05),
-               DevicePlugin("kubecell.io/gpu-milli", DeviceFeed(milli_devices(whole)), allocator,
-                            directory=kubelet.directory, poll_interval=0.05)]
-    for plugin in plugins:
-        plugin.start()
-    kubelet.wait_for(lambda: kubelet.connected("kubecell.io/gpu") and kubelet.connected("kubecell.io/gpu-milli"),
-                     10, "both plugins registered")
-    try:
-        yield AgentNode(name, uuids, kubelet, allocator)
-    finally:
+    with registered_node(kube, manifest):
+        root = Path(tempfile.mkdtemp(dir="/tmp", prefix="kc-"))
+        kubelet = FakeKubelet(root / "dp", root / "pr" / "kubelet.sock").start()
+        client = PodResourcesClient(kubelet.pod_resources, timeout=5)
+        allocator = RecordAllocator(kube, name, lambda: dict.fromkeys(uuids, model.memory_mib),
+                                    NodeIsolation(("accounting", "mps"), mps_root=root / "mps"),
+                                    verify=client.get, verify_after=0.2)
+        whole = [Device(u, True, (0,)) for u in uuids]
+        plugins = [DevicePlugin("kubecell.io/gpu", DeviceFeed(whole), allocator, directory=kubelet.directory,
+                                poll_interval=0.05),
+                   DevicePlugin("kubecell.io/gpu-milli", DeviceFeed(milli_devices(whole)), allocator,
+                                directory=kubelet.directory, poll_interval=0.05)]
         for plugin in plugins:
-            plugin.stop()
-        kubelet.stop()
-        shutil.rmtree(root, ignore_errors=True)
-        with contextlib.suppress(ApiError):
-            kube.delete(f"/api/v1/nodes/{name}")
+            plugin.start()
+        kubelet.wait_for(lambda: kubelet.connected("kubecell.io/gpu") and kubelet.connected("kubecell.io/gpu-milli"),
+                         10, "both plugins registered")
+        try:
+            yield AgentNode(name, uuids, kubelet, allocator)
+        finally:
+            for plugin in plugins:
+                plugin.stop()
+            kubelet.stop()
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def make(kube: Kube, namespace: str, name: str, node: str, limits: dict[str, str],

@@ -107,9 +107,9 @@ class NodeAgent:
                         "no real GPUs" if not self.mps.real_gpus else f"{options.mps_binary} not found",
                         ", ".join(m for m in modes if m != "mps"))
             modes = tuple(m for m in modes if m != "mps")
-        self.isolation = NodeIsolation(modes, options.mps_root)
         client = PodResourcesClient(options.pod_resources)
-        self.allocator = RecordAllocator(kube, options.node, lambda: dict(self.memory), self.isolation,
+        self.allocator = RecordAllocator(kube, options.node, lambda: dict(self.memory),
+                                         NodeIsolation(modes, options.mps_root),
                                          verify=client.get, prepare=self._prepare)
         self.publisher = InventoryPublisher(kube, options.node, backend, interval=options.interval,
                                             isolation=modes, device_plugin=True, on_change=self._follow)
@@ -126,7 +126,7 @@ class NodeAgent:
         the allocator gives the isolation modes it advertises."""
         gpus = devices_of(inventory)
         self.memory = memory_of(inventory)
-        self.isolation = self.allocator.isolation = NodeIsolation(tuple(inventory.isolation), self.options.mps_root)
+        self.allocator.isolation = NodeIsolation(tuple(inventory.isolation), self.options.mps_root)
         self.whole.publish(gpus)
         self.milli.publish(milli_devices(shareable_devices(inventory), self.options.milli_unit))
         unhealthy = [d.id for d in gpus if not d.healthy]
@@ -152,7 +152,7 @@ class NodeAgent:
                     self.allocator.settle()
                 except Exception as error:  # the API server or the kubelet's socket may be away: next round
                     log.warning("acknowledging admitted pods failed: %s", error)
-            if "mps" in self.isolation.modes:
+            if "mps" in self.allocator.isolation.modes:
                 try:
                     self.mps.reconcile(mps_holders(api_pods(self.kube, self.options.node)(), self.options.node))
                 except (KubecellError, OSError) as error:
