@@ -2,7 +2,7 @@
 deploy/ and every example pass the API server's dry run; the VirtualCluster schema refuses malformed
 objects with its own message; the scheduler run with a ServiceAccount token bound only to the shipped
 RBAC schedules a workload and reads VirtualClusters (sufficient), and is refused anything else (least
-privilege)."""
+privilege). The base's admission policy is in force meanwhile (test_admission_policy.py tests it)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from tests.k8s.deploy_support import (
     clear_virtualclusters,
     install_crd,
     kubectl,
+    remove_admission_policy,
     rendered,
     service_account_kubeconfig,
 )
@@ -36,12 +37,18 @@ EXAMPLES = sorted((DEPLOY / "examples").glob("*.yaml")) + sorted(DEPLOY.glob("*.
 
 
 @pytest.fixture(scope="module")
-def installed(testbed: ControlPlaneState, kube: Kube) -> None:
+def installed(testbed: ControlPlaneState, kube: Kube) -> Iterator[None]:
     """The base applied for real (no controller-manager runs on the testbed, so the Deployment starts
-    nothing): the namespaces, RBAC and CRD exist for the dry runs of overlays and examples."""
-    kubectl(testbed, "apply", "-k", str(BASE))
-    kubectl(testbed, "apply", "-f", str(DEPLOY / "node-agent" / "namespace.yaml"))  # the agent's own namespace
-    install_crd(testbed)
+    nothing): the namespaces, RBAC and CRD exist for the dry runs of overlays and examples. The base's
+    admission policy (deploy/admission) is in force for this module's tests, and taken off at its end: it
+    refuses the records other modules write as the admin on purpose."""
+    try:
+        kubectl(testbed, "apply", "-k", str(BASE))
+        kubectl(testbed, "apply", "-f", str(DEPLOY / "node-agent" / "namespace.yaml"))  # the agent's own namespace
+        install_crd(testbed)
+        yield
+    finally:
+        remove_admission_policy(testbed, kube)
 
 
 def test_the_base_is_what_the_docs_say(testbed: ControlPlaneState) -> None:
@@ -59,7 +66,7 @@ def test_the_base_is_what_the_docs_say(testbed: ControlPlaneState) -> None:
     assert crd["scope"] == "Cluster"
     assert crd["versions"][0]["subresources"] == {"status": {}}
     assert {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-            "Service"} <= {kind for kind, _ in objects}
+            "Service", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= {kind for kind, _ in objects}
 
 
 @pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda p: str(p.relative_to(DEPLOY)))
