@@ -111,7 +111,12 @@ class AllocationBook:
         self.gpu_mem_free: IntArray = self.gpu_mem_capacity.copy()
         self.gpu_healthy: BoolArray = healthy
         self.node_ok: BoolArray = np.ones(n, np.bool_)
-        """Schedulable nodes: a failed node takes no new work of any kind (CPU-only requests included)."""
+        """Schedulable nodes: a failed or closed node takes no new work of any kind (CPU-only requests
+        included); ``node_ok`` is "healthy and open" (``set_node_health``, ``set_node_open``)."""
+        self.node_healthy: BoolArray = np.ones(n, np.bool_)
+        self.node_open: BoolArray = np.ones(n, np.bool_)
+        """Not closed by the operator or the cluster (a cordoned or NotReady Kubernetes node): its running work
+        stays and is counted, and nothing new lands there until it opens again."""
         self.affinity: IntArray = np.zeros((n, AFFINITY_CLASSES), np.int64)
 
         # Derived, maintained per changed row: what filters and scores read.
@@ -200,10 +205,26 @@ class AllocationBook:
         )
         return fits
 
+    def _capacity_fits(self, node: int, request: Request) -> BoolArray:
+        """``gpu_fits`` by capacity alone (health and node state aside), for adopting running work."""
+        present = self.gpu_present[node]
+        if request.is_whole:
+            whole: BoolArray = present & (self.gpu_milli_free[node] == MILLI_PER_GPU) & (
+                self.gpu_mem_free[node] == self.gpu_mem_capacity[node])
+            return whole
+        fits: BoolArray = (present & (self.gpu_milli_free[node] >= max(request.gpu_milli, 1))
+                           & (self.gpu_mem_free[node] >= request.gpu_memory_mib))
+        return fits
+
     # ------------------------------------------------------------------ changes
-    def allocate(self, request: Request, node: int, gpu_indices: Iterable[int] = ()) -> Allocation:
+    def allocate(self, request: Request, node: int, gpu_indices: Iterable[int] = (), *, adopt: bool = False
+                 ) -> Allocation:
         """Bind ``request`` to ``node`` (and those GPUs). Raises AllocationError and changes nothing
-        if the request does not fit exactly as given."""
+        if the request does not fit exactly as given.
+
+        ``adopt``: the allocation already exists in the world (work found running when a scheduler restarts),
+        so a failed or closed node and unhealthy GPUs do not refuse it; capacity still does: nothing is ever
+        counted twice."""
         if request.name in self.allocations:
             raise AllocationError(f"allocation {request.name!r} already exists")
         if not 0 <= node < self.size:
@@ -212,8 +233,8 @@ class AllocationBook:
         where = f"{request.name!r} on {self.nodes[node].name!r}"
         if len(gpus) != request.gpu_count or len(set(gpus)) != len(gpus):
             raise AllocationError(f"{where}: needs {request.gpu_count} distinct GPUs, got {gpus}")
-        if not self.node_ok[node]:
-            raise AllocationError(f"{where}: the node has failed and takes no new work")
+        if not self.node_ok[node] and not adopt:
+            raise AllocationError(f"{where}: the node has failed or is closed and takes no new work")
         if self.cpu_free[node] < request.cpu_milli or self.mem_free[node] < request.memory_mib:
             raise AllocationError(
                 f"{where}: CPU/memory oversubscribed (free {self.cpu_free[node]}m / "
@@ -221,7 +242,7 @@ class AllocationBook:
             )
         if request.gpu_models is not None and gpus and self.nodes[node].gpu_model not in request.gpu_models:
             raise AllocationError(f"{where}: GPU model {self.nodes[node].gpu_model} not allowed")
-        fits = self.gpu_fits(node, request) if gpus else None
+        fits = (self._capacity_fits(node, request) if adopt else self.gpu_fits(node, request)) if gpus else None
         for gpu in gpus:
             if not 0 <= gpu < self.max_gpus or not self.gpu_present[node, gpu]:
                 raise AllocationError(f"{where}: GPU {gpu} does not exist")
@@ -272,8 +293,15 @@ class AllocationBook:
     def set_node_health(self, node: int, healthy: bool) -> None:
         """Mark a node and every GPU of it healthy or not. Running allocations stay; a failed node takes
         no new work at all, whatever the request asks for."""
-        self.node_ok[node] = healthy
+        self.node_healthy[node] = healthy
+        self.node_ok[node] = healthy and self.node_open[node]
         self.gpu_healthy[node, self.gpu_present[node]] = healthy
+        self._refresh_row(int(node))
+
+    def set_node_open(self, node: int, open_: bool) -> None:
+        """Open or close a node to new work (its GPUs keep their own health). Running allocations stay."""
+        self.node_open[node] = open_
+        self.node_ok[node] = open_ and self.node_healthy[node]
         self._refresh_row(int(node))
 
     def set_gpu_health(self, node: int, gpu: int, healthy: bool) -> None:

@@ -214,9 +214,11 @@ class TenancyState:
 
     # ------------------------------------------------------------------ health
     def refresh_health(self) -> None:
-        """Recompute bad cells from GPU health and charge unmet guarantees as doomed cells."""
+        """Recompute bad cells from GPU health and charge unmet guarantees as doomed cells. A GPU of a node
+        closed to new work (a cordoned or NotReady Kubernetes node) is bad too, as in HiveD: a guarantee no
+        job could use there is charged as doomed, never promised."""
         bad: set[Cell] = set()
-        healthy = self.book.gpu_healthy
+        healthy = self.book.gpu_healthy & self.book.node_ok[:, None]
         for (node, gpu), cell in self.forest.gpu_cell.items():
             if not healthy[node, gpu]:
                 bad.add(cell)

@@ -25,6 +25,42 @@ BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 
 _NO_LABELS: Mapping[str, str] = {}
 
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+"""The taint of a cordoned node (``spec.unschedulable``), tolerated by pods that may still land there."""
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+"""The taint the node lifecycle controller puts on a node whose Ready condition is not True."""
+UNSCHEDULABLE_REASON = "node(s) were unschedulable"
+"""NodeUnschedulable's reason (``ErrReasonUnschedulable``)."""
+
+
+def _not_ready(node: Mapping[str, Any]) -> bool:
+    """A node that reports conditions, none of them Ready=True (a dict without conditions, as tests and
+    hand-made objects have, is judged by its taints alone)."""
+    conditions = (node.get("status") or {}).get("conditions") or ()
+    if not conditions:
+        return False
+    return not any(isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+                   for c in conditions)
+
+
+def node_taints(node: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
+    """A node's ``spec.taints`` as the scheduler judges them: a cordoned node (``spec.unschedulable``) also
+    carries ``node.kubernetes.io/unschedulable:NoSchedule`` (kube-scheduler's NodeUnschedulable filter, which
+    a pod passes by tolerating that taint), and a node that is not Ready ``node.kubernetes.io/not-ready:
+    NoSchedule`` (what the node lifecycle controller adds; kubecell adds it itself, so a cluster without that
+    controller never gets pods on a dead node). A taint already present is not added twice. Allocation-wise
+    the scheduler also keeps both kinds of node out of the engine's free capacity; these taints are what
+    tells a waiting pod why, in kube-scheduler's words."""
+    spec = node.get("spec") or {}
+    taints = spec.get("taints") or ()
+    extra = []
+    keys = {t.get("key") for t in taints if isinstance(t, Mapping)}
+    if spec.get("unschedulable") and UNSCHEDULABLE_TAINT not in keys:
+        extra.append({"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"})
+    if _not_ready(node) and NOT_READY_TAINT not in keys:
+        extra.append({"key": NOT_READY_TAINT, "effect": "NoSchedule"})
+    return [*taints, *extra] if extra else taints
+
 
 def untolerated_taint_reason(key: str, value: str) -> str:
     """TaintToleration's reason for a node with a taint the pod does not tolerate.
@@ -48,8 +84,7 @@ def tainted_nodes(nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, Sequence[
     nodes with none are absent. Only these nodes can keep a pod without label constraints away."""
     found: dict[str, Sequence[Mapping[str, Any]]] = {}
     for name, node in nodes.items():
-        spec = node.get("spec")
-        taints = spec.get("taints") if spec else None
+        taints = node_taints(node)
         if taints and any(t.get("effect") in BLOCKING_EFFECTS for t in taints):
             found[name] = taints
     return found
@@ -107,15 +142,14 @@ class PodConstraints:
             if reason is None:
                 key, value = str(signature[0] or ""), str(signature[1] or "")
                 reason = memo[signature] = "" if self.tolerates(key, value, effect) else \
-                    untolerated_taint_reason(key, value)
+                    UNSCHEDULABLE_REASON if key == UNSCHEDULABLE_TAINT else untolerated_taint_reason(key, value)
             if reason:
                 return reason
         return None
 
     def mismatch(self, name: str, node: Mapping[str, Any]) -> str | None:
         """Why the pod may not use this node (taints first, as in kube-scheduler's plugin order), else None."""
-        spec = node.get("spec")
-        taints = spec.get("taints") if spec else None
+        taints = node_taints(node)
         if taints:
             reason = self.taint_reason(taints)
             if reason:
@@ -150,10 +184,9 @@ class PodConstraints:
         terms = self.terms
         allowed = []
         for name, node in nodes.items():
-            spec = node.get("spec")
-            node_taints = spec.get("taints") if spec else None
-            if node_taints:
-                reason = taint_reason(node_taints)
+            taints = node_taints(node)
+            if taints:
+                reason = taint_reason(taints)
                 if reason:
                     reasons[reason] += 1
                     continue

@@ -75,7 +75,7 @@ class Extender:
             _, _, _, error = answer.result(self.timeout)
         except FutureTimeout:
             return f"the Binding of pod {uid} did not complete within {self.timeout:.0f} s"
-        if error is None or error.conflict:  # a 409: an earlier bind of this very decision
+        if error is None:  # a 409 counts only once the pod was read bound to this node (Binder._bind_one)
             return ""
         return f"the API server refused the Binding: {error}"
 

@@ -55,6 +55,8 @@ class CaptureCache:
     """Book version of each node when its cells were built (numpy int64 array)."""
     cells: list[tuple[GpuCell, ...]] = field(default_factory=list)
     nodes: tuple[NodeCell, ...] = ()
+    node_generation: int = 0
+    """``Tracking.node_generation`` the node list was made for (nodes closed or opened in place)."""
     measure: tuple[tuple[TypicalPod, ...], FragmentationMeasure] | None = None
 
 
@@ -71,8 +73,10 @@ def capture(scheduler: Scheduler, *, cache: CaptureCache | None = None, leading:
         return Snapshot(taken_at=now, cycle=scheduler.cycles, leading=leading, rebuilding=True)
     cache = cache if cache is not None else CaptureCache()
     engine = state.engine
-    if cache.engine is not engine:
-        cache.engine, cache.versions, cache.cells, cache.measure = engine, None, [], None
+    if cache.engine is not engine or cache.node_generation != state.node_generation:
+        if cache.engine is not engine:
+            cache.engine, cache.versions, cache.cells, cache.measure = engine, None, [], None
+        cache.node_generation = state.node_generation
         cache.nodes = tuple(NodeCell(view.name, view.excluded, view.node.rack if view.node is not None else "")
                             for view in state.views.values())
     book = engine.book

@@ -109,6 +109,19 @@ class Actions:
         self.kube.create(f"{pod_path(pod)}/binding", body)
         self._wrote()
 
+    def bound_to(self, pod: Mapping[str, Any], node: str) -> bool:
+        """Whether the pod (this very pod: same UID) is bound to ``node`` now, read from the API server: a 409
+        on a Binding is success only then (a lost answer of our own earlier bind), never for a pod bound
+        elsewhere or one whose Binding the API server refused (non-empty schedulingGates)."""
+        try:
+            current = self.kube.get(pod_path(pod))
+        except ApiError as error:
+            if error.not_found:
+                return False
+            raise
+        meta = current.get("metadata") or {}
+        return meta.get("uid") == pods.uid(pod) and pods.node_of(current) == node
+
     def evict(self, pod: Mapping[str, Any], reason: str) -> None:
         """Through the Eviction API, so PodDisruptionBudgets are honoured; a pod already gone is fine."""
         try:

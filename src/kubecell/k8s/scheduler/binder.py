@@ -54,6 +54,8 @@ class Binder:
         self.settled = settled
         """Called from a writer thread with the outcome of each Binding sent without waiting."""
         self.in_flight: set[Future[Outcome]] = set()
+        self.release_terminating = False
+        """Terminating pods hold nothing (``pods.holds``): a preemptor need not wait for them to be gone."""
 
     def evict(self, state: Tracking, job: Job, reason: str) -> set[str]:
         """Evict the pods holding the job's members; returns their uids (its preemptor waits for them)."""
@@ -63,9 +65,15 @@ class Binder:
         evicted = set()
         for uid in tracked.members.values():
             pod = self.mirror.pods.get(uid)
-            if pod is not None and not pods.is_done(pod):
+            if pod is None:
+                continue
+            bound = bool(pods.node_of(pod))
+            if (bound and not pods.holds(pod, release_terminating=self.release_terminating)) or (
+                    not bound and pods.is_done(pod)):
+                continue  # ended, or leaving before it ever ran: nothing to wait for
+            if not pods.terminating(pod):
                 retry("evict", lambda pod=pod: self.actions.evict(pod, reason))
-                evicted.add(uid)
+            evicted.add(uid)  # a pod already terminating still holds its GPUs until it is gone
         tracked.members.clear()
         tracked.bound.clear()
         return evicted
@@ -176,6 +184,21 @@ class Binder:
             tracked.members.clear()
             tracked.bound.clear()
 
+    def _roll_back_unbound(self, state: Tracking, name: str) -> None:
+        """A gang member's Binding was refused: remove the records of its members not bound yet, so nothing
+        reads them as decisions still to carry out. Members already bound keep theirs (they run as recorded;
+        the job's pods are looked at again once it is back in the queue)."""
+        tracked = state.tracked.get(name)
+        if tracked is None:
+            return
+        for uid in tracked.members.values():
+            pod = self.mirror.pods.get(uid)
+            if pod is not None and uid not in tracked.bound and not pods.node_of(pod):
+                try:
+                    retry("roll back a record", lambda pod=pod: self.actions.clear_record(pod))
+                except ApiError as error:
+                    log.warning("record of %s not removed (%s); the next rebuild rolls it back", pods.key(pod), error)
+
     def release_stale(self, state: Tracking, max_age: float) -> bool:
         """Extender mode: give back decisions kube-scheduler has not asked to bind for ``max_age`` seconds
         (its filter chose no node of ours, the pod went elsewhere, or kube-scheduler is gone), so GPUs
@@ -241,15 +264,15 @@ class Binder:
                                            if owner is state and name in state.tracked])
 
     def _take_outcomes(self, state: Tracking, outcomes: Sequence[tuple[str, str, bool, ApiError | None]]) -> bool:
-        """What every Binding's answer means, waited for or not: bound (a 409 is an earlier bind of the same
-        decision whose answer was lost); a pod deleted meanwhile (its deletion event ends the job); refused
-        with nothing written (a Binding that carried its record: the engine is told); or an unavailable API
-        server or a gang's refused bind, raised so the caller rebuilds from the records."""
+        """What every Binding's answer means, waited for or not: bound (``_bind_one`` turned a 409 into success
+        only after reading the pod bound to that very node: an earlier bind of the same decision whose answer
+        was lost); a pod deleted meanwhile (its deletion event ends the job); a pod alone refused (a 409 for a
+        pod not bound there, a 422...): nothing was written, the engine takes the job back; a gang member
+        refused: the records of its unbound members are removed and the error raised, so the caller rebuilds
+        from what is bound; or an unavailable API server, raised so the caller rebuilds from the records."""
         dirty, unavailable = False, None
         for name, uid, direct, error in outcomes:
-            if error is None or error.conflict:
-                if error is not None:
-                    log.info("%s was already bound (an earlier bind whose answer was lost)", uid)
+            if error is None:
                 state.tracked[name].bound.add(uid)
             elif error.not_found:
                 continue
@@ -258,6 +281,8 @@ class Binder:
                     self._requeue(state, name, str(error))
                     dirty = True
             else:
+                if not error.unavailable:  # a gang member refused: what is bound runs, the rest is undone
+                    self._roll_back_unbound(state, name)
                 unavailable = error
         if unavailable is not None:
             raise unavailable
@@ -328,7 +353,10 @@ class Binder:
         try:
             retry("bind", lambda: self.actions.bind(pod, node, record))
         except ApiError as error:
-            return name, uid, record is not None, error
+            if not (error.conflict and self.actions.bound_to(pod, node)):
+                return name, uid, record is not None, error
+            log.info("%s was already bound to %s (an earlier bind whose answer was lost)", pods.key(pod), node)
+            return name, uid, record is not None, None
         if not self.hold:  # kube-scheduler announces the pods it asked its extender to bind
             self.announce.scheduled(pod, node)
         return name, uid, record is not None, None
@@ -339,6 +367,7 @@ class Binder:
             job = state.engine.jobs.get(name)
             if job is None or job.phase != JobPhase.RESERVED:
                 state.waiting_victims.pop(name, None)
+                self.mirror.changed.update(dict.fromkeys(victims))  # held again while they terminate
                 continue
             remaining = {uid for uid in victims if uid in self.mirror.pods}
             if remaining:

@@ -3,6 +3,8 @@ sees them, and the tenants to use when the operator configured none."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +15,8 @@ from kubecell.core.topology import CellForest
 from kubecell.k8s.inventory import NodeView, node_view
 from kubecell.k8s.scheduler import pods
 from kubecell.k8s.watch import Event
+
+log = logging.getLogger("kubecell.scheduler")
 
 
 @dataclass
@@ -92,11 +96,37 @@ class Mirror:
 
 
 def node_view_safe(obj: Mapping[str, Any]) -> NodeView:
-    """A node whose inventory cannot be read is left out (with the reason), never guessed."""
+    """The node as the engine holds it. A cordoned or NotReady node keeps its hardware (``node``) with
+    ``excluded`` saying why nothing new lands there: its running pods still hold their GPUs, and closing it
+    is not a change of the cluster's shape. A node whose inventory cannot be read is left out (with the
+    reason), never guessed; nothing read from a node ever raises past it."""
+    name = str((obj.get("metadata") or {}).get("name") or "")
     try:
-        return node_view(obj)
+        view = node_view(obj)
+        if view.node is None and view.excluded in (CORDONED, NOT_READY):
+            status = dict(obj.get("status") or {}, conditions=[{"type": "Ready", "status": "True"}])
+            spec = {k: v for k, v in (obj.get("spec") or {}).items() if k != "unschedulable"}
+            view = dataclasses.replace(node_view(dict(obj, spec=spec, status=status)), excluded=view.excluded)
+        return view
     except InvalidInputError as error:
-        return NodeView(str(obj["metadata"]["name"]), None, f"unreadable inventory: {error}")
+        return NodeView(name, None, f"unreadable inventory: {error}")
+    except Exception as error:  # a reader bug must cost this node, never the scheduler
+        log.exception("cannot read node %s", name)
+        return NodeView(name, None, f"unreadable node ({type(error).__name__}: {str(error)[:200]})")
+
+
+CORDONED = "cordoned (spec.unschedulable)"
+NOT_READY = "not Ready"
+
+
+def hardware(view: NodeView) -> tuple[Any, ...]:
+    """What of a node the engine is built from: its resources, GPUs (with health and UUIDs), topology and
+    place. A change here rebuilds the engine; labels, taints and whether it is open change in place."""
+    node = view.node
+    if node is None:
+        return (view.name, None, view.excluded)
+    return (view.name, dataclasses.replace(node, labels={}), view.uuids, view.isolation, view.serial_binds,
+            view.gpu_note)
 
 
 def whole_cluster_tenants(forest: CellForest, vc: str) -> Tenants:

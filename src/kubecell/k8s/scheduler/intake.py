@@ -76,17 +76,22 @@ class Intake:
     """Turns changed pods into engine calls (submit, finish, cancel, hold for another scheduler)."""
 
     def __init__(self, mirror: Mirror, teller: Teller, *, scheduler_name: str | frozenset[str], default_vc: str,
-                 resources: frozenset[str] | None = None) -> None:
+                 resources: frozenset[str] | None = None, release_terminating: bool = False) -> None:
         self.mirror = mirror
         self.teller = teller
         self.scheduler_name = scheduler_name
         self.default_vc = default_vc
         self.resources = resources
+        self.release_terminating = release_terminating
+        """Free a bound pod's resources when its deletion starts instead of when it is gone (``pods.holds``)."""
         """Extender mode: only pods asking for one of these are kubecell's (kube-scheduler sends no other
         to its extender; the rest it places alone, and kubecell holds them like any foreign pod)."""
         self.generations: dict[str, int] = {}
         """Gang key -> how many jobs were formed under it (job names stay unique across re-formations);
         also pod uid -> how many times a pod alone was made a new job (``renew``)."""
+        self.record_warnings: dict[str, str] = {}
+        """Pod uid -> the last Warning Event about its allocation record (``restore``): told once, not at every
+        rebuild."""
 
     def note_generation(self, tracked: Tracked) -> None:
         """A restored gang's generation, so the next one formed under its key gets a new name."""
@@ -108,10 +113,23 @@ class Intake:
             if uid not in self.mirror.pods:
                 self.teller.forget(uid)
                 self.generations.pop(uid, None)
+                self.record_warnings.pop(uid, None)
                 state.filter_nodes.pop(uid, None)
         dirty |= self._sync_external(state, changed)
         dirty |= self._submit_new_pods(state, changed)
         return dirty
+
+    def retire_name(self, name: str, gang: bool, uids: Sequence[str]) -> None:
+        """A job name the engine holds and will not run (a restored decision undone): the next job formed for
+        the same gang or pod gets a later generation, since the engine never takes a name twice."""
+        base, _, suffix = name.rpartition("#")
+        generation = int(suffix) if base and suffix.isdecimal() and len(suffix) < 10 else 0
+        if gang:
+            key = base or name
+            self.generations[key] = max(self.generations.get(key, 0), generation)
+        else:
+            for uid in uids:
+                self.generations[uid] = max(self.generations.get(uid, 0), generation + 1)
 
     def renew(self, state: Tracking, name: str) -> None:
         """Withdraw job ``name`` and let its pods form a new job at the next reconcile (extender mode: its
@@ -134,14 +152,14 @@ class Intake:
         """End a job whose pods ended, cancel a waiting job that lost a pod, forget a dead one."""
         engine, tracked = state.engine, state.tracked[name]
         job = engine.jobs[name]
-        alive = [uid for uid in tracked.pod_uids if self._alive(uid)]
         if job.phase in (JobPhase.RUNNING, JobPhase.RESERVED):
-            if any(self._alive(uid) for uid in tracked.members.values()):
+            if any(self._holding(uid) for uid in tracked.members.values()):
                 return False
             engine.finish(name, now)
-        elif job.phase == JobPhase.PENDING and len(alive) < len(tracked.pod_uids):
-            engine.cancel(name, now)  # a pod of a waiting job is gone: form the job again from what is left
-        elif job.phase in (JobPhase.REJECTED, JobPhase.FINISHED, JobPhase.CANCELLED) and not alive:
+        elif job.phase == JobPhase.PENDING and not all(self._waiting(uid) for uid in tracked.pod_uids):
+            engine.cancel(name, now)  # a pod of a waiting job left: form the job again from what is left
+        elif job.phase in (JobPhase.REJECTED, JobPhase.FINISHED, JobPhase.CANCELLED) and \
+                not any(self._waiting(uid) for uid in tracked.pod_uids):
             state.untrack(name)
             return False
         else:
@@ -150,19 +168,32 @@ class Intake:
             changed[uid] = None  # the pods left over may form a new job
         return True
 
-    def _alive(self, uid: str) -> bool:
+    def _holding(self, uid: str) -> bool:
+        """A member's pod still holds what the engine gave it: bound and not ended (a terminating pod holds
+        until it is gone), or not bound yet and not withdrawn (its Binding is on its way or held)."""
         pod = self.mirror.pods.get(uid)
-        return pod is not None and not pods.is_done(pod)
+        if pod is None:
+            return False
+        if pods.node_of(pod):
+            return pods.holds(pod, release_terminating=self.release_terminating)
+        return not pods.is_done(pod)
+
+    def _waiting(self, uid: str) -> bool:
+        """A pod of a waiting job still waits: it exists, nobody bound it, and it is neither ended nor being
+        deleted."""
+        pod = self.mirror.pods.get(uid)
+        return pod is not None and not pods.node_of(pod) and not pods.is_done(pod)
 
     def _sync_external(self, state: Tracking, changed: Mapping[str, None]) -> bool:
         """Hold what pods bound by anyone else take (CPU, memory, and their GPUs as whole GPUs: a share
         another scheduler granted is not one kubecell can see), and free it when they end."""
         engine, dirty = state.engine, False
+        victims = state.victim_uids()
         for uid in changed:
-            if uid in state.pod_job:
+            if uid in state.pod_job or uid in victims:
                 continue
             pod = self.mirror.pods.get(uid)
-            wanted = pod is not None and bool(pods.node_of(pod)) and not pods.is_done(pod)
+            wanted = pod is not None and pods.holds(pod, release_terminating=self.release_terminating)
             if uid in state.external and not wanted:
                 engine.release_external(state.external.pop(uid))
                 dirty = True
@@ -185,14 +216,18 @@ class Intake:
             if left is not None:
                 touched.add(left)
             pod = self.mirror.pods.get(uid)
-            if pod is None or not self.ours(pod) or pods.is_done(pod) or pods.node_of(pod):
-                continue
+            if pod is None or not self.ours(pod) or pods.is_done(pod) or pods.node_of(pod) or pods.gated(pod):
+                continue  # a gated pod waits for its gates (PreEnqueue); its update brings it back here
             if pod_groups is None:
                 pod_groups = self.mirror.all_podgroups()
             try:
                 demand = pod_demand(pod, pod_groups=pod_groups)
             except DemandError as error:
                 self.teller.tell(pod, str(error), reason="InvalidRequest")
+                continue
+            except Exception as error:  # a reader bug must cost this pod, never the loop (and every other pod)
+                log.exception("cannot read pod %s", pods.key(pod))
+                self.teller.tell(pod, unreadable(pod, error), reason="InvalidRequest")
                 continue
             if demand.group is None:
                 dirty |= self._submit(state, [(pod, demand)], 1, None)
@@ -263,7 +298,7 @@ class Intake:
         allowed: frozenset[str] | None = None
         reasons: Counter[str] = Counter()
         for pod in members:
-            nodes, why = state.constraints.allowed_nodes(pod, self.mirror.nodes, 0)
+            nodes, why = state.constraints.allowed_nodes(pod, self.mirror.nodes, state.node_generation)
             if nodes is not None:
                 allowed = nodes if allowed is None else allowed & nodes
                 reasons = reasons or why
@@ -273,6 +308,12 @@ class Intake:
         if allowed is None:
             return None, ""
         return allowed, ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()) if count)
+
+
+def unreadable(pod: Mapping[str, Any], error: BaseException) -> str:
+    """What a pod is told when reading it failed in a way no check foresaw: kubecell skips it and goes on."""
+    return (f"pod {pods.key(pod)}: kubecell could not read this pod ({type(error).__name__}: {str(error)[:200]}); "
+            "it is skipped until it changes (please report this as a kubecell bug)")
 
 
 def isolation_nodes(views: Mapping[str, NodeView], mode: str) -> tuple[frozenset[str] | None, str]:

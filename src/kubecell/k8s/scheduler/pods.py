@@ -30,8 +30,34 @@ def phase(pod: Mapping[str, Any]) -> str:
 
 
 def is_done(pod: Mapping[str, Any]) -> bool:
-    """Terminal or being deleted: it holds nothing the scheduler may count on any more."""
-    return phase(pod) in TERMINAL_PHASES or bool(pod["metadata"].get("deletionTimestamp"))
+    """Terminal or being deleted: nothing new will be decided for it (a pending pod being deleted is
+    withdrawn). Whether its resources are free is another question: see ``holds``."""
+    return ended(pod) or terminating(pod)
+
+
+def ended(pod: Mapping[str, Any]) -> bool:
+    """Succeeded or Failed: its containers stopped for good, so it holds nothing any more."""
+    return phase(pod) in TERMINAL_PHASES
+
+
+def terminating(pod: Mapping[str, Any]) -> bool:
+    """Being deleted (``metadata.deletionTimestamp``): its containers may still run for their grace period."""
+    return bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def holds(pod: Mapping[str, Any], *, release_terminating: bool = False) -> bool:
+    """Whether a bound pod still holds its node's resources: until it has ended or is gone, as kube-scheduler
+    counts a terminating pod until its object is deleted (work that checkpoints on SIGTERM still runs on its
+    GPUs). ``release_terminating`` frees them at the deletion instead (the scheduler's documented option)."""
+    if not node_of(pod) or ended(pod):
+        return False
+    return not (release_terminating and terminating(pod))
+
+
+def gated(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod still has scheduling gates (``spec.schedulingGates``): like kube-scheduler's
+    PreEnqueue, such a pod is not considered, holds nothing and is decided once its last gate is removed."""
+    return bool((pod.get("spec") or {}).get("schedulingGates"))
 
 
 def ours(pod: Mapping[str, Any], names: str | frozenset[str]) -> bool:
@@ -70,7 +96,8 @@ def record_of(pod: Mapping[str, Any]) -> AllocationRecord | None:
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 _META_KEPT = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "labels")
-_SPEC_KEPT = ("schedulerName", "nodeName", "priority", "nodeSelector", "tolerations", "overhead", "resources")
+_SPEC_KEPT = ("schedulerName", "nodeName", "priority", "nodeSelector", "tolerations", "overhead", "resources",
+              "schedulingGates")
 
 
 def trimmed(pod: dict[str, Any]) -> dict[str, Any]:

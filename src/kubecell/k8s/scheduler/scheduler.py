@@ -25,6 +25,7 @@ import numpy as np
 
 from kubecell.core.engine.engine import Engine
 from kubecell.core.engine.job import JobPhase
+from kubecell.core.engine.node_state import set_node_open
 from kubecell.core.engine.options import PRESETS
 from kubecell.core.errors import InvalidInputError, KubecellError
 from kubecell.core.model import Node
@@ -44,7 +45,7 @@ from kubecell.k8s.rest import ApiError, Kube
 from kubecell.k8s.scheduler import pods
 from kubecell.k8s.scheduler.actions import Actions
 from kubecell.k8s.scheduler.binder import Binder, Settled
-from kubecell.k8s.scheduler.cluster import Mirror, node_view_safe, trimmed_node, whole_cluster_tenants
+from kubecell.k8s.scheduler.cluster import Mirror, hardware, node_view_safe, trimmed_node, whole_cluster_tenants
 from kubecell.k8s.scheduler.intake import Intake, Teller
 from kubecell.k8s.scheduler.restore import Restorer
 from kubecell.k8s.scheduler.tracking import Tracking
@@ -91,6 +92,9 @@ class SchedulerOptions:
     profiles whose GPU pods it should place, e.g. ``default-scheduler``)."""
     hold_seconds: float = 60.0
     """Extender mode: how long a decision waits for kube-scheduler's bind before its GPUs are given back."""
+    release_terminating: bool = False
+    """Free a pod's GPUs when its deletion starts. By default, as kube-scheduler, a terminating pod holds
+    them until it is gone, so work that checkpoints on SIGTERM never shares its GPUs with its successor."""
 
     @property
     def names(self) -> frozenset[str]:
@@ -109,8 +113,12 @@ class Scheduler:
         self.mirror = Mirror()
         self.state: Tracking | None = None
         self.node_signature: tuple[Any, ...] = ()
+        """The hardware of every node the engine was built from (``cluster.hardware``): a change rebuilds."""
         self._next_nodes: tuple[dict[str, NodeView], tuple[Any, ...]] | None = None
         self._node_reads: dict[str, tuple[str, NodeView, tuple[Any, ...]]] = {}
+        self._node_terms: dict[str, tuple[Any, ...]] = {}
+        """Per node, what the engine's view of it was last brought to without a rebuild: why it is closed
+        (cordoned, not Ready) and its labels and taints (``_placement_terms``)."""
         self.tenants_text: str | None = None
         self.accepted_tenants_text: str | None = None
         """The ConfigMap's tenants as last accepted: an invalid edit leaves them in force (``_tenants``)."""
@@ -118,7 +126,8 @@ class Scheduler:
         self.teller = Teller(self.actions, quiet=extender)
         self.intake = Intake(self.mirror, self.teller, scheduler_name=self.options.names,
                              default_vc=self.options.default_vc,
-                             resources=frozenset(MANAGED_RESOURCES) if extender else None)
+                             resources=frozenset(MANAGED_RESOURCES) if extender else None,
+                             release_terminating=self.options.release_terminating)
         self.pool = ThreadPoolExecutor(max_workers=BIND_WORKERS, thread_name_prefix="kubecell-write")
         self.settled: queue.SimpleQueue[Settled] = queue.SimpleQueue()
         self.binder = Binder(self.actions, self.mirror, self.pool, self.options.name, self._on_settled,
@@ -148,6 +157,7 @@ class Scheduler:
         self._published_state: Tracking | None = None
         self._publish_timer: threading.Timer | None = None
         self.binder.settled = self._count_settled
+        self.binder.release_terminating = self.options.release_terminating
 
     @property
     def engine(self) -> Engine | None:
@@ -285,7 +295,7 @@ class Scheduler:
         self.binder.wait_in_flight(30.0)
         while not self.settled.empty():
             outcomes.append(self.settled.get_nowait())
-        bound = {uid for _, _, uid, _, error in outcomes if error is None or error.conflict}
+        bound = {uid for _, _, uid, _, error in outcomes if error is None}
         deadline = time.monotonic() + timeout
         while bound and time.monotonic() < deadline:
             bound = {uid for uid in bound if uid in self.mirror.pods and not pods.node_of(self.mirror.pods[uid])}
@@ -306,20 +316,53 @@ class Scheduler:
             version = str(obj["metadata"].get("resourceVersion", ""))
             known = self._node_reads.get(name)
             if known is None or known[0] != version or not version:
-                known = (version, node_view_safe(obj), _placement_terms(obj))
+                view = node_view_safe(obj)
+                known = (version, view, (view.excluded, _placement_terms(obj)))
             read[name] = known
             views[name] = known[1]
-            signature.append((name, known[1].node, known[1].excluded, known[2]))
+            signature.append(hardware(known[1]))
         self._node_reads = read
         return views, tuple(signature)
 
     def _cluster_changed(self) -> bool:
         """Whether nodes or tenants changed in a way that needs a new engine (the views read here are kept
-        for that rebuild, so a node event reads every node once, not twice)."""
+        for that rebuild, so a node event reads every node once, not twice). A node that was only cordoned,
+        uncordoned, became (Not)Ready or changed labels or taints is brought up to date in place."""
         self._next_nodes = self._read_nodes()
         text = ((self.mirror.tenants or {}).get("data") or {}).get(self.options.tenants_key)
-        return (self._next_nodes[1] != self.node_signature or text != self.tenants_text
-                or self.virtual_clusters.changed(self.mirror.virtualclusters.values()))
+        if (self._next_nodes[1] != self.node_signature or text != self.tenants_text
+                or self.virtual_clusters.changed(self.mirror.virtualclusters.values())):
+            return True
+        views, _ = self._next_nodes
+        self._next_nodes = None
+        self._update_nodes(views)
+        return False
+
+    def _update_nodes(self, views: dict[str, NodeView]) -> None:
+        """Bring the engine's view of nodes whose hardware is unchanged up to date: close or open them, and
+        let every waiting job judge their labels and taints afresh (its allowed nodes are part of its spec,
+        so it is formed again from its pods). Running work is untouched."""
+        state = self.state
+        terms = {name: self._node_reads[name][2] for name in views}
+        changed = sorted(name for name in terms if terms[name] != self._node_terms.get(name))
+        if state is None or not changed:
+            self._node_terms = terms
+            return
+        session = state.engine.session
+        for name in changed:
+            view = views[name]
+            if view.node is not None and name in state.engine.book.index:
+                set_node_open(session, name, not view.excluded)
+        state.views = views
+        state.node_generation += 1
+        state.isolation_nodes.clear()
+        waiting = [name for name in state.tracked if state.engine.jobs[name].phase == JobPhase.PENDING]
+        for name in waiting:
+            self.intake.renew(state, name)
+        self._node_terms = terms
+        self.dirty = True
+        log.info("nodes changed in place (%s): %d waiting job(s) judge them again", ", ".join(changed[:5])
+                 + (" ..." if len(changed) > 5 else ""), len(waiting))
 
     # ================================================================== rebuilding
     def rebuild(self) -> None:
@@ -340,7 +383,11 @@ class Scheduler:
                          np.int64)
         engine = Engine(nodes, tenants, PRESETS[o.tenancy], forest=forest, placement=policy, tie_rank=ranks)
         self.state = Tracking(engine, views)
+        self._node_terms = {name: self._node_reads[name][2] for name in views if name in self._node_reads}
         Restorer(self.mirror, self.actions, self.intake, self.binder.gate, self.options.names).restore(self.state)
+        for view in views.values():  # closed after the restore: what runs there is adopted first
+            if view.node is not None and view.excluded:
+                set_node_open(engine.session, view.name, False)
         self.mirror.changed.update(dict.fromkeys(self.mirror.pods))  # a new engine looks at every pod once
         self.dirty = True
         log.info("rebuilt: %d nodes, %d VCs, %d running jobs", len(nodes), len(tenants.vcs), len(engine.running))
@@ -402,6 +449,9 @@ class Scheduler:
         """Run the engine if anything changed or a wake-up is due, and carry out what it decided."""
         state = self.state
         if state is None:
+            if self.dirty and not self.needs_rebuild:
+                self.dirty = False
+                self._tell_without_engine()
             return
         engine, now = state.engine, time.time()
         wake = engine.next_wake()
@@ -443,6 +493,20 @@ class Scheduler:
         self.recorder.cycle(result, engine.book, now=now, decide_seconds=decided - began,
                             act_seconds=time.perf_counter() - decided, failed=failed, waiting=len(engine.pending))
 
+    def _tell_without_engine(self) -> None:
+        """No node kubecell can place on exists (none at all, or none whose inventory it can read): there is no
+        engine to ask, but every waiting pod is still told why, as kube-scheduler's FitError would."""
+        views = [view for _, view, _ in self._node_reads.values()]
+        unreadable = [view for view in views if view.node is None]
+        if not views:
+            message = "0/0 nodes are available: the cluster has no nodes"
+        else:
+            message = (f"0/{len(views)} nodes are available: {len(unreadable)} node(s) kubecell cannot read "
+                       f"(e.g. {unreadable[0].name}: {unreadable[0].excluded})")
+        for pod in self.mirror.pods.values():
+            if self.intake.ours(pod) and not pods.node_of(pod) and not pods.is_done(pod) and not pods.gated(pod):
+                self.teller.tell(pod, message)
+
     # ================================================================== observing
     def publish(self) -> None:
         """Replace ``snapshot`` (on the scheduler thread) if ``SNAPSHOT_INTERVAL`` has passed or the engine
@@ -472,7 +536,7 @@ class Scheduler:
     def _count_settled(self, outcome: Settled) -> None:
         """From a writer thread: count a refused Binding sent without waiting, then queue its outcome."""
         state, name, _, _, error = outcome
-        if error is not None and not (error.conflict or error.not_found):
+        if error is not None and not error.not_found:
             job = state.engine.jobs.get(name)
             self.recorder.binding_refused(name, job.vc if job is not None else "", now=time.time(), detail=str(error),
                                           gang=job is not None and job.spec.members > 1)
@@ -480,8 +544,8 @@ class Scheduler:
 
 
 def _placement_terms(node: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What of a node decides which pods may use it (its labels and taints): a change rebuilds the engine,
-    so that every waiting job's node constraints are evaluated again."""
+    """What of a node decides which pods may use it (its labels and taints): a change makes every waiting job
+    evaluate its node constraints again (``Scheduler._update_nodes``)."""
     meta, spec = node.get("metadata") or {}, node.get("spec") or {}
     labels = meta.get("labels") or {}
     taints = spec.get("taints") or []

@@ -52,8 +52,10 @@ class Tracking:
     gathered_in: dict[str, str] = field(default_factory=dict)
     """Pod uid -> the gang key it is gathered under (so a pod that changes or leaves is found at once)."""
     constraints: ConstraintCache = field(default_factory=ConstraintCache)
-    """Which nodes pods with a given nodeSelector, node affinity and tolerations may use. The engine is
-    rebuilt whenever a node's labels or taints change, so the cache lives exactly as long as its answers."""
+    """Which nodes pods with a given nodeSelector, node affinity and tolerations may use, for the node
+    generation below (its answers are dropped when a node's labels, taints or state change)."""
+    node_generation: int = 0
+    """Bumped whenever nodes change in place (``Scheduler._update_nodes``): the constraint cache's generation."""
     excluded_by_constraints: dict[str, str] = field(default_factory=dict)
     """Job name -> why its node constraints rule nodes out, in kube-scheduler's words (for why-pending)."""
     held: dict[str, Held] = field(default_factory=dict)
@@ -76,17 +78,25 @@ class Tracking:
             self.pod_job[uid] = tracked.name
 
     def untrack(self, name: str) -> list[str]:
-        """Forget a job; returns its pods, which the caller must look at again (they may form a new job)."""
+        """Forget a job; returns its pods, which the caller must look at again (they may form a new job), and the
+        victims it still waited for (no longer anyone's capacity: they are held again while they terminate)."""
         tracked = self.tracked.pop(name, None)
-        self.waiting_victims.pop(name, None)
+        victims = self.waiting_victims.pop(name, set())
         self.excluded_by_constraints.pop(name, None)
         self.held.pop(name, None)
         if tracked is None:
-            return []
+            return sorted(victims)
         for uid in tracked.pod_uids:
             if self.pod_job.get(uid) == name:
                 del self.pod_job[uid]
-        return list(tracked.pod_uids)
+        return [*tracked.pod_uids, *sorted(victims - set(tracked.pod_uids))]
+
+    def victim_uids(self) -> set[str]:
+        """Pods kubecell evicted that a preemptor still waits for: their capacity is the preemptor's now, so
+        they are never held again as someone else's work while they terminate."""
+        if not self.waiting_victims:
+            return set()
+        return set().union(*self.waiting_victims.values())
 
     def ungather(self, uid: str) -> str | None:
         """Take a pod out of the gang it was gathered under; returns that gang's key."""
