@@ -54,6 +54,10 @@ LeaderElect = Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
 Identity = Annotated[str, typer.Option(help="Leader-election identity (default: the pod name, else host name and "
                                             "pid).")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Log every decision.")]
+ReleaseTerminating = Annotated[bool, typer.Option(
+    "--release-terminating", help=("Give a pod's GPUs to others as soon as its deletion starts. By default a "
+                                   "terminating pod holds them until it is gone, as kube-scheduler counts it, so "
+                                   "work that checkpoints on SIGTERM never shares its GPUs with its successor."))]
 PodName = Annotated[str, typer.Option(envvar="POD_NAME", help=(
     "This replica's Pod (Downward API; '' outside a pod): the leader labels it kubecell.io/leader=true, "
     "which the Service kubecell-extender selects."))]
@@ -81,12 +85,13 @@ def scheduler(
     identity: Identity = "",
     pod_name: PodName = "",
     pod_namespace: PodNamespace = "",
+    release_terminating: ReleaseTerminating = False,
     verbose: Verbose = False,
 ) -> None:
     """Run kubecell's scheduler against a cluster (standalone mode, its own schedulerName)."""
     _prepare(tenancy, verbose)
     options = SchedulerOptions(name=name, tenancy=tenancy, placement=canonical_policy_name(placement),
-                               tenants_namespace=tenants_namespace)
+                               tenants_namespace=tenants_namespace, release_terminating=release_terminating)
     kube = Kube.from_kubeconfig(kubeconfig)
     run(kube, options, listen=_address(listen), leader_elect=leader_elect,
         identity=identity or pod_name or default_identity(), pod=own_pod(pod_name, pod_namespace))
@@ -106,6 +111,7 @@ def extender(
     identity: Identity = "",
     pod_name: PodName = "",
     pod_namespace: PodNamespace = "",
+    release_terminating: ReleaseTerminating = False,
     verbose: Verbose = False,
 ) -> None:
     """Serve kube-scheduler as its HTTP extender (filter, prioritize, bind, preempt): the same engine and
@@ -120,7 +126,7 @@ def extender(
     _prepare(tenancy, verbose)
     options = SchedulerOptions(name=names[0], extra_names=tuple(names[1:]), tenancy=tenancy,
                                placement=canonical_policy_name(placement), tenants_namespace=tenants_namespace,
-                               extender=True)
+                               extender=True, release_terminating=release_terminating)
     kube = Kube.from_kubeconfig(kubeconfig)
     run(kube, options, listen=address, leader_elect=leader_elect, identity=identity or pod_name or default_identity(),
         pod=own_pod(pod_name, pod_namespace))
