@@ -74,7 +74,7 @@ def test_an_invalid_configmap_keeps_the_tenants_last_accepted_and_warns_on_the_c
         "metadata"]["uid"]
     # the rebuild reads the text before its new engine exists: wait for both, not the text alone
     wait_for("the scheduler rebuilt on the edit, keeping VCs a and b (not the whole-cluster default)",
-             lambda: running.scheduler.tenants_text == MALFORMED and tenant_names(running) == ["a", "b"])
+             lambda: running.scheduler.tenant_sources.tenants_text == MALFORMED and tenant_names(running) == ["a", "b"])
 
     make_pod(kube, namespace, "after", {"nvidia.com/gpu": "1"}, {ANNOTATION_VC: "a"})
     make_pod(kube, namespace, "nobody", {"nvidia.com/gpu": "1"}, {ANNOTATION_VC: "default"})

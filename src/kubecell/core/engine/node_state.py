@@ -24,3 +24,13 @@ def set_node_open(session: Session, name: str, open_: bool) -> bool:
     session.tenancy.refresh_health()
     session.queue.mark_dirty()
     return True
+
+
+def set_node_lost(session: Session, name: str) -> None:
+    """Hold node ``name`` as lost hardware: failed, its GPUs bad (their cells doomed where guarantees needed them),
+    and, unlike ``Engine.set_node_health``, nothing stopped, since nothing runs there that the engine could move
+    (work recorded on it is adopted where it is, and leaves with its pods)."""
+    book = session.book
+    book.set_node_health(book.node(name), False)
+    session.tenancy.refresh_health()
+    session.queue.mark_dirty()

@@ -13,28 +13,21 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from functools import cached_property
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
 from kubecell.core.engine.engine import Engine
 from kubecell.core.engine.job import JobPhase
-from kubecell.core.engine.node_state import set_node_open
+from kubecell.core.engine.node_state import set_node_lost, set_node_open
 from kubecell.core.engine.options import PRESETS
-from kubecell.core.errors import InvalidInputError, KubecellError
-from kubecell.core.model import Node
+from kubecell.core.errors import KubecellError
 from kubecell.core.placement.frag import TypicalPod
 from kubecell.core.placement.registry import DEFAULT_POLICY, PolicyContext, make_policy
-from kubecell.core.tenancy.config import Tenants
-from kubecell.core.topology import CellForest
-from kubecell.inputs.tenants import parse_tenants
-from kubecell.inputs.yaml_document import YamlDocument
 from kubecell.k8s import virtualclusters
 from kubecell.k8s.inventory import NodeView
 from kubecell.k8s.names import MANAGED_RESOURCES
@@ -45,9 +38,10 @@ from kubecell.k8s.rest import ApiError, Kube
 from kubecell.k8s.scheduler import pods
 from kubecell.k8s.scheduler.actions import Actions
 from kubecell.k8s.scheduler.binder import Binder, Settled
-from kubecell.k8s.scheduler.cluster import Mirror, hardware, node_view_safe, trimmed_node, whole_cluster_tenants
+from kubecell.k8s.scheduler.cluster import Mirror, hardware, node_view_safe, trimmed_node
 from kubecell.k8s.scheduler.intake import Intake, Teller
 from kubecell.k8s.scheduler.restore import Restorer
+from kubecell.k8s.scheduler.tenants import TenantSources
 from kubecell.k8s.scheduler.tracking import Tracking
 from kubecell.k8s.watch import Collection, Event, Watcher
 
@@ -119,9 +113,10 @@ class Scheduler:
         self._node_terms: dict[str, tuple[Any, ...]] = {}
         """Per node, what the engine's view of it was last brought to without a rebuild: why it is closed
         (cordoned, not Ready) and its labels and taints (``_placement_terms``)."""
-        self.tenants_text: str | None = None
-        self.accepted_tenants_text: str | None = None
-        """The ConfigMap's tenants as last accepted: an invalid edit leaves them in force (``_tenants``)."""
+        o = self.options
+        self.tenant_sources = TenantSources(kube, self.actions, o.name, o.tenants_namespace, o.tenants_configmap,
+                                            o.tenants_key, o.default_vc)
+        """Which tenants are in force, and the memory that decides it across rebuilds (``tenants``)."""
         extender = self.options.extender
         self.teller = Teller(self.actions, quiet=extender)
         self.intake = Intake(self.mirror, self.teller, scheduler_name=self.options.names,
@@ -329,9 +324,7 @@ class Scheduler:
         for that rebuild, so a node event reads every node once, not twice). A node that was only cordoned,
         uncordoned, became (Not)Ready or changed labels or taints is brought up to date in place."""
         self._next_nodes = self._read_nodes()
-        text = ((self.mirror.tenants or {}).get("data") or {}).get(self.options.tenants_key)
-        if (self._next_nodes[1] != self.node_signature or text != self.tenants_text
-                or self.virtual_clusters.changed(self.mirror.virtualclusters.values())):
+        if self._next_nodes[1] != self.node_signature or self.tenant_sources.changed(self.mirror):
             return True
         views, _ = self._next_nodes
         self._next_nodes = None
@@ -375,8 +368,9 @@ class Scheduler:
         self.needs_rebuild = False
         if not nodes:
             return
-        forest = CellForest(nodes)
-        tenants = self._tenants(nodes, forest)
+        chosen = self.tenant_sources.in_force(self.mirror, nodes)
+        tenants, forest = chosen.tenants, chosen.forest
+        nodes = list(forest.nodes)  # with the ghosts of nodes lost since the tenants were accepted, if any
         o = self.options
         policy = make_policy(o.placement, PolicyContext(list(o.typical_pods)) if o.typical_pods else None)
         ranks = np.array([o.tie_ranks.get(node.name, len(o.tie_ranks) + i) for i, node in enumerate(nodes)],
@@ -388,53 +382,16 @@ class Scheduler:
         for view in views.values():  # closed after the restore: what runs there is adopted first
             if view.node is not None and view.excluded:
                 set_node_open(engine.session, view.name, False)
+        for ghost in chosen.ghosts:
+            set_node_lost(engine.session, ghost.name)
         self.mirror.changed.update(dict.fromkeys(self.mirror.pods))  # a new engine looks at every pod once
         self.dirty = True
         log.info("rebuilt: %d nodes, %d VCs, %d running jobs", len(nodes), len(tenants.vcs), len(engine.running))
 
-    @cached_property
+    @property
     def virtual_clusters(self) -> virtualclusters.VirtualClusterSource:
         """The VirtualCluster objects' verdicts and the accepted set in force, kept across rebuilds."""
-        return virtualclusters.VirtualClusterSource(self.kube, self.options.name)
-
-    def _tenants(self, nodes: Sequence[Node], forest: CellForest) -> Tenants:
-        """VirtualCluster objects when any exist (a refused set keeps the accepted one in force), else the
-        ConfigMap (an invalid one keeps the ConfigMap's tenants last accepted in force, and says what is
-        wrong in a Warning Event on it), else the whole-cluster default."""
-        o = self.options
-        text = ((self.mirror.tenants or {}).get("data") or {}).get(o.tenants_key)
-        # the same text as the ConfigMap in force at the last rebuild: a refusal of it was reported then
-        reported = text == self.tenants_text and not self.virtual_clusters.in_force
-        self.tenants_text = text
-        from_objects = self.virtual_clusters.tenants(self.mirror.virtualclusters.values(), forest)
-        if from_objects is not None:
-            return from_objects
-        if not text:
-            self.accepted_tenants_text = None  # no configuration (deleted or emptied): the default, on purpose
-            return whole_cluster_tenants(forest, o.default_vc)
-        source = f"configmap {o.tenants_namespace}/{o.tenants_configmap} key {o.tenants_key}"
-        try:
-            tenants = parse_tenants(YamlDocument(Path(source), text), forest)
-            self.accepted_tenants_text = text
-            return tenants
-        except InvalidInputError as error:
-            refused = error
-        kept = self.accepted_tenants_text
-        if kept is not None:
-            try:
-                tenants = parse_tenants(YamlDocument(Path(source), kept), forest)
-                outcome = "the tenants last accepted from it stay in force"
-            except InvalidInputError as error:  # the cluster itself changed under the accepted tenants
-                self.accepted_tenants_text, tenants = None, whole_cluster_tenants(forest, o.default_vc)
-                outcome = (f"the tenants last accepted no longer fit the cluster ({error}); "
-                           "using the whole-cluster default")
-        else:
-            tenants = whole_cluster_tenants(forest, o.default_vc)
-            outcome = "none was accepted before; using the whole-cluster default"
-        log.error("tenant configuration rejected, %s: %s", outcome, refused)
-        if not reported and self.mirror.tenants is not None:
-            self.actions.configuration_refused(self.mirror.tenants, "InvalidTenants", f"{refused} ({outcome})")
-        return tenants
+        return self.tenant_sources.virtual_clusters
 
     # ================================================================== cycles
     def reconcile(self) -> None:
