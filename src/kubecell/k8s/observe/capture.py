@@ -60,6 +60,10 @@ class CaptureCache:
     measure: tuple[tuple[TypicalPod, ...], FragmentationMeasure] | None = None
 
 
+GHOST = "lost: a ghost of the cluster the tenants were accepted on (its cells doomed)"
+"""Why a node the engine holds but the cluster no longer has takes nothing (``kubecell.k8s.scheduler.accepted``)."""
+
+
 def capture(scheduler: Scheduler, *, cache: CaptureCache | None = None, leading: bool = True,
             previous: Snapshot | None = None, now: float | None = None) -> Snapshot:
     """A snapshot of ``scheduler`` (call on its thread). Without an engine (before the first rebuild, or
@@ -77,8 +81,11 @@ def capture(scheduler: Scheduler, *, cache: CaptureCache | None = None, leading:
         if cache.engine is not engine:
             cache.engine, cache.versions, cache.cells, cache.measure = engine, None, [], None
         cache.node_generation = state.node_generation
+        views = state.views
         cache.nodes = tuple(NodeCell(view.name, view.excluded, view.node.rack if view.node is not None else "")
-                            for view in state.views.values())
+                            for view in views.values())
+        cache.nodes += tuple(NodeCell(node.name, GHOST, node.rack) for node in engine.book.nodes
+                             if node.name not in views)
     book = engine.book
     gpus = _gpu_cells(book, state, scheduler.mirror.pods, cache)
     fragmentation, typical = _fragmentation(book, engine.policy, scheduler.options.typical_pods, cache)

@@ -159,6 +159,18 @@ class Actions:
         except ApiError as error:  # an event is advice: never let it stop a decision
             log.warning("event for %s not recorded: %s", pods.key(pod), error)
 
+    def node_warning(self, node: Mapping[str, Any], reason: str, message: str) -> None:
+        """A Warning Event on a Node (events of cluster-scoped objects go to ``default``, as client-go puts
+        them): what kubecell did not believe of what the node reports. Advice, never a decision."""
+        meta = node["metadata"]
+        involved = {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta.get("uid", "")}
+        body = event_body(involved, "default", event_type="Warning", reason=reason, message=message,
+                          component=self.component, action="Inventory")
+        try:
+            self.kube.create("/api/v1/namespaces/default/events", body)
+        except ApiError as error:
+            log.warning("event on node %s not recorded: %s", meta["name"], error)
+
     def configuration_refused(self, obj: Mapping[str, Any], reason: str, message: str) -> None:
         """A Warning Event on a configuration object the scheduler refused (the tenant ConfigMap), so
         ``kubectl describe`` on it says what is wrong. Not a decision: not counted in ``writes``."""

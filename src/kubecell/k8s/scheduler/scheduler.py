@@ -110,6 +110,8 @@ class Scheduler:
         """The hardware of every node the engine was built from (``cluster.hardware``): a change rebuilds."""
         self._next_nodes: tuple[dict[str, NodeView], tuple[Any, ...]] | None = None
         self._node_reads: dict[str, tuple[str, NodeView, tuple[Any, ...]]] = {}
+        self._node_notes: dict[str, str] = {}
+        """Node -> what kubecell last told in a Warning Event about its report (``_tell_node``)."""
         self._node_terms: dict[str, tuple[Any, ...]] = {}
         """Per node, what the engine's view of it was last brought to without a rebuild: why it is closed
         (cordoned, not Ready) and its labels and taints (``_placement_terms``)."""
@@ -313,11 +315,24 @@ class Scheduler:
             if known is None or known[0] != version or not version:
                 view = node_view_safe(obj)
                 known = (version, view, (view.excluded, _placement_terms(obj)))
+                self._tell_node(obj, view)
             read[name] = known
             views[name] = known[1]
             signature.append(hardware(known[1]))
         self._node_reads = read
         return views, tuple(signature)
+
+    def _tell_node(self, obj: dict[str, Any], view: NodeView) -> None:
+        """A Warning Event on a node whose report kubecell did not take as it stands (an inventory claiming
+        more GPUs than the node advertises), once per change of what is wrong."""
+        note = getattr(view, "inventory_note", "")
+        if note and self._node_notes.get(view.name) != note:
+            log.warning("node %s: %s", view.name, note)
+            self.actions.node_warning(obj, "InventoryBeyondCapacity", note)
+        if note:
+            self._node_notes[view.name] = note
+        else:
+            self._node_notes.pop(view.name, None)
 
     def _cluster_changed(self) -> bool:
         """Whether nodes or tenants changed in a way that needs a new engine (the views read here are kept
