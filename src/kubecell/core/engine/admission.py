@@ -3,6 +3,11 @@
 A job that can never run is rejected at submission with the reason, instead of waiting forever: a member
 no node could hold, a gang larger than the cluster (within its topology constraint), a gang beyond its
 VC's guarantee under a policy that does not borrow, or beyond its guarantee plus ``borrowLimitGpus``.
+
+A heterogeneous gang is rejected when a member of one of its groups fits no node (the reason names the
+group) or when its minimum cannot fit the empty cluster. The second test adds up necessary conditions
+(each group's capacity, and all members' CPU, memory and GPUs; ``hetero.could_hold``), so it rejects
+only gangs that certainly never fit; one that passes and still never fits waits, saying why.
 """
 
 from __future__ import annotations
@@ -12,14 +17,15 @@ import math
 import numpy as np
 
 from kubecell.core.book import AllocationBook, IntArray
+from kubecell.core.engine.capacity import empty_capacity
 from kubecell.core.engine.containers import cell_holds, container_level
-from kubecell.core.engine.job import Job, JobSpec
+from kubecell.core.engine.hetero import could_hold
+from kubecell.core.engine.job import Job, JobSpec, shape_text
 from kubecell.core.engine.options import EngineOptions
-from kubecell.core.engine.placement import empty_capacity
 from kubecell.core.model import MILLI_PER_GPU, Request, TopologyLevel
 from kubecell.core.placement.filters import model_mask, never_fits
 from kubecell.core.tenancy.config import Tenants, VirtualCluster
-from kubecell.core.topology import CellForest
+from kubecell.core.topology import CellChain, CellForest
 
 
 def member_charge(book: AllocationBook, member: Request) -> int:
@@ -45,6 +51,13 @@ def member_charge(book: AllocationBook, member: Request) -> int:
     return max(min(charge, MILLI_PER_GPU), 1)
 
 
+def charge(book: AllocationBook, job: Job) -> Job:
+    """Set what each member of the job is charged: its own group's GPU units (``member_charge``)."""
+    job.group_milli = tuple(member_charge(book, group.member) for group in job.spec.member_groups)
+    job.member_milli = job.group_milli[0]
+    return job
+
+
 class Admission:
     def __init__(self, book: AllocationBook, forest: CellForest, options: EngineOptions, rack_of: IntArray,
                  zone_of: IntArray) -> None:
@@ -63,22 +76,30 @@ class Admission:
         vc = tenants.get(spec.vc)
         if vc is None:
             return f"unknown virtual cluster {spec.vc!r} (known: {', '.join(tenants.names)})"
-        shape = (spec.member.shape, spec.topology)
-        if shape not in self._impossible:
-            verdict = never_fits(self.book, spec.member_request(0))
-            self._impossible[shape] = None if verdict is None else verdict.reason
-        impossible = self._impossible[shape]
-        if impossible is not None:
-            return f"no node could ever hold a member: {impossible}"
-        gang = (*shape, spec.members, spec.minimum)
-        if gang not in self._holds:
-            self._holds[gang] = self.cluster_could_hold(spec)
-        if not self._holds[gang]:
-            return (f"the gang ({spec.minimum}+ members) is larger than the cluster could ever hold"
-                    + (f" within one {spec.topology.name.lower()}" if spec.topology else ""))
+        within = f" within one {spec.topology.name.lower()}" if spec.topology else ""
+        if spec.heterogeneous:
+            for position, group in enumerate(spec.member_groups):
+                impossible = self._never_fits(spec, spec.group_start(position))
+                if impossible is not None:
+                    return f"no node could ever hold a member of {group.title(position)}: {impossible}"
+            gang: tuple[object, ...] = (spec.topology, spec.minimum, *(
+                (g.member.shape, g.count, g.minimum) for g in spec.member_groups))
+            if gang not in self._holds:
+                self._holds[gang] = self.cluster_could_hold(spec)
+            if not self._holds[gang]:
+                return f"the gang ({spec.describe()}) is larger than the cluster could ever hold{within}"
+        else:
+            impossible = self._never_fits(spec, 0)
+            if impossible is not None:
+                return f"no node could ever hold a member: {impossible}"
+            gang = (spec.member.shape, spec.topology, spec.members, spec.minimum)
+            if gang not in self._holds:
+                self._holds[gang] = self.cluster_could_hold(spec)
+            if not self._holds[gang]:
+                return f"the gang ({spec.minimum}+ members) is larger than the cluster could ever hold{within}"
         if spec.opportunistic:
             return None
-        if not spec.member.wants_gpu:
+        if not spec.wants_gpu:
             if self.options.cells and not self.options.borrowing and not self._gpu_free_nodes_hold(spec):
                 return ("a job without GPUs runs guaranteed only on nodes without GPUs, and none could hold it; "
                         "this policy does not borrow")
@@ -94,6 +115,15 @@ class Admission:
                 return f"{reason}, and it may borrow at most {limit / 1000:g} GPUs"
         return None
 
+    def _never_fits(self, spec: JobSpec, index: int) -> str | None:
+        """Why no node could ever hold member ``index`` (verdicts kept per shape)."""
+        request = spec.member_request(index)
+        shape = (request.shape, spec.topology)
+        if shape not in self._impossible:
+            verdict = never_fits(self.book, request)
+            self._impossible[shape] = None if verdict is None else verdict.reason
+        return self._impossible[shape]
+
     def never_guaranteed(self, vc: VirtualCluster, job: Job) -> str | None:
         """Why this job can never run inside its VC's guarantee (None if it can)."""
         spec = job.spec
@@ -103,9 +133,12 @@ class Admission:
         if not self.options.cells:
             return None
         level = container_level(spec)
+        types = [(self.forest.chains[name], cell_level) for name, cell_level in {**vc.demand,
+                                                                                **self._pinned_types(vc)}]
+        if spec.heterogeneous:
+            return self._hetero_never_guaranteed(vc, spec, level, types)
         member_models = spec.member.gpu_models
-        for chain_name, cell_level in {**vc.demand, **self._pinned_types(vc)}:
-            chain = self.forest.chains[chain_name]
+        for chain, cell_level in types:
             if member_models is not None and chain.model not in member_models:
                 continue
             if cell_holds(chain.sizes[cell_level], cell_level, chain, spec, level):
@@ -113,6 +146,32 @@ class Admission:
         return (f"VC {vc.name} has no cell type that holds this job "
                 f"({spec.minimum} x {spec.member.gpu_count} GPU"
                 + (f" within one {spec.topology.name.lower()}" if spec.topology else "") + ")")
+
+    @staticmethod
+    def _hetero_never_guaranteed(vc: VirtualCluster, spec: JobSpec, level: TopologyLevel,
+                                 types: list[tuple[CellChain, int]]) -> str | None:
+        """A heterogeneous gang's GPU members at its minimum: each needs a cell type of a model it accepts
+        and of its size (one cell for the whole gang when it must share a node or rack, of a model every
+        one of them accepts)."""
+        counts = spec.first_counts(spec.minimum)
+        present = [(p, g) for p, (g, c) in enumerate(zip(spec.member_groups, counts, strict=True))
+                   if c and g.member.wants_gpu]
+        if level == TopologyLevel.GPU:
+            for position, group in present:
+                gpus = group.member.gpu_count
+                if not any(group.member.allows_model(chain.model) and gpus <= min(chain.sizes[cell_level],
+                                                                                  chain.node_gpus)
+                           for chain, cell_level in types):
+                    return (f"VC {vc.name} has no cell type that holds a member of {group.title(position)} "
+                            f"({shape_text(group.member)})")
+            return None
+        for chain, cell_level in types:
+            if all(g.member.allows_model(chain.model) for _, g in present) \
+                    and cell_holds(chain.sizes[cell_level], cell_level, chain, spec, level):
+                return None
+        assert spec.topology is not None
+        return (f"VC {vc.name} has no cell type that holds this job ({spec.describe()} within one "
+                f"{spec.topology.name.lower()})")
 
     def _pinned_types(self, vc: VirtualCluster) -> dict[tuple[str, int], int]:
         types: dict[tuple[str, int], int] = {}
@@ -122,6 +181,9 @@ class Admission:
         return types
 
     def _gpu_free_nodes_hold(self, spec: JobSpec) -> bool:
+        if spec.heterogeneous:
+            return could_hold(self.book, spec, spec.first_counts(spec.minimum), None,
+                              spec.topology == TopologyLevel.NODE, self.book.gpu_count == 0)
         per_node = np.where(self.book.gpu_count == 0, empty_capacity(self.book, spec.member_request(0)), 0)
         if spec.topology == TopologyLevel.NODE and spec.members > 1:
             return int(per_node.max(initial=0)) >= spec.minimum
@@ -129,8 +191,16 @@ class Admission:
 
     def cluster_could_hold(self, spec: JobSpec) -> bool:
         """Could the empty cluster hold the gang's minimum (inside one node, rack or zone if asked)?"""
-        per_node = empty_capacity(self.book, spec.member_request(0))
         level = spec.topology
+        if spec.heterogeneous:
+            counts = spec.first_counts(spec.minimum)
+            if level is None or level < TopologyLevel.NODE or level >= TopologyLevel.CLUSTER:
+                return could_hold(self.book, spec, counts, None, False)
+            if level == TopologyLevel.NODE:
+                return could_hold(self.book, spec, counts, None, True)
+            return could_hold(self.book, spec, counts, self.zone_of if level == TopologyLevel.ZONE else self.rack_of,
+                              False)
+        per_node = empty_capacity(self.book, spec.member_request(0))
         if level is None or spec.members == 1 or level < TopologyLevel.NODE or level >= TopologyLevel.CLUSTER:
             return int(per_node.sum()) >= spec.minimum
         if level == TopologyLevel.NODE:

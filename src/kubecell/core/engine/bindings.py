@@ -72,13 +72,14 @@ def adopt_cells(session: Session, job: Job) -> bool:
     return True
 
 
-def bind_for_growth(session: Session, job: Job, scope: Sequence[int], members: int) -> list[Cell]:
-    """Bind free cells of the job's VC inside ``scope`` until they could hold ``members`` more."""
+def bind_for_growth(session: Session, job: Job, scope: Sequence[int], members: int, gpus: int) -> list[Cell]:
+    """Bind free cells of the job's VC inside ``scope`` until they could hold ``members`` more, which need
+    ``gpus`` GPUs (``regions.gpus_to_place``)."""
     spec = job.spec
     vc = session.tenants.require(job.vc)
     in_scope = set(scope)
     allowed = session.allowed_nodes(job)
-    need = members * max(spec.member.gpu_count, 1) - session.regions.bound_free(vc, spec, allowed)
+    need = gpus - session.regions.bound_free(vc, spec, allowed)
     bound: list[Cell] = []
     for region in session.regions.guaranteed(vc, spec, members, allowed):
         if need <= 0:

@@ -6,6 +6,10 @@ one) each member needs a cell of its own size only, so the container level is th
 share a node or a rack needs one cell that holds all of it. Guarantees (can this VC ever run the job
 inside its cells?), regions (which free cells are candidates) and reloads (which cells cover a running
 job) all ask the same two questions.
+
+For a heterogeneous gang the members that count are those it starts with (the first ``minimum`` of its
+fill order): each needs a cell as large as its largest member, and a node or rack container the GPUs of
+all of them (a share counting one GPU, as for homogeneous gangs).
 """
 
 from __future__ import annotations
@@ -27,12 +31,17 @@ def container_level(spec: JobSpec) -> TopologyLevel:
 def cell_holds(size: int, cell_level: int, chain: CellChain, spec: JobSpec, level: TopologyLevel) -> bool:
     """Could a cell of this type (``size`` GPUs at ``cell_level`` of ``chain``) hold the job's container?"""
     kind = chain.kinds[cell_level]
-    member_gpus = spec.member.gpu_count
+    if spec.heterogeneous:
+        counts = spec.first_counts(spec.minimum)
+        member_gpus = max(g.member.gpu_count for g, c in zip(spec.member_groups, counts, strict=True) if c)
+        need = spec.gpus_of_first(spec.minimum)
+    else:
+        member_gpus = spec.member.gpu_count
+        need = spec.minimum * member_gpus
     if member_gpus > min(size, chain.node_gpus):
         return False
     if level == TopologyLevel.RACK:
-        return kind == "rack" and size >= spec.minimum * member_gpus
+        return kind == "rack" and size >= need
     if level == TopologyLevel.NODE:
-        return (kind != "rack" and size >= spec.minimum * member_gpus) or (
-            kind == "rack" and chain.node_gpus >= spec.minimum * member_gpus)
+        return (kind != "rack" and size >= need) or (kind == "rack" and chain.node_gpus >= need)
     return True

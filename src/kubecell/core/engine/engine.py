@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from kubecell.core.book import AllocationBook, BoolArray, IntArray
-from kubecell.core.engine.admission import member_charge
+from kubecell.core.engine.admission import charge
 from kubecell.core.engine.attempt import Attempt, CycleResult, Outcome
 from kubecell.core.engine.bindings import adopt_cells, release_idle_cells
 from kubecell.core.engine.explain import status
@@ -36,6 +36,7 @@ from kubecell.core.engine.growth import grow
 from kubecell.core.engine.invariants import check_invariants
 from kubecell.core.engine.job import Job, JobClass, JobPhase, JobSpec
 from kubecell.core.engine.ledger import VcUsage
+from kubecell.core.engine.node_state import set_node_lost, set_node_open
 from kubecell.core.engine.options import EngineOptions
 from kubecell.core.engine.queue import ClassKey
 from kubecell.core.engine.restore import RunningMember, hold_external, release_external, restore_job
@@ -95,13 +96,14 @@ class Engine:
         if spec.name in s.jobs:
             return s.reject(job, f"a job named {spec.name!r} already exists")
         s.jobs[spec.name] = job
-        job.member_milli = member_charge(s.book, spec.member)
+        charge(s.book, job)
         reason = s.admission.rejection(job, s.tenants)
         if reason is not None:
             return s.reject(job, reason)
         job.wait_reason = "submitted; waiting for the next scheduling cycle"
         s.queue.enqueue(job, now)
-        s.placer.policy.observe(spec.member_request(0), spec.members)  # the arrivals an online policy learns
+        for position, group in enumerate(spec.member_groups):  # the arrivals an online policy learns
+            s.placer.policy.observe(spec.member_request(spec.group_start(position)), group.count)
         return job
 
     def cancel(self, name: str, now: float) -> Job:
@@ -165,6 +167,15 @@ class Engine:
         s.tenancy.refresh_health()
         s.queue.mark_dirty()
         return killed
+
+    def set_node_open(self, node_name: str, open_: bool) -> bool:
+        """Open or close a node to new work, keeping what runs there (a cordoned or NotReady Kubernetes node);
+        see ``node_state``. Returns whether anything changed."""
+        return set_node_open(self.session, node_name, open_)
+
+    def hold_lost_node(self, node_name: str) -> None:
+        """Hold a node the cluster no longer has as failed hardware, stopping nothing (``node_state``)."""
+        set_node_lost(self.session, node_name)
 
     def reload(self, tenants: Tenants, now: float) -> list[Job]:
         """Adopt a new tenant configuration as a diff: running jobs keep running. Guaranteed jobs whose
@@ -283,7 +294,7 @@ class Engine:
         """Where a starving job may reserve: inside its VC's cells when its guarantee could hold it."""
         s = self.session
         vc = s.tenants.get(job.vc)
-        if (vc is None or not s.options.cells or job.spec.opportunistic or not job.spec.member.wants_gpu
+        if (vc is None or not s.options.cells or job.spec.opportunistic or not job.spec.wants_gpu
                 or s.admission.never_guaranteed(vc, job) is not None):
             return None
         return s.regions.reach(vc, job.spec)
@@ -345,7 +356,7 @@ class Engine:
 
     def guarantee_could_hold(self, vc: VirtualCluster, spec: JobSpec) -> bool:
         """Could this job ever run inside the VC's guarantee (size and cell shapes permitting)?"""
-        job = Job(spec, member_milli=member_charge(self.book, spec.member))
+        job = charge(self.book, Job(spec))
         return self.session.admission.never_guaranteed(vc, job) is None
 
     def check_invariants(self) -> None:

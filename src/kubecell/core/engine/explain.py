@@ -10,7 +10,11 @@ every node that cannot take one member is counted once, under the first check it
 order of ``NODE_REASONS`` (constraints the job or its tenancy puts on the node first, then the node's
 health and hardware, then what is free on it, then reservations), so an operator sees at once whether
 the job asks for something no node offers or waits for capacity. The checks are those of
-``placement.member_capacity``, vectorised over all nodes (waiting jobs are explained every cycle).
+``capacity.member_capacity``, vectorised over all nodes (waiting jobs are explained every cycle).
+
+A heterogeneous gang names its groups ("needs gang of 1 x 4000m CPU (launcher) + 4 x 8 GPU (worker),
+minimum 5 ...; group 'worker' needs 4, the nodes take 2 now ..."), the groups that cannot fit on their
+own first; when each fits on its own, it names the group that does not fit beside the others.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import numpy as np
 
 from kubecell.core.book import AllocationBook, BoolArray, IntArray
 from kubecell.core.engine.attempt import Attempt
-from kubecell.core.engine.placement import BIG, group_ids
+from kubecell.core.engine.capacity import BIG, group_ids
+from kubecell.core.engine.hetero import by_group
+from kubecell.core.engine.job import shape_text
 from kubecell.core.engine.regions import Region
 from kubecell.core.engine.session import Session
 from kubecell.core.model import MILLI_PER_GPU, Request, TopologyLevel
@@ -140,6 +146,8 @@ def node_breakdown(first: IntArray, *, scope: str = "its region", level: Topolog
 
 def no_room_reason(session: Session, attempt: Attempt, region: Region | None, where: str) -> str:
     spec = attempt.job.spec
+    if spec.heterogeneous:
+        return _gang_reason(session, attempt, region, where)
     blocking = session.reservations.blocking(attempt, session.jobs)
     member = spec.member_request(0)
     cap, first = node_reasons(
@@ -147,15 +155,53 @@ def no_room_reason(session: Session, attempt: Attempt, region: Region | None, wh
         gpus=None if region is None else region.mask, scope=None if region is None else region.nodes,
         blocked=None if region is None else blocking)
     best = int(cap.max(initial=0))
-    shape = (f"{spec.member.gpu_count} GPU" if spec.member.is_whole
-             else f"{spec.member.gpu_milli} milli-GPU" if spec.member.gpu_milli
-             else f"{spec.member.gpu_memory_mib} MiB of GPU memory" if spec.member.wants_gpu else "CPU")
-    what = f"{spec.minimum} member(s) of {shape}"
+    what = f"{spec.minimum} member(s) of {shape_text(spec.member, cpu_amount=False)}"
     if spec.topology is not None and spec.members > 1:
         what += f" within one {spec.topology.name.lower()}"
     blocked = " (some capacity is reserved for starving jobs)" if blocking is not None else ""
     breakdown = node_breakdown(first, scope=region.label if region is not None else "", level=member.topology)
     return f"needs {what} {where}; the roomiest node takes {best} member(s) now{blocked}; {breakdown}"
+
+
+def _gang_reason(session: Session, attempt: Attempt, region: Region | None, where: str) -> str:
+    """A heterogeneous gang: what it needs, and per group of its minimum how the nodes fare; the groups
+    that cannot fit even on their own come first, else the members do not fit together."""
+    job = attempt.job
+    spec = job.spec
+    blocking = session.reservations.blocking(attempt, session.jobs)
+    what = f"gang of {spec.describe()}"
+    if spec.topology is not None:
+        what += f" within one {spec.topology.name.lower()}"
+    blocked = " (some capacity is reserved for starving jobs)" if blocking is not None else ""
+    missing = [i for i in spec.fill_order()[:spec.minimum] if f"{spec.name}/{i}" not in job.running_members]
+    short: list[str] = []
+    other: list[str] = []
+    for position, members in sorted(by_group(spec, missing).items()):
+        group = spec.member_groups[position]
+        member = spec.member_request(members[0])
+        scope = None if region is None else region.nodes
+        if region is not None and region.mask is not None and not member.wants_gpu:
+            scope = session.gangs.hetero.group_nodes(member, region.mask, scope)
+        cap, first = node_reasons(
+            session.book, member, allowed=session.allowed_nodes(job), gpus=None if region is None else region.mask,
+            scope=scope, blocked=None if region is None else blocking)
+        total = int(np.minimum(cap, len(members)).sum())
+        breakdown = node_breakdown(first, scope=region.label if region is not None else "", level=member.topology)
+        text = (f"{group.title(position)} needs {len(members)}, the nodes take {total} now "
+                f"(the roomiest {int(cap.max(initial=0))}); {breakdown}")
+        (short if total < len(members) else other).append(text)
+    if short:
+        return f"needs {what} {where}{blocked}; " + "; ".join(short)
+    together = "every group fits on its own but not all of them together"
+    if spec.topology is not None:
+        together += f" within one {spec.topology.name.lower()}"
+    else:
+        mask, nodes = (None, None) if region is None else session.filters(region, attempt)
+        stuck = session.gangs.hetero.blocking_group(spec, mask, nodes, missing)
+        if stuck is not None:
+            together += (f": {spec.member_groups[stuck].title(stuck)} does not fit beside the others "
+                         "(placed hardest first)")
+    return f"needs {what} {where}{blocked}; {together}" + ("; " + "; ".join(other) if other else "")
 
 
 def status(session: Session) -> dict[str, dict[str, float]]:

@@ -4,7 +4,9 @@ Growth takes capacity like a start does and obeys the same limits: a guaranteed 
 VC's cells and within the guarantee's room; a borrowed one within ``borrowLimitGpus`` (and, under the
 quota policy, the cohort's unused quota), preferring unbound cells; no gang grows onto nodes reserved
 for a starving job it must leave alone; members stay within the gang's node, rack or zone, and on the
-nodes the job may use (``JobSpec.nodes``).
+nodes the job may use (``JobSpec.nodes``). A gang adds the members it is missing in its fill order
+(``JobSpec.fill_order``: every group's minimum first, then group by group), whichever group they belong
+to, each charged its own group's GPU units; a restored gang below its minimums refills them first.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from kubecell.core.engine.attempt import Attempt, CycleResult
 from kubecell.core.engine.bindings import bind_for_growth
 from kubecell.core.engine.job import Job, JobClass, JobPhase
 from kubecell.core.engine.regions import Region
-from kubecell.core.engine.scavenge import borrowable_members
+from kubecell.core.engine.scavenge import borrow_room, borrowable_members
 from kubecell.core.engine.session import Session
 from kubecell.core.model import TopologyLevel
 
@@ -44,20 +46,34 @@ def _scope(session: Session, job: Job) -> list[int]:
     return list(range(book.size))
 
 
+def _extra(session: Session, job: Job, missing: list[int]) -> int:
+    """How many of the missing members (in fill order) the gang's class lets it add now: within the
+    guarantee's room, within what its VC may still borrow, or all of them."""
+    vc = session.tenants.get(job.vc)
+    if not job.spec.heterogeneous:
+        per = max(job.member_milli, 1)
+        if job.job_class == JobClass.GUARANTEED and vc is not None:
+            return min(len(missing), session.guarantee_room(vc) // per)
+        if job.job_class == JobClass.BORROWED and vc is not None:
+            room, _ = borrowable_members(session, job, vc)
+            return min(len(missing), room if job.member_milli else len(missing))
+        return len(missing)
+    if job.job_class == JobClass.GUARANTEED and vc is not None:
+        return job.affordable(missing, session.guarantee_room(vc))
+    if job.job_class == JobClass.BORROWED and vc is not None:
+        budget, why = borrow_room(session, job, vc)
+        return 0 if why else job.affordable(missing, budget)
+    return len(missing)
+
+
 def _grow_one(session: Session, job: Job, attempt: Attempt) -> bool:
     spec = job.spec
     vc = session.tenants.get(job.vc)
-    missing = spec.members - job.size
-    per = max(job.member_milli, 1)
-    if job.job_class == JobClass.GUARANTEED and vc is not None:
-        extra = min(missing, session.guarantee_room(vc) // per)
-    elif job.job_class == JobClass.BORROWED and vc is not None:
-        room, _ = borrowable_members(session, job, vc)
-        extra = min(missing, room if job.member_milli else missing)
-    else:
-        extra = missing
+    missing = job.missing_members()
+    extra = _extra(session, job, missing)
     if extra <= 0:
         return False
+    adding = missing[:extra]
     scope = _scope(session, job)
     in_scope = np.zeros(session.book.size, np.bool_)
     in_scope[scope] = True
@@ -67,8 +83,10 @@ def _grow_one(session: Session, job: Job, attempt: Attempt) -> bool:
         scope = np.flatnonzero(in_scope).tolist()
     fresh = []
     if job.job_class == JobClass.GUARANTEED and session.options.cells and vc is not None:
-        fresh = bind_for_growth(session, job, scope, extra)
-        regions = [Region(session.regions.owned_mask(vc, spec.member.gpu_models), in_scope)]
+        gpus = (sum(spec.group_of(i).member.gpu_count for i in adding) if spec.heterogeneous
+                else extra * max(spec.member.gpu_count, 1))
+        fresh = bind_for_growth(session, job, scope, extra, gpus)
+        regions = [Region(session.regions.owned_mask(vc, spec.gpu_models), in_scope)]
     elif job.job_class == JobClass.GUARANTEED:
         regions = [Region(None, in_scope)]
     else:
@@ -77,7 +95,7 @@ def _grow_one(session: Session, job: Job, attempt: Attempt) -> bool:
     allocations = None
     for region in regions:
         mask, nodes = session.filters(region, attempt)
-        allocations = session.gangs.place(spec, mask, nodes, extra, 1, first_index=_next_index(job))
+        allocations = session.gangs.place(spec, mask, nodes, extra, 1, indices=adding)
         if allocations is not None:
             break
     if fresh:
@@ -91,12 +109,6 @@ def _grow_one(session: Session, job: Job, attempt: Attempt) -> bool:
     session.ledger.remove(job)
     job.running_members.extend(a.name for a in allocations)
     session.ledger.add(job)
+    if job.short_of_minimum and job.meets_minimums():
+        job.short_of_minimum = False
     return True
-
-
-def _next_index(job: Job) -> int:
-    used = {int(name.rsplit("/", 1)[1]) for name in job.running_members}
-    index = 0
-    while index in used:
-        index += 1
-    return index

@@ -24,9 +24,9 @@ def start_guaranteed(session: Session, attempt: Attempt, vc: VirtualCluster, roo
     job = attempt.job
     spec = job.spec
     attempt.job_class = JobClass.GUARANTEED
-    if not spec.member.wants_gpu:
+    if not spec.wants_gpu:
         return _start_without_gpus(session, attempt, vc)
-    most = max(spec.minimum, min(spec.members, room // max(job.member_milli, 1)))
+    most = max(spec.minimum, job.members_within(room))
     allowed = session.allowed_nodes(job)
     regions = session.regions.guaranteed(vc, spec, most, allowed)
     if not regions:
@@ -34,12 +34,13 @@ def start_guaranteed(session: Session, attempt: Attempt, vc: VirtualCluster, roo
                           if allowed is None else f"VC {vc.name} has no free cell that could hold it on the "
                           f"{int(allowed.sum())} node(s) its node constraints allow")
         return False
-    bound_free = session.regions.bound_free(vc, spec, allowed) if spec.member.is_whole else 0
+    whole = any(g.member.is_whole for g in spec.member_groups)
+    bound_free = session.regions.bound_free(vc, spec, allowed) if whole else 0
     for least in dict.fromkeys((most, spec.minimum)):
-        need_gpus = least * max(spec.member.gpu_count, 1)
+        need_gpus = spec.gpus_of_first(least, whole_only=True)  # completely free GPUs its whole members take
         for region in regions:
             if region.binds:
-                if spec.member.is_whole and region.free_gpus + bound_free < need_gpus:
+                if whole and region.free_gpus + bound_free < need_gpus:
                     continue  # cannot fit without victims; considered below
                 if not session.regions.can_bind_all(vc.name, region.binds):
                     continue

@@ -1,17 +1,26 @@
-"""Jobs: gangs of identical members that start together, and their life cycle.
+"""Jobs: gangs of members that start together, and their life cycle.
 
 A job is the scheduling unit. It has a headcount and a minimum: ``min_members == members`` is
 all-or-nothing; a smaller minimum is KubeShare's threshold gang (start with at least ``min_members``,
-grow to ``members`` when capacity allows). Every member asks for the same request: a share of one GPU
-or whole GPUs, plus CPU and memory. A topology constraint keeps all members' GPUs within one cell of
-that level (one NVLink group, one node, one rack).
+grow to ``members`` when capacity allows). A topology constraint keeps all members' GPUs within one
+cell of that level (one NVLink group, one node, one rack).
+
+A gang is made of *member groups* (``MemberGroup``): each group has its own request, headcount and
+minimum, as in Volcano's tasks with ``minTaskMember`` or KAI-Scheduler's PodGroup ``subGroups`` (an MPI
+launcher without GPUs plus N 8-GPU workers). A job without explicit groups is one group of identical
+members (``member`` x ``members``), exactly the homogeneous gang it always was. Members are numbered
+group by group, and the *fill order* (``JobSpec.fill_order``) says which members run when the gang runs
+n of them: first every group's minimum (in group order), then the remaining members group by group. A
+start, a growth and a restored gang's refill all follow it, so a running gang always holds every group's
+minimum once it holds the gang's total minimum.
 
 Priority orders jobs inside a tenant; ``OPPORTUNISTIC_PRIORITY`` (-1) marks work that only scavenges
 idle capacity and is reclaimed before anything else.
 
 A member is charged against guarantees and borrowing limits in GPU units (milli-GPU): its compute share,
 or, for a share asked for by GPU memory, at least the fraction of memory it takes (see
-``admission.member_charge``), so a memory-only share never counts as zero GPUs.
+``admission.member_charge``), so a memory-only share never counts as zero GPUs. Each member is charged
+its own group's units.
 
 A job may be restricted to some nodes (``nodes``): the driver evaluates what the engine does not know
 (a Kubernetes pod's nodeSelector, its required node affinity, the taints it does not tolerate) and hands
@@ -22,13 +31,19 @@ turns it into a node mask once per job (``Session.allowed_nodes``), so an unrest
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
 from kubecell.core.book import BoolArray
+from kubecell.core.engine.groups import MemberGroup, Segment, check_groups, member_index, shape_text
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.limits import MAX_GANG_MEMBERS, check_amount
 from kubecell.core.model import Request, TopologyLevel
+
+__all__ = ["OPPORTUNISTIC_PRIORITY", "Job", "JobClass", "JobPhase", "JobSpec", "MemberGroup", "member_index",
+           "shape_text"]
 
 OPPORTUNISTIC_PRIORITY = -1
 
@@ -53,7 +68,11 @@ class JobPhase(Enum):
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """What a user submits. ``work`` is the seconds of execution the job needs at full size (for
-    simulation); a job running with ``n`` of ``members`` members progresses at rate n / members."""
+    simulation); a job running with ``n`` of ``members`` members progresses at rate n / members.
+
+    With ``groups`` the gang is heterogeneous: ``member`` is then the first group's request and
+    ``members`` the sum of the groups' counts (``JobSpec.gang`` fills both in); ``min_members`` is the
+    total minimum, at least the sum of the group minimums."""
 
     name: str
     vc: str
@@ -69,6 +88,12 @@ class JobSpec:
     """The only nodes this job's members may use (a Kubernetes pod's nodeSelector, required node affinity
     and the taints it does not tolerate, evaluated by the driver); None: any node. An empty set is valid
     and means the job fits nowhere (it waits, saying so); names of unknown nodes never match."""
+    groups: tuple[MemberGroup, ...] = ()
+    """The member groups; () is one group of ``members`` identical ``member`` requests."""
+    _groups: tuple[MemberGroup, ...] = field(default=(), init=False, repr=False, compare=False)
+    _starts: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
+    _segments: tuple[Segment, ...] = field(default=(), init=False, repr=False, compare=False)
+    _fill: tuple[int, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         where = f"job {self.name!r}"
@@ -81,6 +106,8 @@ class JobSpec:
         if not self.vc:
             raise InvalidInputError("job has no virtual cluster", location=where, field="vc",
                                     accepted="the name of a VC from the tenant configuration")
+        if self.groups != ():
+            self._check_against_groups(where)
         if self.members < 1:
             raise InvalidInputError(f"headcount {self.members} < 1", location=where, field="members")
         check_amount(self.members, MAX_GANG_MEMBERS, what="headcount", field="members", location=where, low=1)
@@ -102,6 +129,154 @@ class JobSpec:
                                     location=where, field="topology")
         if self.work < 0 or not math.isfinite(self.work):
             raise InvalidInputError(f"work {self.work}", location=where, field="work", accepted="a finite value >= 0")
+        self._lay_out()
+
+    def _check_against_groups(self, where: str) -> None:
+        groups = check_groups(self.name, self.groups)
+        if not isinstance(self.groups, tuple):
+            raise InvalidInputError("member groups given as a list", location=where, field="groups",
+                                    accepted="a tuple of MemberGroup (JobSpec.gang converts)")
+        if self.member != groups[0].member:
+            raise InvalidInputError("member differs from the first group's request", location=where,
+                                    field="member", accepted="groups[0].member (JobSpec.gang fills it in)")
+        total = sum(g.count for g in groups)
+        if self.members != total:
+            raise InvalidInputError(f"headcount {self.members} is not the groups' total {total}", location=where,
+                                    field="members", accepted=f"{total} (JobSpec.gang fills it in)")
+        check_amount(total, MAX_GANG_MEMBERS, what="headcount (all groups)", field="members", location=where,
+                     low=1)
+        floor = sum(g.minimum for g in groups)
+        minimum = self.min_members if self.min_members is not None else total
+        if not max(floor, 1) <= minimum <= total:
+            raise InvalidInputError(f"total minimum {minimum} outside {max(floor, 1)}..{total}", location=where,
+                                    field="min_members",
+                                    accepted=f"{max(floor, 1)} (the sum of the group minimums, at least 1) to "
+                                             f"{total} (the headcount)")
+
+    def _lay_out(self) -> None:
+        """The groups (explicit or implied), where each one's members start, and the fill order as runs of
+        members (O(groups))."""
+        groups = self.groups or (MemberGroup("", self.member, self.members, self.minimum),)
+        starts, first = [], 0
+        for group in groups:
+            starts.append(first)
+            first += group.count
+        segments: list[Segment] = [(g, starts[g], group.minimum) for g, group in enumerate(groups) if group.minimum]
+        segments += [(g, starts[g] + group.minimum, group.count - group.minimum) for g, group in enumerate(groups)
+                     if group.count > group.minimum]
+        object.__setattr__(self, "_groups", groups)
+        object.__setattr__(self, "_starts", tuple(starts))
+        object.__setattr__(self, "_segments", tuple(segments))
+
+    @classmethod
+    def gang(cls, name: str, vc: str, groups: Sequence[MemberGroup], *, min_members: int | None = None,
+             priority: int = 0, topology: TopologyLevel | None = None, submit_time: float = 0.0,
+             work: float = 0.0, labels: tuple[tuple[str, str], ...] = (),
+             nodes: frozenset[str] | None = None) -> JobSpec:
+        """A gang of member groups; ``member`` and ``members`` come from the groups. ``min_members`` (the
+        total minimum) defaults to the sum of the group minimums (at least 1): with every group's minimum
+        equal to its count the gang is all-or-nothing."""
+        checked = check_groups(name or "?", tuple(groups) if isinstance(groups, list) else groups)
+        if min_members is None:
+            min_members = max(1, sum(g.minimum for g in checked))
+        return cls(name=name, vc=vc, member=checked[0].member, members=sum(g.count for g in checked),
+                   min_members=min_members, priority=priority, topology=topology, submit_time=submit_time,
+                   work=work, labels=labels, nodes=nodes, groups=checked)
+
+    # ------------------------------------------------------------------ groups and the fill order
+    @property
+    def member_groups(self) -> tuple[MemberGroup, ...]:
+        """The explicit groups, or the implied single group of a homogeneous job."""
+        return self._groups
+
+    @property
+    def heterogeneous(self) -> bool:
+        """Members of more than one group (a single group behaves exactly as a homogeneous job)."""
+        return len(self.groups) > 1
+
+    def group_position(self, index: int) -> int:
+        """The position of the group member ``index`` belongs to (members are numbered group by group)."""
+        if not 0 <= index < self.members:
+            raise InvalidInputError(f"member index {index}", location=f"job {self.name!r}", field="index",
+                                    accepted=f"0..{self.members - 1}")
+        return bisect_right(self._starts, index) - 1 if len(self.groups) > 1 else 0
+
+    def group_of(self, index: int) -> MemberGroup:
+        return self.member_groups[self.group_position(index)]
+
+    def group_start(self, position: int) -> int:
+        """The index of the first member of group ``position``."""
+        return self._starts[position]
+
+    def fill_segments(self) -> tuple[Segment, ...]:
+        """The fill order as runs (group position, first index, count): every group's minimum in group
+        order, then the rest of each group in group order."""
+        return self._segments
+
+    def fill_order(self) -> Sequence[int]:
+        """Member indices in the order a gang adds them: the ones it runs at n members are the first n.
+
+        First each group's ``minimum`` members (group by group, lowest indices first), then the remaining
+        members group by group. Starts, growth and the refill of a restored gang all follow it, so the
+        first ``minimum`` members hold every group's minimum (the total minimum is at least their sum).
+        For a homogeneous job it is ``range(members)``."""
+        if len(self.groups) <= 1:
+            return range(self.members)
+        if self._fill is None:
+            object.__setattr__(self, "_fill", tuple(i for _, first, count in self._segments
+                                                    for i in range(first, first + count)))
+        assert self._fill is not None
+        return self._fill
+
+    def first_counts(self, n: int) -> tuple[int, ...]:
+        """Members of each group among the first ``n`` of the fill order (O(groups))."""
+        counts = [0] * len(self.member_groups)
+        left = max(n, 0)
+        for position, _, count in self._segments:
+            take = min(count, left)
+            counts[position] += take
+            left -= take
+            if not left:
+                break
+        return tuple(counts)
+
+    def counts_of(self, indices: Iterable[int]) -> tuple[int, ...]:
+        """Members of each group among ``indices``."""
+        counts = [0] * len(self.member_groups)
+        for index in indices:
+            counts[self.group_position(index)] += 1
+        return tuple(counts)
+
+    def meets_minimums(self, counts: Sequence[int]) -> bool:
+        """Do these members per group satisfy every group's minimum, the total minimum and the counts?"""
+        groups = self.member_groups
+        return (self.minimum <= sum(counts) <= self.members
+                and all(g.minimum <= c <= g.count for g, c in zip(groups, counts, strict=True)))
+
+    # ------------------------------------------------------------------ aggregates over the groups
+    @property
+    def wants_gpu(self) -> bool:
+        """Does any member ask for a GPU (then the job is GPU work, held in cells and charged)?"""
+        return any(g.member.wants_gpu for g in self.member_groups)
+
+    @property
+    def gpu_models(self) -> frozenset[str] | None:
+        """The GPU models any GPU member accepts (None: some accept any). Cell filters use it; every
+        member's own models are checked again where it is placed, so the union only widens a search."""
+        models: set[str] = set()
+        for group in self.member_groups:
+            if group.member.wants_gpu:
+                if group.member.gpu_models is None:
+                    return None
+                models |= group.member.gpu_models
+        return frozenset(models) if models else self.member.gpu_models
+
+    def gpus_of_first(self, n: int, *, whole_only: bool = False) -> int:
+        """GPUs (a share counts one GPU) the first ``n`` members of the fill order ask for; with
+        ``whole_only``, the completely free GPUs their whole-GPU members need."""
+        groups = self.member_groups
+        return sum(c * g.member.gpu_count for g, c in zip(groups, self.first_counts(n), strict=True)
+                   if not whole_only or g.member.is_whole)
 
     @property
     def minimum(self) -> int:
@@ -113,19 +288,29 @@ class JobSpec:
 
     @property
     def gpu_milli_per_member(self) -> int:
+        """A member of the first group (every member, for a homogeneous job)."""
         return self.member.total_gpu_milli
 
     @property
     def total_gpu_milli(self) -> int:
-        return self.member.total_gpu_milli * self.members
+        return sum(g.member.total_gpu_milli * g.count for g in self.member_groups)
 
     @property
     def min_gpu_milli(self) -> int:
-        return self.member.total_gpu_milli * self.minimum
+        counts = self.first_counts(self.minimum)
+        return sum(g.member.total_gpu_milli * c for g, c in zip(self.member_groups, counts, strict=True))
+
+    def describe(self) -> str:
+        """``1 x 4000m CPU (launcher) + 4 x 8 GPU (worker, min 2), minimum 3`` (messages name the groups)."""
+        parts = []
+        for position, group in enumerate(self.member_groups):
+            extra = f", min {group.minimum}" if group.minimum < group.count else ""
+            parts.append(f"{group.count} x {shape_text(group.member)} ({group.label(position)}{extra})")
+        return f"{' + '.join(parts)}, minimum {self.minimum}"
 
     def member_request(self, index: int) -> Request:
-        """The request of member ``index``, named ``<job>/<index>`` (allocation ids in the book)."""
-        base = self.member
+        """The request of member ``index`` (its group's), named ``<job>/<index>`` (allocation ids in the book)."""
+        base = self.member if len(self.groups) <= 1 else self.group_of(index).member
         return Request(
             name=f"{self.name}/{index}",
             cpu_milli=base.cpu_milli,
@@ -148,7 +333,13 @@ class Job:
     job_class: JobClass | None = None
     running_members: list[str] = field(default_factory=list)  # allocation names in the book
     member_milli: int = 0
-    """GPU units (milli-GPU) each member is charged against guarantees and limits; set at submission."""
+    """GPU units (milli-GPU) each member of the first group (of a homogeneous job: every member) is
+    charged against guarantees and limits; set at submission (``admission.charge``)."""
+    group_milli: tuple[int, ...] = ()
+    """GPU units each member of each group is charged (() : every member is charged ``member_milli``)."""
+    short_of_minimum: bool = False
+    """Restored with fewer members than its minimums (pods died while the scheduler was away): it runs
+    below them until growth refills it, the one exception to the minimum invariant."""
     queued_at: float | None = None
     """When its current wait began: its age in the queue. A job whose bind fails or times out goes back
     with this age, so it does not lose its turn to the work it displaced."""
@@ -179,10 +370,81 @@ class Job:
         return len(self.running_members)
 
     @property
+    def charges(self) -> tuple[int, ...]:
+        """GPU units per member of each group."""
+        groups = len(self.spec.member_groups)
+        return self.group_milli if len(self.group_milli) == groups else (self.member_milli,) * groups
+
+    def charge_of(self, allocation: str) -> int:
+        """GPU units the member with this allocation name is charged."""
+        if not self.spec.heterogeneous:
+            return self.member_milli
+        return self.charges[self.spec.group_position(member_index(allocation))]
+
+    def running_counts(self) -> tuple[int, ...]:
+        """Running members per group."""
+        if not self.spec.heterogeneous:
+            return (len(self.running_members),)
+        return self.spec.counts_of(member_index(name) for name in self.running_members)
+
+    @property
     def held_gpu_milli(self) -> int:
-        return self.member_milli * len(self.running_members)
+        if not self.spec.heterogeneous:
+            return self.member_milli * len(self.running_members)
+        return sum(c * m for c, m in zip(self.running_counts(), self.charges, strict=True))
+
+    @property
+    def held_cpu_milli(self) -> int:
+        """Milli-CPU its running members ask for (fair share counts CPU too)."""
+        if not self.spec.heterogeneous:
+            return self.spec.member.cpu_milli * len(self.running_members)
+        return sum(c * g.member.cpu_milli for c, g in zip(self.running_counts(), self.spec.member_groups,
+                                                           strict=True))
+
+    def milli_of_first(self, n: int) -> int:
+        """GPU units of the first ``n`` members of the fill order."""
+        if not self.spec.heterogeneous:
+            return self.member_milli * n
+        return sum(c * m for c, m in zip(self.spec.first_counts(n), self.charges, strict=True))
 
     @property
     def min_milli(self) -> int:
-        """GPU units the job needs to start (its minimum headcount)."""
-        return self.member_milli * self.spec.minimum
+        """GPU units the job needs to start: the members the fill order starts with at the total minimum."""
+        return self.milli_of_first(self.spec.minimum)
+
+    def members_within(self, milli: int) -> int:
+        """The most members (at most the headcount; the first of the fill order) whose charge fits ``milli``."""
+        spec = self.spec
+        if not spec.heterogeneous:
+            per = self.member_milli
+            return spec.members if per <= 0 else max(0, min(spec.members, milli // per))
+        charges, total, left = self.charges, 0, milli
+        for position, _, count in spec.fill_segments():
+            per = charges[position]
+            take = count if per <= 0 else max(0, min(count, left // per))
+            total += take
+            left -= take * per
+            if take < count:
+                break
+        return total
+
+    def missing_members(self) -> list[int]:
+        """The member indices it does not run, in fill order (what growth adds next)."""
+        running = {member_index(name) for name in self.running_members}
+        return [i for i in self.spec.fill_order() if i not in running]
+
+    def affordable(self, indices: Sequence[int], milli: int | None) -> int:
+        """How many of ``indices``, taken in order, fit ``milli`` GPU units (None: no limit)."""
+        if milli is None:
+            return len(indices)
+        taken, left = 0, milli
+        for index in indices:
+            per = self.charges[self.spec.group_position(index)]
+            if per > left:
+                break
+            left -= per
+            taken += 1
+        return taken
+
+    def meets_minimums(self) -> bool:
+        return self.spec.meets_minimums(self.running_counts())

@@ -4,6 +4,8 @@ Every rule that compares usage with a limit reads it here: guarantee room, borro
 share, priority preemption (which priorities a VC's guaranteed work has), reclaim (which borrowed and
 opportunistic jobs sit on a node) and cell release (which GPUs still carry guaranteed work). The ledger
 changes only through ``add`` and ``remove`` of a whole running job, so it cannot drift from the jobs.
+GPU units and CPU are counted per member (``Job.held_gpu_milli``, ``Job.held_cpu_milli``): each member of
+a heterogeneous gang counts its own group's request.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ class UsageLedger:
         self.changes[job.vc] += 1
         usage = self.of(job.vc)
         milli = job.held_gpu_milli * sign
-        usage.cpu_milli += job.spec.member.cpu_milli * len(job.running_members) * sign
+        usage.cpu_milli += job.held_cpu_milli * sign
         if job.job_class == JobClass.GUARANTEED:
             usage.guaranteed_milli += milli
             members = self._guaranteed_of.setdefault(job.vc, set())
@@ -137,7 +139,7 @@ class UsageLedger:
         holders: dict[JobClass, dict[int, set[str]]] = {JobClass.BORROWED: {}, JobClass.OPPORTUNISTIC: {}}
         for job in running:
             usage = expected.setdefault(job.vc, VcUsage())
-            usage.cpu_milli += job.spec.member.cpu_milli * job.size
+            usage.cpu_milli += job.held_cpu_milli
             if job.job_class == JobClass.GUARANTEED:
                 usage.guaranteed_milli += job.held_gpu_milli
                 for node, gpu in self._gpus(job):

@@ -23,93 +23,28 @@ so when the minimum fits, member-by-member placement always succeeds, and a vict
 (``node_local``), the members of one gang are placed with a heap of node scores in which only the node
 that received a member is rescored; nodes in identical states score identically, so rescoring is
 memoized by node state, and a 1,000-member gang costs about one policy call per distinct node state.
+
+A heterogeneous gang (members of several shapes, ``JobSpec.groups``) has no exact capacity count: it is
+placed group by group and, for ``fits``, on trial with rollback (``hetero``). The members a gang adds
+are given by its fill order (``JobSpec.fill_order``), or by growth as the members it is missing.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 
 from kubecell.core.book import AllocationBook, BoolArray, IntArray
+from kubecell.core.engine.capacity import BIG, empty_capacity, group_ids, member_capacity
+from kubecell.core.engine.hetero import GangScope, HeteroPlacement
 from kubecell.core.engine.job import JobSpec
 from kubecell.core.errors import AllocationError
-from kubecell.core.model import MILLI_PER_GPU, Allocation, Request, TopologyLevel
-from kubecell.core.placement.filters import model_mask
+from kubecell.core.model import Allocation, Request, TopologyLevel
 from kubecell.core.placement.placer import Placer
 
-BIG = 1 << 40
-
-
-def group_ids(book: AllocationBook, level: TopologyLevel | None) -> IntArray | None:
-    """Per GPU slot, its NVLink group or NUMA node for a member confined to one (None: no such level)."""
-    if level == TopologyLevel.NVLINK:
-        return book.nvlink_group
-    if level == TopologyLevel.NUMA:
-        return book.numa_group
-    return None
-
-
-def member_capacity(book: AllocationBook, member: Request, allowed: BoolArray | None,
-                    nodes: BoolArray | None = None) -> IntArray:
-    """Members each node can take now, within ``allowed`` GPUs and ``nodes`` (None: no restriction)."""
-    cap: IntArray = np.where(book.node_ok, BIG, 0).astype(np.int64)
-    if nodes is not None:
-        cap = np.where(nodes, cap, 0)
-    if member.cpu_milli:
-        cap = np.minimum(cap, book.cpu_free // member.cpu_milli)
-    if member.memory_mib:
-        cap = np.minimum(cap, book.mem_free // member.memory_mib)
-    if not member.wants_gpu:
-        return cap
-    usable = book.gpu_present & book.gpu_healthy
-    if allowed is not None:
-        usable = usable & allowed
-    if member.is_whole:
-        full = book.gpu_full & usable
-        groups = group_ids(book, member.topology)
-        if groups is None:
-            gpu_cap = full.sum(axis=1) // member.gpu_count
-        else:
-            gpu_cap = np.zeros(book.size, np.int64)
-            for group in range(book.max_gpus):
-                gpu_cap += (full & (groups == group)).sum(axis=1) // member.gpu_count
-    else:
-        per_gpu = np.where(usable, book.gpu_avail // max(member.gpu_milli, 1), 0)
-        if member.gpu_memory_mib:
-            per_gpu = np.minimum(per_gpu, book.gpu_mem_free // member.gpu_memory_mib)
-        gpu_cap = per_gpu.sum(axis=1)
-    cap = np.minimum(cap, gpu_cap)
-    if member.gpu_models is not None:
-        cap = np.where(model_mask(book, member), cap, 0)
-    return cap
-
-
-def empty_capacity(book: AllocationBook, member: Request) -> IntArray:
-    """Members each node could take if it were empty (its capacity, whatever runs there now)."""
-    cap: IntArray = np.full(book.size, BIG, np.int64)
-    if member.cpu_milli:
-        cap = np.minimum(cap, book.cpu_capacity // member.cpu_milli)
-    if member.memory_mib:
-        cap = np.minimum(cap, book.mem_capacity // member.memory_mib)
-    if member.wants_gpu:
-        present = book.gpu_present.sum(axis=1)
-        per_gpu = 1 if member.is_whole else MILLI_PER_GPU // max(member.gpu_milli, 1)
-        cap = np.minimum(cap, present // member.gpu_count * per_gpu)
-        if member.gpu_models is not None:
-            cap = np.where(model_mask(book, member), cap, 0)
-    return cap
-
-
-@dataclass(frozen=True, slots=True)
-class GangScope:
-    """What the PreFilter leaves: the candidate nodes, how many members to place, each node's capacity."""
-
-    nodes: IntArray
-    want: int
-    capacity: IntArray
-    one_node: bool = False
+__all__ = ["BIG", "GangPlacer", "GangScope", "empty_capacity", "group_ids", "member_capacity"]
 
 
 class GangPlacer:
@@ -121,6 +56,7 @@ class GangPlacer:
         self.last_score: int | None = None
         """The policy's score of the node the first member of the last ``place`` went to (None: no score
         was computed, see ``Placer.last_score``); for operators, never read by a decision."""
+        self.hetero = HeteroPlacement(self)
 
     # ------------------------------------------------------------------ PreFilter
     def scope(self, spec: JobSpec, allowed: BoolArray | None, nodes: BoolArray | None, most: int,
@@ -170,15 +106,23 @@ class GangPlacer:
 
     def fits(self, spec: JobSpec, allowed: BoolArray | None, nodes: BoolArray | None, most: int,
              least: int) -> bool:
+        """Would ``place`` allocate at least ``least`` members now? For one shape the capacity count is
+        exact; a heterogeneous gang is placed on trial and rolled back (``HeteroPlacement.fits``)."""
+        if spec.heterogeneous:
+            return self.hetero.fits(spec, allowed, nodes, spec.fill_order()[:most], least)
         return self.scope(spec, allowed, nodes, most, least) is not None
 
     # ------------------------------------------------------------------ Filter, Score, choose GPUs, commit
     def place(self, spec: JobSpec, allowed: BoolArray | None, nodes: BoolArray | None, most: int, least: int,
-              *, first_index: int = 0) -> list[Allocation] | None:
-        """Allocate ``least``..``most`` members (as many as fit) through the policy, or nothing (None)."""
+              *, indices: Sequence[int] | None = None) -> list[Allocation] | None:
+        """Allocate ``least``..``most`` members (as many as fit) through the policy, or nothing (None).
+        ``indices``: the members to add, in order (default: the fill order; growth passes the missing ones)."""
         self.last_score = None
+        order = spec.fill_order() if indices is None else indices
+        if spec.heterogeneous:
+            return self.hetero.place(spec, allowed, nodes, order[:most], least)
         if most == 1 and least <= 1:
-            request = spec.member_request(first_index)
+            request = spec.member_request(order[0])
             placement = self.placer.decide(request, allowed, nodes)
             if placement is None:
                 return None
@@ -187,33 +131,40 @@ class GangPlacer:
         scope = self.scope(spec, allowed, nodes, most, least)
         if scope is None:
             return None
-        requests = [spec.member_request(first_index + i) for i in range(scope.want)]
+        requests = [spec.member_request(order[i]) for i in range(scope.want)]
         done: list[Allocation] = []
         try:
-            if scope.one_node:
-                node = self.placer.select(requests[0], scope.nodes, allowed)
-                self.last_score = self.placer.last_score
-                row = allowed[node] if allowed is not None else None
-                for request in requests:
-                    gpus = self.placer.policy.choose_gpus(self.book, request, node, self.placer.rng, row)
-                    done.append(self.book.allocate(request, node, gpus))
-            elif self._incremental():
-                self._fill_by_heap(requests, scope, allowed, done)
-            else:
-                candidates = np.zeros(self.book.size, np.bool_)
-                candidates[scope.nodes] = True
-                for request in requests:
-                    placement = self.placer.decide(request, allowed, candidates)
-                    if placement is None:
-                        raise AllocationError(f"{request.name}: no node takes the member the capacity count promised")
-                    if not done:
-                        self.last_score = self.placer.last_score
-                    done.append(self.book.allocate(request, placement.node, placement.gpus))
+            self.fill(requests, scope, allowed, done)
         except AllocationError:
             for allocation in reversed(done):
                 self.book.release(allocation.name)
             raise
         return done
+
+    def fill(self, requests: list[Request], scope: GangScope, allowed: BoolArray | None,
+             done: list[Allocation]) -> None:
+        """Allocate ``requests`` (one shape) inside the scope, appending to ``done``; the caller rolls back."""
+        if scope.one_node:
+            node = self.placer.select(requests[0], scope.nodes, allowed)
+            self.last_score = self.placer.last_score
+            row = allowed[node] if allowed is not None else None
+            for request in requests:
+                gpus = self.placer.policy.choose_gpus(self.book, request, node, self.placer.rng, row)
+                done.append(self.book.allocate(request, node, gpus))
+        elif self._incremental():
+            self._fill_by_heap(requests, scope, allowed, done)
+        else:
+            candidates = np.zeros(self.book.size, np.bool_)
+            candidates[scope.nodes] = True
+            first = not done
+            for request in requests:
+                placement = self.placer.decide(request, allowed, candidates)
+                if placement is None:
+                    raise AllocationError(f"{request.name}: no node takes the member the capacity count promised")
+                if first:
+                    self.last_score = self.placer.last_score
+                    first = False
+                done.append(self.book.allocate(request, placement.node, placement.gpus))
 
     def _incremental(self) -> bool:
         policy = self.placer.policy

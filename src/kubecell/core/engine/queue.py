@@ -1,7 +1,8 @@
 """The queue of waiting jobs: classes of identical jobs, the order they are tried in, and when to try.
 
 Identical jobs (same VC, priority, member shape, headcount, minimum, constraint, allowed nodes, and
-whether they may still borrow) form a *class*, oldest first. A cycle tries only a class's oldest job:
+whether they may still borrow; for heterogeneous gangs every group's name, shape, count and minimum)
+form a *class*, oldest first. A cycle tries only a class's oldest job:
 when it cannot start neither can the rest, so a cycle costs O(classes), not O(waiting jobs). The
 class's wait reason is copied to every member when it changes and otherwise only to the jobs that
 joined since, so every waiting job can say why at no extra cost.
@@ -43,7 +44,10 @@ class JobQueue:
     # ------------------------------------------------------------------ membership
     def class_key(self, job: Job) -> ClassKey:
         spec = job.spec
-        return (spec.vc, spec.priority, spec.member.shape, spec.members, spec.minimum, spec.topology,
+        shape: object = spec.member.shape
+        if spec.heterogeneous:  # the same class only if every group matches (names too: reasons name them)
+            shape = tuple((g.name, g.member.shape, g.count, g.minimum) for g in spec.member_groups)
+        return (spec.vc, spec.priority, shape, spec.members, spec.minimum, spec.topology,
                 job.preemptions >= self.max_preemptions, spec.nodes)
 
     def enqueue(self, job: Job, now: float, *, since: float | None = None) -> None:

@@ -165,8 +165,7 @@ def reclaim_by_count(session: Session, attempt: Attempt, vc: VirtualCluster, reg
             if need <= 0:
                 break
             if other.job_class in (JobClass.BORROWED, JobClass.OPPORTUNISTIC) and other.vc != vc.name:
-                frees = other.held_gpu_milli if allowed is None else \
-                    other.member_milli * session.members_on(other, allowed)
+                frees = other.held_gpu_milli if allowed is None else session.milli_on(other, allowed)
                 if allowed is None or frees:
                     victims.append(other)
                     need -= frees

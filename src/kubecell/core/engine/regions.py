@@ -13,6 +13,11 @@ GPU-less job runs guaranteed only where it can keep no other VC from its guarant
 GPUs, which no guarantee covers, and on nodes pinned whole to its own VC. Elsewhere it borrows, so it is
 reclaimed when a guarantee needs the host's CPU or memory (a binding is dynamic: a node bound to its VC
 today may be another VC's tomorrow).
+
+A heterogeneous gang is GPU work when any of its groups asks for GPUs; cells are filtered by the models
+any of its GPU members accepts (every member's own models are checked again where it is placed, so the
+wider filter only offers more candidates, never a wrong GPU), and a region is sized by the GPUs of the
+members it must hold. Its members without GPUs go with its GPU members (``hetero``).
 """
 
 from __future__ import annotations
@@ -31,6 +36,16 @@ from kubecell.core.model import TopologyLevel
 from kubecell.core.tenancy.config import VirtualCluster
 from kubecell.core.tenancy.state import TenancyState
 from kubecell.core.topology import Cell, CellForest
+
+
+def gpus_to_place(spec: JobSpec, members: int) -> int:
+    """GPUs the first ``members`` members of the fill order need in cells (a share or a member without GPUs
+    of a homogeneous gang counts one GPU, as it always has; a heterogeneous gang's members count their
+    own GPUs, a share one)."""
+    if spec.heterogeneous:
+        return spec.gpus_of_first(members)
+    return members * max(spec.member.gpu_count, 1)
+
 
 CANDIDATE_CELLS = 32
 """Free cells considered per decision for a new binding (the best ones by occupancy and buddy order)."""
@@ -70,14 +85,14 @@ class Regions:
         """Candidate regions for ``most`` members of a guaranteed job, best first. ``allowed``: the nodes the
         job may use (``JobSpec.nodes``); cells without such a node are no candidates, and a cell's free GPUs
         count only on them (else the best cells could all lie elsewhere and hide the ones it can use)."""
-        if not spec.member.wants_gpu:
+        if not spec.wants_gpu:
             if not self.options.cells:
                 return [Region(None)]
             return [Region(None, self.gpu_free_nodes | self.pinned_nodes(vc), label="nodes without GPUs or "
                            f"pinned to {vc.name}")]
         if not self.options.cells:
             return [Region(None, label="cluster")]
-        models = spec.member.gpu_models
+        models = spec.gpu_models
         bound = [c for c in self.tenancy.bound_cells(vc.name) if models is None or c.chain.model in models]
         level = container_level(spec)
         regions: list[Region] = []
@@ -100,7 +115,7 @@ class Regions:
                        allowed: BoolArray | None) -> Region | None:
         """The VC's bound cells plus new cells until ``most`` members could fit, within what the VC may still
         bind and with no cell inside another."""
-        need = most * max(spec.member.gpu_count, 1) - self.bound_free(vc, spec, allowed)
+        need = gpus_to_place(spec, most) - self.bound_free(vc, spec, allowed)
         left = Counter(self.tenancy.remaining(vc.name))
         chosen: list[Cell] = []
         taken: set[Cell] = set()
@@ -169,7 +184,7 @@ class Regions:
             return region.mask
         mask = self.mask_of(region.binds)
         if container_level(spec) == TopologyLevel.GPU:
-            mask |= self.owned_mask(vc, spec.member.gpu_models)
+            mask |= self.owned_mask(vc, spec.gpu_models)
         region.mask = mask
         return mask
 
@@ -202,7 +217,7 @@ class Regions:
     def reach(self, vc: VirtualCluster, spec: JobSpec) -> BoolArray:
         """Nodes a guaranteed job of the VC could ever use now: its bound cells and the free cells it may
         still bind that hold the job (a starving job reserves among these)."""
-        models = spec.member.gpu_models
+        models = spec.gpu_models
         nodes: BoolArray = np.asarray(self.owned_mask(vc, models).any(axis=1), np.bool_)
         level = container_level(spec)
         for (chain_name, cell_level), count in self.tenancy.remaining(vc.name).items():
@@ -226,7 +241,7 @@ class Regions:
         if not self.options.cells:
             return [Region(None)]
         unowned: BoolArray = self.tenancy.owner < 0
-        if not spec.member.wants_gpu:
+        if not spec.wants_gpu:
             # Nodes without GPUs are guaranteed ground; on GPU nodes, prefer those nobody has bound.
             free_nodes = self.gpu_nodes & ~(self.book.gpu_present & ~unowned).any(axis=1)
             return [Region(None, free_nodes, label="GPU nodes nobody has bound"),

@@ -21,10 +21,11 @@ import numpy as np
 
 from kubecell.core.book import AllocationBook, BoolArray, IntArray
 from kubecell.core.engine.attempt import Attempt
+from kubecell.core.engine.capacity import empty_capacity, member_capacity
+from kubecell.core.engine.hetero import hardness
 from kubecell.core.engine.job import Job, JobClass
 from kubecell.core.engine.options import EngineOptions
-from kubecell.core.engine.placement import empty_capacity, member_capacity
-from kubecell.core.model import TopologyLevel
+from kubecell.core.model import MILLI_PER_GPU, Request, TopologyLevel
 
 
 class Reservations:
@@ -107,9 +108,12 @@ class Reservations:
     def _region(self, job: Job, reach: BoolArray | None, evictable: IntArray) -> BoolArray | None:
         """The nodes the job should wait for: the ones that take the most members now, then the ones with
         the least work it must wait out (GPUs neither free nor evictable), as few as cover the job when
-        empty, inside one rack when the job needs one."""
+        empty, inside one rack when the job needs one. A heterogeneous gang is ordered by its hardest
+        member and covered group by group (``_covers``)."""
         spec = job.spec
-        member = spec.member_request(0)
+        needs = [(spec.member_request(spec.group_start(p)), c)
+                 for p, c in enumerate(spec.first_counts(spec.minimum)) if c]
+        member = min((m for m, _ in needs), key=hardness)
         book = self.book
         empty = empty_capacity(book, member)
         now = np.minimum(empty, member_capacity(book, member, None))
@@ -133,11 +137,50 @@ class Reservations:
         order = candidates[np.lexsort((candidates, waits[candidates], -now[candidates]))]
         chosen: list[int] = []
         total = 0
+        left = [count for _, count in needs]
+        empties = [empty_capacity(book, m) for m, _ in needs] if spec.heterogeneous else []
         for node in order:
             chosen.append(int(node))
-            total += int(empty[node])
-            if total >= spec.minimum or (spec.topology == TopologyLevel.NODE and spec.members > 1):
+            if spec.heterogeneous:
+                left = self._covers(int(node), needs, empties, left)
+                done = not any(left)
+            else:
+                total += int(empty[node])
+                done = total >= spec.minimum
+            if done or (spec.topology == TopologyLevel.NODE and spec.members > 1):
                 break
         held = np.zeros(book.size, np.bool_)
         held[np.array(chosen, np.int64)] = True
         return held
+
+    def _covers(self, node: int, needs: list[tuple[Request, int]], empties: list[IntArray],
+                left: list[int]) -> list[int]:
+        """The members per group still uncovered after an empty ``node`` takes what it can, the hardest
+        groups first, its CPU, memory and GPUs shared among them (whole GPUs by count, shares by milli)."""
+        book = self.book
+        cpu, memory = int(book.cpu_capacity[node]), int(book.mem_capacity[node])
+        gpus = int(book.gpu_present[node].sum())
+        milli = gpus * MILLI_PER_GPU
+        out = list(left)
+        for position in sorted(range(len(needs)), key=lambda p: hardness(needs[p][0])):
+            member = needs[position][0]
+            take = min(out[position], int(empties[position][node]))
+            if member.cpu_milli:
+                take = min(take, cpu // member.cpu_milli)
+            if member.memory_mib:
+                take = min(take, memory // member.memory_mib)
+            if member.is_whole:
+                take = min(take, gpus // member.gpu_count)
+            elif member.gpu_milli:
+                take = min(take, milli // member.gpu_milli)
+            take = max(take, 0)
+            out[position] -= take
+            cpu -= take * member.cpu_milli
+            memory -= take * member.memory_mib
+            if member.is_whole:
+                gpus -= take * member.gpu_count
+                milli -= take * member.gpu_count * MILLI_PER_GPU
+            elif member.gpu_milli:
+                milli -= take * member.gpu_milli
+                gpus = min(gpus, milli // MILLI_PER_GPU)
+        return out

@@ -7,6 +7,11 @@ that conflicts with another is reported, never silently doubled), runs in the cl
 when the configuration still allows it, and otherwise keeps running one class lower, as a configuration
 reload does: guaranteed work whose cells the guarantees no longer cover becomes borrowed, work of a VC
 that no longer exists becomes opportunistic. Nothing restored is ever evicted by the restore itself.
+
+Each member is held with its own group's request (``JobSpec.member_request``), so a heterogeneous gang
+is re-adopted as it ran. A gang whose pods died while the scheduler was away may come back below its
+minimums (the total or a group's): it is accepted (``Job.short_of_minimum``) and growth refills the
+missing members in fill order, minimums first.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kubecell.core.engine.admission import member_charge
+from kubecell.core.engine.admission import charge
 from kubecell.core.engine.bindings import adopt_cells
 from kubecell.core.engine.job import Job, JobClass, JobPhase, JobSpec
 from kubecell.core.engine.session import Session
@@ -48,7 +53,8 @@ def restore_job(session: Session, spec: JobSpec, members: Sequence[RunningMember
         for member in sorted(members, key=lambda m: m.index):
             if member.node not in book.index:
                 raise InvalidInputError(f"member {member.index} is on unknown node {member.node!r}", location=where)
-            allocation = book.allocate(spec.member_request(member.index), book.index[member.node], member.gpus)
+            allocation = book.allocate(spec.member_request(member.index), book.index[member.node], member.gpus,
+                                       adopt=True)  # it runs there: a closed node or a failed GPU holds it too
             done.append(allocation.name)
     except (AllocationError, InvalidInputError) as error:
         for name in reversed(done):
@@ -56,9 +62,9 @@ def restore_job(session: Session, spec: JobSpec, members: Sequence[RunningMember
         if isinstance(error, InvalidInputError):
             raise
         raise InvalidInputError(f"cannot hold it as recorded: {error}", location=where) from None
-    job = Job(spec)
-    job.member_milli = member_charge(book, spec.member)
+    job = charge(book, Job(spec))
     job.running_members = done
+    job.short_of_minimum = not job.meets_minimums()
     job.phase = JobPhase.RUNNING
     job.started_at = job.first_started_at = started_at
     job.preemptions = preemptions
@@ -89,10 +95,12 @@ def hold_external(session: Session, request: Request, node: str) -> Allocation:
     index = book.index[node]
     row = index
     untouched = (book.gpu_milli_free[row] == MILLI_PER_GPU) & (book.gpu_mem_free[row] == book.gpu_mem_capacity[row])
-    free = [g for g in range(book.nodes[index].gpu_count) if untouched[g]]
+    # a device plugin hands out healthy GPUs: those are the likeliest to be the ones taken
+    free = sorted((g for g in range(book.nodes[index].gpu_count) if untouched[g]),
+                  key=lambda g: (not book.gpu_healthy[row, g], g))
     gpus = tuple(free[: request.gpu_count]) if request.gpu_count else ()
     try:
-        allocation = book.allocate(request, index, gpus)
+        allocation = book.allocate(request, index, gpus, adopt=True)  # it runs there, open node or not
     except AllocationError as error:
         raise InvalidInputError(f"does not fit node {node!r}: {error}", location=where) from None
     session.external.add(allocation.name)

@@ -18,27 +18,35 @@ from kubecell.core.engine.session import Session
 from kubecell.core.tenancy.config import VirtualCluster
 
 
-def borrowable_members(session: Session, job: Job, vc: VirtualCluster) -> tuple[int, str]:
-    """How many more members of ``job`` its VC may hold as borrowed work now, and, if that is fewer than it
-    needs, why."""
-    per = job.member_milli
-    if per <= 0:
-        return job.spec.members, ""
-    most = job.spec.members
+def borrow_room(session: Session, job: Job, vc: VirtualCluster) -> tuple[int | None, str]:
+    """GPU units ``job``'s VC may still take as borrowed work (None: no limit), or 0 and why, when that is
+    less than the job's minimum needs."""
+    room: int | None = None
     if not session.options.cells:
         held = sum(u.total_milli + u.admitted_milli for u in session.ledger.usage.values())
         unused = sum(v.guaranteed_milli for v in session.tenants.vcs) - held
         if unused < job.min_milli:
             return 0, "no unused quota left in the cohort to borrow"
-        most = min(most, unused // per)
+        room = unused
     limit = vc.borrow_limit_milli
     if limit is not None:
         borrowed = session.ledger.of(vc.name).borrowed_milli
         left = limit - borrowed
         if left < job.min_milli:
             return 0, f"VC {vc.name} borrowing limit reached ({borrowed / 1000:g} of {limit / 1000:g} GPUs)"
-        most = min(most, left // per)
-    return most, ""
+        room = left if room is None else min(room, left)
+    return room, ""
+
+
+def borrowable_members(session: Session, job: Job, vc: VirtualCluster) -> tuple[int, str]:
+    """How many more members of ``job`` (the first of its fill order) its VC may hold as borrowed work now,
+    and, if that is fewer than it needs, why."""
+    if not any(job.charges):
+        return job.spec.members, ""
+    room, why = borrow_room(session, job, vc)
+    if why:
+        return 0, why
+    return (job.spec.members if room is None else job.members_within(room)), ""
 
 
 def start_borrowed(session: Session, attempt: Attempt, vc: VirtualCluster, why_not_guaranteed: str) -> bool:

@@ -113,6 +113,14 @@ class Session:
         book = self.book
         return sum(1 for name in job.running_members if nodes[book.index[book.allocations[name].node]])
 
+    def milli_on(self, job: Job, nodes: BoolArray) -> int:
+        """GPU units a running job's members on the ``nodes`` are charged (what evicting it frees there)."""
+        if not job.spec.heterogeneous:
+            return job.member_milli * self.members_on(job, nodes)
+        book = self.book
+        return sum(job.charge_of(name) for name in job.running_members
+                   if nodes[book.index[book.allocations[name].node]])
+
     def filters(self, region: Region, attempt: Attempt) -> tuple[BoolArray | None, BoolArray | None]:
         """The region's GPU and node masks, within the nodes the job may use and without the nodes other
         jobs' reservations hold against it. Every placement, fit test and victim simulation reads its
@@ -182,6 +190,7 @@ class Session:
         for name in job.running_members:
             self.book.release(name)
         job.running_members = []
+        job.short_of_minimum = False  # it starts again from its minimums
         self.running.pop(job.name, None)
         self.growable.discard(job.name)
         self.binding.discard(job.name)

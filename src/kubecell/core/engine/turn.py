@@ -38,7 +38,7 @@ def within_guarantee(session: Session, attempt: Attempt) -> Outcome:
         return Outcome.REJECTED
     if spec.opportunistic:
         return Outcome.DEFERRED
-    if not spec.member.wants_gpu:
+    if not spec.wants_gpu:
         if start_guaranteed(session, attempt, vc, 0):
             return Outcome.STARTED
     else:

@@ -235,7 +235,7 @@ def _pending(state: Tracking, mirror: Mapping[str, Mapping[str, Any]], now: floa
         if excluded:
             reason += f" (its node constraints rule out {excluded})"
         waiting = max(0.0, now - job.queued_at) if job.queued_at is not None else 0.0
-        out.append(PendingJob(job.name, job.vc, names, job.member_milli * job.spec.members / MILLI_PER_GPU,
+        out.append(PendingJob(job.name, job.vc, names, job.milli_of_first(job.spec.members) / MILLI_PER_GPU,
                               waiting, reason, reason_kind(reason, members=job.spec.members)))
     return tuple(out)
 

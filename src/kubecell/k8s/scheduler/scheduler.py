@@ -23,7 +23,6 @@ import numpy as np
 
 from kubecell.core.engine.engine import Engine
 from kubecell.core.engine.job import JobPhase
-from kubecell.core.engine.node_state import set_node_lost, set_node_open
 from kubecell.core.engine.options import PRESETS
 from kubecell.core.errors import KubecellError
 from kubecell.core.placement.frag import TypicalPod
@@ -356,11 +355,10 @@ class Scheduler:
         if state is None or not changed:
             self._node_terms = terms
             return
-        session = state.engine.session
         for name in changed:
             view = views[name]
             if view.node is not None and name in state.engine.book.index:
-                set_node_open(session, name, not view.excluded)
+                state.engine.set_node_open(name, not view.excluded)
         state.views = views
         state.node_generation += 1
         state.isolation_nodes.clear()
@@ -396,9 +394,9 @@ class Scheduler:
         Restorer(self.mirror, self.actions, self.intake, self.binder.gate, self.options.names).restore(self.state)
         for view in views.values():  # closed after the restore: what runs there is adopted first
             if view.node is not None and view.excluded:
-                set_node_open(engine.session, view.name, False)
+                engine.set_node_open(view.name, False)
         for ghost in chosen.ghosts:
-            set_node_lost(engine.session, ghost.name)
+            engine.hold_lost_node(ghost.name)
         self.mirror.changed.update(dict.fromkeys(self.mirror.pods))  # a new engine looks at every pod once
         self.dirty = True
         log.info("rebuilt: %d nodes, %d VCs, %d running jobs", len(nodes), len(tenants.vcs), len(engine.running))

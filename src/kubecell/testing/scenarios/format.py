@@ -35,6 +35,14 @@ check an ``expect_*`` before the implied cycle):
 * ``submit``: a job or a list of jobs: ``name``, ``vc``, ``gpus`` (whole GPUs per member) or ``milli``
   (a share of one GPU) and/or ``gpuMemoryMiB``, ``members``, ``min``, ``priority`` (-1 opportunistic),
   ``topology`` (nvlink | numa | node | rack | zone), ``models``, ``cpuMilli``, ``memoryMiB``.
+  A heterogeneous gang gives ``groups`` instead of the member's keys: a list of member groups, each with
+  ``name``, ``members`` (default 1), ``min`` (default ``members``: the group runs whole) and the member's
+  keys (``gpus`` / ``milli`` / ``gpuMemoryMiB``, ``cpuMilli``, ``memoryMiB``, ``models``, and ``topology``
+  nvlink | numa for each member); next to ``groups`` only ``name``, ``vc``, ``min`` (the total minimum,
+  default the sum of the group minimums), ``priority``, ``topology`` (node | rack | zone) and ``work``::
+
+      submit: {name: mpi, vc: a, min: 3, groups: [{name: launcher, cpuMilli: 4000},
+                                                 {name: worker, gpus: 8, members: 4, min: 2}]}
 * ``schedule``: run a cycle (``cycles: n``; ``confirm: false`` leaves RESERVED preemptors unconfirmed).
   A cycle is also run before every ``expect_*`` step when an event happened since the last one.
 * ``finish`` (a running job ends), ``cancel`` (a waiting job is withdrawn), ``confirm`` (the driver bound a
@@ -97,7 +105,11 @@ ACTIONS: dict[str, tuple[frozenset[str], frozenset[str]] | None] = {
 }
 STEP_KEYS = frozenset({"at", "note", "cycle"})
 SUBMIT_KEYS = frozenset({"name", "vc", "gpus", "milli", "gpuMemoryMiB", "members", "min", "priority", "topology",
-                         "models", "cpuMilli", "memoryMiB", "work"})
+                         "models", "cpuMilli", "memoryMiB", "work", "groups"})
+GANG_KEYS = frozenset({"name", "vc", "groups", "min", "priority", "topology", "work"})
+"""What a job with ``groups`` may say next to them (the member's keys go inside each group)."""
+GROUP_KEYS = frozenset({"name", "members", "min", "gpus", "milli", "gpuMemoryMiB", "cpuMilli", "memoryMiB", "models",
+                        "topology"})
 TOP_KEYS = frozenset({"name", "description", "policy", "options", "cluster", "tenants", "steps", "known_failure",
                       "autoConfirm"})
 

@@ -9,11 +9,12 @@ scenario file's lines.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from kubecell.core.engine.job import JobSpec
+from kubecell.core.engine.job import JobSpec, MemberGroup
 from kubecell.core.engine.options import PRESETS, EngineOptions
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import MILLI_PER_GPU, Request, TopologyLevel
@@ -23,6 +24,8 @@ from kubecell.inputs.cluster import parse_cluster
 from kubecell.inputs.yaml_document import YamlDocument
 from kubecell.testing.scenarios.format import (
     ACTIONS,
+    GANG_KEYS,
+    GROUP_KEYS,
     STEP_KEYS,
     SUBMIT_KEYS,
     TOP_KEYS,
@@ -68,11 +71,9 @@ def _options(policy: str, doc: YamlDocument) -> EngineOptions:
     return options.with_(**changes)
 
 
-def _job_spec(raw: Any, location: str) -> JobSpec:
-    item = require_mapping(raw, location, "a job")
-    check_keys(item, SUBMIT_KEYS, location, required=("name", "vc"))
-    name = as_str(item["name"], location, "name")
-    where = f"{location} job {name!r}"
+def _member(item: Mapping[str, Any], where: str, name: str, *, topology: TopologyLevel | None = None) -> Request:
+    """The request of one member: ``gpus`` or ``milli`` and/or ``gpuMemoryMiB``, ``cpuMilli``, ``memoryMiB``,
+    ``models``."""
     gpus = item.get("gpus")
     milli = item.get("milli")
     gpu_memory = as_int(item.get("gpuMemoryMiB", 0), where, "gpuMemoryMiB", 0)
@@ -88,7 +89,7 @@ def _job_spec(raw: Any, location: str) -> JobSpec:
     elif gpu_memory:
         gpu_count = 1
     models = item.get("models")
-    member = Request(
+    return Request(
         name=name,
         cpu_milli=as_int(item.get("cpuMilli", 0), where, "cpuMilli", 0),
         memory_mib=as_int(item.get("memoryMiB", 0), where, "memoryMiB", 0),
@@ -96,20 +97,63 @@ def _job_spec(raw: Any, location: str) -> JobSpec:
         gpu_milli=gpu_milli,
         gpu_memory_mib=gpu_memory,
         gpu_models=None if models is None else frozenset(as_str_list(models, where, "models")),
+        topology=topology,
     )
+
+
+def _level(item: Mapping[str, Any], where: str) -> TopologyLevel | None:
     topology = item.get("topology")
-    level = None if topology is None else TopologyLevel.parse(as_str(topology, where, "topology"), location=where)
-    members = as_int(item.get("members", 1), where, "members", 1)
+    return None if topology is None else TopologyLevel.parse(as_str(topology, where, "topology"), location=where)
+
+
+def _groups(raw: Any, where: str, job: str) -> list[MemberGroup]:
+    """``groups: [{name, members, min, <member keys>}]``: ``min`` defaults to ``members`` (the group runs
+    whole), as a job's ``min`` does."""
+    if not isinstance(raw, list) or not raw:
+        raise InvalidInputError("groups must be a non-empty list of member groups", location=where, field="groups")
+    groups = []
+    for position, one in enumerate(raw):
+        at = f"{where} groups[{position}]"
+        item = require_mapping(one, at, "a member group")
+        check_keys(item, GROUP_KEYS, at, required=("name",))
+        name = item["name"]
+        if not isinstance(name, str):
+            raise InvalidInputError(f"name must be a string, got {name!r}", location=at, field="name")
+        at = f"{where} group {name!r}"
+        count = as_int(item.get("members", 1), at, "members", 1)
+        minimum = as_int(item.get("min", count), at, "min", 0)
+        groups.append(MemberGroup(name, _member(item, at, job, topology=_level(item, at)), count, minimum))
+    return groups
+
+
+def _job_spec(raw: Any, location: str) -> JobSpec:
+    item = require_mapping(raw, location, "a job")
+    check_keys(item, SUBMIT_KEYS, location, required=("name", "vc"))
+    name = as_str(item["name"], location, "name")
+    where = f"{location} job {name!r}"
+    level = _level(item, where)
     minimum = item.get("min")
+    vc = as_str(item["vc"], where, "vc")
+    priority = as_int(item.get("priority", 0), where, "priority")
+    work = as_number(item.get("work", 0), where, "work")
+    if "groups" in item:
+        mixed = sorted(k for k in item if k not in GANG_KEYS)
+        if mixed:
+            raise InvalidInputError(f"{', '.join(mixed)} given next to groups", location=where,
+                                    accepted="the member's keys inside each group; next to groups only "
+                                             + ", ".join(sorted(GANG_KEYS)))
+        return JobSpec.gang(name, vc, _groups(item["groups"], where, name),
+                            min_members=None if minimum is None else as_int(minimum, where, "min", 1),
+                            priority=priority, topology=level, work=work)
     return JobSpec(
         name=name,
-        vc=as_str(item["vc"], where, "vc"),
-        member=member,
-        members=members,
+        vc=vc,
+        member=_member(item, where, name),
+        members=as_int(item.get("members", 1), where, "members", 1),
         min_members=None if minimum is None else as_int(minimum, where, "min", 1),
-        priority=as_int(item.get("priority", 0), where, "priority"),
+        priority=priority,
         topology=level,
-        work=as_number(item.get("work", 0), where, "work"),
+        work=work,
     )
 
 
