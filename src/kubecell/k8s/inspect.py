@@ -217,7 +217,7 @@ def _waiting_reason(pod: Mapping[str, Any]) -> str:
 def _in_force(obj: Mapping[str, Any]) -> bool:
     """Whether the scheduler said the object is in force as written (``Accepted=True`` at its generation)."""
     found = virtualclusters.current_condition(obj)
-    generation = int((obj.get("metadata") or {}).get("generation") or 0)
+    generation = virtualclusters.generation_of(obj)
     return found is not None and found.get("status") == "True" and found.get("observedGeneration") == generation
 
 
@@ -261,7 +261,13 @@ def _tenants(nodes: Sequence[NodeView], configmap: Mapping[str, Any] | None,
     core = [view.node for view in nodes if view.node is not None and not view.excluded]
     if not core:
         return None, TenantSource("none", "no schedulable node, no tenants")
-    forest = CellForest(core)
+    try:
+        forest = CellForest(core)
+    except InvalidInputError as error:  # nodes whose names and rack labels collide: the scheduler cannot start
+        warnings.append(f"the nodes' topology cannot be built, so no tenant is shown: {error}")
+        return None, TenantSource("none", "no tenants (the nodes' topology cannot be built)")
+    if not forest.roots:  # no schedulable node has a GPU (CPU-only, or every inventory empty or cut to none)
+        return None, TenantSource("none", "no GPU on a schedulable node, no tenants")
     if virtualcluster_objs:
         found = _from_virtualclusters(virtualcluster_objs, forest, warnings)
         if found is not None:

@@ -20,36 +20,67 @@ On a node whose GPUs are in MIG mode, the MIG instances are the GPUs the schedul
 
 Unhealthy GPUs stay in the inventory marked unhealthy (the allocation book then refuses them), and
 cordoned or NotReady nodes are excluded with a reason, so ``why pending`` can say so.
+
+An inventory never claims more GPUs than the node advertises: where the node advertises ``kubecell.io/gpu``
+(kubecell's device plugin) or ``nvidia.com/gpu`` (NVIDIA's), the view keeps the GPUs of the lowest indices up
+to that count and says what it dropped (``NodeView.inventory_note``); see ``_advertised``.
+
+Everything here is written by a node agent, an operator or a device plugin, so every number is read with
+its length and range checked first, and every failure is an ``InvalidInputError`` naming the node and the
+field: the scheduler then leaves that node out with the reason instead of stopping.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kubecell.core.errors import InvalidInputError
+from kubecell.core.limits import MAX_CPU_MILLI, MAX_GPU_MEMORY_MIB, MAX_GPUS_PER_NODE, MAX_MEMORY_MIB
 from kubecell.core.model import GPU_MODELS, UNKNOWN_GPU_MEMORY_MIB, Gpu, Node, TopologyLevel
 from kubecell.core.topology import rack_and_zone_from_labels
+from kubecell.k8s.dialects.demand import shown
+from kubecell.k8s.dialects.resources import MAX_NUMBER_CHARS, QUANTITY_FORMS, QuantityError, parse_quantity
 from kubecell.k8s.mig import mig_layout
-from kubecell.k8s.names import ANNOTATION_INVENTORY, GFD_COUNT, GFD_MEMORY, GFD_PRODUCT, NVIDIA_GPU
+from kubecell.k8s.names import ANNOTATION_INVENTORY, GFD_COUNT, GFD_MEMORY, GFD_PRODUCT, NVIDIA_GPU, RESOURCE_GPU
 
 INVENTORY_SCHEMA = "kubecell.io/gpu-inventory/v1"
+
+MAX_INVENTORY_CHARS = 256 * 1024
+"""The longest inventory annotation read: the API server's limit for all of an object's annotations together,
+so no Node the API server accepted carries a longer one (an inventory of 64 GPUs with seven MIG instances each
+is about 100 KiB)."""
+MAX_UUID_CHARS = 128
+"""A GPU or MIG instance UUID (NVML's are 40 characters: ``GPU-`` or ``MIG-`` and a UUID)."""
+MAX_PRODUCT_CHARS = 128
+"""A model or product name (NVML's device name buffer holds 96 bytes)."""
+MAX_TEXT_CHARS = 253
+"""Other text of an inventory (the agent's name and version, the heartbeat)."""
+MAX_GPU_INDEX = 255
+MAX_NUMA_NODE = 1023
+"""Linux numbers NUMA nodes below 1024 (``CONFIG_NODES_SHIFT`` is at most 10)."""
+MAX_MIG_SLICE = 255
+"""A MIG instance's placement in memory slices (8 on an A100 or H100), bounded so a sort key stays small."""
+MAX_JSON_DIGITS = 20
+"""The most digits of a number in an annotation's JSON: int64 has 19; longer numbers are never converted."""
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+"""NVIDIA's device plugin in its ``mixed`` MIG strategy advertises one resource per profile."""
 
 
 class MigInstanceRecord(BaseModel):
     """One MIG device of a GPU in MIG mode: profile, UUID, memory and placement (in memory slices)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    uuid: str = Field(min_length=1)
-    profile: str = Field(min_length=1)
-    memory_mib: int = Field(ge=0, alias="memoryMiB")
-    start: int = Field(ge=0)
-    size: int = Field(ge=1)
+    uuid: str = Field(min_length=1, max_length=MAX_UUID_CHARS)
+    profile: str = Field(min_length=1, max_length=MAX_PRODUCT_CHARS)
+    memory_mib: int = Field(ge=0, le=MAX_GPU_MEMORY_MIB, alias="memoryMiB")
+    start: int = Field(ge=0, le=MAX_MIG_SLICE)
+    size: int = Field(ge=1, le=MAX_MIG_SLICE)
 
 
 class GpuRecord(BaseModel):
@@ -57,16 +88,18 @@ class GpuRecord(BaseModel):
     left out of the annotation when empty, so schedulers that predate it keep reading MIG-less nodes)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    index: int = Field(ge=0, le=255)
-    uuid: str = Field(min_length=1)
-    model: str = Field(min_length=1)
-    product: str = ""
-    memory_mib: int = Field(ge=0, alias="memoryMiB")
-    numa_node: int | None = Field(default=None, ge=0, alias="numaNode")
-    nvlink_peers: list[int] = Field(default_factory=list, alias="nvlinkPeers")
+    index: int = Field(ge=0, le=MAX_GPU_INDEX)
+    uuid: str = Field(min_length=1, max_length=MAX_UUID_CHARS)
+    model: str = Field(min_length=1, max_length=MAX_PRODUCT_CHARS)
+    product: str = Field(default="", max_length=MAX_PRODUCT_CHARS)
+    memory_mib: int = Field(ge=0, le=MAX_GPU_MEMORY_MIB, alias="memoryMiB")
+    numa_node: int | None = Field(default=None, ge=0, le=MAX_NUMA_NODE, alias="numaNode")
+    nvlink_peers: list[Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)]] = Field(
+        default_factory=list, max_length=MAX_GPU_INDEX + 1, alias="nvlinkPeers")
     healthy: bool = True
     mig_mode: Literal["disabled", "enabled"] = Field(default="disabled", alias="migMode")
-    mig_instances: list[MigInstanceRecord] = Field(default_factory=list, alias="migInstances")
+    mig_instances: list[MigInstanceRecord] = Field(default_factory=list, max_length=MAX_GPUS_PER_NODE,
+                                                   alias="migInstances")
 
 
 IsolationMode = Literal["accounting", "mps", "mig"]
@@ -81,10 +114,10 @@ class NodeInventory(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     schema_: Literal["kubecell.io/gpu-inventory/v1"] = Field(default="kubecell.io/gpu-inventory/v1", alias="schema")
-    agent: str = ""
-    heartbeat: str = ""
-    gpus: list[GpuRecord] = Field(default_factory=list)
-    isolation: list[IsolationMode] = Field(default_factory=_accounting_only)
+    agent: str = Field(default="", max_length=MAX_TEXT_CHARS)
+    heartbeat: str = Field(default="", max_length=MAX_TEXT_CHARS)
+    gpus: list[GpuRecord] = Field(default_factory=list, max_length=MAX_GPU_INDEX + 1)
+    isolation: list[IsolationMode] = Field(default_factory=_accounting_only, max_length=16)
     """The isolation modes the node can give a share (``accounting`` always; ``mps`` where the agent manages
     MPS control daemons; ``mig`` where MIG is enabled): a pod asking for another mode is not placed here."""
     device_plugin: bool = Field(default=False, alias="devicePlugin")
@@ -122,24 +155,104 @@ class NodeView:
     gpu_note: str = ""
     """Why the node's GPUs cannot be placed although it has some (a MIG layout kubecell does not place,
     see ``kubecell.k8s.mig``); the node then takes CPU work only, and GPU pods are told why."""
+    inventory_note: str = ""
+    """What the view dropped because the inventory lists more GPUs than the node advertises, e.g.
+    ``inventory lists 16 GPUs but the node advertises kubecell.io/gpu: 8; using 8``; empty when nothing was."""
+
+
+class AnnotationJsonError(ValueError):
+    """JSON an annotation's reader refuses before validating it: too long, nested beyond what the parser
+    reads, or a number of more digits than any field holds (at ``path``, the keys and list positions)."""
+
+    def __init__(self, message: str, path: tuple[str | int, ...] = (), accepted: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.accepted = accepted
+
+
+class _LongNumber(str):
+    """A JSON number of more than ``MAX_JSON_DIGITS`` digits, kept as its text (never converted)."""
+
+
+def _json_int(text: str) -> int | _LongNumber:
+    return _LongNumber(text) if len(text) > MAX_JSON_DIGITS else int(text)
+
+
+def _long_number(raw: Any) -> tuple[tuple[str | int, ...], _LongNumber] | None:
+    """The first ``_LongNumber`` in ``raw`` and its path; walked without recursion."""
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), raw)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, _LongNumber):
+            return path, value
+        if isinstance(value, dict):
+            stack.extend(((*path, str(key)), item) for key, item in reversed(list(value.items())))
+        elif isinstance(value, list):
+            stack.extend(((*path, index), item) for index, item in reversed(list(enumerate(value))))
+    return None
+
+
+def load_annotation_json(text: object, *, max_chars: int,
+                         object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None) -> Any:
+    """An annotation's JSON, read with limits: at most ``max_chars`` characters, numbers of at most
+    ``MAX_JSON_DIGITS`` digits (Python's ``int`` raises ``ValueError`` beyond 4,300, and no field holds
+    more than int64), nesting only as deep as Python's parser goes.
+
+    Raises ``json.JSONDecodeError`` for text that is not JSON (each caller words it), and
+    ``AnnotationJsonError`` for the limits."""
+    if not isinstance(text, str):
+        raise AnnotationJsonError(f"is a {type(text).__name__}, not text")
+    if len(text) > max_chars:
+        raise AnnotationJsonError(f"is {len(text)} characters long", accepted=f"at most {max_chars} characters")
+    try:
+        raw = json.loads(text, parse_int=_json_int, object_pairs_hook=object_pairs_hook)
+    except RecursionError:
+        raise AnnotationJsonError("nests deeper than any annotation of kubecell's") from None
+    found = _long_number(raw)
+    if found is not None:
+        path, number = found
+        raise AnnotationJsonError(f"the number {shown(str(number))} has {len(number.lstrip('-'))} digits", path,
+                                  f"numbers of at most {MAX_JSON_DIGITS} digits (int64)")
+    return raw
+
+
+def _dotted(path: Sequence[str | int]) -> str:
+    """A key path as pydantic writes it (``gpus.0.memoryMiB``), each key cut when long."""
+    return ".".join(str(part) if len(str(part)) <= 60 else shown(str(part)) for part in path)
+
+
+_RANGES = {
+    "gpus.*.index": f"0..{MAX_GPU_INDEX}",
+    "gpus.*.memoryMiB": f"0..{MAX_GPU_MEMORY_MIB}",
+    "gpus.*.numaNode": f"0..{MAX_NUMA_NODE}",
+    "gpus.*.nvlinkPeers.*": f"0..{MAX_GPU_INDEX}",
+    "gpus.*.migInstances.*.memoryMiB": f"0..{MAX_GPU_MEMORY_MIB}",
+    "gpus.*.migInstances.*.start": f"0..{MAX_MIG_SLICE}",
+    "gpus.*.migInstances.*.size": f"1..{MAX_MIG_SLICE}",
+}
+"""Each number's range, for a number whose digits alone put it out of range (never converted)."""
 
 
 def parse_inventory(text: str, *, node: str) -> NodeInventory:
     """Parse the annotation, with an error naming the node and the problem (never a pydantic dump)."""
     where = f"node {node}: annotation {ANNOTATION_INVENTORY}"
     try:
-        raw = json.loads(text)
+        raw = load_annotation_json(text, max_chars=MAX_INVENTORY_CHARS)
     except json.JSONDecodeError as error:
         raise InvalidInputError(f"not JSON ({error.msg} at char {error.pos})", location=where) from None
+    except AnnotationJsonError as error:
+        message = f"{_dotted(error.path)}: {error.message}" if error.path else error.message
+        pattern = ".".join("*" if isinstance(part, int) else part for part in error.path)
+        raise InvalidInputError(message, location=where, accepted=_RANGES.get(pattern, error.accepted)) from None
     if isinstance(raw, dict) and raw.get("schema") not in (None, INVENTORY_SCHEMA):
-        raise InvalidInputError(f"unsupported schema {raw.get('schema')!r}", location=where,
+        raise InvalidInputError(f"unsupported schema {shown(raw.get('schema'))}", location=where,
                                 accepted=INVENTORY_SCHEMA)
     try:
         inventory = NodeInventory.model_validate(raw)
     except ValidationError as error:
         first = error.errors()[0]
-        path = ".".join(str(part) for part in first["loc"])
-        raise InvalidInputError(f"{path}: {first['msg']}", location=where) from None
+        raise InvalidInputError(f"{_dotted(first['loc'])}: {first['msg']}", location=where) from None
     indices = [gpu.index for gpu in inventory.gpus]
     if sorted(indices) != list(range(len(indices))):
         raise InvalidInputError(f"GPU indices {sorted(indices)} are not 0..{len(indices) - 1}", location=where)
@@ -182,40 +295,143 @@ def catalog_model(product: str, memory_mib: int | None = None) -> str:
     return product
 
 
-def _resources(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+def _status_map(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``status.<key>`` (``allocatable`` or ``capacity``), or an empty map."""
     status = obj.get("status") or {}
-    value = status.get(key) or status.get("capacity") or {}
+    value = status.get(key) if isinstance(status, Mapping) else None
     return value if isinstance(value, Mapping) else {}
 
 
-def cpu_milli(quantity: str) -> int:
-    """A CPU quantity (``"48"``, ``"500m"``) in milli-cores."""
-    text = str(quantity)
-    return int(text[:-1]) if text.endswith("m") else int(float(text) * 1000)
+def cpu_milli(quantity: object) -> int:
+    """A CPU quantity (``"48"``, ``"500m"``) in milli-cores, rounded down (a node offers what it has).
+
+    Raises ``QuantityError`` (a ``ValueError``) for what is not a Kubernetes quantity or is beyond int64."""
+    return int(parse_quantity(quantity) * 1000)
 
 
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
-_DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
+def memory_mib(quantity: object) -> int:
+    """A memory quantity (``"384Gi"``, ``"1000M"``, bytes) in whole MiB, rounded down.
 
-
-def memory_mib(quantity: str) -> int:
-    """A memory quantity (``"384Gi"``, ``"1000M"``, bytes) in whole MiB, rounded down."""
-    text = str(quantity)
-    for suffix, factor in (*_BINARY.items(), *_DECIMAL.items()):
-        if text.endswith(suffix):
-            return int(float(text[: -len(suffix)]) * factor) // 2**20
-    return int(float(text)) // 2**20
+    Raises ``QuantityError`` (a ``ValueError``) for what is not a Kubernetes quantity or is beyond int64."""
+    return int(parse_quantity(quantity)) // 2**20
 
 
 def _ready(obj: Mapping[str, Any]) -> bool:
-    for condition in (obj.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
+    status = obj.get("status") or {}
+    for condition in (status.get("conditions") if isinstance(status, Mapping) else None) or []:
+        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
             return bool(condition.get("status") == "True")
     return False
 
 
+def _refused(name: str, where: str, raw: object, message: str, accepted: str) -> InvalidInputError:
+    """A value of the Node that cannot be read: ``node n1: status.allocatable.cpu: 'abc' is not ...``."""
+    return InvalidInputError(f"{shown(raw)} {message}", location=f"node {name}: {where}", accepted=accepted)
+
+
+def _host_amount(name: str, where: str, raw: object, convert: Callable[[object], int], high: int,
+                 unit: str) -> int:
+    """The node's CPU or memory, in the core's unit, within what the allocation book holds."""
+    try:
+        value = convert(raw)
+    except QuantityError as error:
+        raise _refused(name, where, raw, error.reason, error.accepted) from None
+    if value < 0:
+        raise _refused(name, where, raw, "is negative", f"0..{high} {unit}")
+    if value > high:
+        raise _refused(name, where, raw, f"is {value} {unit}, more than a node may have", f"0..{high} {unit}")
+    return value
+
+
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def _label_number(name: str, labels: Mapping[str, Any], key: str, high: int, accepted: str) -> int | None:
+    """A whole number in a GFD label: None where the label is absent or empty; ASCII digits, their length
+    and range checked before ``int`` reads them."""
+    raw = labels.get(key)
+    if raw is None or raw == "":
+        return None
+    text = raw.strip() if isinstance(raw, str) else ""
+    if len(text) > MAX_NUMBER_CHARS:
+        raise _refused(name, f"label {key}", raw, f"is {len(text)} characters long, not a count", accepted)
+    if not _DIGITS.fullmatch(text):
+        raise _refused(name, f"label {key}", raw, "is not a whole number", accepted)
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(high)) or int(digits) > high:
+        raise _refused(name, f"label {key}", raw, "is out of range", accepted)
+    return int(digits)
+
+
+@dataclass(frozen=True, slots=True)
+class _Advertised:
+    """The GPUs the node advertises as a resource: how many, and under which name (for the note)."""
+
+    resource: str
+    count: int
+
+
+def _advertised_count(name: str, table: str, resource: str, raw: object) -> int:
+    where = f"status.{table}.{resource}"
+    accepted = "a whole number of GPUs >= 0"
+    try:
+        value = parse_quantity(raw)
+    except QuantityError as error:
+        raise _refused(name, where, raw, error.reason, f"{accepted} ({QUANTITY_FORMS})") from None
+    if value < 0 or value != value.to_integral_value():
+        raise _refused(name, where, raw, "is not a whole number of GPUs >= 0", accepted)
+    return int(value)
+
+
+def _advertised(name: str, obj: Mapping[str, Any], *, mig: bool) -> _Advertised | None:
+    """How many GPUs the node advertises, read as the kubelet reports it: ``status.allocatable`` of a
+    resource, else ``status.capacity`` (allocatable leaves out the devices a device plugin reports
+    unhealthy). ``kubecell.io/gpu`` (kubecell's device plugin: one device per GPU, or per MIG instance on a
+    node in MIG mode) wins; else, on a MIG node, NVIDIA's ``mixed`` strategy's ``nvidia.com/mig-<profile>``
+    resources together; else ``nvidia.com/gpu`` (NVIDIA's device plugin; its ``single`` MIG strategy counts
+    MIG instances there). None where the node advertises none: the inventory then stands alone."""
+    count = _advertised_resource(name, obj, RESOURCE_GPU)
+    if count is not None:
+        return _Advertised(RESOURCE_GPU, count)
+    if mig:
+        profiles = sorted({key for table in ("allocatable", "capacity") for key in _status_map(obj, table)
+                           if isinstance(key, str) and key.startswith(MIG_RESOURCE_PREFIX)})
+        if profiles:
+            named = ", ".join(profiles) if len(profiles) <= 3 else f"{MIG_RESOURCE_PREFIX}*"
+            return _Advertised(named, sum(_advertised_resource(name, obj, profile) or 0 for profile in profiles))
+    count = _advertised_resource(name, obj, NVIDIA_GPU)
+    return None if count is None else _Advertised(NVIDIA_GPU, count)
+
+
+def _kept(gpus: Sequence[Gpu], advertised: _Advertised | None, listing: str, unit: str) -> tuple[int, str]:
+    """How many of ``gpus`` (in index order) the view keeps, and the note saying why when it drops some.
+
+    The node advertises the devices its device plugin reports healthy (the kubelet leaves unhealthy ones out
+    of allocatable), so the inventory's *healthy* GPUs are compared with the advertised count: a node with
+    one failed GPU of eight advertises 7 and keeps all eight, the failed one marked unhealthy. Beyond the
+    count, the view keeps the lowest indices (the longest prefix holding no more healthy GPUs than
+    advertised): indices stay 0..n-1, so allocation records keep naming the same GPUs."""
+    healthy = sum(gpu.healthy for gpu in gpus)
+    if advertised is None or healthy <= advertised.count:
+        return len(gpus), ""
+    kept = seen = 0
+    for gpu in gpus:
+        if gpu.healthy:
+            if seen == advertised.count:
+                break
+            seen += 1
+        kept += 1
+    listed = f"{len(gpus)} {unit}s" + (f" ({healthy} healthy)" if healthy != len(gpus) else "")
+    using = f"{kept}" + (f" ({seen} healthy)" if seen != kept else "")
+    return kept, (f"{listing} lists {listed} but the node advertises {advertised.resource}: {advertised.count}; "
+                  f"using {using}")
+
+
 def node_view(obj: Mapping[str, Any]) -> NodeView:
-    """Read a Node object (a dict as the API returns it) into the core's model."""
+    """Read a Node object (a dict as the API returns it) into the core's model.
+
+    Raises ``InvalidInputError`` naming the node and the field for anything it cannot read (the scheduler
+    then leaves the node out with that reason)."""
     meta = obj.get("metadata") or {}
     name = str(meta.get("name", ""))
     labels: dict[str, str] = dict(meta.get("labels") or {})
@@ -224,45 +440,126 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
         return NodeView(name, None, "cordoned (spec.unschedulable)")
     if not _ready(obj):
         return NodeView(name, None, "not Ready")
-    allocatable = _resources(obj, "allocatable")
+    table = "allocatable" if _status_map(obj, "allocatable") else "capacity"
+    amounts = _status_map(obj, table)
     rack, zone = rack_and_zone_from_labels(labels)
-    cpu = cpu_milli(allocatable.get("cpu", "0"))
-    memory = memory_mib(allocatable.get("memory", "0"))
+    cpu = _host_amount(name, f"status.{table}.cpu", amounts.get("cpu", "0"), cpu_milli, MAX_CPU_MILLI, "milli-CPU")
+    memory = _host_amount(name, f"status.{table}.memory", amounts.get("memory", "0"), memory_mib, MAX_MEMORY_MIB,
+                          "MiB")
+    try:
+        host = Node(name, cpu, memory, rack=rack, zone=zone, labels=labels)
+    except InvalidInputError as error:  # a Node object without a name: only a hand-built one
+        raise InvalidInputError(error.message, location=f"node {name!r}", field=error.field,
+                                accepted=error.accepted) from None
     text = annotations.get(ANNOTATION_INVENTORY)
     if text:
-        inventory = parse_inventory(text, node=name)
-        records = sorted(inventory.gpus, key=lambda gpu: gpu.index)
-        modes = tuple(mode for mode in inventory.isolation if mode != "mig")
-        layout = mig_layout(records, agent_gives_mig="mig" in inventory.isolation)
-        if layout is not None:  # MIG instances are the GPUs here (or, where they cannot be placed, none)
-            node = Node(name, cpu, memory, layout.gpus, nvlink_groups=layout.nvlink_groups,
-                        numa_groups=layout.numa_groups, rack=rack, zone=zone, labels=labels)
-            return NodeView(name, node, uuids=layout.uuids, source="inventory",
-                            isolation=("mig",) if layout.gpus else modes, serial_binds=inventory.device_plugin,
-                            gpu_note=layout.note)
-        gpus = tuple(Gpu(g.index, g.model, g.memory_mib, g.healthy) for g in records)
-        peers = {g.index: {p for p in g.nvlink_peers if 0 <= p < len(records)} for g in records}
-        for index, linked in list(peers.items()):
-            for peer in linked:
-                peers[peer].add(index)
-        numa: dict[int, set[int]] = {}
-        for g in records:
-            numa.setdefault(g.numa_node if g.numa_node is not None else -1, set()).add(g.index)
-        node = Node(name, cpu, memory, gpus, nvlink_groups=_groups(peers) if records else (),
-                    numa_groups=tuple(tuple(sorted(members)) for _, members in sorted(numa.items())),
-                    rack=rack, zone=zone, labels=labels)
-        return NodeView(name, node, uuids=tuple(g.uuid for g in records), source="inventory",
-                        isolation=modes or ("accounting",), serial_binds=inventory.device_plugin)
-    count = int(labels.get(GFD_COUNT) or _resources(obj, "allocatable").get(NVIDIA_GPU, 0) or 0)
-    if count:
-        product = labels.get(GFD_PRODUCT, "")
-        label_memory = int(labels[GFD_MEMORY]) if labels.get(GFD_MEMORY, "").isdigit() else None
-        model = catalog_model(product, label_memory) if product else "unknown"
-        spec = GPU_MODELS.get(model)
-        gpu_memory = label_memory if label_memory is not None else (spec.memory_mib if spec else UNKNOWN_GPU_MEMORY_MIB)
-        gpus = tuple(Gpu(i, model, gpu_memory) for i in range(count))
-        return NodeView(name, Node(name, cpu, memory, gpus, rack=rack, zone=zone, labels=labels), source="gfd")
-    return NodeView(name, Node(name, cpu, memory, (), rack=rack, zone=zone, labels=labels))
+        return _inventory_view(obj, name, text, host)
+    return _gfd_view(obj, name, labels, host)
+
+
+def _core_node(where: str, host: Node, gpus: tuple[Gpu, ...], *, nvlink_groups: tuple[tuple[int, ...], ...] = (),
+               numa_groups: tuple[tuple[int, ...], ...] = ()) -> Node:
+    """The core node of ``host`` with ``gpus``; what the core refuses (GPUs of several models, say) is told at
+    ``where``, the annotation or label the GPUs came from."""
+    try:
+        return Node(host.name, host.cpu_milli, host.memory_mib, gpus, nvlink_groups=nvlink_groups,
+                    numa_groups=numa_groups, rack=host.rack, zone=host.zone, labels=host.labels)
+    except InvalidInputError as error:
+        raise InvalidInputError(error.message, location=where, field=error.field, accepted=error.accepted) from None
+
+
+def _inventory_view(obj: Mapping[str, Any], name: str, text: str, host: Node) -> NodeView:
+    """The node agent's inventory (``host``: the node without GPUs), cut to what the node advertises."""
+    where = f"node {name}: annotation {ANNOTATION_INVENTORY}"
+    inventory = parse_inventory(text, node=name)
+    records = sorted(inventory.gpus, key=lambda gpu: gpu.index)
+    modes = tuple(mode for mode in inventory.isolation if mode != "mig")
+    layout = mig_layout(records, agent_gives_mig="mig" in inventory.isolation)
+    if layout is not None:  # MIG instances are the GPUs here (or, where they cannot be placed, none)
+        kept, note = _kept(layout.gpus, _advertised(name, obj, mig=True) if layout.gpus else None, "inventory",
+                           "MIG instance")
+        layout = layout.first(kept)
+        node = _core_node(where, host, layout.gpus, nvlink_groups=layout.nvlink_groups,
+                          numa_groups=layout.numa_groups)
+        return NodeView(name, node, uuids=layout.uuids, source="inventory",
+                        isolation=("mig",) if layout.gpus else modes, serial_binds=inventory.device_plugin,
+                        gpu_note=layout.note, inventory_note=note)
+    listed = tuple(Gpu(g.index, g.model, g.memory_mib, g.healthy) for g in records)
+    kept, note = _kept(listed, _advertised(name, obj, mig=False) if listed else None, "inventory", "GPU")
+    records, gpus = records[:kept], listed[:kept]
+    if len(gpus) > MAX_GPUS_PER_NODE:
+        raise InvalidInputError(f"gpus: lists {len(gpus)} GPUs, more than a node may have", location=where,
+                                accepted=f"at most {MAX_GPUS_PER_NODE} GPUs")
+    peers = {g.index: {p for p in g.nvlink_peers if 0 <= p < len(records)} for g in records}
+    for index, linked in list(peers.items()):
+        for peer in linked:
+            peers[peer].add(index)
+    numa: dict[int, set[int]] = {}
+    for g in records:
+        numa.setdefault(g.numa_node if g.numa_node is not None else -1, set()).add(g.index)
+    node = _core_node(where, host, gpus, nvlink_groups=_groups(peers) if records else (),
+                      numa_groups=tuple(tuple(sorted(members)) for _, members in sorted(numa.items())))
+    return NodeView(name, node, uuids=tuple(g.uuid for g in records), source="inventory",
+                    isolation=modes or ("accounting",), serial_binds=inventory.device_plugin, inventory_note=note)
+
+
+def _gfd_view(obj: Mapping[str, Any], name: str, labels: Mapping[str, str], host: Node) -> NodeView:
+    """GPUs from GPU Feature Discovery's labels (else the ``nvidia.com/gpu`` the node advertises): identical,
+    all healthy, no topology below the node; a count beyond what the node advertises is cut to it."""
+    # any count is read here: one beyond what the node advertises is cut to it before the node's limit applies
+    label_count = _label_number(name, labels, GFD_COUNT, 2**63 - 1,
+                                f"a whole number of GPUs in digits 0-9, at most {MAX_GPUS_PER_NODE} on a node")
+    if label_count is not None:
+        count, listing = label_count, f"label {GFD_COUNT}"
+    else:
+        plain = _advertised_resource(name, obj, NVIDIA_GPU)
+        count, listing = plain or 0, NVIDIA_GPU
+    if not count:
+        return NodeView(name, host)
+    note = ""
+    advertised = _advertised(name, obj, mig=False)
+    if advertised is not None and advertised.count < count:
+        note = (f"{listing} lists {count} GPUs but the node advertises {advertised.resource}: {advertised.count}; "
+                f"using {advertised.count}")
+        count = advertised.count
+    if count > MAX_GPUS_PER_NODE:
+        where = f"label {GFD_COUNT}" if label_count is not None else f"{NVIDIA_GPU} (allocatable, else capacity)"
+        raise InvalidInputError(f"{count} GPUs are more than a node may have", location=f"node {name}: {where}",
+                                accepted=f"0..{MAX_GPUS_PER_NODE} GPUs")
+    if not count:
+        return NodeView(name, host, inventory_note=note)
+    product = labels.get(GFD_PRODUCT, "")
+    product = product if isinstance(product, str) else ""
+    label_memory = _gfd_memory(name, labels)
+    model = catalog_model(product, label_memory) if product else "unknown"
+    spec = GPU_MODELS.get(model)
+    gpu_memory = label_memory if label_memory is not None else (spec.memory_mib if spec else UNKNOWN_GPU_MEMORY_MIB)
+    gpus = tuple(Gpu(i, model, gpu_memory) for i in range(count))
+    return NodeView(name, _core_node(f"node {name}: label {GFD_PRODUCT}", host, gpus), source="gfd",
+                    inventory_note=note)
+
+
+def _advertised_resource(name: str, obj: Mapping[str, Any], resource: str) -> int | None:
+    """One resource's count, from ``status.allocatable``, else ``status.capacity``; None where neither has it."""
+    for table in ("allocatable", "capacity"):
+        values = _status_map(obj, table)
+        if resource in values:
+            return _advertised_count(name, table, resource, values[resource])
+    return None
+
+
+def _gfd_memory(name: str, labels: Mapping[str, Any]) -> int | None:
+    """``nvidia.com/gpu.memory`` (MiB per GPU); None where it is absent or not digits (GFD writes digits, and
+    a label it did not write is left for the catalog's size, as before); digits beyond what a GPU may have
+    are refused."""
+    raw = labels.get(GFD_MEMORY, "")
+    if not isinstance(raw, str) or not _DIGITS.fullmatch(raw):
+        return None
+    digits = raw.lstrip("0") or "0"
+    if len(digits) > len(str(MAX_GPU_MEMORY_MIB)) or int(digits) > MAX_GPU_MEMORY_MIB:
+        raise _refused(name, f"label {GFD_MEMORY}", raw, "is more MiB than a GPU may have",
+                       f"0..{MAX_GPU_MEMORY_MIB} MiB")
+    return int(digits)
 
 
 def inventory_of(node: Node, uuids: Sequence[str] | None = None, *, agent: str = "") -> NodeInventory:

@@ -58,6 +58,20 @@ class MigLayout:
     note: str = ""
     """Why the node's GPUs cannot be placed ("" when they can)."""
 
+    def first(self, count: int) -> MigLayout:
+        """The layout with only its first ``count`` instances (the lowest positions), its NUMA and per-GPU
+        groups cut to them: what the scheduler keeps when the node advertises fewer instances than its
+        inventory lists (``kubecell.k8s.inventory``)."""
+        if count >= len(self.gpus):
+            return self
+
+        def cut(groups: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+            kept = (tuple(index for index in group if index < count) for group in groups)
+            return tuple(group for group in kept if group)
+
+        return MigLayout(self.gpus[:count], self.uuids[:count], cut(self.numa_groups), cut(self.nvlink_groups),
+                         self.note)
+
 
 def mig_layout(records: Sequence[GpuRecord], *, agent_gives_mig: bool) -> MigLayout | None:
     """The placeable MIG instances of a node whose GPUs are ``records`` (sorted by index); None when no GPU

@@ -18,6 +18,12 @@ is never half-read.
 
 ``allocationId`` is ``<pod UID>-<attempt>``: unique (a UID is never reused) and deterministic, so a
 scheduler that restarts in the middle of a bind writes the same id again and every write is idempotent.
+
+Anyone who can edit a pod can write this annotation, so it is read with bounds: the text's length before
+JSON reads it, every number's digits before Python converts it (``int`` raises ``ValueError`` beyond 4,300
+digits), every amount within what the allocation book holds (``kubecell.core.limits``), every text within
+what the name it carries may be (a node's name, a VC's, a group key). What is out of bounds is a
+``RecordError`` like any other bad record.
 """
 
 from __future__ import annotations
@@ -31,14 +37,34 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 
 from kubecell.core.engine.job import JobClass
 from kubecell.core.errors import InvalidInputError
-from kubecell.core.limits import MAX_GPUS_PER_NODE
+from kubecell.core.limits import (
+    AMOUNT_BITS,
+    MAX_CPU_MILLI,
+    MAX_GANG_MEMBERS,
+    MAX_GPU_MEMORY_MIB,
+    MAX_GPUS_PER_NODE,
+    MAX_MEMORY_MIB,
+)
 from kubecell.core.model import MILLI_PER_GPU, Allocation
 from kubecell.core.validation import explain_validation_error, key_path
-from kubecell.k8s.inventory import NodeView
+from kubecell.k8s.dialects.demand import MAX_NAME_CHARS, shown
+from kubecell.k8s.inventory import MAX_UUID_CHARS, AnnotationJsonError, NodeView, load_annotation_json
 from kubecell.k8s.names import ANNOTATION_ALLOCATION, ISOLATION_MODES
 
 ALLOCATION_SCHEMA: Final = "kubecell.io/allocation/v1"
 _SCHEMA_FAMILY = "kubecell.io/allocation/"
+
+MAX_RECORD_CHARS = 64 * 1024
+"""The longest annotation read: a record of 64 GPUs with every text at its longest is under 24 KiB."""
+MAX_ATTEMPT = 1 << AMOUNT_BITS
+"""The most placements of one pod a record may count (a count of preemptions: never near it)."""
+MAX_UID_CHARS = 128
+"""A pod's UID (Kubernetes writes a 36-character UUID)."""
+MAX_JOB_CHARS = 63 + 1 + MAX_NAME_CHARS
+"""A group key or a pod's key, ``<namespace>/<name>``: a namespace has at most 63 characters, a name 253."""
+MAX_IDENTITY_CHARS = 512
+"""A scheduler's leader-election identity (kubecell's default is ``<host name>-<pid>``; a host name has at most
+253 characters)."""
 
 
 class RecordError(InvalidInputError):
@@ -52,9 +78,9 @@ class GpuGrant(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
     index: int = Field(ge=0, lt=MAX_GPUS_PER_NODE)
-    uuid: str = Field(min_length=1)
+    uuid: str = Field(min_length=1, max_length=MAX_UUID_CHARS)
     milli: int = Field(ge=0, le=MILLI_PER_GPU)
-    memory_mib: int = Field(ge=0, alias="memoryMiB")
+    memory_mib: int = Field(ge=0, le=MAX_GPU_MEMORY_MIB, alias="memoryMiB")
 
 
 class AllocationRecord(BaseModel):
@@ -62,23 +88,24 @@ class AllocationRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
     schema_: Literal["kubecell.io/allocation/v1"] = Field(default=ALLOCATION_SCHEMA, alias="schema")
-    allocation_id: str = Field(min_length=1, alias="allocationId")
-    pod_uid: str = Field(min_length=1, alias="podUID")
-    attempt: int = Field(ge=0)
-    node: str = Field(min_length=1)
-    gpus: list[GpuGrant] = Field(default_factory=list)
-    cpu_milli: int = Field(ge=0, alias="cpuMilli")
-    memory_mib: int = Field(ge=0, alias="memoryMiB")
+    allocation_id: str = Field(min_length=1, max_length=MAX_UID_CHARS + 1 + len(str(MAX_ATTEMPT)),
+                               alias="allocationId")
+    pod_uid: str = Field(min_length=1, max_length=MAX_UID_CHARS, alias="podUID")
+    attempt: int = Field(ge=0, le=MAX_ATTEMPT)
+    node: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    gpus: list[GpuGrant] = Field(default_factory=list, max_length=MAX_GPUS_PER_NODE)
+    cpu_milli: int = Field(ge=0, le=MAX_CPU_MILLI, alias="cpuMilli")
+    memory_mib: int = Field(ge=0, le=MAX_MEMORY_MIB, alias="memoryMiB")
     isolation: Literal["accounting", "mps", "mig"] = "accounting"
-    job: str = Field(min_length=1)
-    vc: str = Field(min_length=1)
+    job: str = Field(min_length=1, max_length=MAX_JOB_CHARS)
+    vc: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     job_class: Literal["guaranteed", "borrowed", "opportunistic"] = Field(alias="class")
-    member: int = Field(ge=0)
-    batch: int = Field(ge=1)
+    member: int = Field(ge=0, lt=MAX_GANG_MEMBERS)
+    batch: int = Field(ge=1, le=MAX_GANG_MEMBERS)
     """How many members were placed together in this decision (1 for a pod alone). A restarted scheduler
     finds a gang's records complete (bind the rest) or short of ``batch`` (roll back): records are all
     written before the first Binding."""
-    scheduler: str = Field(min_length=1)
+    scheduler: str = Field(min_length=1, max_length=MAX_IDENTITY_CHARS)
     created_at: AwareDatetime = Field(alias="createdAt")
 
     @field_serializer("created_at")
@@ -118,7 +145,7 @@ def _inconsistency(record: AllocationRecord) -> tuple[str, str, str | None] | No
     """What in a well-typed record contradicts itself: (key path, problem, accepted), or None."""
     expected = allocation_id(record.pod_uid, record.attempt)
     if record.allocation_id != expected:
-        return ("allocationId", f"is {record.allocation_id!r} but podUID and attempt give {expected!r}",
+        return ("allocationId", f"is {shown(record.allocation_id)} but podUID and attempt give {shown(expected)}",
                 "<podUID>-<attempt>")
     indices = [gpu.index for gpu in record.gpus]
     if len(set(indices)) != len(indices):
@@ -146,25 +173,47 @@ def _check_time(raw: Mapping[str, Any], where: str) -> None:
     except ValueError:
         moment = None
     if moment is None or moment.tzinfo is None:
-        raise RecordError(f"createdAt: {value!r} is not a time with a zone", location=where,
+        raise RecordError(f"createdAt: {shown(value)} is not a time with a zone", location=where,
                           accepted="RFC 3339, e.g. 2026-11-23T12:00:00Z")
 
 
+def _text(most: int) -> str:
+    return f"non-empty text of at most {most} characters"
+
+
 _COUNT = "a whole number >= 0"
+"""Numbers are told as whole numbers; a number above its field's bound is told the bound in the message
+(``must be at most 1099511627776, got ...``)."""
 _ACCEPTED = {
     "isolation": ", ".join(ISOLATION_MODES),
     "class": ", ".join(kind.value for kind in JobClass),
-    "gpus": "a list of {index, uuid, milli, memoryMiB}",
+    "gpus": f"a list of at most {MAX_GPUS_PER_NODE} {{index, uuid, milli, memoryMiB}}",
     "gpus.*": "{index, uuid, milli, memoryMiB}",
     "gpus.*.index": f"0..{MAX_GPUS_PER_NODE - 1}",
-    "gpus.*.uuid": "the GPU's UUID",
+    "gpus.*.uuid": f"the GPU's UUID, at most {MAX_UUID_CHARS} characters",
     "gpus.*.milli": f"0..{MILLI_PER_GPU}",
     "gpus.*.memoryMiB": _COUNT,
     **dict.fromkeys(("attempt", "cpuMilli", "memoryMiB", "member"), _COUNT),
     "batch": "a whole number >= 1",
-    **dict.fromkeys(("allocationId", "podUID", "node", "job", "vc", "scheduler"), "non-empty text"),
+    "allocationId": "<podUID>-<attempt>",
+    "podUID": _text(MAX_UID_CHARS),
+    "node": _text(MAX_NAME_CHARS),
+    "job": _text(MAX_JOB_CHARS),
+    "vc": _text(MAX_NAME_CHARS),
+    "scheduler": _text(MAX_IDENTITY_CHARS),
     "createdAt": "RFC 3339, e.g. 2026-11-23T12:00:00Z",
 }
+_RANGES = {
+    "gpus.*.index": f"0..{MAX_GPUS_PER_NODE - 1}",
+    "gpus.*.milli": f"0..{MILLI_PER_GPU}",
+    "gpus.*.memoryMiB": f"0..{MAX_GPU_MEMORY_MIB}",
+    "attempt": f"0..{MAX_ATTEMPT}",
+    "cpuMilli": f"0..{MAX_CPU_MILLI}",
+    "memoryMiB": f"0..{MAX_MEMORY_MIB}",
+    "member": f"0..{MAX_GANG_MEMBERS - 1}",
+    "batch": f"1..{MAX_GANG_MEMBERS}",
+}
+"""Each number's range, for a number whose digits alone put it out of range (never converted)."""
 _YAML_HINT = " (YAML reads yes, no, on and off as true and false)"
 """The shared formatter's hint for booleans in YAML input; a record is JSON, where it would mislead."""
 _KEYS = ("schema, allocationId, podUID, attempt, node, gpus, cpuMilli, memoryMiB, isolation, job, vc, class, member, "
@@ -190,11 +239,15 @@ def _validated(raw: Mapping[str, Any], where: str) -> AllocationRecord:
     return record
 
 
+class _RepeatedKeyError(ValueError):
+    """A JSON object with one key twice (JSON leaves it undefined which one counts)."""
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     for key, value in pairs:
         if key in seen:
-            raise ValueError(f"has the key {key!r} twice")
+            raise _RepeatedKeyError(f"has the key {shown(key)} twice")
         seen[key] = value
     return seen
 
@@ -204,11 +257,16 @@ def parse_record(text: str, *, pod: str, uid: str | None = None) -> AllocationRe
     record was written for this very pod and not copied with its manifest from another."""
     where = _where(pod)
     try:
-        raw = json.loads(text, object_pairs_hook=_unique_keys)
+        raw = load_annotation_json(text, max_chars=MAX_RECORD_CHARS, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as error:
         raise RecordError(f"is not JSON ({error.msg} at character {error.pos})", location=where) from None
-    except ValueError as error:
+    except _RepeatedKeyError as error:
         raise RecordError(str(error), location=where, accepted="each key once") from None
+    except AnnotationJsonError as error:
+        path = tuple("*" if isinstance(part, int) else part for part in error.path)
+        message = f"{key_path(error.path)}: {error.message}" if error.path else error.message
+        accepted = _RANGES.get(".".join(str(part) for part in path)) or error.accepted
+        raise RecordError(message, location=where, accepted=accepted) from None
     if not isinstance(raw, dict):
         raise RecordError("is not a JSON object", location=where, accepted=f"an object with schema {ALLOCATION_SCHEMA}")
     schema = raw.get("schema")
@@ -216,16 +274,16 @@ def parse_record(text: str, *, pod: str, uid: str | None = None) -> AllocationRe
         if schema is None:
             message = "has no schema"
         elif isinstance(schema, str) and schema.startswith(_SCHEMA_FAMILY):
-            message = f"schema {schema!r} is not a version this kubecell reads"
+            message = f"schema {shown(schema)} is not a version this kubecell reads"
         else:
-            message = f"schema {schema!r} is not an allocation record"
+            message = f"schema {shown(schema)} is not an allocation record"
         raise RecordError(message, location=where, accepted=ALLOCATION_SCHEMA)
     _check_time(raw, where)
     if isinstance(raw.get("createdAt"), str):
         raw["createdAt"] = datetime.fromisoformat(raw["createdAt"].replace("Z", "+00:00"))
     record = _validated(raw, where)
     if uid is not None and record.pod_uid != uid:
-        raise RecordError(f"podUID: was written for pod UID {record.pod_uid!r}, not this pod ({uid!r}); an "
+        raise RecordError(f"podUID: was written for pod UID {shown(record.pod_uid)}, not this pod ({shown(uid)}); an "
                           "annotation copied from another pod is never trusted", location=where,
                           accepted="a record written by the scheduler for this pod")
     return record

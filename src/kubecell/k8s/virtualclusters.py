@@ -9,6 +9,11 @@ kubecell can judge it: the objects are turned into the tenants document ``resolv
 (the same rules as the ConfigMap's), and the verdict goes back onto each object as its ``Accepted``
 condition (``metav1.Condition``) through the status subresource, with a Warning Event when refused.
 
+The API server's schema is not the only guard: a VirtualCluster written while the CRD was older (or without
+its schema) reaches kubecell as it was stored, so ``resolve`` first checks what the tenants document cannot
+(``spec_problem``: a spec that is not a mapping, nesting deeper than the schema allows, a number beyond the
+schema's int64), and every object is judged, never raised out of the scheduler.
+
 A refused set never replaces the configuration in force: the scheduler keeps the last accepted set of
 VirtualClusters (or, before any was accepted, the ConfigMap or the whole-cluster default), so one bad
 edit cannot take every tenant's guarantee away. The set is all or nothing, because guarantees are only
@@ -21,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +36,7 @@ from kubecell.core.tenancy.config import Tenants, resolve_tenants
 from kubecell.core.topology import CellForest
 from kubecell.core.validation import KeyPath, key_path
 from kubecell.k8s.clock import rfc3339
+from kubecell.k8s.dialects.demand import shown
 from kubecell.k8s.rest import ApiError, Kube
 from kubecell.k8s.scheduler.actions import event_body
 
@@ -43,6 +50,13 @@ PATH = f"/apis/{GROUP}/{VERSION}/virtualclusters"
 CONDITION = "Accepted"
 EVENT_NAMESPACE = "default"
 """Events about cluster-scoped objects go to ``default``, as client-go's event recorder puts them."""
+
+MAX_SPEC_DEPTH = 8
+"""The deepest nesting a spec may have: the schema's is 2 (``spec.cells.<type>``, ``spec.pinnedCells[i]``); a
+spec nested thousands deep would exhaust Python's stack in ``json.dumps`` and pydantic."""
+MAX_SPEC_NUMBER = 2**63 - 1
+"""The schema's numbers are int64 (and far smaller: gpus <= 1,000,000); a larger one is refused before any
+message has to write it out (Python refuses to write an integer of more than 4,300 digits)."""
 
 SPEC_FIELDS = ("cells", "pinnedCells", "weight", "borrowLimitGpus", "minRuntimeMinutes")
 """Spec fields that are the tenants document's own, copied as they are (``gpus``/``chain`` are mapped)."""
@@ -66,8 +80,55 @@ def name_of(obj: Mapping[str, Any]) -> str:
     return str(obj["metadata"]["name"])
 
 
+def generation_of(obj: Mapping[str, Any]) -> int:
+    """``metadata.generation`` (an int64 the API server sets); 0 for anything else a hand-built object holds."""
+    value = (obj.get("metadata") or {}).get("generation")
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2**63 - 1 else 0
+
+
+def spec_problem(obj: Mapping[str, Any]) -> InvalidInputError | None:
+    """What in the object's spec no tenants document could hold, located at the spec's own path; None when
+    the spec is a mapping of text keys, at most ``MAX_SPEC_DEPTH`` deep, with numbers within int64. Walked
+    without recursion, so no spec can exhaust the stack here."""
+    where = f"{KIND} {name_of(obj)}: spec"
+    spec = obj.get("spec")
+    if spec is None:
+        return None
+    if not isinstance(spec, Mapping):
+        return InvalidInputError(f"is {shown(spec)}, not a mapping", location=where,
+                                 accepted="a mapping of cells, gpus, chain, pinnedCells, weight, borrowLimitGpus, "
+                                 "minRuntimeMinutes")
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), spec)]
+    while stack:
+        path, value = stack.pop()
+        at = where + (f".{key_path(path)}" if path else "")
+        if len(path) > MAX_SPEC_DEPTH:
+            return InvalidInputError(f"nests deeper than {MAX_SPEC_DEPTH} levels", location=at,
+                                     accepted="the VirtualCluster schema's fields")
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    return InvalidInputError(f"has the key {shown(key)}, which is not text", location=at,
+                                             accepted="text keys")
+                stack.append(((*path, key), item))
+        elif isinstance(value, list | tuple):
+            stack.extend(((*path, index), item) for index, item in enumerate(value))
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SPEC_NUMBER:
+            return InvalidInputError(f"{shown(value)} is beyond int64", location=at,
+                                     accepted="the numbers of the VirtualCluster schema (int64, gpus at most 1000000)")
+        elif isinstance(value, float) and not (math.isfinite(value) and abs(value) <= MAX_SPEC_NUMBER):
+            return InvalidInputError(f"{shown(value)} is not a finite number within int64", location=at,
+                                     accepted="the numbers of the VirtualCluster schema")
+    return None
+
+
 def canonical_spec(obj: Mapping[str, Any]) -> str:
-    """The spec as one string, so a change of the spec (never of the status) is a change of tenants."""
+    """The spec as one string, so a change of the spec (never of the status) is a change of tenants. A spec
+    ``spec_problem`` refuses (which ``json.dumps`` might not even write) stands as its problem: such a spec
+    is never accepted, and a change of it that changes the problem is still a change."""
+    problem = spec_problem(obj)
+    if problem is not None:
+        return f"!{problem}"
     return json.dumps(obj.get("spec") or {}, sort_keys=True, separators=(",", ":"))
 
 
@@ -137,10 +198,14 @@ def resolve(objects: Iterable[Mapping[str, Any]], forest: CellForest,
     set the scheduler runs; see ``_culprits``); the others are ``NotApplied``."""
     items = sorted(objects, key=name_of)
     in_force = in_force or {}
-    generation = {name_of(obj): int(obj["metadata"].get("generation") or 0) for obj in items}
+    generation = {name_of(obj): generation_of(obj) for obj in items}
     own: dict[str, str] = {}
     gpus: dict[str, int] = {}
     for obj in items:
+        problem = spec_problem(obj)
+        if problem is not None:
+            own[name_of(obj)] = str(problem)
+            continue
         try:
             alone = resolve_tenants(tenant_document([obj]), forest, locate=locate)
             gpus[name_of(obj)] = alone.vcs[0].guaranteed_gpus
@@ -209,7 +274,7 @@ def condition(verdict: Verdict, previous: Mapping[str, Any] | None) -> dict[str,
 def accepted_as_is(obj: Mapping[str, Any]) -> bool:
     """Whether kubecell said the object is in force as written (``Accepted=True`` at its current generation)."""
     found = current_condition(obj)
-    generation = int((obj.get("metadata") or {}).get("generation") or 0)
+    generation = generation_of(obj)
     return found is not None and found.get("status") == "True" and found.get("observedGeneration") == generation
 
 

@@ -30,9 +30,14 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kubecell.core.errors import InvalidInputError
+from kubecell.core.limits import AMOUNT_BITS
 from kubecell.core.tenancy.feasibility import shortfalls
 from kubecell.core.topology import Cell, CellChain, CellForest
 from kubecell.core.validation import KeyPath, Locator, explain_validation_error, plain_locator
+
+MAX_BORROW_LIMIT_GPUS = 1 << AMOUNT_BITS
+"""The largest ``borrowLimitGpus``: its milli-GPUs (x 1000) stay an integer the engine can add up. Without a
+bound, a finite ``1e308`` became an infinite float and ``round`` raised ``OverflowError``."""
 
 # Counts are strict integers: YAML's ``yes``/``true`` must not silently become 1 GPU or 1 cell.
 PositiveCount = Annotated[int, Field(strict=True, ge=1)]
@@ -54,7 +59,8 @@ class VirtualClusterConfig(BaseModel):
     gpus: PositiveCount | GpuShorthand | None = None
     pinned_cells: list[str] = Field(default_factory=list, alias="pinnedCells")
     weight: float = Field(default=1.0, gt=0, strict=True)
-    borrow_limit_gpus: float | None = Field(default=None, ge=0, strict=True, alias="borrowLimitGpus")
+    borrow_limit_gpus: float | None = Field(default=None, ge=0, le=MAX_BORROW_LIMIT_GPUS, strict=True,
+                                            alias="borrowLimitGpus")
     min_runtime_minutes: float = Field(default=0.0, ge=0, strict=True, alias="minRuntimeMinutes")
 
 
@@ -123,7 +129,7 @@ FIELD_ACCEPTED = {
     "virtualClusters.*.pinnedCells": "a list of cell ids, e.g. [node-07, rack1, n0/4gpu1]",
     "virtualClusters.*.pinnedCells.*": "a cell id such as node-07, rack1 or n0/4gpu1",
     "virtualClusters.*.weight": "a finite number > 0",
-    "virtualClusters.*.borrowLimitGpus": "a finite number of GPUs >= 0",
+    "virtualClusters.*.borrowLimitGpus": f"a finite number of GPUs, 0..{MAX_BORROW_LIMIT_GPUS}",
     "virtualClusters.*.minRuntimeMinutes": "a finite number of minutes >= 0",
 }
 """What each field accepts, by key path (``*``: any VC, alias, cell type or list position)."""

@@ -9,14 +9,20 @@ it names the pod, the exact label, annotation or resource, the value found and w
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Literal
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import GPU_MODELS, Request, TopologyLevel
 
 Isolation = Literal["accounting", "mps", "mig"]
+
+MAX_NAME_CHARS = 253
+"""The longest name kubecell keeps from a pod (a group's name): a Kubernetes object's name is at most 253
+characters, and a group key ``<namespace>/<name>`` goes into every member's allocation record."""
 
 LARGEST_CATALOG_GPU_MEMORY_MIB = max(spec.memory_mib for spec in GPU_MODELS.values())
 """The most memory any GPU of the catalog has: a memory share above it cannot fit anywhere."""
@@ -107,10 +113,40 @@ class PodDemand:
 
 def show(value: object) -> str:
     """A label or annotation value as it appears in a message: quoted, and cut when long."""
-    text = str(value)
+    text = value if isinstance(value, str) else str(value) if isinstance(value, float | Decimal) else shown(value)
     if len(text) > 60:
         text = text[:57] + "..."
     return json.dumps(text, ensure_ascii=False)
+
+
+class _Cut(reprlib.Repr):
+    """``repr`` for messages about values anyone could have written: short whatever the value is.
+
+    ``reprlib`` already cuts long text, long lists and deep or self-referencing structures; a whole
+    number of thousands of digits would still be written out in full (and beyond 4,300 digits Python
+    refuses to write it at all), so such a number is told by its size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel = 3
+        self.maxstring = 60
+        self.maxother = 60
+        self.maxlong = 40
+        self.maxlist = self.maxtuple = self.maxdict = self.maxset = self.maxfrozenset = 6
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 128:  # about 39 digits: far beyond any amount a field holds
+            return f"<a whole number of about {int(x.bit_length() * 0.30103) + 1} digits>"
+        return super().repr_int(x, level)
+
+
+_CUT = _Cut()
+
+
+def shown(value: object) -> str:
+    """``repr(value)``, cut to a few dozen characters: safe for a message whatever the value (long text, a
+    number of 5,000 digits, a structure nested thousands deep)."""
+    return _CUT.repr(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,8 @@ from kubecell.core.model import MILLI_PER_GPU
 from kubecell.k8s import names
 from kubecell.k8s.dialects.demand import DialectOptions, PodMeta, show
 from kubecell.k8s.dialects.resources import (
+    DECIMAL_FORMS,
+    QuantityError,
     container_amounts_of,
     containers_asking,
     number_text,
@@ -220,9 +222,9 @@ def _label_number(pod: PodMeta, name: str) -> Decimal | None:
     if text is None:
         return None
     try:
-        value = parse_decimal(text)
-    except ValueError:
-        raise pod.label_error(name, "is not a number", "a decimal such as 0.5, 1 or 2") from None
+        value = parse_decimal(text, DECIMAL_FORMS)
+    except QuantityError as error:
+        raise pod.label_error(name, error.reason, error.accepted) from None
     if value < 0:
         raise pod.label_error(name, "is negative", "a number >= 0")
     return value

@@ -22,6 +22,7 @@ the numbers they state; anything else is refused, because a pod cannot wait for 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
@@ -29,9 +30,9 @@ from typing import Any
 
 from kubecell.core.limits import MAX_GANG_MEMBERS
 from kubecell.k8s import names
-from kubecell.k8s.dialects.demand import GroupDemand, PodMeta, show
+from kubecell.k8s.dialects.demand import MAX_NAME_CHARS, GroupDemand, PodMeta, show, shown
 from kubecell.k8s.dialects.hived import HivedSpec
-from kubecell.k8s.dialects.resources import parse_decimal
+from kubecell.k8s.dialects.resources import MAX_NUMBER_CHARS, QuantityError, parse_decimal
 
 PodGroups = Mapping[tuple[str, str], Mapping[str, Any]]
 """Known PodGroup objects by (namespace, name): their ``spec`` (at least ``minMember``)."""
@@ -50,14 +51,35 @@ class GroupClaim:
     waiting_for: str | None = None
 
 
+_DIGITS = re.compile(r"[0-9]+")
+"""ASCII digits: ``str.isdigit`` also takes ``"²"`` (which ``int`` refuses) and ``"١٢"`` (which it reads)."""
+
+
 def _count_text(pod: PodMeta, text: str, subject: str, field: str, low: int) -> int:
+    """A headcount or minimum written in a label or annotation: ASCII digits, its length and its range
+    checked before ``int`` reads it (which refuses more than 4,300 digits with a ``ValueError``)."""
+    accepted = f"{low}..{MAX_GANG_MEMBERS}"
+    if len(text) > MAX_NUMBER_CHARS:
+        raise pod.error(subject, f"is {len(text)} characters long, not a count", field=field, accepted=accepted)
     stripped = text.strip()
-    if not stripped.isdigit():
-        raise pod.error(subject, "is not a whole number", field=field, accepted=f"{low}..{MAX_GANG_MEMBERS}")
-    value = int(stripped)
-    if not low <= value <= MAX_GANG_MEMBERS:
-        raise pod.error(subject, "is out of range", field=field, accepted=f"{low}..{MAX_GANG_MEMBERS}")
-    return value
+    if not _DIGITS.fullmatch(stripped):
+        raise pod.error(subject, "is not a whole number (digits 0-9)", field=field, accepted=accepted)
+    digits = stripped.lstrip("0") or "0"
+    if len(digits) > len(str(MAX_GANG_MEMBERS)) or not low <= int(digits) <= MAX_GANG_MEMBERS:
+        raise pod.error(subject, "is out of range", field=field, accepted=accepted)
+    return int(digits)
+
+
+def _group_name(pod: PodMeta, name: str, subject: str, field: str) -> str:
+    """A group's name, trimmed: it becomes ``<namespace>/<name>``, the job of every member's allocation
+    record, so it is at most as long as a Kubernetes object's name."""
+    stripped = name.strip()
+    if not stripped:
+        raise pod.error(subject, "is empty", field=field, accepted="the group's name")
+    if len(stripped) > MAX_NAME_CHARS:
+        raise pod.error(subject, f"is {len(stripped)} characters long", field=field,
+                        accepted=f"a name of at most {MAX_NAME_CHARS} characters, as a Kubernetes object's")
+    return stripped
 
 
 def kubecell_group(pod: PodMeta) -> GroupClaim | None:
@@ -69,8 +91,7 @@ def kubecell_group(pod: PodMeta) -> GroupClaim | None:
                 raise pod.annotation_error(extra, f"is set without {names.ANNOTATION_GROUP}",
                                            f"{names.ANNOTATION_GROUP} naming the group, or neither")
         return None
-    if not name.strip():
-        raise pod.annotation_error(names.ANNOTATION_GROUP, "is empty", "the group's name")
+    group = _group_name(pod, name, f"annotation {names.ANNOTATION_GROUP} {show(name)}", names.ANNOTATION_GROUP)
     if names.ANNOTATION_GROUP_SIZE not in notes:
         raise pod.annotation_error(names.ANNOTATION_GROUP, f"names a group without {names.ANNOTATION_GROUP_SIZE}",
                                    f"{names.ANNOTATION_GROUP_SIZE}: the number of pods in the group")
@@ -86,7 +107,7 @@ def kubecell_group(pod: PodMeta) -> GroupClaim | None:
             raise pod.error(subject, f"is above the group's size {size}", field=names.ANNOTATION_GROUP_MIN,
                             accepted=f"1..{size}")
     return GroupClaim("kubecell", names.ANNOTATION_GROUP, f"annotation {names.ANNOTATION_GROUP} {show(name)}",
-                      name.strip(), size, minimum)
+                      group, size, minimum)
 
 
 def kubeshare_group(pod: PodMeta) -> GroupClaim | None:
@@ -101,8 +122,7 @@ def kubeshare_group(pod: PodMeta) -> GroupClaim | None:
                 raise pod.label_error(extra, f"is set without {names.KUBESHARE_GROUP_NAME}",
                                       f"{names.KUBESHARE_GROUP_NAME} naming the group, or neither")
         return None
-    if not name.strip():
-        raise pod.label_error(names.KUBESHARE_GROUP_NAME, "is empty", "the group's name")
+    group = _group_name(pod, name, f"label {names.KUBESHARE_GROUP_NAME} {show(name)}", names.KUBESHARE_GROUP_NAME)
     for needed in (names.KUBESHARE_GROUP_HEADCOUNT, names.KUBESHARE_GROUP_THRESHOLD):
         if needed not in labels:
             raise pod.label_error(names.KUBESHARE_GROUP_NAME, f"names a group without {needed} (KubeShare then "
@@ -112,10 +132,10 @@ def kubeshare_group(pod: PodMeta) -> GroupClaim | None:
     size = _count_text(pod, head_text, f"label {names.KUBESHARE_GROUP_HEADCOUNT} {show(head_text)}",
                        names.KUBESHARE_GROUP_HEADCOUNT, 1)
     try:
-        threshold = parse_decimal(labels[names.KUBESHARE_GROUP_THRESHOLD])
-    except ValueError:
-        raise pod.label_error(names.KUBESHARE_GROUP_THRESHOLD, "is not a number",
-                              "a fraction of the headcount in (0, 1], e.g. 0.5") from None
+        threshold = parse_decimal(labels[names.KUBESHARE_GROUP_THRESHOLD],
+                                  "a fraction of the headcount in (0, 1], e.g. 0.5")
+    except QuantityError as error:
+        raise pod.label_error(names.KUBESHARE_GROUP_THRESHOLD, error.reason, error.accepted) from None
     if not 0 < threshold <= 1:
         raise pod.label_error(names.KUBESHARE_GROUP_THRESHOLD, "is not a fraction of the headcount",
                               "a number in (0, 1], e.g. 0.5")
@@ -124,7 +144,7 @@ def kubeshare_group(pod: PodMeta) -> GroupClaim | None:
         raise pod.label_error(names.KUBESHARE_GROUP_THRESHOLD, f"of {size} pods rounds to no pod at all",
                               f"at least {Decimal(1) / (2 * size):.3g} for a headcount of {size}")
     return GroupClaim("kubeshare", names.KUBESHARE_GROUP_NAME, f"label {names.KUBESHARE_GROUP_NAME} {show(name)}",
-                      name.strip(), size, minimum)
+                      group, size, minimum)
 
 
 def hived_group(spec: HivedSpec | None) -> GroupClaim | None:
@@ -134,12 +154,16 @@ def hived_group(spec: HivedSpec | None) -> GroupClaim | None:
                       f"affinityGroup.name {show(spec.group)}", spec.group, spec.group_size, spec.group_size)
 
 
-def _min_member(pod: PodMeta, name: str, subject: str, field: str, spec: Mapping[str, Any]) -> int:
-    """``spec.minMember`` of a known PodGroup; absent or 0 means no gang constraint (1)."""
+def _min_member(pod: PodMeta, name: str, subject: str, field: str, spec: object) -> int:
+    """``spec.minMember`` of a known PodGroup; absent or 0 means no gang constraint (1). The spec is whatever
+    the PodGroup's author wrote (three CRDs, some without a schema), so its type is checked too."""
+    if not isinstance(spec, Mapping):
+        raise pod.error(subject, f"its PodGroup {pod.namespace}/{name} has a spec that is {shown(spec)}, not a "
+                        "mapping", field=field, accepted=f"a PodGroup with minMember 0..{MAX_GANG_MEMBERS}")
     value = spec.get("minMember", 0)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value > MAX_GANG_MEMBERS:
-        raise pod.error(subject, f"its PodGroup {pod.namespace}/{name} has spec.minMember {value!r}", field=field,
-                        accepted=f"a PodGroup with minMember 0..{MAX_GANG_MEMBERS}")
+        raise pod.error(subject, f"its PodGroup {pod.namespace}/{name} has spec.minMember {shown(value)}",
+                        field=field, accepted=f"a PodGroup with minMember 0..{MAX_GANG_MEMBERS}")
     return max(value, 1)
 
 
@@ -158,13 +182,14 @@ def podgroup_groups(pod: PodMeta, pod_groups: PodGroups) -> list[GroupClaim]:
         subject = f"{kind} {show(name)}"
         if not name.strip():
             raise pod.error(subject, "is empty", field=field, accepted="the name of a PodGroup")
-        spec = pod_groups.get((pod.namespace, name.strip()))
+        group = _group_name(pod, name, subject, field)
+        spec = pod_groups.get((pod.namespace, group))
         if spec is None:
-            claims.append(GroupClaim(source, field, subject, name.strip(), None, None,
-                                     waiting_for=f"PodGroup {pod.namespace}/{name.strip()}"))
+            claims.append(GroupClaim(source, field, subject, group, None, None,
+                                     waiting_for=f"PodGroup {pod.namespace}/{group}"))
         else:
-            minimum = _min_member(pod, name.strip(), subject, field, spec)
-            claims.append(GroupClaim(source, field, subject, name.strip(), None, minimum))
+            minimum = _min_member(pod, group, subject, field, spec)
+            claims.append(GroupClaim(source, field, subject, group, None, minimum))
     return claims
 
 

@@ -15,6 +15,13 @@ spelling, so kubecell does too. ``pinnedCellId`` is refused: kubecell places a V
 cells and has nothing the pod could pin. Keys HiveD ignores silently (a typo such as
 ``leafCellNumer``) are refused here with the list of known keys, and so are affinity groups whose
 members ask for different GPU counts, because kubecell's gangs are identical members.
+
+The annotation is text anyone who can create a pod writes, and YAML can say far more than HiveD's few keys:
+so it is read with limits (``_SpecLoader``): at most ``MAX_SPEC_CHARS`` characters, nested at most
+``MAX_SPEC_DEPTH`` levels (PyYAML composes recursively, and a few thousand ``[`` exhaust Python's stack), no
+aliases (``*name`` builds structures exponentially larger than the text, or ones that contain themselves),
+numbers of at most ``MAX_NUMBER_CHARS`` characters (PyYAML's int constructor raises ``ValueError`` beyond
+4,300 digits), dates that exist. Whatever the text, the result is a ``HivedSpec`` or a ``DemandError``.
 """
 
 from __future__ import annotations
@@ -24,10 +31,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from yaml.nodes import Node, ScalarNode
 
 from kubecell.core.limits import MAX_GANG_MEMBERS, MAX_GPUS_PER_NODE
 from kubecell.k8s import names
-from kubecell.k8s.dialects.demand import DemandError, PodMeta
+from kubecell.k8s.dialects.demand import MAX_NAME_CHARS, DemandError, PodMeta, show, shown
 
 OPPORTUNISTIC = -1
 MAX_GUARANTEED = 1000
@@ -36,6 +44,68 @@ _RENAMED = {"gpuType": "leafCellType", "gpuNumber": "leafCellNumber"}
 _TOP_KEYS = ("virtualCluster", "priority", "pinnedCellId", "leafCellType", "leafCellNumber", "gangReleaseEnable",
              "lazyPreemptionEnable", "ignoreK8sSuggestedNodes", "affinityGroup", *_RENAMED)
 _MEMBER_KEYS = ("podNumber", "leafCellNumber", "gpuNumber")
+
+MAX_SPEC_CHARS = 16 * 1024
+"""The longest annotation read. A spec is a few lines (an affinity group of ten member shapes is under 1 KiB);
+16 KiB bounds the time PyYAML's pure-Python parser spends on one pod to tens of milliseconds."""
+MAX_SPEC_DEPTH = 16
+"""The deepest nesting read: HiveD's spec is 5 levels deep (spec, affinityGroup, members, a member, a value)."""
+MAX_NUMBER_CHARS = 32
+"""The longest number read: every number of the spec is below 10^4 (a priority, GPUs, pods of a gang)."""
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """What the annotation's YAML uses that kubecell does not read there (an alias, deep nesting, a number of
+    thousands of digits, a date that does not exist), with where it is."""
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with the limits of the module docstring."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise _Refused(problem=f"uses the YAML alias *{event.anchor}, which kubecell does not read here",
+                           problem_mark=event.start_mark)
+        self.depth += 1
+        try:
+            if self.depth > MAX_SPEC_DEPTH:
+                raise _Refused(problem=f"nests deeper than {MAX_SPEC_DEPTH} levels",
+                               problem_mark=self.peek_event().start_mark)  # type: ignore[no-untyped-call]
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+def _scalar(node: Node) -> ScalarNode:
+    if not isinstance(node, ScalarNode):  # the resolver gives int and timestamp tags to scalars only
+        raise _Refused(problem="has a number or date that is not a scalar", problem_mark=node.start_mark)
+    return node
+
+
+def _bounded_int(loader: _SpecLoader, node: Node) -> Any:
+    """YAML's int, its text checked for length before Python converts it."""
+    scalar = _scalar(node)
+    if len(str(scalar.value)) > MAX_NUMBER_CHARS:
+        raise _Refused(problem=f"has a number of {len(str(scalar.value))} characters, more than any field holds",
+                       problem_mark=node.start_mark)
+    return loader.construct_yaml_int(scalar)
+
+
+def _checked_timestamp(loader: _SpecLoader, node: Node) -> Any:
+    """YAML's timestamp; a date that does not exist (``2020-02-30``) is a YAML error, not a ``ValueError``."""
+    try:
+        return loader.construct_yaml_timestamp(_scalar(node))
+    except ValueError as error:
+        raise _Refused(problem=f"has a date that does not exist ({error})", problem_mark=node.start_mark) from None
+
+
+_SpecLoader.add_constructor("tag:yaml.org,2002:int", _bounded_int)
+_SpecLoader.add_constructor("tag:yaml.org,2002:timestamp", _checked_timestamp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,15 +131,19 @@ def _renamed(pod: PodMeta, mapping: Mapping[str, Any], path: str) -> dict[str, A
     for old, new in _RENAMED.items():
         if old in mapping:
             if new in mapping and mapping[new] != mapping[old]:
-                raise _error(pod, f"{path}{old}", f"says {mapping[old]!r} but {new} says {mapping[new]!r}",
+                raise _error(pod, f"{path}{old}", f"says {shown(mapping[old])} but {new} says {shown(mapping[new])}",
                              f"{new} alone ({old} is its old name)")
             out[new] = mapping[old]
     return out
 
 
+def _at(mark: Any) -> str:
+    return f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+
+
 def _integer(pod: PodMeta, value: Any, path: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _error(pod, path, f"must be a whole number, got {value!r}", f"{low}..{high}")
+        raise _error(pod, path, f"must be a whole number, got {shown(value)}", f"{low}..{high}")
     if not low <= value <= high:
         raise _error(pod, path, f"{value} is out of range", f"{low}..{high}")
     return value
@@ -82,7 +156,8 @@ def _mapping(pod: PodMeta, value: Any, path: str, keys: tuple[str, ...]) -> Mapp
     for key in value:
         if key not in keys:
             prefix = f"{path}." if path else ""
-            raise _error(pod, f"{prefix}{key}", "unknown key", ", ".join(k for k in keys if k not in _RENAMED))
+            written = key if isinstance(key, str) and len(key) <= 60 else shown(key)
+            raise _error(pod, f"{prefix}{written}", "unknown key", ", ".join(k for k in keys if k not in _RENAMED))
     return value
 
 
@@ -91,16 +166,25 @@ def parse_hived(pod: PodMeta) -> HivedSpec | None:
     text = pod.annotations.get(names.HIVED_POD_SCHEDULING_SPEC)
     if text is None:
         return None
+    if len(text) > MAX_SPEC_CHARS:
+        raise _error(pod, "", f"is {len(text)} characters long", f"a spec of at most {MAX_SPEC_CHARS} characters")
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_SpecLoader)
+    except _Refused as error:
+        raise _error(pod, "", f"{error.problem}{_at(error.problem_mark)}",
+                     "HiveD's keys in plain YAML: mappings, lists, text and numbers, without aliases") from None
     except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise _error(pod, "", f"is not valid YAML{where}") from None
+        raise _error(pod, "", f"is not valid YAML{_at(getattr(error, 'problem_mark', None))}") from None
+    except (ValueError, RecursionError, OverflowError) as error:  # a backstop: the loader's limits come first
+        raise _error(pod, "", f"could not be read as YAML ({type(error).__name__})",
+                     "HiveD's keys in plain YAML: mappings, lists, text and numbers") from None
     spec = _renamed(pod, _mapping(pod, raw, "", _TOP_KEYS), "")
     vc = spec.get("virtualCluster")
     if not isinstance(vc, str) or not vc.strip():
         raise _error(pod, "virtualCluster", "is missing or empty (HiveD requires it)", "the name of a VC")
+    if len(vc.strip()) > MAX_NAME_CHARS:
+        raise _error(pod, f"virtualCluster {show(vc)}", f"is {len(vc.strip())} characters long",
+                     f"the name of a VC, at most {MAX_NAME_CHARS} characters")
     priority = None
     if spec.get("priority") is not None:
         priority = _integer(pod, spec["priority"], "priority", OPPORTUNISTIC, MAX_GUARANTEED)
@@ -112,7 +196,7 @@ def parse_hived(pod: PodMeta) -> HivedSpec | None:
     gpus = _integer(pod, spec["leafCellNumber"], "leafCellNumber", 1, MAX_GPUS_PER_NODE)
     gpu_type = spec.get("leafCellType") or ""
     if not isinstance(gpu_type, str):
-        raise _error(pod, "leafCellType", f"must be text, got {gpu_type!r}", "a GPU type name, or empty for any")
+        raise _error(pod, "leafCellType", f"must be text, got {shown(gpu_type)}", "a GPU type name, or empty for any")
     group = spec.get("affinityGroup")
     if group is None:
         return HivedSpec(vc.strip(), priority, gpus, gpu_type.strip(), None, None)
@@ -120,6 +204,9 @@ def parse_hived(pod: PodMeta) -> HivedSpec | None:
     name = group.get("name")
     if not isinstance(name, str) or not name.strip():
         raise _error(pod, "affinityGroup.name", "is missing or empty", "the group's name")
+    if len(name.strip()) > MAX_NAME_CHARS:
+        raise _error(pod, f"affinityGroup.name {show(name)}", f"is {len(name.strip())} characters long",
+                     f"a name of at most {MAX_NAME_CHARS} characters, as a Kubernetes object's")
     members = group.get("members")
     if not isinstance(members, list) or not members:
         raise _error(pod, "affinityGroup.members", "must be a non-empty list",

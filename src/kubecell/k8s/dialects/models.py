@@ -14,7 +14,9 @@ import re
 from collections.abc import Iterable
 from typing import Literal
 
-from kubecell.k8s.inventory import catalog_model
+# The module, not the function: the inventory reads quantities through this package, so whichever of the
+# two is imported first, the other is still being imported when this line runs.
+from kubecell.k8s import inventory
 
 Matching = Literal["exact", "product", "substring"]
 
@@ -48,7 +50,7 @@ def match_models(names: Iterable[str], known: frozenset[str], how: Matching) -> 
         if how == "exact":
             continue
         key = _key(name)
-        mapped = catalog_model(name)
+        mapped = inventory.catalog_model(name)
         chosen.update(model for model, model_key in keyed.items()
                       if model == mapped or (key and model_key == key))
         if how == "substring" and key:

@@ -16,7 +16,7 @@ from typing import Any, cast
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import MILLI_PER_GPU, Request, TopologyLevel
 from kubecell.k8s import names
-from kubecell.k8s.dialects.demand import DialectOptions, Isolation, PodDemand, PodMeta, show
+from kubecell.k8s.dialects.demand import MAX_NAME_CHARS, DialectOptions, Isolation, PodDemand, PodMeta, show, shown
 from kubecell.k8s.dialects.gpu import GpuAsk, aliyun_ask, kubecell_ask, kubeshare_ask, merge_asks, nvidia_ask
 from kubecell.k8s.dialects.groups import (
     PodGroups,
@@ -28,8 +28,16 @@ from kubecell.k8s.dialects.groups import (
 )
 from kubecell.k8s.dialects.hived import OPPORTUNISTIC, HivedSpec, parse_hived
 from kubecell.k8s.dialects.models import Matching, known_list, match_models, split_list
-from kubecell.k8s.dialects.resources import mib_up, number_text, pod_totals
+from kubecell.k8s.dialects.resources import MAX_NUMBER_CHARS, mib_up, number_text, pod_totals
 from kubecell.k8s.mig import is_mig_model
+
+MAX_MODEL_FILTER_CHARS = 1024
+"""The longest GPU model filter read (``kubecell.io/gpu-models``, HAMi's ``use-gputype``...): real ones name a
+few models; each name is matched against every model the cluster has, so the length bounds a pod's cost (a
+quarter-megabyte list of distinct names took seconds)."""
+
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+"""``spec.priority`` is an int32 in the API (PriorityClass values; system classes reach 2,000,001,000)."""
 
 DIALECT_ORDER = ("kubecell", "nvidia", "hami", "aliyun", "kubeshare", "hived", "coscheduling", "volcano", "kai")
 
@@ -50,23 +58,32 @@ def _models(pod: PodMeta, hived: HivedSpec | None, options: DialectOptions) -> t
                             "has", field=field, accepted=known_list(known))
         filters.append((dialect, field, subject, chosen))
 
+    def bounded(field: str, subject: str, text: str) -> str:
+        """A model filter's text; its length bounds the matching work (per name, against every model)."""
+        if len(text) > MAX_MODEL_FILTER_CHARS:
+            raise pod.error(subject, f"is {len(text)} characters long", field=field,
+                            accepted=f"GPU models in at most {MAX_MODEL_FILTER_CHARS} characters")
+        return text
+
     notes, labels = pod.annotations, pod.labels
     if names.ANNOTATION_GPU_MODELS in notes:
         text = notes[names.ANNOTATION_GPU_MODELS]
-        add("kubecell", names.ANNOTATION_GPU_MODELS, f"annotation {names.ANNOTATION_GPU_MODELS} {show(text)}",
-            split_list(text), "exact")
+        subject = f"annotation {names.ANNOTATION_GPU_MODELS} {show(text)}"
+        add("kubecell", names.ANNOTATION_GPU_MODELS, subject,
+            split_list(bounded(names.ANNOTATION_GPU_MODELS, subject, text)), "exact")
     for key, exclude in ((names.HAMI_USE_GPU_TYPE, False), (names.HAMI_NOUSE_GPU_TYPE, True)):
         if notes.get(key, "").strip():
-            add("hami", key, f"annotation {key} {show(notes[key])}", split_list(notes[key]), "substring",
-                exclude=exclude)
+            subject = f"annotation {key} {show(notes[key])}"
+            add("hami", key, subject, split_list(bounded(key, subject, notes[key])), "substring", exclude=exclude)
     if labels.get(names.KUBESHARE_GPU_MODEL, "").strip():
         text = labels[names.KUBESHARE_GPU_MODEL]
-        add("kubeshare", names.KUBESHARE_GPU_MODEL, f"label {names.KUBESHARE_GPU_MODEL} {show(text)}",
-            [text.strip()], "product")
+        subject = f"label {names.KUBESHARE_GPU_MODEL} {show(text)}"
+        add("kubeshare", names.KUBESHARE_GPU_MODEL, subject,
+            [bounded(names.KUBESHARE_GPU_MODEL, subject, text).strip()], "product")
     if hived is not None and hived.gpu_type:
-        add("hived", names.HIVED_POD_SCHEDULING_SPEC,
-            f"annotation {names.HIVED_POD_SCHEDULING_SPEC}: leafCellType {show(hived.gpu_type)}",
-            [hived.gpu_type], "substring")
+        subject = f"annotation {names.HIVED_POD_SCHEDULING_SPEC}: leafCellType {show(hived.gpu_type)}"
+        add("hived", names.HIVED_POD_SCHEDULING_SPEC, subject,
+            [bounded(names.HIVED_POD_SCHEDULING_SPEC, subject, hived.gpu_type)], "substring")
     if not filters:
         return None, set()
     first_dialect, first_field, first_subject, allowed = filters[0]
@@ -130,6 +147,9 @@ def _vc(pod: PodMeta, hived: HivedSpec | None) -> str | None:
         vc = text.strip()
         if not vc:
             raise pod.annotation_error(names.ANNOTATION_VC, "is empty", "the name of a virtual cluster")
+        if len(vc) > MAX_NAME_CHARS:
+            raise pod.annotation_error(names.ANNOTATION_VC, f"is {len(vc)} characters long",
+                                       f"the name of a virtual cluster, at most {MAX_NAME_CHARS} characters")
     if hived is not None:
         if vc is not None and vc != hived.vc:
             raise pod.error(f"annotation {names.ANNOTATION_VC} {show(vc)} and {names.HIVED_POD_SCHEDULING_SPEC}: "
@@ -143,8 +163,12 @@ def _priority(pod: PodMeta, hived: HivedSpec | None) -> tuple[int, set[str]]:
     """``spec.priority`` (from the PriorityClass), unless a dialect states one; stated ones must agree."""
     raw = pod.spec.get("priority", 0)
     if isinstance(raw, bool) or not isinstance(raw, int):
-        raise pod.error(f"spec.priority {raw!r}", "is not a whole number", field="spec.priority",
+        raise pod.error(f"spec.priority {shown(raw)}", "is not a whole number", field="spec.priority",
                         accepted="an integer (set through a PriorityClass)")
+    low, high = PRIORITY_RANGE
+    if not low <= raw <= high:
+        raise pod.error(f"spec.priority {shown(raw)}", "is beyond the API's int32", field="spec.priority",
+                        accepted=f"an integer in {low}..{high} (set through a PriorityClass)")
     stated: list[tuple[str, str, str, int]] = []  # (dialect, field, subject, priority)
     text = pod.annotations.get(names.ANNOTATION_OPPORTUNISTIC)
     if text is not None:
@@ -159,7 +183,8 @@ def _priority(pod: PodMeta, hived: HivedSpec | None) -> tuple[int, set[str]]:
                        f"annotation {names.HIVED_POD_SCHEDULING_SPEC}: priority {hived.priority}", hived.priority))
     if names.KUBESHARE_PRIORITY in pod.labels:
         value = pod.labels[names.KUBESHARE_PRIORITY].strip()
-        number = int(value) if re.fullmatch(r"-?\d+", value) else None
+        # ASCII digits (``\d`` would read "١" as 1), and never thousands of them (``int`` refuses > 4,300)
+        number = int(value) if len(value) <= MAX_NUMBER_CHARS and re.fullmatch(r"-?[0-9]+", value) else None
         if number is None or not -1 <= number <= 100:
             raise pod.label_error(names.KUBESHARE_PRIORITY, "is not a KubeShare priority",
                                   "0 (opportunistic) or 1..100 (guaranteed)")

@@ -21,53 +21,151 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_UP, Context, Decimal, InvalidOperation, localcontext
 from typing import Any
 
-from kubecell.k8s.dialects.demand import DemandError, PodMeta
+from kubecell.k8s.dialects.demand import DemandError, PodMeta, shown
 
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
+_QUANTITY = re.compile(r"([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?")
+"""Kubernetes' quantity grammar (``k8s.io/apimachinery/pkg/api/resource``): ASCII digits only, as Go reads
+them (Python's ``\\d`` would also take ``"١٢"`` and other Unicode digits)."""
+_DECIMAL_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 MIB = Decimal(2**20)
 
 QUANTITY_FORMS = "a Kubernetes quantity such as 2, 500m, 1.5, 4Gi or 4096Mi"
 
+MAX_NUMBER_CHARS = 64
+"""The longest number text read (a quantity, or a decimal in a label). The largest quantity Kubernetes
+holds has 19 digits, and a label value is at most 63 characters, so nothing valid is longer; checking the
+length first bounds every conversion that follows (and Python's own limit of 4,300 digits for ``int``)."""
+
+MAX_QUANTITY = 2**63 - 1
+"""The largest magnitude a quantity may have. Kubernetes keeps quantities in int64 base units and caps them
+there (``resource.Quantity``: "no quantity may represent a number greater than 2^63-1"); kubecell refuses
+larger ones instead of capping, so a pod never silently gets less than it wrote. Every amount kubecell then
+derives (milli-CPU, MiB, GPU counts) is a number of at most about 22 digits, checked against
+``kubecell.core.limits`` with its own message."""
+
+_NANO = Decimal("1e-9")
+_EXPONENT_SPAN = 100
+"""Decimal exponents beyond +-100 need no arithmetic: the mantissa has at most 64 digits, so such a value is
+either far above ``MAX_QUANTITY`` or far below a nano-unit."""
+_EXACT = Context(prec=200, Emax=999_999, Emin=-999_999)
+"""Room for every exact product of a 64-digit mantissa, a power of ten within +-100 and 1024^6."""
+
+
+class QuantityError(ValueError):
+    """A number kubecell cannot read: ``reason`` says why (in words for a message), ``accepted`` what would
+    be read."""
+
+    def __init__(self, reason: str, accepted: str = QUANTITY_FORMS) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.accepted = accepted
+
+
+def _too_large(accepted: str, what: str = "a Kubernetes quantity holds") -> QuantityError:
+    return QuantityError(f"is beyond the largest amount {what} ({MAX_QUANTITY}, int64)",
+                         f"{accepted}, of magnitude at most {MAX_QUANTITY}")
+
+
+def _scaled(number: Decimal, exponent: int, power_1024: int, accepted: str) -> Decimal:
+    """``number`` x 10^exponent x 1024^power_1024, exactly, within ``MAX_QUANTITY``; magnitudes finer than a
+    nano-unit are rounded up to one, as the API server stores quantities (a pod that asks for something gets
+    something)."""
+    if not number:
+        return Decimal(0)
+    if exponent > _EXPONENT_SPAN:
+        raise _too_large(accepted)
+    if exponent < -_EXPONENT_SPAN:
+        return _NANO.copy_sign(number)
+    with localcontext(_EXACT):
+        value = number.scaleb(exponent) * (Decimal(1024) ** power_1024)
+        if abs(value) > MAX_QUANTITY:
+            raise _too_large(accepted)
+        exponent_of = value.as_tuple().exponent
+        if isinstance(exponent_of, int) and exponent_of < -9:
+            value = value.quantize(_NANO, rounding=ROUND_UP)
+    return value
+
+
+def _number_text(value: object, accepted: str) -> str:
+    """The text of a number, length-checked before anything else reads it."""
+    if not isinstance(value, str):
+        raise QuantityError(f"is a {type(value).__name__}, not a quantity", accepted)
+    if len(value) > MAX_NUMBER_CHARS:
+        raise QuantityError(f"is {len(value)} characters long; no number kubecell reads is longer than "
+                            f"{MAX_NUMBER_CHARS}", f"{accepted}, of at most {MAX_NUMBER_CHARS} characters")
+    return value.strip()
+
 
 def parse_quantity(value: object) -> Decimal:
     """A Kubernetes quantity (``"500m"``, ``"4Gi"``, ``"1e3"``, ``2``) as an exact decimal.
 
-    Raises ``ValueError`` for anything else (including booleans, which YAML and JSON clients produce
-    by accident)."""
+    Raises ``QuantityError`` (a ``ValueError``) for anything else: booleans (which YAML and JSON clients
+    produce by accident), text longer than ``MAX_NUMBER_CHARS``, digits other than ASCII, and magnitudes
+    beyond ``MAX_QUANTITY``. Lengths and exponents are checked before any conversion, so no text costs
+    more than a few microseconds, whatever its exponent (``1e999999999``) or length."""
     if isinstance(value, bool):
-        raise ValueError("a boolean is not a quantity")
+        raise QuantityError("is a boolean, not a quantity")
     if isinstance(value, int):
+        if abs(value) > MAX_QUANTITY:
+            raise _too_large(QUANTITY_FORMS)
         return Decimal(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError("not a finite number")
-        return Decimal(repr(value))
-    match = _QUANTITY.match(str(value).strip())
+            raise QuantityError("is not a finite number")
+        if abs(value) > MAX_QUANTITY:
+            raise _too_large(QUANTITY_FORMS)
+        return _scaled(Decimal(repr(value)), 0, 0, QUANTITY_FORMS)
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise QuantityError("is not a finite number")
+        value = str(value)
+    match = _QUANTITY.fullmatch(_number_text(value, QUANTITY_FORMS))
     if not match:
-        raise ValueError("not a quantity")
+        raise QuantityError("is not a Kubernetes quantity")
     number, suffix = Decimal(match.group(1)), match.group(2) or ""
     if suffix in _BINARY:
-        return number * Decimal(1024) ** _BINARY[suffix]
+        return _scaled(number, 0, _BINARY[suffix], QUANTITY_FORMS)
     if suffix in _DECIMAL:
-        return number.scaleb(_DECIMAL[suffix])
-    if suffix:
-        return number.scaleb(int(suffix[1:]))
-    return number
+        return _scaled(number, _DECIMAL[suffix], 0, QUANTITY_FORMS)
+    if suffix:  # e/E notation: the exponent has at most 62 digits here, and beyond +-100 is never computed
+        return _scaled(number, int(suffix[1:]), 0, QUANTITY_FORMS)
+    return _scaled(number, 0, 0, QUANTITY_FORMS)
 
 
-def parse_decimal(text: str) -> Decimal:
-    """A plain decimal number written in a label (``"0.5"``, ``"2"``), without units."""
+DECIMAL_FORMS = "a decimal such as 0.5, 1 or 2"
+_LABEL_LIMIT = "kubecell reads in a label (the largest Kubernetes quantity)"
+
+
+def parse_decimal(text: str, accepted: str = DECIMAL_FORMS) -> Decimal:
+    """A plain decimal number written in a label (``"0.5"``, ``"2"``, ``"1e-3"``), without units.
+
+    Raises ``QuantityError`` with the reason for anything else: not ASCII digits, more than
+    ``MAX_NUMBER_CHARS`` characters, a magnitude beyond ``MAX_QUANTITY``, or a non-zero magnitude below
+    10^-100 (no share or size is that fine; refused rather than read as 0). ``accepted`` is what the caller
+    reads, for the error."""
+    stripped = _number_text(text, accepted)
+    if not _DECIMAL_NUMBER.fullmatch(stripped):
+        raise QuantityError("is not a number", accepted)
+    mantissa, _, exponent = stripped.lower().partition("e")
+    number, power = Decimal(mantissa), int(exponent or 0)
+    if not number:
+        return Decimal(0)
+    if number.adjusted() + power < -_EXPONENT_SPAN:
+        raise QuantityError(f"is closer to 0 than 1e-{_EXPONENT_SPAN}, finer than any amount", accepted)
+    if number.adjusted() + power > 18:
+        raise _too_large(accepted, _LABEL_LIMIT)
     try:
-        value = Decimal(text.strip())
-    except InvalidOperation:
-        raise ValueError("not a number") from None
-    if not value.is_finite():
-        raise ValueError("not a finite number")
+        with localcontext(_EXACT):
+            value = number.scaleb(power)
+    except InvalidOperation:  # unreachable within the bounds above; a number all the same
+        raise QuantityError("is not a number", accepted) from None
+    if abs(value) > MAX_QUANTITY:
+        raise _too_large(accepted, _LABEL_LIMIT)
     return value
 
 
@@ -91,10 +189,10 @@ def _container_amounts(pod: PodMeta, container: Mapping[str, Any], kind: str) ->
         raw = requests[name] if name in requests else limits[name]
         try:
             amounts[str(name)] = parse_quantity(raw)
-        except ValueError:
-            cname = container.get("name") or "?"
-            raise DemandError(pod.key, f"{kind} {cname}: {name} {raw!r}", "is not a Kubernetes quantity",
-                              field=str(name), accepted=QUANTITY_FORMS) from None
+        except QuantityError as error:
+            cname = str(container.get("name") or "?")[:63]
+            raise DemandError(pod.key, f"{kind} {cname}: {str(name)[:253]} {shown(raw)}", error.reason,
+                              field=str(name), accepted=error.accepted) from None
     return amounts
 
 
