@@ -61,9 +61,6 @@ def test_hived_opportunistic_and_unstated_priority() -> None:
      ("affinityGroup.members: must be a non-empty list",)),
     ("virtualCluster: a\nleafCellNumber: 2\naffinityGroup: {name: g, members: [{podNumber: 2, leafCellNumber: 4}]}\n",
      ("no member asks for this pod's leafCellNumber 2",)),
-    ("virtualCluster: a\nleafCellNumber: 2\naffinityGroup:\n  name: g\n  members:\n"
-     "  - {podNumber: 2, leafCellNumber: 2}\n  - {podNumber: 1, leafCellNumber: 8}\n",
-     ("different GPU counts (2 pods x 2 GPUs, 1 pod x 8 GPUs)", "identical members")),
     ("virtualCluster: a\nleafCellNumber: 2\naffinityGroup: {name: g, members: [{podNumber: 0, leafCellNumber: 2}]}\n",
      ("affinityGroup.members[0].podNumber: 0 is out of range",)),
     ("virtualCluster: a\nleafCellNumber: 2\naffinityGroup: {name: g, members: [{pods: 1, leafCellNumber: 2}]}\n",
@@ -71,6 +68,55 @@ def test_hived_opportunistic_and_unstated_priority() -> None:
 ])
 def test_malformed_hived_specs_are_refused(text: str, fragments: tuple[str, ...]) -> None:
     refused(hived(text), f"annotation {HIVED}", *fragments)
+
+
+def test_a_hived_group_of_several_gpu_counts_is_a_gang_of_member_groups() -> None:
+    """HiveD's affinity group with members of different leafCellNumbers: each GPU count is one member group,
+    sized by its podNumber and all or nothing (issue 20: kubecell used to refuse it)."""
+    text = ("virtualCluster: a\nleafCellNumber: {n}\naffinityGroup:\n  name: g\n  members:\n"
+            "  - {{podNumber: 2, leafCellNumber: 2}}\n  - {{podNumber: 1, leafCellNumber: 8}}\n")
+    small, big = pod_demand(hived(text.format(n=2))).group, pod_demand(hived(text.format(n=8))).group
+    assert small is not None
+    assert big is not None
+    assert (small.key, small.size, small.minimum) == (big.key, 3, 3)
+    assert (small.part, small.part_size, small.part_minimum) == ("2gpu", 2, 2)
+    assert (big.part, big.part_size, big.part_minimum) == ("8gpu", 1, 1)
+    alone = pod_demand(hived("virtualCluster: a\nleafCellNumber: 2\naffinityGroup: {name: g, members: "
+                             "[{podNumber: 3, leafCellNumber: 2}]}\n")).group
+    assert alone is not None
+    assert alone.part is None, "one GPU count: a homogeneous gang, exactly as before"
+
+
+def test_volcano_tasks_and_kai_subgroups_are_member_groups() -> None:
+    volcano = pod_demand(make_pod({}, annotations={"scheduling.k8s.io/group-name": "vj",
+                                                   "volcano.sh/task-spec": "ps"}),
+                         pod_groups={("default", "vj"): {"minMember": 3, "minTaskMember": {"ps": 1, "worker": 2}}})
+    assert volcano.group is not None
+    assert (volcano.group.part, volcano.group.part_minimum, volcano.group.minimum) == ("ps", 1, 3)
+    kai = pod_demand(make_pod({}, labels={"kai.scheduler/subgroup-name": "workers"},
+                              annotations={"pod-group-name": "kj"}),
+                     pod_groups={("default", "kj"): {"minMember": 3, "subGroups": [
+                         {"name": "leader", "minMember": 1}, {"name": "workers", "minMember": 2}]}})
+    assert kai.group is not None
+    assert (kai.group.part, kai.group.part_minimum) == ("workers", 2)
+
+
+@pytest.mark.parametrize(("labels", "annotations", "spec", "fragments"), [
+    ({}, {"scheduling.k8s.io/group-name": "g", "volcano.sh/task-spec": "w"}, {"minMember": 2, "minTaskMember": [1]},
+     ("spec.minTaskMember", "not a mapping")),
+    ({}, {"scheduling.k8s.io/group-name": "g", "volcano.sh/task-spec": "w"}, {"minMember": 2, "minTaskMember":
+                                                                              {"w": "9" * 5000}},
+     ("spec.minTaskMember.w", "0..")),
+    ({"kai.scheduler/subgroup-name": "w"}, {"pod-group-name": "g"}, {"minMember": 2, "subGroups": "x"},
+     ("spec.subGroups",)),
+    ({"kai.scheduler/subgroup-name": "w"}, {"pod-group-name": "g"}, {"minMember": 2, "subGroups": [{"name": "a"}]},
+     ("does not list", "a")),
+    ({"kai.scheduler/subgroup-name": "w"}, {"pod-group-name": "g"},
+     {"minMember": 2, "subGroups": [{"name": "w", "minMember": -1}]}, ("minMember", "-1")),
+])
+def test_hostile_member_groups_are_refused(labels: dict[str, str], annotations: dict[str, str],
+                                           spec: dict[str, object], fragments: tuple[str, ...]) -> None:
+    refused(make_pod({}, labels=labels, annotations=annotations), *fragments, pod_groups={("default", "g"): spec})
 
 
 def test_hived_and_resources_must_agree() -> None:

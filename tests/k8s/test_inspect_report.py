@@ -36,13 +36,21 @@ def pod(name: str, *, node: str = "", limits: dict[str, str] | None = None, anno
 
 def recorded(name: str, node: Any, gpus: tuple[int, ...], milli: int, memory: int = 0, *, vc: str = "default",
              job_class: JobClass = JobClass.GUARANTEED, isolation: str = "accounting", **kwargs: Any) -> dict[str, Any]:
-    """A pod bound by kubecell on ``node`` with its allocation record."""
+    """A pod bound by kubecell on ``node`` with its allocation record; the pod asks for what the record holds (a
+    record that does not describe its own pod is not believed: ``kubecell.k8s.scheduler.trust``)."""
     view = node_view(node_manifest(node))
     request = Request(f"team-a/{name}", gpu_count=len(gpus), gpu_milli=milli, gpu_memory_mib=memory)
     record = record_for(Allocation(request, node.name, gpus, milli, memory), view, pod=f"team-a/{name}",
-                        pod_uid=f"uid-{name}", attempt=0, job=f"team-a/{name}", vc=vc, job_class=job_class, member=0,
-                        scheduler="kubecell/test", created_at=WHEN, isolation=isolation)  # type: ignore[arg-type]
-    return pod(name, node=node.name, annotations={ANNOTATION_ALLOCATION: record.to_annotation()}, **kwargs)
+                        pod_uid=f"uid-{name}", attempt=0, job=f"team-a/{name}@uid-{name}"[:len(f"team-a/{name}") + 9],
+                        vc=vc, job_class=job_class, member=0, scheduler="kubecell/test", created_at=WHEN,
+                        isolation=isolation)  # type: ignore[arg-type]
+    if milli == 1000:
+        limits = {"kubecell.io/gpu": str(len(gpus))}
+    else:
+        limits = {"kubecell.io/gpu-milli": str(milli), **({"kubecell.io/gpu-memory": str(memory)} if memory else {})}
+    annotations = {ANNOTATION_ALLOCATION: record.to_annotation(), **({"kubecell.io/vc": vc} if vc != "default" else {}),
+                   **({"kubecell.io/isolation": isolation} if isolation != "accounting" else {})}
+    return pod(name, node=node.name, annotations=annotations, limits=limits, **kwargs)
 
 
 def gpu(report: Any, node: str, index: int) -> Any:
@@ -86,15 +94,44 @@ def test_a_bad_record_is_listed_with_its_error_and_counts_for_nothing(annotation
 
 
 def test_a_record_copied_from_another_pod_is_not_trusted() -> None:
+    """Not believed, and its pod held as the scheduler holds it: as another scheduler's pod, its share of a GPU
+    as a whole GPU (the most it could use), never shown free."""
     copied = recorded("orig", N1, (0,), 500)
     copied["metadata"]["uid"] = "uid-copy"
     report = build_report(NODES, [copied])
     assert "written for pod UID" in report.pods[0].error
-    assert report.nodes[0].milli_allocated == 0
+    assert report.pods[0].vc == OTHER
+    assert gpu(report, "n1", 0).milli_allocated == 0, "the GPU the record names is not the one counted"
+    assert (report.nodes[0].other_gpus, report.nodes[0].milli_allocated) == (1, 1000)
+
+
+def test_a_record_naming_another_node_is_counted_where_the_pod_runs() -> None:
+    moved = recorded("moved", N1, (0, 1), 1000)
+    moved["spec"]["nodeName"] = "n2"
+    report = build_report(NODES, [moved])
+    assert "runs on n2" in report.pods[0].error
+    n1, n2 = report.nodes
+    assert n1.milli_allocated == 0
+    assert (n2.other_gpus, n2.milli_allocated) == (2, 2000)
+
+
+def test_a_record_of_a_deleted_vc_counts_as_opportunistic() -> None:
+    orphan = recorded("orphan", N1, (0,), 1000, vc="gone")
+    tenants = {"data": {"tenants.yaml": "virtualClusters:\n  a: {gpus: 4, chain: A100x4}\n"}}
+    report = build_report(NODES, [orphan], tenants)
+    assert report.pods[0].job_class == "opportunistic"
+    (gone,) = [vc for vc in report.vcs if vc.name == "gone"]
+    assert gone.in_use_milli["opportunistic"] == 1000
+
+
+def test_a_terminating_pod_holds_its_gpus_until_it_is_gone() -> None:
+    leaving = recorded("leaving", N1, (0,), 500, deletionTimestamp="2026-11-23T12:00:00Z")
+    report = build_report(NODES, [leaving])
+    assert gpu(report, "n1", 0).milli_allocated == 500
 
 
 @pytest.mark.parametrize("ended", [{"phase": "Succeeded"}, {"phase": "Failed"},
-                                   {"deletionTimestamp": "2026-11-23T12:00:00Z"}])
+                                   {"phase": "Failed", "deletionTimestamp": "2026-11-23T12:00:00Z"}])
 def test_ended_pods_hold_nothing(ended: dict[str, Any]) -> None:
     done = recorded("done", N1, (0,), 500, phase=ended.get("phase", "Running"),
                     **({"deletionTimestamp": ended["deletionTimestamp"]} if "deletionTimestamp" in ended else {}))
@@ -228,6 +265,23 @@ def test_the_tenants_come_from_the_source_the_scheduler_uses(
         assert warned in report.warnings[0]
     else:
         assert report.warnings == []
+
+
+def test_accepted_virtualclusters_that_lost_a_node_are_shown_with_its_cells_doomed() -> None:
+    """As the scheduler keeps them (``scheduler.accepted``): judged on the cluster as accepted, with a warning,
+    never dropped for the whole-cluster default."""
+    spare = make_node("n3", cpu_milli=64_000, memory_mib=512_000, gpu_count=4, gpu_model="A100")
+    objects = [virtualcluster("vision", accepted="True", cells={"A100x4/node": 2})]
+    accepted = [node_view(node_manifest(node)).node for node in (N1, N2, spare)]  # as the scheduler read them
+    report = build_report(NODES, [], virtualcluster_objs=objects, accepted_nodes=[n for n in accepted if n])
+    assert (report.tenants.kind, report.tenants.summary) == ("virtualclusters",
+                                                             "1 VirtualCluster (accepted; lost nodes doomed)")
+    assert {vc.name: vc.guaranteed_gpus for vc in report.vcs} == {"vision": 8}
+    (warning,) = report.warnings
+    assert "lost 1 node(s)" in warning
+    assert "n3" in warning
+    fallback = build_report(NODES, [], virtualcluster_objs=objects)  # no snapshot: as a scheduler started now
+    assert fallback.tenants.kind == "default"
 
 
 def test_a_refused_virtualcluster_is_named_with_the_reason_the_scheduler_gives() -> None:

@@ -155,3 +155,40 @@ def test_a_changed_set_must_fit_the_real_cluster(
         for name in ("a100-one", "a100-two"):
             with contextlib.suppress(ApiError):
                 kube.delete(f"/api/v1/nodes/{name}")
+
+
+def test_an_inventory_never_claims_more_gpus_than_the_node_advertises(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, crd: None, system_namespace: str,
+        start_scheduler: type[RunningScheduler]) -> None:
+    """Issue case 8: one node reporting 16 GPUs where its capacity says 8 changed the cluster's shape (an A100x16
+    chain), the VirtualClusters became infeasible and every tenant lost its guarantee to the default."""
+    manifest = a100_node("a100-boast")
+    register_nodes(kube, [manifest])
+    try:
+        put(kube, "vision", cells={"A100x8/node": 1})
+        running = start_scheduler(testbed)
+        wait_for("vision accepted", partial(accepted, kube, "vision"))
+        inventory = json.loads(manifest["metadata"]["annotations"]["kubecell.io/gpu-inventory"])  # type: ignore[index]
+        extra = [dict(gpu, index=gpu["index"] + 8, uuid=gpu["uuid"] + "-x") for gpu in inventory["gpus"]]
+        inventory["gpus"] += extra
+        kube.patch("/api/v1/nodes/a100-boast",
+                   {"metadata": {"annotations": {"kubecell.io/gpu-inventory": json.dumps(inventory)}}})
+
+        def told() -> list[str]:
+            events = kube.get("/api/v1/namespaces/default/events")["items"]
+            return [e["message"] for e in events if e["involvedObject"].get("kind") == "Node"
+                    and e["involvedObject"]["name"] == "a100-boast" and e["reason"] == "InventoryBeyondCapacity"]
+
+        (message,) = wait_for("a Warning Event on the node", told)
+        assert "16" in message
+        assert "8" in message
+        engine = running.scheduler.engine
+        assert engine is not None
+        assert engine.book.nodes[engine.book.index["a100-boast"]].gpu_count == 8
+        assert sorted(engine.tenants.names) == ["vision"], "the tenants in force must not fall back to the default"
+        assert accepted(kube, "vision") is not None
+        create_pod(kube, namespace, "vision-0", {"nvidia.com/gpu": "8"}, annotations={"kubecell.io/vc": "vision"})
+        wait_for("vision's pod on its node", lambda: bound_node(kube, namespace, "vision-0") == "a100-boast")
+    finally:
+        with contextlib.suppress(ApiError):
+            kube.delete("/api/v1/nodes/a100-boast")

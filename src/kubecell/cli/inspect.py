@@ -26,9 +26,14 @@ from rich.table import Table
 from rich.text import Text
 
 from kubecell.cli.output import stderr_console, stdout_console
+from kubecell.core.errors import InvalidInputError
+from kubecell.core.model import Node
 from kubecell.k8s import virtualclusters
 from kubecell.k8s.inspect import GpuReport, InspectReport, NodeReport, build_report
 from kubecell.k8s.rest import ApiError, Kube
+from kubecell.k8s.scheduler.accepted import CONFIGMAP as ACCEPTED_CONFIGMAP
+from kubecell.k8s.scheduler.accepted import KEY as ACCEPTED_KEY
+from kubecell.k8s.scheduler.accepted import decode
 
 TENANTS_NAMESPACE = "kubecell-system"
 TENANTS_CONFIGMAP = "kubecell-tenants"
@@ -85,9 +90,19 @@ def read_cluster(kube: Kube, *, scheduler: str | None) -> InspectReport:
         if error.status == 403:
             unread = (f"VirtualClusters not listed ({error}); the tenants shown are the ConfigMap's or the default, "
                       "which the scheduler uses only when no VirtualCluster exists")
+    accepted: list[Node] | None = None
+    try:
+        snapshot = kube.get(f"/api/v1/namespaces/{TENANTS_NAMESPACE}/configmaps/{ACCEPTED_CONFIGMAP}")
+        accepted = decode(((snapshot.get("data") or {}).get(ACCEPTED_KEY)) or "") or None
+    except ApiError as error:
+        if not error.not_found and error.status != 403:
+            raise
+    except InvalidInputError as error:
+        unread = "; ".join(filter(None, (unread, f"{error}; tenants are judged on today's nodes only")))
     report = build_report(nodes, pod_list, configmap, scheduler=scheduler, virtualcluster_objs=objects,
                           tenants_key=TENANTS_KEY, tenants_configmap_name=f"{TENANTS_NAMESPACE}/{TENANTS_CONFIGMAP}",
-                          tenants_source=f"configmap {TENANTS_NAMESPACE}/{TENANTS_CONFIGMAP} key {TENANTS_KEY}")
+                          tenants_source=f"configmap {TENANTS_NAMESPACE}/{TENANTS_CONFIGMAP} key {TENANTS_KEY}",
+                          accepted_nodes=accepted)
     if unread:
         report.warnings.append(unread)
     return report

@@ -4,39 +4,30 @@ Built from plain API objects (Node and Pod dicts as the API server returns them,
 and the tenant ConfigMap) with no API calls, so every number the command prints is unit-testable. The books
 are the pods' allocation records (``kubecell.io/allocation``): per GPU, the milli-GPU and MiB held and by
 whom; pods another scheduler bound hold their GPUs as whole GPUs (``other``), exactly as kubecell's
-scheduler accounts them. A record that cannot be trusted is listed with its error, never guessed; ended pods
-(Succeeded, Failed, being deleted) hold nothing. Per virtual cluster, the GPUs in use by class (guaranteed,
-borrowed, opportunistic) beside its guarantee, from the tenant configuration the scheduler reads, in its
-order: the VirtualCluster objects when any exist (judged by the scheduler's own ``virtualclusters.resolve``),
-else the ConfigMap, else the whole-cluster default; the report names the source in force (``TenantSource``).
-
-What inspect cannot see is the scheduler's memory: a refused VirtualCluster set or an invalid ConfigMap
-leaves the scheduler on the configuration it last accepted. For a refused VirtualCluster set, the objects
-whose ``Accepted`` condition is True at their current generation are that set's unchanged part and are
-shown; for an invalid ConfigMap (or a refused set none of whose objects is still accepted), the report shows
-what a scheduler started now would run, and says so in a warning.
+scheduler accounts them. A record the scheduler would not believe (``scheduler.trust``: unreadable, copied,
+edited, naming another node) is listed with its error and its pod counted as ``other``, as the scheduler
+holds it; ended pods (Succeeded, Failed) hold nothing, terminating ones hold until they are gone. Per virtual
+cluster, the GPUs in use by class (guaranteed, borrowed, opportunistic; a deleted VC's as opportunistic)
+beside its guarantee, from the tenants the scheduler runs (``inspect_tenants``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from kubecell.core.errors import InvalidInputError
-from kubecell.core.model import MILLI_PER_GPU
-from kubecell.core.tenancy.config import Tenants, resolve_tenants
-from kubecell.core.topology import CellForest
-from kubecell.inputs.tenants import parse_tenants
-from kubecell.inputs.yaml_document import YamlDocument
-from kubecell.k8s import virtualclusters
+from kubecell.core.model import MILLI_PER_GPU, Node
 from kubecell.k8s.dialects import DemandError, pod_demand
+from kubecell.k8s.inspect_tenants import TenantInputs, TenantSource, tenants_in_force
+
+__all__ = ["OTHER", "GpuReport", "InspectReport", "NodeReport", "TenantSource", "build_report"]
 from kubecell.k8s.inventory import NodeView, node_view
-from kubecell.k8s.records import RecordError
+from kubecell.k8s.records import AllocationRecord, RecordError
 from kubecell.k8s.scheduler import pods
-from kubecell.k8s.scheduler.cluster import whole_cluster_tenants
 from kubecell.k8s.scheduler.intake import foreign_hold
+from kubecell.k8s.scheduler.trust import disagreement
 
 OTHER = "other"
 """The VC, class and isolation of GPUs held by pods another scheduler bound."""
@@ -134,16 +125,6 @@ class VcReport:
         return self.in_use_milli["borrowed"] / total if total else 0.0
 
 
-@dataclass(frozen=True)
-class TenantSource:
-    """Where the VCs and guarantees of the report come from, as the scheduler decides it."""
-
-    kind: Literal["virtualclusters", "configmap", "default", "none"]
-    summary: str
-    """One line for people: ``3 VirtualClusters (accepted)``, ``ConfigMap kubecell-system/kubecell-tenants``,
-    ``whole-cluster default (VC default owns every GPU)``."""
-
-
 @dataclass
 class InspectReport:
     nodes: list[NodeReport]
@@ -151,7 +132,7 @@ class InspectReport:
     pending: list[PendingReport]
     vcs: list[VcReport]
     warnings: list[str] = field(default_factory=list)
-    tenants: TenantSource = TenantSource("none", "no schedulable node")
+    tenants: TenantSource = field(default_factory=lambda: TenantSource("none", "no schedulable node"))
 
     def to_data(self) -> dict[str, Any]:
         """Plain data with stable camelCase keys (``-o json|yaml``)."""
@@ -214,130 +195,49 @@ def _waiting_reason(pod: Mapping[str, Any]) -> str:
     return "not yet considered by the scheduler"
 
 
-def _in_force(obj: Mapping[str, Any]) -> bool:
-    """Whether the scheduler said the object is in force as written (``Accepted=True`` at its generation)."""
-    found = virtualclusters.current_condition(obj)
-    generation = virtualclusters.generation_of(obj)
-    return found is not None and found.get("status") == "True" and found.get("observedGeneration") == generation
-
-
-def _from_virtualclusters(objects: Sequence[Mapping[str, Any]], forest: CellForest,
-                          warnings: list[str]) -> tuple[Tenants, TenantSource] | None:
-    """The tenants the scheduler runs from the VirtualCluster objects, or None when it falls back (as
-    ``VirtualClusterSource.tenants``): the set judged as the scheduler judges it; a refused set shows its
-    still-accepted part, the scheduler's last accepted set minus what changed since."""
-    items = sorted(objects, key=virtualclusters.name_of)
-    kept = [obj for obj in items if _in_force(obj)]
-    in_force = {virtualclusters.name_of(obj): virtualclusters.canonical_spec(obj) for obj in kept}
-    resolution = virtualclusters.resolve(items, forest, in_force)
-    if resolution.tenants is not None:
-        return resolution.tenants, TenantSource("virtualclusters", f"{len(items)} VirtualCluster"
-                                                                   f"{'s' if len(items) > 1 else ''} (accepted)")
-    refused = "; ".join(f"{v.name}: {v.message}" for v in resolution.verdicts
-                        if not v.accepted and v.reason != virtualclusters.REASON_NOT_APPLIED)
-    if kept:
-        try:
-            tenants = resolve_tenants(virtualclusters.tenant_document(kept), forest, locate=virtualclusters.locate)
-        except InvalidInputError as error:
-            warnings.append(f"VirtualClusters refused ({refused}), and the accepted ones no longer fit the cluster "
-                            f"({error}); shown: what a scheduler started now would run")
-            return None
-        others = sorted({virtualclusters.name_of(obj) for obj in items} - set(in_force))
-        warnings.append(f"VirtualClusters refused, the scheduler keeps the set it last accepted: {refused}. Shown: "
-                        f"{', '.join(sorted(in_force))} (Accepted); {', '.join(others)} not in force as written "
-                        "(an earlier accepted spec of theirs, which only the scheduler knows, may be)")
-        return tenants, TenantSource("virtualclusters", f"{len(kept)} of {len(items)} VirtualClusters "
-                                                        "(set refused; the accepted ones stay in force)")
-    warnings.append(f"VirtualClusters refused: {refused}. None is accepted, so the scheduler runs the ConfigMap "
-                    "or the whole-cluster default, shown here (one that accepted a set earlier keeps that set)")
-    return None
-
-
-def _tenants(nodes: Sequence[NodeView], configmap: Mapping[str, Any] | None,
-             virtualcluster_objs: Sequence[Mapping[str, Any]] | None, *, key: str, source: str, configmap_name: str,
-             default_vc: str, warnings: list[str]) -> tuple[Tenants | None, TenantSource]:
-    """The tenants the scheduler runs, in its order (``Scheduler._tenants``): VirtualCluster objects, the
-    ConfigMap, the whole-cluster default; and which of them is in force."""
-    core = [view.node for view in nodes if view.node is not None and not view.excluded]
-    if not core:
-        return None, TenantSource("none", "no schedulable node, no tenants")
-    try:
-        forest = CellForest(core)
-    except InvalidInputError as error:  # nodes whose names and rack labels collide: the scheduler cannot start
-        warnings.append(f"the nodes' topology cannot be built, so no tenant is shown: {error}")
-        return None, TenantSource("none", "no tenants (the nodes' topology cannot be built)")
-    if not forest.roots:  # no schedulable node has a GPU (CPU-only, or every inventory empty or cut to none)
-        return None, TenantSource("none", "no GPU on a schedulable node, no tenants")
-    if virtualcluster_objs:
-        found = _from_virtualclusters(virtualcluster_objs, forest, warnings)
-        if found is not None:
-            return found
-    text = ((configmap or {}).get("data") or {}).get(key)
-    if text:
-        try:
-            return (parse_tenants(YamlDocument(Path(source), text), forest),
-                    TenantSource("configmap", f"ConfigMap {configmap_name}"))
-        except InvalidInputError as error:
-            warnings.append(f"tenant configuration rejected: {error}. The scheduler keeps the tenants it last "
-                            "accepted from the ConfigMap, which inspect cannot see (the whole-cluster default if "
-                            "it accepted none since it started); shown: the whole-cluster default")
-            return (whole_cluster_tenants(forest, default_vc),
-                    TenantSource("default", f"whole-cluster default (ConfigMap {configmap_name} refused)"))
-    return (whole_cluster_tenants(forest, default_vc),
-            TenantSource("default", f"whole-cluster default (VC {default_vc} owns every GPU)"))
-
-
 def build_report(node_objs: Sequence[Mapping[str, Any]], pod_objs: Sequence[Mapping[str, Any]],
                  tenants_configmap: Mapping[str, Any] | None = None, *, scheduler: str | None = "kubecell",
                  virtualcluster_objs: Sequence[Mapping[str, Any]] | None = None, tenants_key: str = "tenants.yaml",
                  tenants_configmap_name: str = "kubecell-system/kubecell-tenants",
                  tenants_source: str = "configmap kubecell-system/kubecell-tenants",
-                 default_vc: str = "default") -> InspectReport:
+                 default_vc: str = "default", accepted_nodes: Sequence[Node] | None = None) -> InspectReport:
     """The report from listed objects. ``scheduler``: whose pending pods to list (None: every scheduler's);
-    ``virtualcluster_objs``: the VirtualCluster objects (None or empty: none, or the CRD is not installed)."""
+    ``virtualcluster_objs``: the VirtualCluster objects (None or empty: none, or the CRD is not installed);
+    ``accepted_nodes``: the cluster the tenants in force were accepted on (``kubecell-accepted-cluster``)."""
     warnings: list[str] = []
     nodes: dict[str, NodeReport] = {}
-    usable: list[NodeView] = []
+    hardware: list[Node] = []
     for obj in sorted(node_objs, key=lambda o: str(o["metadata"]["name"])):
         view, excluded = _hardware(obj)
-        usable.append(NodeView(view.name, view.node, excluded))
+        if view.node is not None:
+            hardware.append(view.node)
         gpus = [GpuReport(g.index, view.uuids[g.index] if g.index < len(view.uuids) else "", g.model, g.healthy,
                           g.memory_mib) for g in (view.node.gpus if view.node else ())]
         told = excluded or (f"GPUs not placed: {view.gpu_note}" if view.gpu_note else "")
         nodes[view.name] = NodeReport(view.name, gpus, told)
-    tenants, source = _tenants(usable, tenants_configmap, virtualcluster_objs, key=tenants_key, source=tenants_source,
-                               configmap_name=tenants_configmap_name, default_vc=default_vc, warnings=warnings)
+    inputs = TenantInputs(tenants_configmap, virtualcluster_objs, accepted_nodes, tenants_key, tenants_source,
+                          tenants_configmap_name, default_vc)
+    tenants, source = tenants_in_force(hardware, inputs, warnings)
     vcs = {vc.name: VcReport(vc.name, vc.guaranteed_gpus) for vc in (tenants.vcs if tenants else ())}
     rows: list[PodReport] = []
     pending: list[PendingReport] = []
     for pod in sorted(pod_objs, key=pods.key):
         name, node_name = pods.key(pod), pods.node_of(pod)
         scheduler_name = str((pod.get("spec") or {}).get("schedulerName") or "default-scheduler")
-        if pods.is_done(pod):
-            continue
         if not node_name:
-            if scheduler is None or scheduler_name == scheduler:
+            if not pods.is_done(pod) and (scheduler is None or scheduler_name == scheduler):
                 pending.append(PendingReport(name, scheduler_name, _ask(pod), _waiting_reason(pod)))
             continue
+        if not pods.holds(pod):  # ended; a terminating pod holds its GPUs until it is gone, as the scheduler counts
+            continue
+        record, error = _believed(pod, default_vc)
         node = nodes.get(node_name)
-        try:
-            record = pods.record_of(pod)
-        except RecordError as error:
-            rows.append(PodReport(name, node_name, scheduler=scheduler_name, error=str(error)))
-            continue
         if record is None:
-            held = foreign_hold(pod, name).gpu_count
-            if held:
-                rows.append(PodReport(name, node_name, milli=MILLI_PER_GPU, isolation=OTHER, vc=OTHER,
-                                      job_class=OTHER, scheduler=scheduler_name))
-                if node is not None:
-                    node.other_gpus += held
-                vc = vcs.setdefault(OTHER, VcReport(OTHER))
-                vc.in_use_milli[OTHER] = vc.in_use_milli.get(OTHER, 0) + held * MILLI_PER_GPU
-                vc.pods += 1
+            _count_other(pod, name, node_name, scheduler_name, error, node, rows, vcs)
             continue
+        job_class = record.job_class if tenants is None or tenants.get(record.vc) is not None else "opportunistic"
         rows.append(PodReport(name, node_name, tuple(g.index for g in record.gpus), record.gpu_milli,
-                              record.gpu_memory_mib, record.isolation, record.vc, record.job_class, scheduler_name))
+                              record.gpu_memory_mib, record.isolation, record.vc, job_class, scheduler_name))
         by_index = {gpu.index: gpu for gpu in node.gpus} if node is not None else {}
         for grant in record.gpus:
             gpu = by_index.get(grant.index)
@@ -350,6 +250,43 @@ def build_report(node_objs: Sequence[Mapping[str, Any]], pod_objs: Sequence[Mapp
             gpu.pods.append(name)
         if record.gpus:
             vc = vcs.setdefault(record.vc, VcReport(record.vc))
-            vc.in_use_milli[record.job_class] += sum(grant.milli for grant in record.gpus)
+            vc.in_use_milli[job_class] += sum(grant.milli for grant in record.gpus)
             vc.pods += 1
     return InspectReport(list(nodes.values()), rows, pending, list(vcs.values()), warnings, source)
+
+
+def _believed(pod: Mapping[str, Any], default_vc: str) -> tuple[AllocationRecord | None, str]:
+    """The pod's record when the scheduler would believe it (``scheduler.trust``), else None and why not (empty
+    for a pod without a record)."""
+    try:
+        record = pods.record_of(pod)
+    except RecordError as error:
+        return None, str(error)
+    if record is None:
+        return None, ""
+    try:
+        demand = pod_demand(pod)
+    except DemandError as error:
+        return None, f"allocation record {record.allocation_id} cannot be checked: {error}"
+    problem = disagreement(pod, record, demand, default_vc=default_vc)
+    if problem is not None:
+        return None, f"allocation record {record.allocation_id} {problem}"
+    return record, ""
+
+
+def _count_other(pod: Mapping[str, Any], name: str, node_name: str, scheduler_name: str, error: str,
+                 node: NodeReport | None, rows: list[PodReport], vcs: dict[str, VcReport]) -> None:
+    """A bound pod without a record kubecell believes holds its GPUs as whole GPUs of ``other``, as the scheduler
+    holds another scheduler's pod: never shown free while the scheduler counts them."""
+    held = foreign_hold(pod, name).gpu_count
+    if not held and not error:
+        return
+    rows.append(PodReport(name, node_name, milli=MILLI_PER_GPU if held else 0, isolation=OTHER, vc=OTHER,
+                          job_class=OTHER, scheduler=scheduler_name, error=error))
+    if not held:
+        return
+    if node is not None:
+        node.other_gpus += held
+    vc = vcs.setdefault(OTHER, VcReport(OTHER))
+    vc.in_use_milli[OTHER] = vc.in_use_milli.get(OTHER, 0) + held * MILLI_PER_GPU
+    vc.pods += 1

@@ -67,6 +67,8 @@ COSCHEDULING_POD_GROUP = "scheduling.x-k8s.io/pod-group"      # scheduler-plugin
 VOLCANO_GROUP_NAME = "scheduling.k8s.io/group-name"           # Volcano: pod annotation
 VOLCANO_GROUP_NAME_ALT = "scheduling.volcano.sh/group-name"   # Volcano's second spelling, same meaning
 KAI_POD_GROUP = "pod-group-name"                              # KAI-Scheduler: pod annotation
+VOLCANO_TASK_SPEC = "volcano.sh/task-spec"                    # Volcano: the pod's task (a member group)
+KAI_SUBGROUP = "kai.scheduler/subgroup-name"                  # KAI-Scheduler: the pod's subgroup (pod label)
 
 MANAGED_RESOURCES = (RESOURCE_GPU, RESOURCE_GPU_MILLI, RESOURCE_GPU_MEMORY, NVIDIA_GPU, ALIYUN_GPU_MEM,
                      ALIYUN_GPU_COUNT, HAMI_GPU_MEM, HAMI_GPU_MEM_PERCENTAGE, HAMI_GPU_CORES)

@@ -73,7 +73,8 @@ class GroupDemand:
     ``key`` is ``<namespace>/<name>``: groups never span namespaces, so two teams using the same group
     name never join each other's gang. ``size`` is the headcount, or None where the source states only
     a minimum (PodGroups: the group is then the pods that name it). ``minimum`` is how many members must
-    start together; None only while ``waiting_for`` names the PodGroup object not seen yet.
+    start together; None only while ``waiting_for`` names the PodGroup object not seen yet. ``part`` and its
+    numbers say which member group of a heterogeneous gang the pod is (``scheduler.jobs.gang_spec``).
     """
 
     key: str
@@ -81,6 +82,15 @@ class GroupDemand:
     size: int | None
     minimum: int | None
     waiting_for: str | None = None
+    part: str | None = None
+    """The member group the pod declares within its gang: a Volcano task (``volcano.sh/task-spec``), a
+    KAI-Scheduler subgroup (``kai.scheduler/subgroup-name``), a HiveD member shape (``<n>gpu``). None: the
+    pod's group is the pods of the gang that ask alike."""
+    part_minimum: int | None = None
+    """How many pods of ``part`` must run whenever the gang runs (Volcano's ``minTaskMember``, a KAI
+    subgroup's ``minMember``, HiveD: all of them); None where the source states none."""
+    part_size: int | None = None
+    """How many pods ``part`` has, where the source states it (HiveD's ``podNumber``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,9 @@ class GroupClaim:
     size: int | None
     minimum: int | None
     waiting_for: str | None = None
+    part: str | None = None
+    part_minimum: int | None = None
+    part_size: int | None = None
 
 
 _DIGITS = re.compile(r"[0-9]+")
@@ -148,10 +151,16 @@ def kubeshare_group(pod: PodMeta) -> GroupClaim | None:
 
 
 def hived_group(spec: HivedSpec | None) -> GroupClaim | None:
+    """HiveD's affinity group: all or nothing; its members of one GPU count (``leafCellNumber``) are one member
+    group, whose size is their ``podNumber``."""
     if spec is None or spec.group is None:
         return None
+    parts = spec.group_parts or {}
+    part_size = parts.get(spec.gpus)
+    part = f"{spec.gpus}gpu" if len(parts) > 1 else None
     return GroupClaim("hived", names.HIVED_POD_SCHEDULING_SPEC, f"annotation {names.HIVED_POD_SCHEDULING_SPEC}: "
-                      f"affinityGroup.name {show(spec.group)}", spec.group, spec.group_size, spec.group_size)
+                      f"affinityGroup.name {show(spec.group)}", spec.group, spec.group_size, spec.group_size,
+                      part=part, part_minimum=part_size if part else None, part_size=part_size if part else None)
 
 
 def _min_member(pod: PodMeta, name: str, subject: str, field: str, spec: object) -> int:
@@ -189,8 +198,56 @@ def podgroup_groups(pod: PodMeta, pod_groups: PodGroups) -> list[GroupClaim]:
                                      waiting_for=f"PodGroup {pod.namespace}/{group}"))
         else:
             minimum = _min_member(pod, group, subject, field, spec)
-            claims.append(GroupClaim(source, field, subject, group, None, minimum))
+            part, part_minimum = _part(pod, source, group, spec)
+            claims.append(GroupClaim(source, field, subject, group, None, minimum, part=part,
+                                     part_minimum=part_minimum))
     return claims
+
+
+def _count(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and 0 <= value <= MAX_GANG_MEMBERS
+
+
+def _part(pod: PodMeta, source: str, group: str, spec: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    """The member group a pod declares in its PodGroup, and that group's minimum: a Volcano task (annotation
+    ``volcano.sh/task-spec``, minimum from ``spec.minTaskMember``) or a KAI subgroup (label
+    ``kai.scheduler/subgroup-name``, which must be one of ``spec.subGroups``, minimum its ``minMember``).
+    Both specs are written by tenants; a malformed one is refused, naming the field."""
+    where = f"PodGroup {pod.namespace}/{group}"
+    if source == "volcano" and names.VOLCANO_TASK_SPEC in pod.annotations:
+        task = _group_name(pod, pod.annotations[names.VOLCANO_TASK_SPEC],
+                           f"annotation {names.VOLCANO_TASK_SPEC} {show(pod.annotations[names.VOLCANO_TASK_SPEC])}",
+                           names.VOLCANO_TASK_SPEC)
+        table = spec.get("minTaskMember")
+        if table is None:
+            return task, None
+        if not isinstance(table, Mapping):
+            raise pod.error(f"{where} spec.minTaskMember", f"is {shown(table)}, not a mapping",
+                            field=names.VOLCANO_TASK_SPEC, accepted="a mapping of task names to minimum pod counts")
+        value = table.get(task)
+        if value is not None and not _count(value):
+            raise pod.error(f"{where} spec.minTaskMember.{task}", f"is {shown(value)}", field=names.VOLCANO_TASK_SPEC,
+                            accepted=f"a whole number 0..{MAX_GANG_MEMBERS}")
+        return task, value
+    if source == "kai" and names.KAI_SUBGROUP in pod.labels:
+        text = pod.labels[names.KAI_SUBGROUP]
+        subgroup = _group_name(pod, text, f"label {names.KAI_SUBGROUP} {show(text)}", names.KAI_SUBGROUP)
+        listed = spec.get("subGroups")
+        if not isinstance(listed, list) or not all(isinstance(entry, Mapping) for entry in listed):
+            raise pod.error(f"label {names.KAI_SUBGROUP} {show(text)}", f"names a subgroup of {where}, whose "
+                            f"spec.subGroups is {shown(listed)}", field=names.KAI_SUBGROUP,
+                            accepted="a PodGroup with spec.subGroups: [{name, minMember}, ...]")
+        entry = next((e for e in listed if e.get("name") == subgroup), None)
+        if entry is None:
+            known = ", ".join(sorted(str(e.get("name")) for e in listed)[:10]) or "none"
+            raise pod.error(f"label {names.KAI_SUBGROUP} {show(text)}", f"names a subgroup {where} does not list",
+                            field=names.KAI_SUBGROUP, accepted=f"one of its spec.subGroups: {known}")
+        value = entry.get("minMember")
+        if value is not None and not _count(value):
+            raise pod.error(f"{where} spec.subGroups[{subgroup}].minMember", f"is {shown(value)}",
+                            field=names.KAI_SUBGROUP, accepted=f"a whole number 0..{MAX_GANG_MEMBERS}")
+        return subgroup, value
+    return None, None
 
 
 def merge_groups(pod: PodMeta, claims: list[GroupClaim]) -> GroupDemand | None:
@@ -219,4 +276,13 @@ def merge_groups(pod: PodMeta, claims: list[GroupClaim]) -> GroupDemand | None:
                         f"the headcount {size} ({sized.source})", field=floor.field,
                         accepted="a minimum no larger than the headcount")
     waiting = None if minimum is not None else next(c.waiting_for for c in claims if c.waiting_for)
-    return GroupDemand(f"{pod.namespace}/{first.name}", first.source, size, minimum, waiting)
+    parts = [claim for claim in claims if claim.part is not None]
+    for other in parts[1:]:
+        if other.part != parts[0].part:
+            raise pod.error(f"{parts[0].subject} and {other.subject}", f"{parts[0].source} puts the pod in member "
+                            f"group {parts[0].part!r} but {other.source} in {other.part!r}", field=parts[0].field,
+                            accepted="one member group for the pod")
+    part = parts[0] if parts else None
+    return GroupDemand(f"{pod.namespace}/{first.name}", first.source, size, minimum, waiting,
+                       part=part.part if part else None, part_minimum=part.part_minimum if part else None,
+                       part_size=part.part_size if part else None)

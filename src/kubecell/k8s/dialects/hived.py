@@ -13,15 +13,16 @@ HiveD (``microsoft/hivedscheduler``, ``pkg/api/types.go``) reads one YAML annota
 Before HiveD renamed them, the keys were ``gpuType`` and ``gpuNumber``; HiveD still reads the old
 spelling, so kubecell does too. ``pinnedCellId`` is refused: kubecell places a VC's work in any of its
 cells and has nothing the pod could pin. Keys HiveD ignores silently (a typo such as
-``leafCellNumer``) are refused here with the list of known keys, and so are affinity groups whose
-members ask for different GPU counts, because kubecell's gangs are identical members.
+``leafCellNumer``) are refused here with the list of known keys. An affinity group whose members ask for
+different GPU counts is a heterogeneous gang: its members of each GPU count are one member group.
 
 The annotation is text anyone who can create a pod writes, and YAML can say far more than HiveD's few keys:
-so it is read with limits (``_SpecLoader``): at most ``MAX_SPEC_CHARS`` characters, nested at most
-``MAX_SPEC_DEPTH`` levels (PyYAML composes recursively, and a few thousand ``[`` exhaust Python's stack), no
-aliases (``*name`` builds structures exponentially larger than the text, or ones that contain themselves),
-numbers of at most ``MAX_NUMBER_CHARS`` characters (PyYAML's int constructor raises ``ValueError`` beyond
-4,300 digits), dates that exist. Whatever the text, the result is a ``HivedSpec`` or a ``DemandError``.
+so it is read with limits (``_SpecLoader``, the shared ``kubecell.inputs.bounded_yaml.BoundedLoader``): at most
+``MAX_SPEC_CHARS`` characters, nested at most ``MAX_SPEC_DEPTH`` levels (PyYAML composes recursively, and a few
+thousand ``[`` exhaust Python's stack), no aliases (``*name`` builds structures exponentially larger than the
+text, or ones that contain themselves), numbers of at most ``MAX_NUMBER_CHARS`` characters (PyYAML's int
+constructor raises ``ValueError`` beyond 4,300 digits), dates that exist. Whatever the text, the result is a
+``HivedSpec`` or a ``DemandError``.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
-from yaml.nodes import Node, ScalarNode
 
 from kubecell.core.limits import MAX_GANG_MEMBERS, MAX_GPUS_PER_NODE
+from kubecell.inputs.bounded_yaml import BoundedLoader, YamlRefused
 from kubecell.k8s import names
 from kubecell.k8s.dialects.demand import MAX_NAME_CHARS, DemandError, PodMeta, show, shown
 
@@ -54,58 +55,12 @@ MAX_NUMBER_CHARS = 32
 """The longest number read: every number of the spec is below 10^4 (a priority, GPUs, pods of a gang)."""
 
 
-class _Refused(yaml.MarkedYAMLError):
-    """What the annotation's YAML uses that kubecell does not read there (an alias, deep nesting, a number of
-    thousands of digits, a date that does not exist), with where it is."""
+class _SpecLoader(BoundedLoader):
+    """The bounded safe loader with the limits of the module docstring."""
 
-
-class _SpecLoader(yaml.SafeLoader):
-    """PyYAML's safe loader with the limits of the module docstring."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self.depth = 0
-
-    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()  # type: ignore[no-untyped-call]
-            raise _Refused(problem=f"uses the YAML alias *{event.anchor}, which kubecell does not read here",
-                           problem_mark=event.start_mark)
-        self.depth += 1
-        try:
-            if self.depth > MAX_SPEC_DEPTH:
-                raise _Refused(problem=f"nests deeper than {MAX_SPEC_DEPTH} levels",
-                               problem_mark=self.peek_event().start_mark)  # type: ignore[no-untyped-call]
-            return super().compose_node(parent, index)
-        finally:
-            self.depth -= 1
-
-
-def _scalar(node: Node) -> ScalarNode:
-    if not isinstance(node, ScalarNode):  # the resolver gives int and timestamp tags to scalars only
-        raise _Refused(problem="has a number or date that is not a scalar", problem_mark=node.start_mark)
-    return node
-
-
-def _bounded_int(loader: _SpecLoader, node: Node) -> Any:
-    """YAML's int, its text checked for length before Python converts it."""
-    scalar = _scalar(node)
-    if len(str(scalar.value)) > MAX_NUMBER_CHARS:
-        raise _Refused(problem=f"has a number of {len(str(scalar.value))} characters, more than any field holds",
-                       problem_mark=node.start_mark)
-    return loader.construct_yaml_int(scalar)
-
-
-def _checked_timestamp(loader: _SpecLoader, node: Node) -> Any:
-    """YAML's timestamp; a date that does not exist (``2020-02-30``) is a YAML error, not a ``ValueError``."""
-    try:
-        return loader.construct_yaml_timestamp(_scalar(node))
-    except ValueError as error:
-        raise _Refused(problem=f"has a date that does not exist ({error})", problem_mark=node.start_mark) from None
-
-
-_SpecLoader.add_constructor("tag:yaml.org,2002:int", _bounded_int)
-_SpecLoader.add_constructor("tag:yaml.org,2002:timestamp", _checked_timestamp)
+    max_depth = MAX_SPEC_DEPTH
+    max_number_chars = MAX_NUMBER_CHARS
+    aliases = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +73,9 @@ class HivedSpec:
     gpu_type: str
     group: str | None
     group_size: int | None
+    group_parts: Mapping[int, int] | None = None
+    """The affinity group's members by GPU count (``leafCellNumber`` -> ``podNumber``): one member group each,
+    all or nothing (a heterogeneous gang when there are several, ``kubecell.k8s.scheduler.jobs.gang_spec``)."""
 
 
 def _error(pod: PodMeta, path: str, message: str, accepted: str | None = None) -> DemandError:
@@ -170,7 +128,7 @@ def parse_hived(pod: PodMeta) -> HivedSpec | None:
         raise _error(pod, "", f"is {len(text)} characters long", f"a spec of at most {MAX_SPEC_CHARS} characters")
     try:
         raw = yaml.load(text, Loader=_SpecLoader)
-    except _Refused as error:
+    except YamlRefused as error:
         raise _error(pod, "", f"{error.problem}{_at(error.problem_mark)}",
                      "HiveD's keys in plain YAML: mappings, lists, text and numbers, without aliases") from None
     except yaml.YAMLError as error:
@@ -223,12 +181,6 @@ def parse_hived(pod: PodMeta) -> HivedSpec | None:
     if gpus not in counts:
         raise _error(pod, "affinityGroup.members", f"no member asks for this pod's leafCellNumber {gpus}",
                      "the pod's own leafCellNumber among the members (HiveD requires it)")
-    if len(counts) > 1:
-        shapes = ", ".join(f"{pods} pod{'s' if pods != 1 else ''} x {leaf} GPU{'s' if leaf != 1 else ''}"
-                           for leaf, pods in sorted(counts.items()))
-        raise _error(pod, "affinityGroup.members", f"members ask for different GPU counts ({shapes}); kubecell's "
-                     "gangs have identical members", "one leafCellNumber for every member; one group per member "
-                     "shape")
     if size > MAX_GANG_MEMBERS:
         raise _error(pod, "affinityGroup.members", f"{size} pods in all is too many", f"1..{MAX_GANG_MEMBERS}")
-    return HivedSpec(vc.strip(), priority, gpus, gpu_type.strip(), name.strip(), size)
+    return HivedSpec(vc.strip(), priority, gpus, gpu_type.strip(), name.strip(), size, counts)

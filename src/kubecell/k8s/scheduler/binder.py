@@ -26,6 +26,7 @@ from kubecell.k8s.scheduler import pods
 from kubecell.k8s.scheduler.actions import Actions, EventSink, retry
 from kubecell.k8s.scheduler.cluster import Mirror
 from kubecell.k8s.scheduler.gate import BindItem, NodeGate
+from kubecell.k8s.scheduler.jobs import Tracked
 from kubecell.k8s.scheduler.tracking import Held, Planned, Tracking
 
 log = logging.getLogger("kubecell.scheduler")
@@ -297,21 +298,21 @@ class Binder:
         engine, tracked = state.engine, state.tracked[job.name]
         held = {member_index(a): a for a in engine.allocations_of(job.name)}
         new = sorted(index for index in held if index not in tracked.members)
-        free = tracked.free_pods()
-        if len(free) < len(new):
-            self._requeue(state, job.name, f"{len(new)} members placed but {len(free)} pods free")
+        pairs = pods_for(job, tracked, new)
+        if pairs is None:
+            self._requeue(state, job.name, f"{len(new)} members placed but not as many of its pods free for them")
             return None
         created = datetime.datetime.now(datetime.UTC)
         planned = []
         try:
-            for index, uid in zip(new, free, strict=False):
+            for index, uid in pairs:
                 pod = self.mirror.pods[uid]
                 allocation = held[index]
                 planned.append((index, uid, pod, record_for(
                     allocation, state.views[allocation.node], pod=pods.key(pod), pod_uid=uid,
                     attempt=job.preemptions, job=job.name, vc=job.vc, job_class=job.job_class or JobClass.BORROWED,
                     member=index, scheduler=self.scheduler_name, created_at=created, batch=len(new),
-                    isolation=tracked.isolation)))
+                    isolation=tracked.isolation_for(uid))))
         except (KubecellError, KeyError) as error:
             self._requeue(state, job.name, str(error))
             return None
@@ -378,6 +379,25 @@ class Binder:
                 continue
             ready.append((name, {}))
         return self.bind(state, ready) if ready else False
+
+
+def pods_for(job: Job, tracked: Tracked, indices: Sequence[int]) -> list[tuple[int, str]] | None:
+    """Which free pod takes each new member index: any, for a homogeneous job; one of the index's own member
+    group for a heterogeneous gang (a launcher's index never goes to a worker's pod). None when a group has
+    fewer free pods than new members."""
+    free = tracked.free_pods()
+    if not tracked.part_of:
+        return list(zip(indices, free, strict=False)) if len(free) >= len(indices) else None
+    by_part: dict[int, list[str]] = {}
+    for uid in free:
+        by_part.setdefault(tracked.part_of.get(uid, -1), []).append(uid)
+    pairs = []
+    for index in indices:
+        waiting = by_part.get(job.spec.group_position(index))
+        if not waiting:
+            return None
+        pairs.append((index, waiting.pop(0)))
+    return pairs
 
 
 def member_index(allocation: Allocation) -> int:

@@ -22,7 +22,7 @@ from kubecell.k8s.inventory import NodeView
 from kubecell.k8s.scheduler import pods
 from kubecell.k8s.scheduler.actions import Actions, retry
 from kubecell.k8s.scheduler.cluster import Mirror
-from kubecell.k8s.scheduler.jobs import Tracked, gang_ready, job_name, job_spec
+from kubecell.k8s.scheduler.jobs import Tracked, gang_disagreement, gang_ready, gang_spec, job_name, job_spec
 from kubecell.k8s.scheduler.tracking import Tracking
 
 log = logging.getLogger("kubecell.scheduler")
@@ -243,6 +243,11 @@ class Intake:
         members = sorted(state.gathering.get(key, {}).values(), key=lambda item: pods.key(item[0]))
         if not members:
             return False
+        problem = gang_disagreement(key, [*self._formed(state, key), *members], self.default_vc)
+        if problem is not None:  # never guess which pod is right: a gang formed on a wrong size waits forever
+            for pod, _ in members:
+                self.teller.tell(pod, problem, reason="InvalidGang")
+            return False
         ready = gang_ready([demand for _, demand in members])
         if ready is None:
             group = members[0][1].group
@@ -256,6 +261,23 @@ class Intake:
             state.ungather(pods.uid(pod))
         return self._submit(state, members, *ready)
 
+    def _formed(self, state: Tracking, key: str) -> list[tuple[dict[str, Any], PodDemand]]:
+        """One pod of the job already formed under gang ``key`` (waiting or running), read again: a pod that
+        arrives later must agree with it, or it would wait forever for a gang that will never form."""
+        for name in sorted(state.by_group.get(key, ())):
+            tracked = state.tracked[name]
+            if state.engine.jobs[name].phase in (JobPhase.FINISHED, JobPhase.CANCELLED, JobPhase.REJECTED):
+                continue
+            for uid in tracked.pod_uids:
+                pod = self.mirror.pods.get(uid)
+                if pod is None:
+                    continue
+                try:
+                    return [(pod, pod_demand(pod, pod_groups=self.mirror.all_podgroups()))]
+                except Exception:  # it was read when its job formed; unreadable now, it proves nothing
+                    continue
+        return []
+
     def _submit(self, state: Tracking, members: list[tuple[dict[str, Any], PodDemand]], size: int,
                 minimum: int | None) -> bool:
         pod, demand = members[0]
@@ -267,29 +289,34 @@ class Intake:
         vc = demand.vc or self.default_vc
         try:
             nodes, excluded = self.allowed_nodes(state, [p for p, _ in members])
-            if demand.request.wants_gpu:  # a node that cannot isolate so is ruled out, never degraded
-                known = state.isolation_nodes.get(demand.isolation)
+            for mode in sorted({d.isolation for _, d in members if d.request.wants_gpu}):
+                known = state.isolation_nodes.get(mode)  # a node that cannot isolate so is ruled out, never degraded
                 if known is None:
-                    known = state.isolation_nodes[demand.isolation] = isolation_nodes(state.views, demand.isolation)
+                    known = state.isolation_nodes[mode] = isolation_nodes(state.views, mode)
                 able, unable = known
                 if able is not None:
                     nodes = able if nodes is None else nodes & able
                     excluded = ", ".join(filter(None, (excluded, unable)))
-            spec = job_spec(name, demand, size, minimum, vc, min(pods.created(p) for p, _ in members), nodes)
+            submitted = min(pods.created(p) for p, _ in members)
+            parts: dict[str, int] = {}
+            if demand.group is None:
+                spec = job_spec(name, demand, size, minimum, vc, submitted, nodes)
+            else:
+                spec, parts = gang_spec(name, members, size, minimum, vc, submitted, nodes)
         except InvalidInputError as error:  # a gang whose pods ask for something no job can be
             for p, _ in members:
                 self.teller.tell(p, f"cannot be scheduled: {error}", reason="InvalidRequest")
             return False
         job = state.engine.submit(spec, spec.submit_time)
+        isolation_of = {pods.uid(p): d.isolation for p, d in members if d.isolation != demand.isolation}
         state.track(Tracked(name, demand.group.key if demand.group else None, [pods.uid(p) for p, _ in members],
-                            isolation=demand.isolation))
+                            isolation=demand.isolation, part_of=parts, isolation_of=isolation_of))
         if excluded:
             state.excluded_by_constraints[name] = excluded
         if job.phase == JobPhase.REJECTED:
             for p, _ in members:
                 self.teller.tell(p, f"rejected: {job.wait_reason}", reason="Rejected")
         return True
-
 
     def allowed_nodes(self, state: Tracking, members: Sequence[Mapping[str, Any]]) -> tuple[frozenset[str] | None, str]:
         """The nodes every one of the pods may use (None: any), and what rules the others out, as

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubecell.core.engine.job import Job, JobClass
+from kubecell.core.engine.job import Job, JobClass, JobSpec
 from kubecell.core.engine.restore import RunningMember
 from kubecell.core.errors import InvalidInputError
 from kubecell.k8s.dialects import DemandError, PodDemand, pod_demand
@@ -37,7 +37,7 @@ from kubecell.k8s.scheduler.actions import Actions, retry
 from kubecell.k8s.scheduler.cluster import Mirror
 from kubecell.k8s.scheduler.gate import NodeGate
 from kubecell.k8s.scheduler.intake import Intake, isolation_nodes
-from kubecell.k8s.scheduler.jobs import Tracked, job_spec
+from kubecell.k8s.scheduler.jobs import Tracked, gang_spec
 from kubecell.k8s.scheduler.tracking import Tracking
 from kubecell.k8s.scheduler.trust import disagreement
 
@@ -69,6 +69,10 @@ class Restorer:
         self.intake = intake
         self.gate = gate
         self.names = names
+        self._gangs: dict[str, list[tuple[dict[str, Any], PodDemand]]] = {}
+        self._adopted: dict[str, tuple[list[str], dict[str, int], dict[str, int],
+                                       list[tuple[dict[str, Any], PodDemand]]]] = {}
+        """Job name -> (its pods' uids, their member groups, each recorded pod's member index, its pods)."""
 
     def restore(self, state: Tracking) -> None:
         """Every pod with a record it can believe is restored; the rest are held or rolled back (see the
@@ -90,6 +94,7 @@ class Restorer:
                 member = None
             if member is not None:
                 by_job.setdefault(member.record.job, []).append(member)
+        self._gangs = self._gang_pods(by_job, pod_groups)
         for name, members in sorted(by_job.items()):
             try:
                 self._job(state, name, members)
@@ -97,6 +102,35 @@ class Restorer:
                 raise  # the API server is away: the caller rebuilds once it is back
             except Exception:
                 log.exception("cannot restore %s; its pods are held as found", name)
+
+    def _gang_pods(self, by_job: Mapping[str, list[Member]], pod_groups: Mapping[tuple[str, str], Mapping[str, Any]]
+                   ) -> dict[str, list[tuple[dict[str, Any], PodDemand]]]:
+        """Every pod of each recorded gang (recorded or not: a gang's spec is made of all its pods, and its
+        unrecorded pods are where it grows), by gang key, read in one pass over the pods of their namespaces."""
+        keys = {m.demand.group.key for members in by_job.values() for m in members if m.demand.group is not None}
+        found: dict[str, list[tuple[dict[str, Any], PodDemand]]] = {key: [] for key in keys}
+        if not keys:
+            return found
+        recorded = {pods.uid(m.pod): m for members in by_job.values() for m in members}
+        namespaces = {key.split("/", 1)[0] for key in keys}
+        for pod in self.mirror.pods.values():
+            if (pod["metadata"].get("namespace") or "default") not in namespaces or not pods.ours(pod, self.names):
+                continue
+            member = recorded.get(pods.uid(pod))
+            if member is not None:
+                demand = member.demand
+            elif pods.ended(pod) or (not pods.node_of(pod) and (pods.is_done(pod) or pods.gated(pod))):
+                continue
+            else:
+                try:
+                    demand = pod_demand(pod, pod_groups=pod_groups)
+                except Exception:  # told when intake reads it; it is no member of the gang meanwhile
+                    continue
+            if demand.group is not None and demand.group.key in found:
+                found[demand.group.key].append((pod, demand))
+        for members in found.values():
+            members.sort(key=lambda item: pods.key(item[0]))
+        return found
 
     def _read(self, pod: dict[str, Any], pod_groups: Mapping[tuple[str, str], Mapping[str, Any]]) -> Member | None:
         bound = bool(pods.node_of(pod))
@@ -211,24 +245,35 @@ class Restorer:
         return None
 
     def _adopt(self, state: Tracking, name: str, members: Sequence[Member]) -> Job | None:
-        """The job restored from ``members`` as recorded, or None (nothing changed) where it cannot be."""
+        """The job restored from ``members`` as recorded, or None (nothing changed) where it cannot be. A gang's
+        spec is made of all its pods that exist now (its headcount, for growth, is no more than that)."""
         first = members[0]
         group = first.demand.group
-        size = group.size if group is not None and group.size is not None else len(members)
-        minimum = group.minimum if group is not None and group.minimum is not None else None
+        gang = self._gangs.get(group.key, []) if group is not None else []
+        if not any(pods.uid(pod) == pods.uid(first.pod) for pod, _ in gang):
+            gang = [(m.pod, m.demand) for m in members]
         try:
             nodes, _ = self.intake.allowed_nodes(state, [m.pod for m in members])
         except InvalidInputError:
             nodes = None  # it runs where its record says; a malformed constraint only stops new placements
-        spec = job_spec(name, first.demand, max(size, len(members)), minimum and min(minimum, len(members)),
-                        first.record.vc, pods.created(first.pod), nodes)
-        running = [RunningMember(m.record.member, m.record.node, held_indices(state, m.record)) for m in members]
+        minimum = group.minimum if group is not None else None
+        try:
+            spec, parts = gang_spec(name, gang, len(gang), minimum and min(minimum, len(gang)), first.record.vc,
+                                    min(pods.created(pod) for pod, _ in gang), nodes)
+        except InvalidInputError as error:
+            log.error("cannot restore %s: %s", name, error)
+            return None
+        indices = member_indices(spec, parts, members)
+        running = [RunningMember(indices[pods.uid(m.pod)], m.record.node, held_indices(state, m.record))
+                   for m in members]
         started = min(m.record.created_at for m in members).timestamp()
         try:
-            return state.engine.restore(spec, running, JobClass(first.record.job_class), started_at=started)
+            job = state.engine.restore(spec, running, JobClass(first.record.job_class), started_at=started)
         except InvalidInputError as error:
             log.error("cannot restore %s as recorded: %s", name, error)
             return None
+        self._adopted[name] = ([pods.uid(pod) for pod, _ in gang], parts, indices, gang)
+        return job
 
     def _class_refused(self, state: Tracking, job: Job, record: AllocationRecord) -> str | None:
         """Why the engine would not have granted the class a rolled-forward record claims, or None."""
@@ -260,8 +305,12 @@ class Restorer:
         """Track the restored job, and bind the members whose records were all written before a crash."""
         members = [*bound, *unbound]
         group = members[0].demand.group
-        tracked = Tracked(name, group.key if group else None, [pods.uid(m.pod) for m in members],
-                          {m.record.member: pods.uid(m.pod) for m in members}, isolation=members[0].record.isolation)
+        uids, parts, indices, gang = self._adopted[name]
+        isolation = members[0].demand.isolation
+        tracked = Tracked(name, group.key if group else None, uids,
+                          {indices[pods.uid(m.pod)]: pods.uid(m.pod) for m in members}, isolation=isolation,
+                          part_of=parts, isolation_of={pods.uid(p): d.isolation for p, d in gang
+                                                       if d.isolation != isolation})
         state.track(tracked)
         self.intake.note_generation(tracked)
         for member in bound:
@@ -280,6 +329,31 @@ class Restorer:
                         self.mirror.changed[uid] = None
                     return
             tracked.bound.add(pods.uid(member.pod))
+
+
+def member_indices(spec: JobSpec, parts: Mapping[str, int], members: Sequence[Member]) -> dict[str, int]:
+    """Each recorded pod's member index in ``spec``: its recorded index where that index is of the pod's own
+    member group and free, else the lowest free index of that group (a gang whose pods changed since it was
+    recorded: indices only pair the engine's members with pods, so renumbering loses nothing)."""
+    taken: set[int] = set()
+    chosen: dict[str, int] = {}
+    waiting = []
+    for member in sorted(members, key=lambda m: m.record.member):
+        uid = pods.uid(member.pod)
+        position = parts.get(uid, 0)
+        index = member.record.member
+        if index < spec.members and spec.group_position(index) == position and index not in taken:
+            chosen[uid] = index
+            taken.add(index)
+        else:
+            waiting.append((uid, position))
+    for uid, position in waiting:
+        start = spec.group_start(position)
+        count = spec.member_groups[position].count
+        index = next((i for i in range(start, start + count) if i not in taken), start + count)
+        chosen[uid] = index  # past the group only when more pods were recorded than it has: the restore refuses
+        taken.add(index)
+    return chosen
 
 
 def held_indices(state: Tracking, record: AllocationRecord) -> tuple[int, ...]:

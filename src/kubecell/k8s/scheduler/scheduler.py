@@ -55,6 +55,7 @@ BIND_WORKERS = 16
 PODGROUP_APIS = (
     ("podgroups.scheduling.x-k8s.io", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"),
     ("podgroups.scheduling.volcano.sh", "/apis/scheduling.volcano.sh/v1beta1/podgroups"),
+    ("podgroups.scheduling.run.ai", "/apis/scheduling.run.ai/v2alpha2/podgroups"),
 )
 
 

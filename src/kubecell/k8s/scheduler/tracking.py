@@ -72,8 +72,14 @@ class Tracking:
     """Extender mode: pod uid -> the nodes kube-scheduler's own filters left for it, once they ruled out
     the node kubecell chose (pod affinity, ports, volumes: rules kubecell does not evaluate)."""
 
+    by_group: dict[str, set[str]] = field(default_factory=dict)
+    """Gang key -> the names of the jobs formed under it that are tracked (a pod arriving later is checked
+    against them, ``Intake._formed``)."""
+
     def track(self, tracked: Tracked) -> None:
         self.tracked[tracked.name] = tracked
+        if tracked.group is not None:
+            self.by_group.setdefault(tracked.group, set()).add(tracked.name)
         for uid in tracked.pod_uids:
             self.pod_job[uid] = tracked.name
 
@@ -86,6 +92,12 @@ class Tracking:
         self.held.pop(name, None)
         if tracked is None:
             return sorted(victims)
+        if tracked.group is not None:
+            names = self.by_group.get(tracked.group)
+            if names is not None:
+                names.discard(name)
+                if not names:
+                    del self.by_group[tracked.group]
         for uid in tracked.pod_uids:
             if self.pod_job.get(uid) == name:
                 del self.pod_job[uid]
