@@ -37,8 +37,9 @@ from kubecell.k8s.rest import ApiError, Kube
 from kubecell.k8s.scheduler import pods
 from kubecell.k8s.scheduler.actions import Actions
 from kubecell.k8s.scheduler.binder import Binder, Settled
-from kubecell.k8s.scheduler.cluster import Mirror, hardware, node_view_safe, trimmed_node
+from kubecell.k8s.scheduler.cluster import Mirror, trimmed_node
 from kubecell.k8s.scheduler.intake import Intake, Teller
+from kubecell.k8s.scheduler.nodes import NodeReader
 from kubecell.k8s.scheduler.restore import Restorer
 from kubecell.k8s.scheduler.tenants import TenantSources
 from kubecell.k8s.scheduler.tracking import Tracking
@@ -102,6 +103,8 @@ class Scheduler:
         self.kube = kube
         self.options = options or SchedulerOptions()
         self.actions = Actions(kube, self.options.name)
+        self.node_reader = NodeReader(self.actions)
+        """The node views, read again only where a node changed (``nodes``)."""
         self.events: queue.Queue[Event] = queue.Queue()
         self.stop = threading.Event()
         self.mirror = Mirror()
@@ -109,12 +112,7 @@ class Scheduler:
         self.node_signature: tuple[Any, ...] = ()
         """The hardware of every node the engine was built from (``cluster.hardware``): a change rebuilds."""
         self._next_nodes: tuple[dict[str, NodeView], tuple[Any, ...]] | None = None
-        self._node_reads: dict[str, tuple[str, NodeView, tuple[Any, ...]]] = {}
-        self._node_notes: dict[str, str] = {}
-        """Node -> what kubecell last told in a Warning Event about its report (``_tell_node``)."""
-        self._node_terms: dict[str, tuple[Any, ...]] = {}
-        """Per node, what the engine's view of it was last brought to without a rebuild: why it is closed
-        (cordoned, not Ready) and its labels and taints (``_placement_terms``)."""
+
         o = self.options
         self.tenant_sources = TenantSources(kube, self.actions, o.name, o.tenants_namespace, o.tenants_configmap,
                                             o.tenants_key, o.default_vc)
@@ -304,35 +302,8 @@ class Scheduler:
                 self._next_nodes = None  # read the nodes afresh in the rebuild
 
     def _read_nodes(self) -> tuple[dict[str, NodeView], tuple[Any, ...]]:
-        """Every node as the core sees it, by name, and a signature that changes when any of them does.
-
-        A node is read again only when its resourceVersion moved: kubelets post status every few
-        seconds, and on 5,000 nodes reading them all for each event batch is what a scheduler cannot afford."""
-        views, signature, read = {}, [], {}
-        for name, obj in sorted(self.mirror.nodes.items()):
-            version = str(obj["metadata"].get("resourceVersion", ""))
-            known = self._node_reads.get(name)
-            if known is None or known[0] != version or not version:
-                view = node_view_safe(obj)
-                known = (version, view, (view.excluded, _placement_terms(obj)))
-                self._tell_node(obj, view)
-            read[name] = known
-            views[name] = known[1]
-            signature.append(hardware(known[1]))
-        self._node_reads = read
-        return views, tuple(signature)
-
-    def _tell_node(self, obj: dict[str, Any], view: NodeView) -> None:
-        """A Warning Event on a node whose report kubecell did not take as it stands (an inventory claiming
-        more GPUs than the node advertises), once per change of what is wrong."""
-        note = getattr(view, "inventory_note", "")
-        if note and self._node_notes.get(view.name) != note:
-            log.warning("node %s: %s", view.name, note)
-            self.actions.node_warning(obj, "InventoryBeyondCapacity", note)
-        if note:
-            self._node_notes[view.name] = note
-        else:
-            self._node_notes.pop(view.name, None)
+        """Every node as the core sees it, by name, and the signature of their hardware (``nodes``)."""
+        return self.node_reader.read(self.mirror.nodes)
 
     def _cluster_changed(self) -> bool:
         """Whether nodes or tenants changed in a way that needs a new engine (the views read here are kept
@@ -351,10 +322,9 @@ class Scheduler:
         let every waiting job judge their labels and taints afresh (its allowed nodes are part of its spec,
         so it is formed again from its pods). Running work is untouched."""
         state = self.state
-        terms = {name: self._node_reads[name][2] for name in views}
-        changed = sorted(name for name in terms if terms[name] != self._node_terms.get(name))
+        changed = self.node_reader.changed(views)
         if state is None or not changed:
-            self._node_terms = terms
+            self.node_reader.applied_now(views)
             return
         for name in changed:
             view = views[name]
@@ -366,7 +336,7 @@ class Scheduler:
         waiting = [name for name in state.tracked if state.engine.jobs[name].phase == JobPhase.PENDING]
         for name in waiting:
             self.intake.renew(state, name)
-        self._node_terms = terms
+        self.node_reader.applied_now(views)
         self.dirty = True
         log.info("nodes changed in place (%s): %d waiting job(s) judge them again", ", ".join(changed[:5])
                  + (" ..." if len(changed) > 5 else ""), len(waiting))
@@ -391,7 +361,7 @@ class Scheduler:
                          np.int64)
         engine = Engine(nodes, tenants, PRESETS[o.tenancy], forest=forest, placement=policy, tie_rank=ranks)
         self.state = Tracking(engine, views)
-        self._node_terms = {name: self._node_reads[name][2] for name in views if name in self._node_reads}
+        self.node_reader.applied_now(views)
         Restorer(self.mirror, self.actions, self.intake, self.binder.gate, self.options.names).restore(self.state)
         for view in views.values():  # closed after the restore: what runs there is adopted first
             if view.node is not None and view.excluded:
@@ -467,7 +437,7 @@ class Scheduler:
     def _tell_without_engine(self) -> None:
         """No node kubecell can place on exists (none at all, or none whose inventory it can read): there is no
         engine to ask, but every waiting pod is still told why, as kube-scheduler's FitError would."""
-        views = [view for _, view, _ in self._node_reads.values()]
+        views = self.node_reader.views()
         unreadable = [view for view in views if view.node is None]
         if not views:
             message = "0/0 nodes are available: the cluster has no nodes"
@@ -513,12 +483,3 @@ class Scheduler:
                                           gang=job is not None and job.spec.members > 1)
         self._on_settled(outcome)
 
-
-def _placement_terms(node: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What of a node decides which pods may use it (its labels and taints): a change makes every waiting job
-    evaluate its node constraints again (``Scheduler._update_nodes``)."""
-    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
-    labels = meta.get("labels") or {}
-    taints = spec.get("taints") or []
-    return (tuple(sorted(labels.items())),
-            tuple((t.get("key"), t.get("value"), t.get("effect")) for t in taints))
