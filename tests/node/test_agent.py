@@ -1,6 +1,12 @@
 """``kubecell node-agent`` as a whole, on the real API server behind a fake kubelet: it publishes the fake
 GPUs with its capabilities, registers its device plugins, serves pods from their records, follows an
-XID into both the kubelet's device list and the scheduler's view, and a restarted agent goes on."""
+XID into both the kubelet's device list and the scheduler's view, and a restarted agent goes on.
+
+The Node is registered as a kubelet registers it before any device plugin did (CPU, memory and pods; no GPU
+resource, no inventory), and :func:`kubelet_node_status` then writes the fake kubelet's device-plugin
+resources into its status as a real kubelet does: the scheduler never offers more GPUs than a node
+advertises (``kubecell.k8s.advertised``), so a harness whose Node advertised a fixed count would hide the
+agent's devices behind it (a MIG node's 14 instances behind 2 GPUs)."""
 
 from __future__ import annotations
 
@@ -20,10 +26,10 @@ pytest.importorskip("grpc", reason="tests/node needs the `node` extra: pip insta
 pytest.importorskip("grpc_tools", reason="tests/node needs the `node` extra: pip install -e '.[dev,node]' "
                                          "(grpcio-tools)")
 
-from kubecell.core.model import GPU_MODELS, Gpu, Node
+from kubecell.core.model import Node
 from kubecell.k8s.inventory import node_view
 from kubecell.k8s.names import ANNOTATION_ACK
-from kubecell.k8s.rest import Kube
+from kubecell.k8s.rest import ApiError, Kube
 from kubecell.k8s.scheduler import pods
 from kubecell.node.agent import AgentOptions, NodeAgent
 from kubecell.node.fake_kubelet import FakeKubelet
@@ -56,29 +62,64 @@ def start_agent(kube: Kube, name: str, backend: FakeNvml, kubelet: FakeKubelet, 
     return Running(name, backend, kubelet, root, agent, stop, thread)
 
 
+STATUS_INTERVAL = 0.1
+"""How often the harness's kubelet compares its device counts with what it last wrote on the Node. A real
+kubelet writes its node status every ``nodeStatusUpdateFrequency`` (10 s by default); tests need not wait."""
+
+
+def kubelet_node_status(kube: Kube, name: str, kubelet: FakeKubelet, stop: threading.Event) -> threading.Thread:
+    """The part of a kubelet's node-status loop that reports device-plugin resources: for every resource a
+    plugin registered, ``status.capacity`` counts all its devices and ``status.allocatable`` the healthy ones
+    (the kubelet's ``devicemanager.GetCapacity``), written whenever they change until ``stop`` is set."""
+
+    def run() -> None:
+        written: tuple[dict[str, int], dict[str, int]] = ({}, {})
+        while not stop.is_set():
+            now = (kubelet.capacity(), kubelet.allocatable())
+            if now != written:
+                capacity, allocatable = now
+                try:
+                    kube.patch(f"/api/v1/nodes/{name}/status", {"status": {
+                        "capacity": {resource: str(count) for resource, count in capacity.items()},
+                        "allocatable": {resource: str(count) for resource, count in allocatable.items()}}})
+                    written = now
+                except ApiError:  # a conflict or the Node going away at the end of a test: try again, or stop
+                    pass
+            stop.wait(STATUS_INTERVAL)
+
+    thread = threading.Thread(target=run, daemon=True, name=f"kubelet-status-{name}")
+    thread.start()
+    return thread
+
+
 @contextlib.contextmanager
-def agent_node(kube: Kube, example: str, prefix: str, gpus: int) -> Iterator[Running]:
-    """A registered Node (``gpus`` A100s until the agent publishes the fake ``example``'s), a fake kubelet and
-    the whole agent on it; all removed afterwards."""
+def agent_node(kube: Kube, example: str, prefix: str) -> Iterator[Running]:
+    """A registered Node, a fake kubelet reporting its device plugins' resources on it, and the whole agent
+    with the fake ``example``'s GPUs; all removed afterwards.
+
+    The Node starts as a kubelet registers it before any plugin did: CPU, memory and pods, no GPU resource
+    and no inventory annotation (the agent writes that)."""
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    node = Node(name, 96_000, 512_000, tuple(Gpu(i, "A100", GPU_MODELS["A100"].memory_mib) for i in range(gpus)),
-                labels={"kubecell.io/test-node": name})
-    with registered_node(kube, node_manifest(node)):
+    with registered_node(kube, node_manifest(Node(name, 96_000, 512_000, labels={"kubecell.io/test-node": name}))):
         root = Path(tempfile.mkdtemp(dir="/tmp", prefix=f"{prefix}-"))
         kubelet = FakeKubelet(root / "dp", root / "pr" / "kubelet.sock").start()
+        reporting = threading.Event()
+        status = kubelet_node_status(kube, name, kubelet, reporting)
         agent = start_agent(kube, name, FakeNvml.from_file(example_path(example)), kubelet, root)
         try:
             yield agent
         finally:
             agent.stop.set()
             agent.thread.join(10)
+            reporting.set()
+            status.join(10)
             kubelet.stop()
             shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
 def running(kube: Kube) -> Iterator[Running]:
-    with agent_node(kube, "a100-nvlink", "na", 8) as agent:
+    with agent_node(kube, "a100-nvlink", "na") as agent:
         yield agent
 
 

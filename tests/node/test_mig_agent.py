@@ -25,7 +25,7 @@ from tests.support import wait_for
 
 @pytest.fixture
 def mig_node(kube: Kube) -> Iterator[Running]:
-    with agent_node(kube, "a100-mig-1g", "mig", 2) as running:
+    with agent_node(kube, "a100-mig-1g", "mig") as running:
         yield running
 
 

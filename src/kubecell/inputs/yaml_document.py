@@ -14,6 +14,12 @@ PyYAML does not do are done here for all of them:
 
 Validation errors from pydantic are told through ``kubecell.core.validation`` (``doc.invalid``), the one
 formatter the core uses too, so no loader leaks pydantic internals.
+
+Not every text is hand-written by someone careful: the scheduler reads the tenant ConfigMap from the API, and
+``kubecell inspect`` shows it, so the text may be written to hurt its reader. Whatever it is, a
+``YamlDocument`` is built or an ``InvalidInputError`` raised, quickly: the text is at most
+``MAX_YAML_CHARS`` characters, and it is read by ``kubecell.inputs.bounded_yaml.BoundedLoader`` (nesting,
+alias expansion, integer length and dates bounded; see that module for why each).
 """
 
 from __future__ import annotations
@@ -27,8 +33,23 @@ from pydantic import ValidationError
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.validation import KeyPath, explain_validation_error, key_path
+from kubecell.inputs.bounded_yaml import BoundedLoader, YamlRefused
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+
+MAX_YAML_CHARS = 128 * 1024
+"""The longest YAML text read. The largest hand-written input kubecell ships is 3 KiB, and a tenant file of
+3,000 virtual clusters fits. PyYAML's pure-Python parser reads 128 KiB in 0.05 s (comments, long strings) to
+2 s (46,000 values nested 30 deep, the worst shape measured; a 3,000-VC tenant file takes 0.5 s): about the
+most a scheduler rebuild should spend on the tenant ConfigMap, whose API limit (1 MiB) would cost 15 s."""
+MAX_YAML_DEPTH = BoundedLoader.max_depth
+"""The deepest nesting read: 32 levels (kubecell's inputs use at most 8; its Kubernetes manifests, 15)."""
+MAX_YAML_NODES = BoundedLoader.max_nodes
+"""The most values in a document with its aliases expanded: 65,536, about what ``MAX_YAML_CHARS`` can write
+without aliases, so anchors and merge keys stay usable but never make a document larger than the text could."""
+MAX_YAML_NUMBER_CHARS = BoundedLoader.max_number_chars
+"""The longest integer converted: 100 characters hold an int64 in every notation YAML has (the longest, binary
+with an underscore every four digits, is 82); every amount kubecell reads is below 2^63."""
 
 
 class _DuplicateKey(Exception):  # noqa: N818 - internal signal, turned into an InvalidInputError
@@ -41,9 +62,9 @@ class _DuplicateKey(Exception):  # noqa: N818 - internal signal, turned into an 
         self.first = f"line {first.line + 1}" + (f", column {first.column + 1}" if first.line == mark.line else "")
 
 
-class StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader that refuses a mapping with the same key twice (merge keys ``<<`` aside:
-    overriding a merged value is what they are for)."""
+class StrictLoader(BoundedLoader):
+    """PyYAML's safe loader, bounded (``BoundedLoader``), that refuses a mapping with the same key twice
+    (merge keys ``<<`` aside: overriding a merged value is what they are for)."""
 
     def compose_document(self) -> yaml.Node | None:
         node: yaml.Node | None = super().compose_document()
@@ -52,12 +73,23 @@ class StrictLoader(yaml.SafeLoader):
         return node
 
     def _key(self, node: yaml.Node) -> object:
-        """A key as its value (``1`` and ``0x1`` are the same key), or its text when it is not hashable."""
+        """A key as its value (``1`` and ``0x1`` are the same key), or its text when it is not hashable.
+
+        A key the bounded loader refuses (a date that does not exist) is refused here, where it is first
+        constructed; one PyYAML cannot construct is left for the document's construction to report."""
+        deep = self.deep_construct
         try:
             value = self.construct_object(node, deep=True)
             hash(value)
+        except YamlRefused:
+            raise
         except (yaml.YAMLError, TypeError):
+            # construct_object leaves its bookkeeping as it was when it failed: the document is constructed
+            # later, and must not see this key as a recursive node
+            self.recursive_objects.clear()
             return ("text", node.value if isinstance(node, yaml.ScalarNode) else id(node))
+        finally:
+            self.deep_construct = deep
         return value
 
     def _reject_duplicate_keys(self, root: yaml.Node) -> None:
@@ -94,11 +126,12 @@ def yaml_line(root: yaml.Node | None, parts: KeyPath) -> int | None:
     for part in parts:
         child: yaml.Node | None = None
         if isinstance(node, yaml.MappingNode):
+            # the last key of that name: constructing the data put the pairs of merge keys (<<) first in
+            # the mapping, and a key of the mapping's own, written after them, is the one whose value counts
             for key, value in node.value:
                 if isinstance(key, yaml.ScalarNode) and key.value == str(part):
                     child = value
                     line = key.start_mark.line + 1
-                    break
         elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
             child = node.value[part]
             line = child.start_mark.line + 1
@@ -120,8 +153,12 @@ class YamlDocument:
     def __init__(self, path: str | Path, text: str) -> None:
         self.path = Path(path)
         self.prefix = ()
-        loader = StrictLoader(text)
+        if len(text) > MAX_YAML_CHARS:
+            raise InvalidInputError(f"is {len(text)} characters long", location=str(self.path),
+                                    accepted=f"YAML of at most {MAX_YAML_CHARS} characters")
+        loader: StrictLoader | None = None
         try:
+            loader = StrictLoader(text)  # PyYAML's reader refuses characters YAML does not allow here
             self.root = loader.get_single_node()
             self.data = None if self.root is None else loader.construct_document(self.root)
         except _DuplicateKey as duplicate:
@@ -129,13 +166,27 @@ class YamlDocument:
                 f"duplicate key {duplicate.key!r} (first defined at {duplicate.first})",
                 location=f"{self.path}:{duplicate.line}: {key_path(duplicate.parts)}",
                 accepted="each key once in a mapping") from None
+        except YamlRefused as refused:
+            raise InvalidInputError(str(refused.problem), location=self._at(refused.problem_mark),
+                                    accepted=refused.accepted) from None
+        except yaml.reader.ReaderError as error:  # a character YAML does not allow: no mark, a position
+            line = text.count("\n", 0, error.position) + 1
+            raise InvalidInputError(f"not valid YAML: {str(error).splitlines()[0]}",
+                                    location=f"{self.path}:{line}") from None
         except yaml.YAMLError as error:
-            mark = getattr(error, "problem_mark", None)
-            where = f"{self.path}:{mark.line + 1}" if mark is not None else str(self.path)
             problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-            raise InvalidInputError(f"not valid YAML: {problem}", location=where) from None
+            raise InvalidInputError(f"not valid YAML: {problem}",
+                                    location=self._at(getattr(error, "problem_mark", None))) from None
+        except (ValueError, RecursionError) as error:  # a backstop: the loader's bounds come first
+            raise InvalidInputError(f"could not be read as YAML ({type(error).__name__})", location=str(self.path),
+                                    accepted=f"YAML nested at most {MAX_YAML_DEPTH} levels, of at most "
+                                    f"{MAX_YAML_NODES} values with aliases expanded") from None
         finally:
-            loader.dispose()
+            if loader is not None:
+                loader.dispose()
+
+    def _at(self, mark: yaml.Mark | None) -> str:
+        return f"{self.path}:{mark.line + 1}" if mark is not None else str(self.path)
 
     @classmethod
     def read(cls, path: str | Path) -> YamlDocument:
@@ -146,12 +197,16 @@ class YamlDocument:
         if not path.exists():
             raise InvalidInputError("file not found", location=str(path))
         try:
-            text = path.read_text(encoding="utf-8")
+            with path.open(encoding="utf-8") as file:  # never more than one character past the bound
+                text = file.read(MAX_YAML_CHARS + 1)
         except UnicodeDecodeError:
             raise InvalidInputError("not a UTF-8 text file", location=str(path),
                                     accepted="a YAML text file encoded as UTF-8") from None
         except OSError as error:
             raise InvalidInputError(f"cannot read file: {error.strerror}", location=str(path)) from None
+        if len(text) > MAX_YAML_CHARS:
+            raise InvalidInputError(f"is more than {MAX_YAML_CHARS} characters long", location=str(path),
+                                    accepted=f"YAML of at most {MAX_YAML_CHARS} characters")
         return cls(path, text)
 
     def section(self, *parts: str | int) -> YamlDocument:

@@ -23,7 +23,9 @@ cordoned or NotReady nodes are excluded with a reason, so ``why pending`` can sa
 
 An inventory never claims more GPUs than the node advertises: where the node advertises ``kubecell.io/gpu``
 (kubecell's device plugin) or ``nvidia.com/gpu`` (NVIDIA's), the view keeps the GPUs of the lowest indices up
-to that count and says what it dropped (``NodeView.inventory_note``); see ``_advertised``.
+to that count and says what it dropped (``NodeView.inventory_note``). That rule lives in
+``kubecell.k8s.advertised``, and the reading of GFD labels in ``kubecell.k8s.gfd``; this module keeps the
+inventory schema, its parsing, and ``node_view``, which puts them together.
 
 Everything here is written by a node agent, an operator or a device plugin, so every number is read with
 its length and range checked first, and every failure is an ``InvalidInputError`` naming the node and the
@@ -33,7 +35,6 @@ field: the scheduler then leaves that node out with the reason instead of stoppi
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -42,12 +43,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.limits import MAX_CPU_MILLI, MAX_GPU_MEMORY_MIB, MAX_GPUS_PER_NODE, MAX_MEMORY_MIB
-from kubecell.core.model import GPU_MODELS, UNKNOWN_GPU_MEMORY_MIB, Gpu, Node, TopologyLevel
+from kubecell.core.model import Gpu, Node, TopologyLevel
 from kubecell.core.topology import rack_and_zone_from_labels
+from kubecell.k8s.advertised import advertised_gpus, kept_gpus, node_value_error, status_map
 from kubecell.k8s.dialects.demand import shown
-from kubecell.k8s.dialects.resources import MAX_NUMBER_CHARS, QUANTITY_FORMS, QuantityError, parse_quantity
+from kubecell.k8s.dialects.resources import QuantityError, parse_quantity
+from kubecell.k8s.gfd import catalog_model as catalog_model  # re-exported: the node agent maps NVML names
+from kubecell.k8s.gfd import gfd_gpus
 from kubecell.k8s.mig import mig_layout
-from kubecell.k8s.names import ANNOTATION_INVENTORY, GFD_COUNT, GFD_MEMORY, GFD_PRODUCT, NVIDIA_GPU, RESOURCE_GPU
+from kubecell.k8s.names import ANNOTATION_INVENTORY, GFD_PRODUCT
 
 INVENTORY_SCHEMA = "kubecell.io/gpu-inventory/v1"
 
@@ -68,8 +72,6 @@ MAX_MIG_SLICE = 255
 """A MIG instance's placement in memory slices (8 on an A100 or H100), bounded so a sort key stays small."""
 MAX_JSON_DIGITS = 20
 """The most digits of a number in an annotation's JSON: int64 has 19; longer numbers are never converted."""
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-"""NVIDIA's device plugin in its ``mixed`` MIG strategy advertises one resource per profile."""
 
 
 class MigInstanceRecord(BaseModel):
@@ -157,7 +159,8 @@ class NodeView:
     see ``kubecell.k8s.mig``); the node then takes CPU work only, and GPU pods are told why."""
     inventory_note: str = ""
     """What the view dropped because the inventory lists more GPUs than the node advertises, e.g.
-    ``inventory lists 16 GPUs but the node advertises kubecell.io/gpu: 8; using 8``; empty when nothing was."""
+    ``inventory lists 16 GPUs but the node advertises kubecell.io/gpu: 8; using 8``; empty when nothing was
+    (the rule: ``kubecell.k8s.advertised``)."""
 
 
 class AnnotationJsonError(ValueError):
@@ -278,30 +281,6 @@ def _groups(members: Mapping[int, set[int]]) -> tuple[tuple[int, ...], ...]:
     return tuple(groups)
 
 
-def catalog_model(product: str, memory_mib: int | None = None) -> str:
-    """Map a vendor product name (NVML or GFD) to the catalog's model name, else keep the product."""
-    key = re.sub(r"[^A-Z0-9]", "", product.upper().replace("NVIDIA", "").replace("TESLA", ""))
-    if key in {re.sub(r"[^A-Z0-9]", "", name.upper()) for name in GPU_MODELS}:
-        return next(name for name in GPU_MODELS if re.sub(r"[^A-Z0-9]", "", name.upper()) == key)
-    for family, large, small in (("A100", "A100-80G", "A100"), ("V100", "V100M32", "V100M16")):
-        if family in key:
-            big = "80" in key if family == "A100" else "32" in key
-            if memory_mib:
-                big = memory_mib > GPU_MODELS[small].memory_mib * 1.2
-            return large if big else small
-    for name in sorted(GPU_MODELS, key=len, reverse=True):
-        if len(name) > 2 and re.sub(r"[^A-Z0-9]", "", name.upper()) in key:
-            return name
-    return product
-
-
-def _status_map(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    """``status.<key>`` (``allocatable`` or ``capacity``), or an empty map."""
-    status = obj.get("status") or {}
-    value = status.get(key) if isinstance(status, Mapping) else None
-    return value if isinstance(value, Mapping) else {}
-
-
 def cpu_milli(quantity: object) -> int:
     """A CPU quantity (``"48"``, ``"500m"``) in milli-cores, rounded down (a node offers what it has).
 
@@ -324,107 +303,18 @@ def _ready(obj: Mapping[str, Any]) -> bool:
     return False
 
 
-def _refused(name: str, where: str, raw: object, message: str, accepted: str) -> InvalidInputError:
-    """A value of the Node that cannot be read: ``node n1: status.allocatable.cpu: 'abc' is not ...``."""
-    return InvalidInputError(f"{shown(raw)} {message}", location=f"node {name}: {where}", accepted=accepted)
-
-
 def _host_amount(name: str, where: str, raw: object, convert: Callable[[object], int], high: int,
                  unit: str) -> int:
     """The node's CPU or memory, in the core's unit, within what the allocation book holds."""
     try:
         value = convert(raw)
     except QuantityError as error:
-        raise _refused(name, where, raw, error.reason, error.accepted) from None
+        raise node_value_error(name, where, raw, error.reason, error.accepted) from None
     if value < 0:
-        raise _refused(name, where, raw, "is negative", f"0..{high} {unit}")
+        raise node_value_error(name, where, raw, "is negative", f"0..{high} {unit}")
     if value > high:
-        raise _refused(name, where, raw, f"is {value} {unit}, more than a node may have", f"0..{high} {unit}")
+        raise node_value_error(name, where, raw, f"is {value} {unit}, more than a node may have", f"0..{high} {unit}")
     return value
-
-
-_DIGITS = re.compile(r"[0-9]+")
-
-
-def _label_number(name: str, labels: Mapping[str, Any], key: str, high: int, accepted: str) -> int | None:
-    """A whole number in a GFD label: None where the label is absent or empty; ASCII digits, their length
-    and range checked before ``int`` reads them."""
-    raw = labels.get(key)
-    if raw is None or raw == "":
-        return None
-    text = raw.strip() if isinstance(raw, str) else ""
-    if len(text) > MAX_NUMBER_CHARS:
-        raise _refused(name, f"label {key}", raw, f"is {len(text)} characters long, not a count", accepted)
-    if not _DIGITS.fullmatch(text):
-        raise _refused(name, f"label {key}", raw, "is not a whole number", accepted)
-    digits = text.lstrip("0") or "0"
-    if len(digits) > len(str(high)) or int(digits) > high:
-        raise _refused(name, f"label {key}", raw, "is out of range", accepted)
-    return int(digits)
-
-
-@dataclass(frozen=True, slots=True)
-class _Advertised:
-    """The GPUs the node advertises as a resource: how many, and under which name (for the note)."""
-
-    resource: str
-    count: int
-
-
-def _advertised_count(name: str, table: str, resource: str, raw: object) -> int:
-    where = f"status.{table}.{resource}"
-    accepted = "a whole number of GPUs >= 0"
-    try:
-        value = parse_quantity(raw)
-    except QuantityError as error:
-        raise _refused(name, where, raw, error.reason, f"{accepted} ({QUANTITY_FORMS})") from None
-    if value < 0 or value != value.to_integral_value():
-        raise _refused(name, where, raw, "is not a whole number of GPUs >= 0", accepted)
-    return int(value)
-
-
-def _advertised(name: str, obj: Mapping[str, Any], *, mig: bool) -> _Advertised | None:
-    """How many GPUs the node advertises, read as the kubelet reports it: ``status.allocatable`` of a
-    resource, else ``status.capacity`` (allocatable leaves out the devices a device plugin reports
-    unhealthy). ``kubecell.io/gpu`` (kubecell's device plugin: one device per GPU, or per MIG instance on a
-    node in MIG mode) wins; else, on a MIG node, NVIDIA's ``mixed`` strategy's ``nvidia.com/mig-<profile>``
-    resources together; else ``nvidia.com/gpu`` (NVIDIA's device plugin; its ``single`` MIG strategy counts
-    MIG instances there). None where the node advertises none: the inventory then stands alone."""
-    count = _advertised_resource(name, obj, RESOURCE_GPU)
-    if count is not None:
-        return _Advertised(RESOURCE_GPU, count)
-    if mig:
-        profiles = sorted({key for table in ("allocatable", "capacity") for key in _status_map(obj, table)
-                           if isinstance(key, str) and key.startswith(MIG_RESOURCE_PREFIX)})
-        if profiles:
-            named = ", ".join(profiles) if len(profiles) <= 3 else f"{MIG_RESOURCE_PREFIX}*"
-            return _Advertised(named, sum(_advertised_resource(name, obj, profile) or 0 for profile in profiles))
-    count = _advertised_resource(name, obj, NVIDIA_GPU)
-    return None if count is None else _Advertised(NVIDIA_GPU, count)
-
-
-def _kept(gpus: Sequence[Gpu], advertised: _Advertised | None, listing: str, unit: str) -> tuple[int, str]:
-    """How many of ``gpus`` (in index order) the view keeps, and the note saying why when it drops some.
-
-    The node advertises the devices its device plugin reports healthy (the kubelet leaves unhealthy ones out
-    of allocatable), so the inventory's *healthy* GPUs are compared with the advertised count: a node with
-    one failed GPU of eight advertises 7 and keeps all eight, the failed one marked unhealthy. Beyond the
-    count, the view keeps the lowest indices (the longest prefix holding no more healthy GPUs than
-    advertised): indices stay 0..n-1, so allocation records keep naming the same GPUs."""
-    healthy = sum(gpu.healthy for gpu in gpus)
-    if advertised is None or healthy <= advertised.count:
-        return len(gpus), ""
-    kept = seen = 0
-    for gpu in gpus:
-        if gpu.healthy:
-            if seen == advertised.count:
-                break
-            seen += 1
-        kept += 1
-    listed = f"{len(gpus)} {unit}s" + (f" ({healthy} healthy)" if healthy != len(gpus) else "")
-    using = f"{kept}" + (f" ({seen} healthy)" if seen != kept else "")
-    return kept, (f"{listing} lists {listed} but the node advertises {advertised.resource}: {advertised.count}; "
-                  f"using {using}")
 
 
 def node_view(obj: Mapping[str, Any]) -> NodeView:
@@ -440,8 +330,8 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
         return NodeView(name, None, "cordoned (spec.unschedulable)")
     if not _ready(obj):
         return NodeView(name, None, "not Ready")
-    table = "allocatable" if _status_map(obj, "allocatable") else "capacity"
-    amounts = _status_map(obj, table)
+    table = "allocatable" if status_map(obj, "allocatable") else "capacity"
+    amounts = status_map(obj, table)
     rack, zone = rack_and_zone_from_labels(labels)
     cpu = _host_amount(name, f"status.{table}.cpu", amounts.get("cpu", "0"), cpu_milli, MAX_CPU_MILLI, "milli-CPU")
     memory = _host_amount(name, f"status.{table}.memory", amounts.get("memory", "0"), memory_mib, MAX_MEMORY_MIB,
@@ -476,8 +366,8 @@ def _inventory_view(obj: Mapping[str, Any], name: str, text: str, host: Node) ->
     modes = tuple(mode for mode in inventory.isolation if mode != "mig")
     layout = mig_layout(records, agent_gives_mig="mig" in inventory.isolation)
     if layout is not None:  # MIG instances are the GPUs here (or, where they cannot be placed, none)
-        kept, note = _kept(layout.gpus, _advertised(name, obj, mig=True) if layout.gpus else None, "inventory",
-                           "MIG instance")
+        kept, note = kept_gpus(layout.gpus, advertised_gpus(name, obj, mig=True) if layout.gpus else None,
+                               "inventory", "MIG instance")
         layout = layout.first(kept)
         node = _core_node(where, host, layout.gpus, nvlink_groups=layout.nvlink_groups,
                           numa_groups=layout.numa_groups)
@@ -485,7 +375,7 @@ def _inventory_view(obj: Mapping[str, Any], name: str, text: str, host: Node) ->
                         isolation=("mig",) if layout.gpus else modes, serial_binds=inventory.device_plugin,
                         gpu_note=layout.note, inventory_note=note)
     listed = tuple(Gpu(g.index, g.model, g.memory_mib, g.healthy) for g in records)
-    kept, note = _kept(listed, _advertised(name, obj, mig=False) if listed else None, "inventory", "GPU")
+    kept, note = kept_gpus(listed, advertised_gpus(name, obj, mig=False) if listed else None, "inventory", "GPU")
     records, gpus = records[:kept], listed[:kept]
     if len(gpus) > MAX_GPUS_PER_NODE:
         raise InvalidInputError(f"gpus: lists {len(gpus)} GPUs, more than a node may have", location=where,
@@ -504,62 +394,12 @@ def _inventory_view(obj: Mapping[str, Any], name: str, text: str, host: Node) ->
 
 
 def _gfd_view(obj: Mapping[str, Any], name: str, labels: Mapping[str, str], host: Node) -> NodeView:
-    """GPUs from GPU Feature Discovery's labels (else the ``nvidia.com/gpu`` the node advertises): identical,
-    all healthy, no topology below the node; a count beyond what the node advertises is cut to it."""
-    # any count is read here: one beyond what the node advertises is cut to it before the node's limit applies
-    label_count = _label_number(name, labels, GFD_COUNT, 2**63 - 1,
-                                f"a whole number of GPUs in digits 0-9, at most {MAX_GPUS_PER_NODE} on a node")
-    if label_count is not None:
-        count, listing = label_count, f"label {GFD_COUNT}"
-    else:
-        plain = _advertised_resource(name, obj, NVIDIA_GPU)
-        count, listing = plain or 0, NVIDIA_GPU
-    if not count:
-        return NodeView(name, host)
-    note = ""
-    advertised = _advertised(name, obj, mig=False)
-    if advertised is not None and advertised.count < count:
-        note = (f"{listing} lists {count} GPUs but the node advertises {advertised.resource}: {advertised.count}; "
-                f"using {advertised.count}")
-        count = advertised.count
-    if count > MAX_GPUS_PER_NODE:
-        where = f"label {GFD_COUNT}" if label_count is not None else f"{NVIDIA_GPU} (allocatable, else capacity)"
-        raise InvalidInputError(f"{count} GPUs are more than a node may have", location=f"node {name}: {where}",
-                                accepted=f"0..{MAX_GPUS_PER_NODE} GPUs")
-    if not count:
+    """GPUs from GPU Feature Discovery's labels (``kubecell.k8s.gfd``), cut to what the node advertises."""
+    gpus, note = gfd_gpus(obj, name, labels)
+    if not gpus:
         return NodeView(name, host, inventory_note=note)
-    product = labels.get(GFD_PRODUCT, "")
-    product = product if isinstance(product, str) else ""
-    label_memory = _gfd_memory(name, labels)
-    model = catalog_model(product, label_memory) if product else "unknown"
-    spec = GPU_MODELS.get(model)
-    gpu_memory = label_memory if label_memory is not None else (spec.memory_mib if spec else UNKNOWN_GPU_MEMORY_MIB)
-    gpus = tuple(Gpu(i, model, gpu_memory) for i in range(count))
     return NodeView(name, _core_node(f"node {name}: label {GFD_PRODUCT}", host, gpus), source="gfd",
                     inventory_note=note)
-
-
-def _advertised_resource(name: str, obj: Mapping[str, Any], resource: str) -> int | None:
-    """One resource's count, from ``status.allocatable``, else ``status.capacity``; None where neither has it."""
-    for table in ("allocatable", "capacity"):
-        values = _status_map(obj, table)
-        if resource in values:
-            return _advertised_count(name, table, resource, values[resource])
-    return None
-
-
-def _gfd_memory(name: str, labels: Mapping[str, Any]) -> int | None:
-    """``nvidia.com/gpu.memory`` (MiB per GPU); None where it is absent or not digits (GFD writes digits, and
-    a label it did not write is left for the catalog's size, as before); digits beyond what a GPU may have
-    are refused."""
-    raw = labels.get(GFD_MEMORY, "")
-    if not isinstance(raw, str) or not _DIGITS.fullmatch(raw):
-        return None
-    digits = raw.lstrip("0") or "0"
-    if len(digits) > len(str(MAX_GPU_MEMORY_MIB)) or int(digits) > MAX_GPU_MEMORY_MIB:
-        raise _refused(name, f"label {GFD_MEMORY}", raw, "is more MiB than a GPU may have",
-                       f"0..{MAX_GPU_MEMORY_MIB} MiB")
-    return int(digits)
 
 
 def inventory_of(node: Node, uuids: Sequence[str] | None = None, *, agent: str = "") -> NodeInventory:
