@@ -234,3 +234,22 @@ def test_a_hostile_podgroup_is_told_and_blocks_nobody(
         wait_for(f"{name} told", partial(warnings_of, kube, namespace, name))
         assert not bound_node(kube, namespace, name)
     assert running.thread.is_alive()
+
+
+def test_member_groups_of_every_kind_of_difference_are_ordered_without_error() -> None:
+    """Pods of one gang that differ only in a model filter or a topology constraint (None beside a value)."""
+    from kubecell.k8s.dialects import pod_demand
+    from kubecell.k8s.scheduler.jobs import gang_spec
+
+    def member(name: str, annotations: dict[str, str]) -> tuple[dict[str, Any], Any]:
+        body = {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
+                             "annotations": {**gang("g", 3), **annotations}},
+                "spec": {"schedulerName": "kubecell", "containers": [
+                    {"name": "main", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}
+        return body, pod_demand(body)
+
+    members = [member("a", {}), member("b", {"kubecell.io/gpu-models": "P40"}),
+               member("c", {"kubecell.io/topology": "nvlink"})]
+    spec, parts = gang_spec("ns/g#1", members, 3, 3, "default", 0.0)
+    assert len(spec.member_groups) == 3
+    assert sorted(parts.values()) == [0, 1, 2]

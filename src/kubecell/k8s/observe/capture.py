@@ -106,7 +106,8 @@ def _by_isolation(state: Tracking) -> dict[str, int]:
     running = state.engine.running
     for name, tracked in state.tracked.items():
         if name in running:
-            counts[tracked.isolation] += len(tracked.members)
+            for uid in tracked.members.values():  # a heterogeneous gang's pods may differ
+                counts[tracked.isolation_for(uid)] += 1
     return dict(counts)
 
 

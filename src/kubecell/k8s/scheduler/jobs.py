@@ -112,11 +112,13 @@ def gang_ready(demands: Sequence[PodDemand]) -> tuple[int, int] | None:
 
 
 def _shape(demand: PodDemand) -> tuple[Any, ...]:
-    """What makes two pods of a gang interchangeable members: the same ask, isolation and declared part."""
+    """What makes two pods of a gang interchangeable members: the same ask, isolation and declared part. Every
+    field is comparable (no None beside a value), since the groups are ordered by it."""
     r = demand.request
     part = demand.group.part if demand.group is not None else None
     return (part or "", r.gpu_count, r.gpu_milli, r.gpu_memory_mib, r.cpu_milli, r.memory_mib,
-            tuple(sorted(r.gpu_models)) if r.gpu_models is not None else None, r.topology, demand.isolation)
+            r.gpu_models is not None, tuple(sorted(r.gpu_models or ())), int(r.topology) if r.topology is not None
+            else -1, demand.isolation)
 
 
 def _group_name(demand: PodDemand, taken: set[str]) -> str:
