@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from functools import partial
 
 from kubecell.core.engine.job import JobClass
@@ -294,3 +295,30 @@ def test_the_scheduler_survives_hostile_pods_arriving_under_load(
     assert running.thread.is_alive()
     assert running.scheduler.engine is not None
     running.scheduler.engine.check_invariants()
+
+
+def test_a_gang_member_with_an_edited_record_is_held_where_it_runs(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, start_scheduler: type[RunningScheduler]) -> None:
+    """One member of a running gang has its record edited to claim half its GPUs: that member is held as found
+    (whole GPUs, where it runs), the other restored as recorded, and the node stays full."""
+    first = start_scheduler(testbed)
+    notes = {"kubecell.io/group": "pair", "kubecell.io/group-size": "2"}
+    pinned = {"nodeSelector": {"kubernetes.io/hostname": "philly-045"}}
+    for name in ("m-0", "m-1"):
+        create_pod(kube, namespace, name, {"nvidia.com/gpu": "4"}, annotations=notes, spec=pinned)
+    wait_for("the gang bound", lambda: all(bound_node(kube, namespace, n) for n in ("m-0", "m-1")))
+    first.close()
+    edited = record_of(kube, namespace, "m-0")
+    assert edited is not None
+    edited["gpus"] = edited["gpus"][:2]  # type: ignore[index]
+    write_record(kube, namespace, "m-0", json.dumps(edited))
+    second = start_scheduler(testbed)
+    held = held_on(second.scheduler, "philly-045")
+    assert free_whole_gpus(second.scheduler, "philly-045") == 0, held
+    assert [name for name, _, _ in held if name.startswith(f"external:{namespace}/m-0")], held
+    assert any("asks for 4 whole GPU" in m for m in warnings_of(kube, namespace, "m-0", UNTRUSTED))
+    time.sleep(2)  # cycles pass: the member held as found is never taken for a free pod and decided again
+    assert record_of(kube, namespace, "m-0") == edited
+    engine = second.scheduler.engine
+    assert engine is not None
+    engine.check_invariants()

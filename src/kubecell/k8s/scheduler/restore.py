@@ -119,8 +119,8 @@ class Restorer:
             member = recorded.get(pods.uid(pod))
             if member is not None:
                 demand = member.demand
-            elif pods.ended(pod) or (not pods.node_of(pod) and (pods.is_done(pod) or pods.gated(pod))):
-                continue
+            elif pods.node_of(pod) or pods.is_done(pod) or pods.gated(pod):
+                continue  # bound without a record kubecell believes: held where it runs, never a free member
             else:
                 try:
                     demand = pod_demand(pod, pod_groups=pod_groups)
