@@ -48,6 +48,8 @@ DEFAULT_ISOLATION = "accounting"
 # Other schedulers' dialects, read so that their manifests run unchanged.
 ALIYUN_GPU_MEM = "aliyun.com/gpu-mem"                # gpushare: GPU memory of one GPU, GiB by default
 ALIYUN_GPU_COUNT = "aliyun.com/gpu-count"
+ALNAIR_VGPU_MEMORY = "alnair/vgpu-memory"             # Alnair: GPU memory of one GPU, in GiB (its chunk size)
+ALNAIR_VGPU_COMPUTE = "alnair/vgpu-compute"           # Alnair: percent of one GPU's compute, below 100
 HAMI_GPU_MEM = "nvidia.com/gpumem"                   # HAMi: MiB of each GPU
 HAMI_GPU_MEM_PERCENTAGE = "nvidia.com/gpumem-percentage"
 HAMI_GPU_CORES = "nvidia.com/gpucores"               # HAMi: percent of each GPU's compute
@@ -71,7 +73,8 @@ VOLCANO_TASK_SPEC = "volcano.sh/task-spec"                    # Volcano: the pod
 KAI_SUBGROUP = "kai.scheduler/subgroup-name"                  # KAI-Scheduler: the pod's subgroup (pod label)
 
 MANAGED_RESOURCES = (RESOURCE_GPU, RESOURCE_GPU_MILLI, RESOURCE_GPU_MEMORY, NVIDIA_GPU, ALIYUN_GPU_MEM,
-                     ALIYUN_GPU_COUNT, HAMI_GPU_MEM, HAMI_GPU_MEM_PERCENTAGE, HAMI_GPU_CORES)
+                     ALIYUN_GPU_COUNT, HAMI_GPU_MEM, HAMI_GPU_MEM_PERCENTAGE, HAMI_GPU_CORES, ALNAIR_VGPU_MEMORY,
+                     ALNAIR_VGPU_COMPUTE)
 """The extended resources of every dialect: in extender mode kube-scheduler is told kubecell manages them
 (``managedResources``, ``ignoredByScheduler: true``), so it sends kubecell the pods that ask for them and
 leaves their accounting (shares of one GPU it cannot count) to kubecell."""

@@ -217,6 +217,33 @@ def aliyun_ask(pod: PodMeta, totals: Mapping[str, Decimal], options: DialectOpti
     return GpuAsk("aliyun", names.ALIYUN_GPU_MEM, where, 1, 0, mib)
 
 
+def alnair_ask(pod: PodMeta, totals: Mapping[str, Decimal], options: DialectOptions) -> GpuAsk | None:
+    """Alnair's vGPU resources: ``alnair/vgpu-memory`` is memory of one GPU in GiB (its device plugin's chunk is
+    one GiB), ``alnair/vgpu-compute`` is percent of one GPU's compute and below 100 (Alnair shares GPUs; a whole
+    GPU is asked for as whole GPUs). Either alone is a share of that alone; both, a share of both. The pod's
+    total counts, as Alnair's scheduler adds its containers' limits."""
+    memory_raw = totals.get(names.ALNAIR_VGPU_MEMORY)
+    compute_raw = totals.get(names.ALNAIR_VGPU_COMPUTE)
+    if memory_raw is None and compute_raw is None:
+        return None
+    subject, milli, mib = [], 0, 0
+    if compute_raw is not None:
+        percent = _whole_number(pod, names.ALNAIR_VGPU_COMPUTE, compute_raw)
+        where = f"{names.ALNAIR_VGPU_COMPUTE} {percent}"
+        subject.append(where)
+        if not 1 <= percent <= 99:
+            raise pod.error(where, "is not a percent of one GPU below 100", field=names.ALNAIR_VGPU_COMPUTE,
+                            accepted=f"1..99 (Alnair's vGPUs share a GPU), or {WHOLE_ASK_HINT}")
+        milli = percent * 10
+    if memory_raw is not None:
+        amount = _whole_number(pod, names.ALNAIR_VGPU_MEMORY, memory_raw)
+        where = f"{names.ALNAIR_VGPU_MEMORY} {amount}"
+        subject.append(where)
+        mib = _memory_mib(pod, where, names.ALNAIR_VGPU_MEMORY, amount * 1024, options, "GiB")
+    field = names.ALNAIR_VGPU_MEMORY if memory_raw is not None else names.ALNAIR_VGPU_COMPUTE
+    return GpuAsk("alnair", field, " with ".join(subject), 1, milli, mib)
+
+
 def _label_number(pod: PodMeta, name: str) -> Decimal | None:
     text = pod.labels.get(name)
     if text is None:

@@ -17,7 +17,15 @@ from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import MILLI_PER_GPU, Request, TopologyLevel
 from kubecell.k8s import names
 from kubecell.k8s.dialects.demand import MAX_NAME_CHARS, DialectOptions, Isolation, PodDemand, PodMeta, show, shown
-from kubecell.k8s.dialects.gpu import GpuAsk, aliyun_ask, kubecell_ask, kubeshare_ask, merge_asks, nvidia_ask
+from kubecell.k8s.dialects.gpu import (
+    GpuAsk,
+    aliyun_ask,
+    alnair_ask,
+    kubecell_ask,
+    kubeshare_ask,
+    merge_asks,
+    nvidia_ask,
+)
 from kubecell.k8s.dialects.groups import (
     PodGroups,
     hived_group,
@@ -39,7 +47,8 @@ quarter-megabyte list of distinct names took seconds)."""
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 """``spec.priority`` is an int32 in the API (PriorityClass values; system classes reach 2,000,001,000)."""
 
-DIALECT_ORDER = ("kubecell", "nvidia", "hami", "aliyun", "kubeshare", "hived", "coscheduling", "volcano", "kai")
+DIALECT_ORDER = ("kubecell", "nvidia", "hami", "aliyun", "alnair", "kubeshare", "hived", "coscheduling", "volcano",
+                 "kai")
 
 
 def _models(pod: PodMeta, hived: HivedSpec | None, options: DialectOptions) -> tuple[frozenset[str] | None, set[str]]:
@@ -235,7 +244,8 @@ def pod_demand(pod: Mapping[str, Any], *, pod_groups: PodGroups | None = None,
     totals = pod_totals(meta)
     hived = parse_hived(meta)
     asks = [ask for ask in (kubecell_ask(meta, totals, options), nvidia_ask(meta, totals, options),
-                            aliyun_ask(meta, totals, options), kubeshare_ask(meta, options)) if ask is not None]
+                            aliyun_ask(meta, totals, options), alnair_ask(meta, totals, options),
+                            kubeshare_ask(meta, options)) if ask is not None]
     if hived is not None:
         asks.append(GpuAsk("hived", names.HIVED_POD_SCHEDULING_SPEC,
                            f"annotation {names.HIVED_POD_SCHEDULING_SPEC}: leafCellNumber {hived.gpus}",
