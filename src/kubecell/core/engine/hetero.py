@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -39,10 +39,21 @@ from kubecell.core.engine.capacity import empty_capacity, member_capacity
 from kubecell.core.engine.job import JobSpec
 from kubecell.core.errors import AllocationError
 from kubecell.core.model import Allocation, Request, TopologyLevel
-from kubecell.core.placement.placer import normalize_scores
+from kubecell.core.placement.placer import Placer, normalize_scores
 
-if TYPE_CHECKING:
-    from kubecell.core.engine.placement import GangPlacer
+
+class GangPlacer(Protocol):
+    """What heterogeneous placement uses of ``placement.GangPlacer``, which owns it: its book and policy, its
+    domains and its one-shape filling. A protocol, so that this module needs nothing of the one that uses it."""
+
+    book: AllocationBook
+    placer: Placer
+    rack_of: IntArray
+    zone_of: IntArray
+    last_score: int | None
+
+    def fill(self, requests: list[Request], scope: GangScope, allowed: BoolArray | None,
+             done: list[Allocation]) -> None: ...
 
 TRIALS = 64
 """Candidate domains (nodes for a one-node gang, racks or zones) a heterogeneous placement tries at most."""
