@@ -1,4 +1,4 @@
-"""The accepted-cluster snapshot (``kubecell.k8s.scheduler.accepted``) as plain data: what it keeps, what it
+"""The accepted-cluster snapshot (``kubecell.k8s.accepted``) as plain data: what it keeps, what it
 refuses to read, and which nodes become ghosts."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import make_node
-from kubecell.k8s.scheduler.accepted import GHOST_SUFFIX, decode, encode, ghosts
+from kubecell.k8s.accepted import GHOST_SUFFIX, decode, encode, ghosts
 
 
 def nodes(count: int, *, gpus: int = 8, model: str = "A100") -> list:  # type: ignore[type-arg]

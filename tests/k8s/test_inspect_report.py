@@ -243,7 +243,7 @@ CONFIGMAP = {"data": {"tenants.yaml": "virtualClusters:\n  from-configmap: {pinn
      {"vision": 4}, "speech not in force as written"),
     # a refused set none of whose objects is accepted: the ConfigMap, as a scheduler started now
     ([virtualcluster("vision", accepted="False", gpus=99, chain="A100x4")], CONFIGMAP,
-     "configmap", "ConfigMap kubecell-system/kubecell-tenants", {"from-configmap": 2}, "None is accepted"),
+     "configmap", "ConfigMap kubecell-system/kubecell-tenants", {"from-configmap": 2}, "None was accepted"),
     # an accepted condition of an earlier generation is not in force as written
     ([virtualcluster("vision", 3, accepted="True", observed=2, gpus=99, chain="A100x4")], None,
      "default", "whole-cluster default (VC default owns every GPU)", {"default": 6}, "VirtualClusters refused"),
@@ -251,7 +251,7 @@ CONFIGMAP = {"data": {"tenants.yaml": "virtualClusters:\n  from-configmap: {pinn
     (None, None, "default", "whole-cluster default (VC default owns every GPU)", {"default": 6}, ""),
     (None, {"data": {"tenants.yaml": "virtualClusters: [\n"}}, "default",
      "whole-cluster default (ConfigMap kubecell-system/kubecell-tenants refused)", {"default": 6},
-     "keeps the tenants it last accepted from the ConfigMap"),
+     "a scheduler that accepted it before it restarted would keep those tenants"),
 ])
 def test_the_tenants_come_from_the_source_the_scheduler_uses(
         objects: list[dict[str, Any]] | None, configmap: dict[str, Any] | None, kind: str, summary: str,
@@ -268,7 +268,7 @@ def test_the_tenants_come_from_the_source_the_scheduler_uses(
 
 
 def test_accepted_virtualclusters_that_lost_a_node_are_shown_with_its_cells_doomed() -> None:
-    """As the scheduler keeps them (``scheduler.accepted``): judged on the cluster as accepted, with a warning,
+    """As the scheduler keeps them (``kubecell.k8s.accepted``): judged on the cluster as accepted, with a warning,
     never dropped for the whole-cluster default."""
     spare = make_node("n3", cpu_milli=64_000, memory_mib=512_000, gpu_count=4, gpu_model="A100")
     objects = [virtualcluster("vision", accepted="True", cells={"A100x4/node": 2})]

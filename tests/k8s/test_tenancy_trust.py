@@ -16,8 +16,8 @@ import pytest
 from kubecell.core.engine.job import JobClass
 from kubecell.core.model import make_node
 from kubecell.k8s import virtualclusters as vcs
+from kubecell.k8s.accepted import CONFIGMAP
 from kubecell.k8s.rest import ApiError, Kube
-from kubecell.k8s.scheduler.accepted import CONFIGMAP
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.kubelet import register_nodes
 from kubecell.testbed.nodes import node_manifest

@@ -29,11 +29,11 @@ from kubecell.cli.output import stderr_console, stdout_console
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import Node
 from kubecell.k8s import virtualclusters
+from kubecell.k8s.accepted import CONFIGMAP as ACCEPTED_CONFIGMAP
+from kubecell.k8s.accepted import KEY as ACCEPTED_KEY
+from kubecell.k8s.accepted import decode
 from kubecell.k8s.inspect import GpuReport, InspectReport, NodeReport, build_report
 from kubecell.k8s.rest import ApiError, Kube
-from kubecell.k8s.scheduler.accepted import CONFIGMAP as ACCEPTED_CONFIGMAP
-from kubecell.k8s.scheduler.accepted import KEY as ACCEPTED_KEY
-from kubecell.k8s.scheduler.accepted import decode
 
 TENANTS_NAMESPACE = "kubecell-system"
 TENANTS_CONFIGMAP = "kubecell-tenants"

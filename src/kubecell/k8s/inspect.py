@@ -8,7 +8,7 @@ scheduler accounts them. A record the scheduler would not believe (``scheduler.t
 edited, naming another node) is listed with its error and its pod counted as ``other``, as the scheduler
 holds it; ended pods (Succeeded, Failed) hold nothing, terminating ones hold until they are gone. Per virtual
 cluster, the GPUs in use by class (guaranteed, borrowed, opportunistic; a deleted VC's as opportunistic)
-beside its guarantee, from the tenants the scheduler runs (``inspect_tenants``).
+beside its guarantee, from the tenants the scheduler runs (the same rule: ``tenant_source``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import MILLI_PER_GPU, Node
 from kubecell.k8s.dialects import DemandError, pod_demand
-from kubecell.k8s.inspect_tenants import TenantInputs, TenantSource, tenants_in_force
+from kubecell.k8s.tenant_source import SourceKind, TenantInputs, TenantMemory, choose_tenants
 
 __all__ = ["OTHER", "GpuReport", "InspectReport", "NodeReport", "TenantSource", "build_report"]
 from kubecell.k8s.inventory import NodeView, node_view
@@ -125,6 +125,17 @@ class VcReport:
         return self.in_use_milli["borrowed"] / total if total else 0.0
 
 
+@dataclass(frozen=True)
+class TenantSource:
+    """Where the VCs and guarantees of the report come from, as the scheduler decides it
+    (``tenant_source.choose_tenants``)."""
+
+    kind: SourceKind
+    summary: str
+    """One line for people: ``3 VirtualClusters (accepted)``, ``ConfigMap kubecell-system/kubecell-tenants``,
+    ``whole-cluster default (VC default owns every GPU)``."""
+
+
 @dataclass
 class InspectReport:
     nodes: list[NodeReport]
@@ -215,9 +226,13 @@ def build_report(node_objs: Sequence[Mapping[str, Any]], pod_objs: Sequence[Mapp
                           g.memory_mib) for g in (view.node.gpus if view.node else ())]
         told = excluded or (f"GPUs not placed: {view.gpu_note}" if view.gpu_note else "")
         nodes[view.name] = NodeReport(view.name, gpus, told)
-    inputs = TenantInputs(tenants_configmap, virtualcluster_objs, accepted_nodes, tenants_key, tenants_source,
-                          tenants_configmap_name, default_vc)
-    tenants, source = tenants_in_force(hardware, inputs, warnings)
+    objects = list(virtualcluster_objs or ())
+    text = ((tenants_configmap or {}).get("data") or {}).get(tenants_key)
+    inputs = TenantInputs(objects, str(text) if text is not None else None, lambda: list(accepted_nodes or ()),
+                          configmap_name=tenants_configmap_name, source=tenants_source, default_vc=default_vc)
+    choice = choose_tenants(hardware, inputs, TenantMemory.from_objects(objects))
+    tenants, source = choice.tenants, TenantSource(choice.kind, choice.summary)
+    warnings.extend(choice.warnings)
     vcs = {vc.name: VcReport(vc.name, vc.guaranteed_gpus) for vc in (tenants.vcs if tenants else ())}
     rows: list[PodReport] = []
     pending: list[PendingReport] = []

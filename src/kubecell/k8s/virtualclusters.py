@@ -23,12 +23,11 @@ while another one is refused.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kubecell.core.errors import InvalidInputError
@@ -292,79 +291,16 @@ def _same(previous: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> bool
 
 @dataclass
 class VirtualClusterSource:
-    """The scheduler's memory of VirtualClusters between rebuilds: the set in force, the specs its
-    tenants were built from (to tell a spec change from a status write), and the writer of verdicts."""
+    """The scheduler's side of VirtualClusters: the specs its tenants were built from (to tell a spec change
+    from a status write) and the writer of verdicts. Which set is in force is ``tenant_source``'s rule."""
 
     kube: Kube
     component: str
-    on_ghosts: bool = False
-    """The set in force was kept on the cluster as accepted (``tenants``): the engine must hold the ghosts."""
-    in_force: dict[str, str] = field(default_factory=dict)
-    """Name -> canonical spec of the accepted set in force (empty: the ConfigMap or the default is)."""
-    accepted_document: dict[str, Any] | None = None
     used: tuple[tuple[str, str], ...] = ()
 
     def changed(self, objects: Iterable[Mapping[str, Any]]) -> bool:
         """Whether a spec changed (or an object came or went) since the tenants were last built."""
         return signature(objects) != self.used
-
-    def tenants(self, objects: Iterable[Mapping[str, Any]], forest: CellForest, *,
-                lost: Callable[[], tuple[CellForest, list[str]] | None] | None = None) -> Tenants | None:
-        """The tenants to run with from the VirtualCluster objects, reporting the verdict on each; None
-        when there are none, or when they are refused and no accepted set can stand in (the caller then
-        keeps to the ConfigMap or the default, which is what ran before).
-
-        ``lost`` gives the cluster as the set in force was accepted on (today's nodes plus ghosts of nodes lost
-        since) and the ghosts' names, or None when nothing was lost. A set that is unchanged since it was
-        accepted and no longer fits the cluster is judged on it instead and stays in force (``on_ghosts``), so
-        a lost node costs only the cells it held (doomed), never every tenant's guarantee."""
-        items = list(objects)
-        self.used = signature(items)
-        self.on_ghosts = False
-        if not items:
-            self.in_force, self.accepted_document = {}, None
-            return None
-        resolution = resolve(items, forest, self.in_force)
-        if resolution.tenants is None and lost is not None and self._unchanged(items):
-            previous = lost()
-            judged = resolve(items, previous[0], self.in_force) if previous is not None else None
-            if previous is not None and judged is not None and judged.tenants is not None:
-                names = ", ".join(previous[1][:5]) + (" ..." if len(previous[1]) > 5 else "")
-                note = (f"; the cluster has lost {len(previous[1])} node(s) it was accepted on ({names}): their "
-                        "cells are doomed until they return or the guarantees change")
-                resolution = Resolution(judged.tenants, tuple(dataclasses.replace(v, message=v.message + note)
-                                                              for v in judged.verdicts))
-                self.on_ghosts = True
-        self.report(items, resolution.verdicts)
-        if resolution.tenants is not None:
-            self.in_force = {name_of(obj): canonical_spec(obj) for obj in items}
-            self.accepted_document = tenant_document(items)
-            return resolution.tenants
-        refused = "; ".join(v.message for v in resolution.verdicts if not v.accepted and v.reason != REASON_NOT_APPLIED)
-        if self.accepted_document is not None:
-            previous = lost() if lost is not None else None
-            for on, ghostly in ((forest, False), *(((previous[0], True),) if previous is not None else ())):
-                try:
-                    kept = resolve_tenants(self.accepted_document, on, locate=locate)
-                except InvalidInputError as error:  # the cluster itself changed under the accepted set
-                    failure = error
-                    continue
-                log.error("VirtualClusters refused, the accepted set stays in force: %s", refused)
-                self.on_ghosts = ghostly
-                return kept
-            log.error("VirtualClusters refused (%s), and the set in force no longer fits the cluster (%s)",
-                      refused, failure)
-            self.in_force, self.accepted_document = {}, None
-            return None
-        log.error("VirtualClusters refused, the previous tenant configuration stays in force: %s", refused)
-        return None
-
-    def _unchanged(self, items: list[Mapping[str, Any]]) -> bool:
-        """Whether the objects are the set in force as accepted: the specs this scheduler accepted, or, after a
-        restart (it remembers none), every object accepted at its current generation (``accepted_as_is``)."""
-        if self.in_force:
-            return {name_of(obj): canonical_spec(obj) for obj in items} == self.in_force
-        return all(accepted_as_is(obj) for obj in items)
 
     def report(self, objects: Iterable[Mapping[str, Any]], verdicts: Iterable[Verdict]) -> None:
         """Write each verdict that differs from the object's condition, and a Warning Event on a refusal.

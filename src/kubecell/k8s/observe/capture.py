@@ -61,7 +61,7 @@ class CaptureCache:
 
 
 GHOST = "lost: a ghost of the cluster the tenants were accepted on (its cells doomed)"
-"""Why a node the engine holds but the cluster no longer has takes nothing (``kubecell.k8s.scheduler.accepted``)."""
+"""Why a node the engine holds but the cluster no longer has takes nothing (``kubecell.k8s.accepted``)."""
 
 
 def capture(scheduler: Scheduler, *, cache: CaptureCache | None = None, leading: bool = True,

@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubecell.core.errors import InvalidInputError
-from kubecell.core.tenancy.config import Tenants, VirtualCluster, resolve_tenants
-from kubecell.core.topology import CellForest
 from kubecell.k8s.inventory import NodeView, node_view
 from kubecell.k8s.scheduler import pods
 from kubecell.k8s.watch import Event
@@ -127,16 +125,6 @@ def hardware(view: NodeView) -> tuple[Any, ...]:
         return (view.name, None, view.excluded)
     return (view.name, dataclasses.replace(node, labels={}), view.uuids, view.isolation, view.serial_binds,
             view.gpu_note)
-
-
-def whole_cluster_tenants(forest: CellForest, vc: str) -> Tenants:
-    """Without a tenant configuration, one VC owns every cell (pinned): kubecell then schedules as a
-    single-tenant scheduler whose placements are exactly the placement policy's, as in ``sim packing``
-    (fair sharing and reclaim need the operator's guarantees)."""
-    if not forest.roots:  # no GPU anywhere: one VC that guarantees nothing still runs CPU-only work
-        return Tenants((VirtualCluster(vc, 0, {}, (), 1.0, None, 0.0, 0),))
-    return resolve_tenants({"virtualClusters": {vc: {"pinnedCells": [cell.id for cell in forest.roots]}}}, forest,
-                           source="default tenants")
 
 
 def trimmed_node(node: dict[str, Any]) -> dict[str, Any]:

@@ -354,6 +354,10 @@ class Scheduler:
             return
         chosen = self.tenant_sources.in_force(self.mirror, nodes)
         tenants, forest = chosen.tenants, chosen.forest
+        if tenants is None or forest is None:  # the nodes' topology cannot be built: pods are told, nothing runs
+            log.error("no engine: %s", "; ".join(chosen.warnings) or chosen.summary)
+            self.dirty = True
+            return
         nodes = list(forest.nodes)  # with the ghosts of nodes lost since the tenants were accepted, if any
         o = self.options
         policy = make_policy(o.placement, PolicyContext(list(o.typical_pods)) if o.typical_pods else None)
@@ -371,11 +375,6 @@ class Scheduler:
         self.mirror.changed.update(dict.fromkeys(self.mirror.pods))  # a new engine looks at every pod once
         self.dirty = True
         log.info("rebuilt: %d nodes, %d VCs, %d running jobs", len(nodes), len(tenants.vcs), len(engine.running))
-
-    @property
-    def virtual_clusters(self) -> virtualclusters.VirtualClusterSource:
-        """The VirtualCluster objects' verdicts and the accepted set in force, kept across rebuilds."""
-        return self.tenant_sources.virtual_clusters
 
     # ================================================================== cycles
     def reconcile(self) -> None:
