@@ -6,7 +6,9 @@ Running, a pod that has done its work becomes Succeeded (trace replay: after the
 ``kubecell.io/duration-seconds`` annotation), and a pod being deleted gracefully is removed once its
 "containers" stopped (without that step evicted pods would hang in Terminating forever). This loop
 does exactly those things for the nodes labelled ``kubecell.io/testbed=true`` and nothing else,
-through the same API any kubelet uses.
+through the same API any kubelet uses; nodes also labelled ``kubecell.io/testbed-runs=processes`` are
+served by the process kubelet (:mod:`kubecell.testbed.process_kubelet`), which runs their pods for real,
+so this loop leaves them alone.
 
 Every loop is bounded: watches time out and are re-opened from the last resourceVersion, relisting on
 ``410 Gone``, and everything stops when ``stop`` is set.
@@ -30,6 +32,7 @@ from typing import Any
 from kubecell.k8s.clock import rfc3339, rfc3339_micro
 from kubecell.k8s.names import ANNOTATION_DURATION
 from kubecell.k8s.rest import ApiError, Kube
+from kubecell.testbed.kubelet_modes import RUNS_LABEL, RUNS_PROCESSES
 from kubecell.testbed.nodes import TESTBED_LABEL
 
 log = logging.getLogger("kubecell.testbed.kubelet")
@@ -85,7 +88,7 @@ class FakeKubelet:
 
     # ------------------------------------------------------------------ nodes and leases
     def refresh_nodes(self) -> None:
-        listed = self.kube.get("/api/v1/nodes", labelSelector=f"{TESTBED_LABEL}=true")
+        listed = self.kube.get("/api/v1/nodes", labelSelector=f"{TESTBED_LABEL}=true,{RUNS_LABEL}!={RUNS_PROCESSES}")
         self.nodes = {item["metadata"]["name"] for item in listed["items"]}
 
     def _renew(self, node: str) -> None:
