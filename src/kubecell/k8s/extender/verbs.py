@@ -1,8 +1,8 @@
 """The four extender verbs, answered by the scheduler's own engine on the scheduler thread.
 
 kubecell runs the same loop as ``kubecell scheduler`` (mirror, engine, allocation records), with one
-difference: a decision is not written when the engine makes it but held (``Tracking.held``) until
-kube-scheduler asks to bind. So the policy measured in the simulator decides here too:
+difference: a decision is not written when the engine makes it but held (``kubecell.k8s.extender.holds``)
+until kube-scheduler asks to bind. So the policy measured in the simulator decides here too:
 
 * **filter** brings the engine up to date with the pod (from the request when the watch has not shown it
   yet) and answers with the one node the engine chose for it, or, while it waits, fails every node with
@@ -24,13 +24,13 @@ kube-scheduler asks to bind. So the policy measured in the simulator decides her
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
 from kubecell.core.engine.job import JobPhase
+from kubecell.k8s.extender.holds import Holds, attach
 from kubecell.k8s.names import MANAGED_RESOURCES
 from kubecell.k8s.scheduler import pods
 from kubecell.k8s.scheduler.binder import Outcome, member_index
@@ -51,12 +51,17 @@ class Verdict:
 
 
 class Extender:
-    """The verbs, each run on the scheduler thread through ``Scheduler.call``."""
+    """The verbs, each run on the scheduler thread through ``Scheduler.call``. Making one attaches the
+    scheduler's ``Holds`` (``holds.attach``): make it before the loop decides anything."""
 
-    def __init__(self, scheduler: Scheduler, *, timeout: float = 4.0) -> None:
+    def __init__(self, scheduler: Scheduler, *, timeout: float = 4.0, hold_seconds: float | None = None) -> None:
         self.scheduler = scheduler
         self.timeout = timeout
         """Longest wait for the scheduler thread; below kube-scheduler's default 5 s extender timeout."""
+        self.holds: Holds = attach(scheduler, max_age=hold_seconds)
+        """The decisions waiting for kube-scheduler's bind, and the nodes its filters left per pod; a decision
+        is given back after ``hold_seconds`` without a question from kube-scheduler (default ``HOLD_SECONDS``,
+        or what an earlier ``Extender`` of the scheduler set)."""
 
     # ------------------------------------------------------------------ verbs (any thread)
     def filter(self, pod: dict[str, Any], candidates: list[str]) -> Verdict:
@@ -122,18 +127,15 @@ class Extender:
             reason = job.wait_reason
             excluded = state.excluded_by_constraints.get(name)
             return self._fail(candidates, reason + (f" (its node constraints rule out {excluded})" if excluded else ""))
-        held = state.held.get(name)
-        if held is not None:
-            held.touched = time.monotonic()
+        self.holds.touch(name)
         victims = state.waiting_victims.get(name)
         if victims:
             return self._fail(candidates, f"placed on {node}; waiting for {len(victims)} preempted pod(s) to leave")
         if node in candidates:
             return Verdict([node], {}, {})
-        if name not in state.held:
+        if not self.holds.keeps(name):
             return self._fail(candidates, f"kubecell placed it on {node}, which kube-scheduler's filters rule out")
-        for member in state.tracked[name].pod_uids:
-            state.filter_nodes[member] = frozenset(candidates)
+        self.holds.limit(state.tracked[name].pod_uids, candidates)
         s.intake.renew(state, name)
         s.dirty = True
         return None
@@ -161,7 +163,7 @@ class Extender:
             return f"kubecell placed {pods.key(pod)} on {chosen or 'no node yet'}, not {node}"
         if name in state.tracked and uid in state.tracked[name].bound:
             return ""
-        return s.binder.commit(state, name) or ""
+        return self.holds.commit(name) or ""
 
     # ------------------------------------------------------------------ helpers
     def _catch_up(self) -> None:

@@ -8,9 +8,12 @@ last snapshot of the same engine (a new engine, after a rebuild, starts afresh).
 
 Fragmentation is FGD's measure (``kubecell.core.placement.frag``): the share of the free GPU milli that
 the workload's typical pods cannot use. The typical pods are the placement policy's own (FGD's given
-distribution, or the demand the ``kubecell`` policy learned from arrivals), else
-``SchedulerOptions.typical_pods``; when none is known yet (a scheduler that has seen no arrival), it is
-the share of free milli that sits on partially used GPUs, and ``extra["fragmentation_typical_pods"]`` is 0.
+distribution, or the demand the ``kubecell`` policy learned from arrivals), else the configured ones
+(``LoopView.typical_pods``); when none is known yet (a scheduler that has seen no arrival), it is the share
+of free milli that sits on partially used GPUs, and ``extra["fragmentation_typical_pods"]`` is 0.
+
+A snapshot reads the loop through ``LoopView`` alone (``kubecell.k8s.observe.view``): the loop imports this
+module to publish snapshots, so this module never imports the loop.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -33,11 +36,9 @@ from kubecell.core.placement.policies.fgd import FragmentationGradientDescent
 from kubecell.core.placement.policy import Policy
 from kubecell.k8s.observe.reasons import reason_kind
 from kubecell.k8s.observe.snapshot import GpuCell, NodeCell, PendingJob, Snapshot, VcState
+from kubecell.k8s.observe.view import LoopView
 from kubecell.k8s.scheduler import pods
 from kubecell.k8s.scheduler.tracking import Tracking
-
-if TYPE_CHECKING:
-    from kubecell.k8s.scheduler.scheduler import Scheduler
 
 OTHER = "other"
 """The owner shown for capacity held by pods another scheduler bound."""
@@ -64,7 +65,7 @@ GHOST = "lost: a ghost of the cluster the tenants were accepted on (its cells do
 """Why a node the engine holds but the cluster no longer has takes nothing (``kubecell.k8s.accepted``)."""
 
 
-def capture(scheduler: Scheduler, *, cache: CaptureCache | None = None, leading: bool = True,
+def capture(scheduler: LoopView, *, cache: CaptureCache | None = None, leading: bool = True,
             previous: Snapshot | None = None, now: float | None = None) -> Snapshot:
     """A snapshot of ``scheduler`` (call on its thread). Without an engine (before the first rebuild, or
     with no node) it is ``previous`` marked ``rebuilding``, or an empty one."""
@@ -87,17 +88,18 @@ def capture(scheduler: Scheduler, *, cache: CaptureCache | None = None, leading:
         cache.nodes += tuple(NodeCell(node.name, GHOST, node.rack) for node in engine.book.nodes
                              if node.name not in views)
     book = engine.book
-    gpus = _gpu_cells(book, state, scheduler.mirror.pods, cache)
-    fragmentation, typical = _fragmentation(book, engine.policy, scheduler.options.typical_pods, cache)
+    mirror = scheduler.mirrored_pods
+    gpus = _gpu_cells(book, state, mirror, cache)
+    fragmentation, typical = _fragmentation(book, engine.policy, scheduler.typical_pods, cache)
     present = book.gpu_present
     free_milli = int(np.where(present, book.gpu_milli_free, 0).sum())
     return Snapshot(
         taken_at=now, cycle=scheduler.cycles, leading=leading, rebuilding=rebuilding, nodes=cache.nodes, gpus=gpus,
-        vcs=_vcs(engine), pending=_pending(state, scheduler.mirror.pods, now),
+        vcs=_vcs(engine), pending=_pending(state, mirror, now),
         decisions=scheduler.recorder.decisions, fragmentation=fragmentation,
         unallocated_gpus=free_milli / MILLI_PER_GPU, running_jobs=len(engine.running),
         pods_by_isolation=_by_isolation(state),
-        extra={"fragmentation_typical_pods": float(typical), "api_writes": float(scheduler.actions.writes)})
+        extra={"fragmentation_typical_pods": float(typical), "api_writes": float(scheduler.api_writes)})
 
 
 def _by_isolation(state: Tracking) -> dict[str, int]:

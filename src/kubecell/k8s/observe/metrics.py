@@ -3,8 +3,8 @@
 Two sources, never the live engine (a scrape runs on an HTTP thread while the scheduler thread changes it):
 
 - *state* (who holds which GPU, each VC against its guarantee, the queue by reason, fragmentation) is read
-  at scrape time from the latest ``Scheduler.snapshot`` by ``SnapshotCollector``; during a rebuild the
-  previous snapshot is served and ``kubecell_rebuilding`` is 1, so a scrape never fails;
+  at scrape time from the latest published snapshot (``PublishedView.snapshot``) by ``SnapshotCollector``;
+  during a rebuild the previous snapshot is served and ``kubecell_rebuilding`` is 1, so a scrape never fails;
 - *events* (attempts and their latency, preemptions, gang outcomes, refused writes) are counters and
   histograms the scheduler thread bumps as they happen (``kubecell.k8s.observe.recorder``), so nothing
   that happened between two scrapes is lost.
@@ -28,7 +28,7 @@ from prometheus_client.utils import floatToGoString
 
 from kubecell.k8s.leader import LeaderElector
 from kubecell.k8s.observe.snapshot import Snapshot
-from kubecell.k8s.scheduler.scheduler import Scheduler
+from kubecell.k8s.observe.view import PublishedView
 
 MIB = 1 << 20
 CLASSES = ("guaranteed", "borrowed", "opportunistic")
@@ -37,7 +37,7 @@ CLASSES = ("guaranteed", "borrowed", "opportunistic")
 class LiveCollector(Collector):
     """Figures that are cheap and safe to read from another thread at any moment (ints and flags)."""
 
-    def __init__(self, scheduler: Scheduler, elector: LeaderElector | None) -> None:
+    def __init__(self, scheduler: PublishedView, elector: LeaderElector | None) -> None:
         self.scheduler = scheduler
         self.elector = elector
 
@@ -49,7 +49,7 @@ class LiveCollector(Collector):
                                   value=float(s.cycles))
         yield CounterMetricFamily("kubecell_api_writes", "Writes to the API server that carry decisions "
                                   "(records, bindings, evictions, conditions, FailedScheduling events)",
-                                  value=float(s.actions.writes))
+                                  value=float(s.api_writes))
         snapshot = s.snapshot
         rebuilding = snapshot is None or snapshot.rebuilding or s.needs_rebuild
         yield GaugeMetricFamily("kubecell_rebuilding", "1 while the scheduler rebuilds its state from the API "
@@ -63,7 +63,7 @@ class SnapshotCollector(Collector):
     """The state families, from the scheduler's latest snapshot (read once per collection, so every family
     of one scrape describes the same moment)."""
 
-    def __init__(self, scheduler: Scheduler) -> None:
+    def __init__(self, scheduler: PublishedView) -> None:
         self.scheduler = scheduler
 
     def collect(self) -> Iterator[Metric]:
@@ -180,7 +180,7 @@ class Metrics:
     """``/metrics`` of one scheduler process: ``render()`` is the text exposition, ``registry`` the same
     collectors for anything that serves a ``CollectorRegistry`` (``prometheus_client.start_http_server``)."""
 
-    def __init__(self, scheduler: Scheduler, elector: LeaderElector | None) -> None:
+    def __init__(self, scheduler: PublishedView, elector: LeaderElector | None) -> None:
         self.scheduler = scheduler
         self.elector = elector
         self.live = CollectorRegistry(auto_describe=False)

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 from kubecell.core.engine.job import Job, JobClass, JobPhase
 from kubecell.core.errors import KubecellError
@@ -27,7 +27,7 @@ from kubecell.k8s.scheduler.actions import Actions, EventSink, retry
 from kubecell.k8s.scheduler.cluster import Mirror
 from kubecell.k8s.scheduler.gate import BindItem, NodeGate
 from kubecell.k8s.scheduler.jobs import Tracked
-from kubecell.k8s.scheduler.tracking import Held, Planned, Tracking
+from kubecell.k8s.scheduler.tracking import Planned, Tracking
 
 log = logging.getLogger("kubecell.scheduler")
 
@@ -38,14 +38,52 @@ Settled = tuple[Tracking, str, str, bool, ApiError | None]
 uid, whether the Binding carried the record, the error or None)."""
 
 
+class Plan(NamedTuple):
+    """One job's new members as decided, with their records, ready to be written."""
+
+    job: Job
+    planned: list[Planned]
+    direct: bool
+    """A single member not waiting for victims: its Binding carries its record (one write)."""
+
+
+class DecisionSink(Protocol):
+    """Where the binder hands the engine's new decisions, once planned (records made), instead of writing them.
+
+    Without a sink the binder writes every decision at once (the standalone scheduler). A sink may keep them
+    and write them later through the binder's public operations (``write``, ``send``, ``admit``,
+    ``holding``, ``requeue``): the extender keeps each decision until kube-scheduler asks to bind it. A sink
+    serves one loop and knows its current ``Tracking``, the one every binder call works on. The binder asks
+    it before binding on its own a job it handed over, and tells it when it undoes a decision, so nothing
+    kept outlives its decision."""
+
+    def take(self, plans: Sequence[Plan], victims: set[str]) -> bool:
+        """Carry out or keep the ``plans`` (``victims``: pods a preemptor among them waits for). Returns
+        True when a failure changed the engine (another cycle is due)."""
+        ...
+
+    def keeps(self, name: str) -> bool:
+        """Whether the sink keeps job ``name``'s decision, so the binder must not bind it on its own (a
+        preemptor whose victims are gone)."""
+        ...
+
+    def dropped(self, name: str) -> None:
+        """The binder gave job ``name`` back to the queue: whatever the sink kept of its decision is void."""
+        ...
+
+
 class Binder:
     """Writes what the engine decided, and tells the engine what could not be written."""
 
     def __init__(self, actions: Actions, mirror: Mirror, pool: ThreadPoolExecutor, scheduler_name: str,
-                 settled: Callable[[Settled], None], *, hold: bool = False) -> None:
+                 settled: Callable[[Settled], None], *, scheduled_events: bool = True) -> None:
         self.actions = actions
-        self.hold = hold
-        """Extender mode: decisions wait in ``Tracking.held`` for kube-scheduler's bind call."""
+        self.sink: DecisionSink | None = None
+        """Who takes new decisions (``start``); None: they are written at once. A mode sets it before the
+        loop runs (the extender keeps them until kube-scheduler's bind call)."""
+        self.scheduled_events = scheduled_events
+        """Announce each pod bound with kube-scheduler's ``Scheduled`` Event; off in extender mode, where
+        kube-scheduler announces the pods it asked its extender to bind."""
         self.gate = NodeGate(mirror)
         """Bindings to nodes served by kubecell's device plugin go out one at a time per node."""
         self.announce = EventSink(actions)
@@ -80,58 +118,19 @@ class Binder:
         return evicted
 
     def start(self, state: Tracking, jobs: Sequence[Job], victims: set[str]) -> bool:
-        """Record and bind every member the jobs newly hold (a preemptor waits for its victims first).
-
-        In extender mode (``hold``) nothing is written: the decisions are kept as ``state.held`` until
-        kube-scheduler asks to bind (``commit``). Returns True when a failure changed the engine (another
-        cycle is due); raises the ``ApiError`` of an unavailable API server after telling the engine, so
-        the caller rebuilds once it is back."""
+        """Record and bind every member the jobs newly hold (a preemptor waits for its victims first), or
+        whatever the decision ``sink`` does with them. Returns True when a failure changed the engine
+        (another cycle is due); raises the ``ApiError`` of an unavailable API server after telling the
+        engine, so the caller rebuilds once it is back."""
         plans, dirty = self._decide(state, jobs, victims)
-        if self.hold:
-            for job, planned, direct in plans:
-                for index, uid, _, _ in planned:
-                    state.tracked[job.name].members[index] = uid
-                if job.phase == JobPhase.RESERVED and victims:
-                    state.waiting_victims[job.name] = set(victims)
-                state.held[job.name] = Held(planned, direct, time.monotonic())
-            return dirty
-        return self._write(state, plans, victims, wait=False) or dirty
+        if self.sink is not None:
+            return self.sink.take(plans, victims) or dirty
+        return self.write(state, plans, victims, wait=False) or dirty
 
-    def commit(self, state: Tracking, name: str) -> str | Future[Outcome] | None:
-        """Extender mode: write the decision held for job ``name`` now (kube-scheduler asked to bind one of
-        its pods): a gang's records on every member, then every member's Binding, so kube-scheduler never
-        binds part of a gang. Returns why it could not, or None once every member is bound; for a pod
-        alone, the Binding (carrying its record) is sent without blocking the scheduler thread and its
-        future returned (the caller waits on it; the outcome reaches the engine through ``settled``)."""
-        held = state.held.get(name)
-        job = state.engine.jobs.get(name)
-        if held is None or job is None or job.phase not in (JobPhase.RUNNING, JobPhase.RESERVED):
-            state.held.pop(name, None)
-            return f"kubecell holds no placement for {name} (it was released; kube-scheduler will ask again)"
-        if state.waiting_victims.get(name):
-            return f"{name} waits for {len(state.waiting_victims[name])} preempted pod(s) to leave"
-        if held.direct and job.phase == JobPhase.RUNNING:
-            (_, uid, pod, record), = held.planned
-            waiting = self.gate.holding(state, record.node, pod)
-            if waiting is not None:  # kube-scheduler asks again after its back-off; the decision stays held
-                held.touched = time.monotonic()
-                return (f"{record.node} serves one GPU pod at a time: waiting for its node agent to acknowledge "
-                        f"{waiting}")
-            del state.held[name]
-            item = (name, uid, pod, record.node, record)
-            self.gate.admit(state, [item])  # free: it goes now, and marks the node in flight if it serialises
-            return self._send(state, item)
-        del state.held[name]
-        self._write(state, [(job, held.planned, held.direct)], set(), wait=True)
-        tracked = state.tracked.get(name)
-        missing = [uid for _, uid, _, _ in held.planned if tracked is None or uid not in tracked.bound]
-        return f"{len(missing)} of {len(held.planned)} member(s) of {name} could not be bound" if missing else None
-
-    def _decide(self, state: Tracking, jobs: Sequence[Job], victims: set[str]
-                ) -> tuple[list[tuple[Job, list[Planned], bool]], bool]:
+    def _decide(self, state: Tracking, jobs: Sequence[Job], victims: set[str]) -> tuple[list[Plan], bool]:
         """Each job's new members with their records, and whether its Binding can carry the record (a
         single member not waiting for victims)."""
-        plans: list[tuple[Job, list[Planned], bool]] = []
+        plans: list[Plan] = []
         dirty = False
         for job in jobs:
             planned = self._plan(state, job)
@@ -139,46 +138,56 @@ class Binder:
                 dirty = True
                 continue
             waits = job.phase == JobPhase.RESERVED and bool(victims)
-            plans.append((job, planned, len(planned) == 1 and not waits))
+            plans.append(Plan(job, planned, len(planned) == 1 and not waits))
         return plans, dirty
 
-    def _write(self, state: Tracking, plans: Sequence[tuple[Job, list[Planned], bool]], victims: set[str], *,
-               wait: bool) -> bool:
+    def assign(self, state: Tracking, job: Job, planned: Sequence[Planned], victims: set[str]) -> bool:
+        """The planned pods hold the job's new members from now on, and a preemptor waits for its
+        ``victims``' pods to be gone; returns whether it waits (a sink that keeps decisions calls this when
+        it takes them, as ``write`` does once the records are written)."""
+        tracked = state.tracked[job.name]
+        for index, uid, _, _ in planned:
+            tracked.members[index] = uid
+        if job.phase == JobPhase.RESERVED and victims:
+            state.waiting_victims[job.name] = set(victims)
+            return True
+        return False
+
+    def write(self, state: Tracking, plans: Sequence[Plan], victims: set[str], *, wait: bool) -> bool:
         """Records (a gang's, all before any Binding), then Bindings; ``wait``: even a single member's
-        Binding is waited for (the extender answers kube-scheduler with its outcome)."""
+        Binding is waited for (the extender answers kube-scheduler with its outcome). Returns True when a
+        failure changed the engine; raises the ``ApiError`` of an unavailable API server."""
         dirty = False
         records = [item for _, planned, direct in plans if not direct for item in planned]
         failures = {uid: error for uid, error in self.pool.map(self._write_one, records) if error is not None}
         to_bind = []
         for job, planned, direct in plans:
-            tracked = state.tracked[job.name]
             broken = [failures[uid] for _, uid, _, _ in planned if uid in failures]
             if broken:
                 for _, uid, pod, _ in planned:
                     if uid not in failures:
                         retry("roll back a record", lambda pod=pod: self.actions.clear_record(pod))
-                self._requeue(state, job.name, str(broken[0]))
+                self.requeue(state, job.name, str(broken[0]))
                 dirty = True
                 if any(isinstance(e, ApiError) and e.unavailable for e in broken):
                     raise broken[0]
                 continue
-            for index, uid, _, _ in planned:
-                tracked.members[index] = uid
-            if job.phase == JobPhase.RESERVED and victims:
-                state.waiting_victims[job.name] = set(victims)
-            elif direct and job.phase == JobPhase.RUNNING and not wait:
+            if self.assign(state, job, planned, victims):
+                continue  # it binds once its victims are gone (``bind_reserved_when_victims_are_gone``)
+            if direct and job.phase == JobPhase.RUNNING and not wait:
                 (_, uid, pod, record), = planned
                 for item in self.gate.admit(state, [(job.name, uid, pod, record.node, record)]):
-                    self._send(state, item)
+                    self.send(state, item)
             else:
                 to_bind.append((job.name, {uid: record for _, uid, _, record in planned} if direct else {}))
         return self.bind(state, to_bind) or dirty
 
-    def _requeue(self, state: Tracking, name: str, reason: str) -> None:
+    def requeue(self, state: Tracking, name: str, reason: str) -> None:
         """The engine takes the job back to the queue; its pods hold no member any more (the next start
-        plans every member again)."""
+        plans every member again), and the sink forgets whatever it kept of the decision."""
         state.engine.bind_failed(name, time.time(), reason)
-        state.held.pop(name, None)
+        if self.sink is not None:
+            self.sink.dropped(name)
         tracked = state.tracked.get(name)
         if tracked is not None:
             self.gate.forget(state, set(tracked.pod_uids))
@@ -200,25 +209,14 @@ class Binder:
                 except ApiError as error:
                     log.warning("record of %s not removed (%s); the next rebuild rolls it back", pods.key(pod), error)
 
-    def release_stale(self, state: Tracking, max_age: float) -> bool:
-        """Extender mode: give back decisions kube-scheduler has not asked to bind for ``max_age`` seconds
-        (its filter chose no node of ours, the pod went elsewhere, or kube-scheduler is gone), so GPUs
-        are never held for a pod that will not come. Returns True when one was released."""
-        now, released = time.monotonic(), False
-        for name, held in list(state.held.items()):
-            job = state.engine.jobs.get(name)
-            if job is None or job.phase not in (JobPhase.RUNNING, JobPhase.RESERVED):
-                del state.held[name]
-            elif now - held.touched > max_age and not state.waiting_victims.get(name):
-                self._requeue(state, name, f"kube-scheduler did not bind it within {max_age:.0f} s")
-                released = True
-        return released
+    def holding(self, state: Tracking, node: str, pod: dict[str, Any]) -> str | None:
+        """Whether a Binding of ``pod`` to ``node`` would have to wait at the node gate, and for which pod;
+        None when it may go now. Changes nothing (``NodeGate.holding``)."""
+        return self.gate.holding(state, node, pod)
 
-    def _bind_without_waiting(self, state: Tracking, name: str, uid: str, pod: dict[str, Any],
-                              record: AllocationRecord) -> Future[Outcome]:
-        """A single member's Binding (carrying its record) goes out while the next cycle is decided: the
-        engine already counts the member as running, and a failure comes back through ``settled``."""
-        return self._send(state, (name, uid, pod, record.node, record))
+    def admit(self, state: Tracking, items: list[BindItem]) -> list[BindItem]:
+        """The Bindings the node gate lets go now; the others wait for their node (``NodeGate.admit``)."""
+        return self.gate.admit(state, items)
 
     def pump(self, state: Tracking) -> None:
         """Send the Bindings the node gate lets go now (their node's agent acknowledged the pod before),
@@ -230,10 +228,12 @@ class Binder:
             if not live or tracked is None or uid not in tracked.members.values():
                 self.gate.forget(state, {uid})
                 continue
-            self._send(state, item)
+            self.send(state, item)
 
-    def _send(self, state: Tracking, item: BindItem) -> Future[Outcome]:
-        """One Binding sent without waiting; its outcome comes back through ``settled``."""
+    def send(self, state: Tracking, item: BindItem) -> Future[Outcome]:
+        """One Binding sent without waiting (the engine already counts the member as running); its outcome
+        comes back through ``settled``, and the returned future lets a caller off the scheduler thread
+        wait for it."""
         name, uid = item[0], item[1]
 
         def done(future: Future[Outcome]) -> None:
@@ -279,7 +279,7 @@ class Binder:
                 continue
             elif direct and not error.unavailable:
                 if state.engine.jobs[name].phase in (JobPhase.RUNNING, JobPhase.RESERVED):
-                    self._requeue(state, name, str(error))
+                    self.requeue(state, name, str(error))
                     dirty = True
             else:
                 if not error.unavailable:  # a gang member refused: what is bound runs, the rest is undone
@@ -296,25 +296,25 @@ class Binder:
 
     def _plan(self, state: Tracking, job: Job) -> list[Planned] | None:
         engine, tracked = state.engine, state.tracked[job.name]
-        held = {member_index(a): a for a in engine.allocations_of(job.name)}
-        new = sorted(index for index in held if index not in tracked.members)
+        allocated = {member_index(a): a for a in engine.allocations_of(job.name)}
+        new = sorted(index for index in allocated if index not in tracked.members)
         pairs = pods_for(job, tracked, new)
         if pairs is None:
-            self._requeue(state, job.name, f"{len(new)} members placed but not as many of its pods free for them")
+            self.requeue(state, job.name, f"{len(new)} members placed but not as many of its pods free for them")
             return None
         created = datetime.datetime.now(datetime.UTC)
         planned = []
         try:
             for index, uid in pairs:
                 pod = self.mirror.pods[uid]
-                allocation = held[index]
+                allocation = allocated[index]
                 planned.append((index, uid, pod, record_for(
                     allocation, state.views[allocation.node], pod=pods.key(pod), pod_uid=uid,
                     attempt=job.preemptions, job=job.name, vc=job.vc, job_class=job.job_class or JobClass.BORROWED,
                     member=index, scheduler=self.scheduler_name, created_at=created, batch=len(new),
                     isolation=tracked.isolation_for(uid))))
         except (KubecellError, KeyError) as error:
-            self._requeue(state, job.name, str(error))
+            self.requeue(state, job.name, str(error))
             return None
         return planned
 
@@ -358,7 +358,7 @@ class Binder:
                 return name, uid, record is not None, error
             log.info("%s was already bound to %s (an earlier bind whose answer was lost)", pods.key(pod), node)
             return name, uid, record is not None, None
-        if not self.hold:  # kube-scheduler announces the pods it asked its extender to bind
+        if self.scheduled_events:
             self.announce.scheduled(pod, node)
         return name, uid, record is not None, None
 
@@ -375,7 +375,7 @@ class Binder:
                 state.waiting_victims[name] = remaining
                 continue
             del state.waiting_victims[name]
-            if name in state.held:  # extender mode: kube-scheduler binds it when it asks again
+            if self.sink is not None and self.sink.keeps(name):  # the sink binds it (when kube-scheduler asks)
                 continue
             ready.append((name, {}))
         return self.bind(state, ready) if ready else False

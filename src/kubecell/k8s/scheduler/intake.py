@@ -11,7 +11,7 @@ import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from kubecell.core.engine.job import JobPhase
@@ -26,6 +26,10 @@ from kubecell.k8s.scheduler.jobs import Tracked, gang_disagreement, gang_ready, 
 from kubecell.k8s.scheduler.tracking import Tracking
 
 log = logging.getLogger("kubecell.scheduler")
+
+NodeLimit = Callable[[str], frozenset[str] | None]
+"""Pod uid -> the nodes the pod is limited to beyond its own constraints in the current engine, or None for
+no limit (extender mode: the nodes kube-scheduler's own filters left for it)."""
 
 
 class Teller:
@@ -82,10 +86,13 @@ class Intake:
         self.scheduler_name = scheduler_name
         self.default_vc = default_vc
         self.resources = resources
-        self.release_terminating = release_terminating
-        """Free a bound pod's resources when its deletion starts instead of when it is gone (``pods.holds``)."""
         """Extender mode: only pods asking for one of these are kubecell's (kube-scheduler sends no other
         to its extender; the rest it places alone, and kubecell holds them like any foreign pod)."""
+        self.release_terminating = release_terminating
+        """Free a bound pod's resources when its deletion starts instead of when it is gone (``pods.holds``)."""
+        self.node_limit: NodeLimit | None = None
+        """A further per-pod limit on the nodes a job may use (``allowed_nodes``), set by a mode that learns
+        one the pod's spec does not say: the extender, from kube-scheduler's own filters."""
         self.generations: dict[str, int] = {}
         """Gang key -> how many jobs were formed under it (job names stay unique across re-formations);
         also pod uid -> how many times a pod alone was made a new job (``renew``)."""
@@ -114,7 +121,6 @@ class Intake:
                 self.teller.forget(uid)
                 self.generations.pop(uid, None)
                 self.record_warnings.pop(uid, None)
-                state.filter_nodes.pop(uid, None)
         dirty |= self._sync_external(state, changed)
         dirty |= self._submit_new_pods(state, changed)
         return dirty
@@ -170,7 +176,8 @@ class Intake:
 
     def _holding(self, uid: str) -> bool:
         """A member's pod still holds what the engine gave it: bound and not ended (a terminating pod holds
-        until it is gone), or not bound yet and not withdrawn (its Binding is on its way or held)."""
+        until it is gone), or not bound yet and not withdrawn (its Binding is on its way, or its decision
+        waits for kube-scheduler's bind in extender mode)."""
         pod = self.mirror.pods.get(uid)
         if pod is None:
             return False
@@ -329,7 +336,7 @@ class Intake:
             if nodes is not None:
                 allowed = nodes if allowed is None else allowed & nodes
                 reasons = reasons or why
-            left = state.filter_nodes.get(pods.uid(pod))
+            left = self.node_limit(pods.uid(pod)) if self.node_limit is not None else None
             if left is not None:  # extender mode: kube-scheduler's own filters ruled out others
                 allowed = left if allowed is None else allowed & left
         if allowed is None:

@@ -13,7 +13,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -80,13 +80,12 @@ class SchedulerOptions:
     """Node name -> rank breaking ties between equal scores (lower first); unnamed nodes rank after, by
     name. A replay sets the packing experiment's seeded order so both make the same decision."""
     extender: bool = False
-    """Serve kube-scheduler as its extender (``kubecell extender``): the same engine decides, but nothing
-    is written until kube-scheduler's bind call asks for it (see ``kubecell.k8s.extender``)."""
+    """Serve kube-scheduler as its extender (``kubecell extender``): the same engine decides the pods asking
+    for a managed resource, kube-scheduler tells their story, and ``kubecell.k8s.extender.holds`` keeps each
+    decision until kube-scheduler asks to bind it (``Binder.sink``, ``Intake.node_limit``, ``before_cycle``)."""
     extra_names: tuple[str, ...] = ()
     """Further ``schedulerName`` values whose pods kubecell places (extender mode: other kube-scheduler
     profiles whose GPU pods it should place, e.g. ``default-scheduler``)."""
-    hold_seconds: float = 60.0
-    """Extender mode: how long a decision waits for kube-scheduler's bind before its GPUs are given back."""
     release_terminating: bool = False
     """Free a pod's GPUs when its deletion starts. By default, as kube-scheduler, a terminating pod holds
     them until it is gone, so work that checkpoints on SIGTERM never shares its GPUs with its successor."""
@@ -126,7 +125,10 @@ class Scheduler:
         self.pool = ThreadPoolExecutor(max_workers=BIND_WORKERS, thread_name_prefix="kubecell-write")
         self.settled: queue.SimpleQueue[Settled] = queue.SimpleQueue()
         self.binder = Binder(self.actions, self.mirror, self.pool, self.options.name, self._on_settled,
-                             hold=extender)
+                             scheduled_events=not extender)
+        self.before_cycle: Callable[[], bool] | None = None
+        """Run at each cycle before the engine may run (True asks for a run); set by a mode with work of its
+        own over time before the loop runs (the extender gives back decisions kube-scheduler never bound)."""
         self.calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
         """Work other threads hand to the scheduler thread (the extender's verbs), run after each step."""
         self.needs_rebuild = True
@@ -157,6 +159,21 @@ class Scheduler:
     @property
     def engine(self) -> Engine | None:
         return self.state.engine if self.state is not None else None
+
+    @property  # the read-only view observers take snapshots through (``kubecell.k8s.observe.view``)
+    def mirrored_pods(self) -> Mapping[str, Mapping[str, Any]]:
+        """Every pod the mirror holds, by uid (read on the scheduler thread only)."""
+        return self.mirror.pods
+
+    @property
+    def typical_pods(self) -> Sequence[TypicalPod]:
+        """The typical pod shapes the options name (fragmentation's fallback when the policy knows none)."""
+        return self.options.typical_pods
+
+    @property
+    def api_writes(self) -> int:
+        """Writes to the API server that carried decisions so far (an int: safe to read from any thread)."""
+        return self.actions.writes
 
     def shutdown(self) -> None:
         """Stop the loop now (a wake-up event ends the wait for the next event)."""
@@ -301,15 +318,11 @@ class Scheduler:
             if self.mirror.apply(event) in ("nodes", "tenants"):
                 self._next_nodes = None  # read the nodes afresh in the rebuild
 
-    def _read_nodes(self) -> tuple[dict[str, NodeView], tuple[Any, ...]]:
-        """Every node as the core sees it, by name, and the signature of their hardware (``nodes``)."""
-        return self.node_reader.read(self.mirror.nodes)
-
     def _cluster_changed(self) -> bool:
         """Whether nodes or tenants changed in a way that needs a new engine (the views read here are kept
         for that rebuild, so a node event reads every node once, not twice). A node that was only cordoned,
         uncordoned, became (Not)Ready or changed labels or taints is brought up to date in place."""
-        self._next_nodes = self._read_nodes()
+        self._next_nodes = self.node_reader.read(self.mirror.nodes)
         if self._next_nodes[1] != self.node_signature or self.tenant_sources.changed(self.mirror):
             return True
         views, _ = self._next_nodes
@@ -344,7 +357,7 @@ class Scheduler:
     # ================================================================== rebuilding
     def rebuild(self) -> None:
         """A new engine from the mirror: nodes, tenants, then every recorded allocation."""
-        views, self.node_signature = self._next_nodes or self._read_nodes()
+        views, self.node_signature = self._next_nodes or self.node_reader.read(self.mirror.nodes)
         self._next_nodes = None
         nodes = [view.node for view in views.values() if view.node is not None]
         self.state = None
@@ -399,7 +412,7 @@ class Scheduler:
             self.dirty = True
         if state.deferred:
             self.binder.pump(state)
-        if state.held and self.binder.release_stale(state, self.options.hold_seconds):
+        if self.before_cycle is not None and self.before_cycle():
             self.dirty = True
         if not self.dirty and (wake is None or wake > now):
             return

@@ -60,7 +60,7 @@ def run(kube: Kube, options: SchedulerOptions, *, listen: tuple[str, int] | None
     if options.extender:  # kube-scheduler's extender verbs on the same port (imported here: a mode apart)
         from kubecell.k8s.extender.http import routes
         from kubecell.k8s.extender.verbs import Extender
-        extra = routes(Extender(scheduler))
+        extra = routes(Extender(scheduler))  # attaches its holds to the scheduler, before the loop runs
     server = serve(build_app(scheduler, elector, extra_routes=extra), *listen) if listen else None
     try:
         if label is not None:  # a replica restarted in a Pod that led is a standby now

@@ -1,7 +1,9 @@
 """What the scheduler knows about the engine's work in Kubernetes terms, for as long as one engine lives.
 
 A rebuild starts a new ``Tracking`` with its new engine: nothing here outlives the engine it describes,
-so no stale correspondence between jobs and pods can survive a rebuild.
+so no stale correspondence between jobs and pods can survive a rebuild. A mode with state of its own (the
+extender's decisions waiting for kube-scheduler's bind) keeps it beside, bound to one ``Tracking`` object and
+dropped when it sees another, so the loop and this bag never know of it.
 """
 
 from __future__ import annotations
@@ -20,17 +22,6 @@ from kubecell.k8s.scheduler.jobs import Tracked
 
 Planned = tuple[int, str, dict[str, Any], AllocationRecord]
 """(member index, pod uid, pod, record) for one member a job newly holds."""
-
-
-@dataclass
-class Held:
-    """Extender mode: a decision not written yet, waiting for kube-scheduler to ask for its bind."""
-
-    planned: list[Planned]
-    direct: bool
-    """A single member: its Binding carries the record."""
-    touched: float
-    """When kube-scheduler last asked about it (monotonic); a decision nobody asks about is given back."""
 
 
 @dataclass
@@ -58,8 +49,6 @@ class Tracking:
     """Bumped whenever nodes change in place (``Scheduler._update_nodes``): the constraint cache's generation."""
     excluded_by_constraints: dict[str, str] = field(default_factory=dict)
     """Job name -> why its node constraints rule nodes out, in kube-scheduler's words (for why-pending)."""
-    held: dict[str, Held] = field(default_factory=dict)
-    """Extender mode: job name -> its decision, written when kube-scheduler asks to bind."""
     deferred: dict[str, deque[tuple[str, str, dict[str, Any], str, AllocationRecord | None]]] = field(
         default_factory=dict)
     """Node -> Bindings waiting for the node agent to acknowledge the pod bound before them (``gate``)."""
@@ -68,9 +57,6 @@ class Tracking:
     isolation_nodes: dict[str, tuple[frozenset[str] | None, str]] = field(default_factory=dict)
     """Isolation mode -> the nodes that can give it to a GPU pod (None: all) and why the others cannot; the
     views live as long as this object, so each mode is worked out once (``intake.isolation_nodes``)."""
-    filter_nodes: dict[str, frozenset[str]] = field(default_factory=dict)
-    """Extender mode: pod uid -> the nodes kube-scheduler's own filters left for it, once they ruled out
-    the node kubecell chose (pod affinity, ports, volumes: rules kubecell does not evaluate)."""
 
     by_group: dict[str, set[str]] = field(default_factory=dict)
     """Gang key -> the names of the jobs formed under it that are tracked (a pod arriving later is checked
@@ -89,7 +75,6 @@ class Tracking:
         tracked = self.tracked.pop(name, None)
         victims = self.waiting_victims.pop(name, set())
         self.excluded_by_constraints.pop(name, None)
-        self.held.pop(name, None)
         if tracked is None:
             return sorted(victims)
         if tracked.group is not None:
