@@ -1,14 +1,19 @@
-"""Builders shared by the dialect tests (``test_dialects_*.py``): a Pod as the API server returns it, the
-shape of the Request read from it, and the check that a refusal names the pod and says why."""
+"""Builders shared by the dialect tests (``tests/k8s/dialects/``, one module per dialect): a Pod as the API
+server returns it, the shape of the Request read from it, the check that a refusal names the pod and says
+why, and what one dialect's reader states about a pod on its own."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from kubecell.core.model import Request
-from kubecell.k8s.dialects import DemandError, pod_demand
+from kubecell.k8s.dialects import DemandError, DialectOptions, PodGroups, pod_demand
+from kubecell.k8s.dialects.demand import PodMeta
+from kubecell.k8s.dialects.resources import pod_totals
+from kubecell.k8s.dialects.statement import Reading, Statement
 
 HIVED = "hivedscheduler.microsoft.com/pod-scheduling-spec"
 CPU = {"cpu": "2", "memory": "4Gi"}
@@ -41,3 +46,34 @@ def refused(pod: dict[str, Any], *fragments: str, **kwargs: Any) -> str:
     for fragment in fragments:
         assert fragment in text, f"{fragment!r} not in {text!r}"
     return text
+
+
+def statement_of(read: Callable[[Reading], Statement], pod: dict[str, Any], *, pod_groups: PodGroups | None = None,
+                 options: DialectOptions | None = None) -> Statement:
+    """One dialect's reader on ``pod``, alone: what ``pod_demand`` would ask it."""
+    meta = PodMeta.of(pod)
+    return read(Reading(meta, pod_totals(meta), options or DialectOptions(), pod_groups or {}))
+
+
+def states(read: Callable[[Reading], Statement], pod: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """Every aspect one dialect states about ``pod`` (those it leaves empty are left out): ``ask`` as
+    (dialect, shape), ``models`` as the sets of its filters, ``groups`` as (source, name, size, minimum),
+    ``vc`` and ``priority`` as their values, ``carried`` where the dialect is on the pod all the same."""
+    statement = statement_of(read, pod, **kwargs)
+    found: dict[str, Any] = {}
+    ask = statement.ask()
+    if ask is not None:
+        found["ask"] = (ask.dialect, ask.shape)
+    if models := statement.models():
+        found["models"] = [stated.value for stated in models]
+    if groups := statement.groups():
+        found["groups"] = [(claim.source, claim.name, claim.size, claim.minimum) for claim in groups]
+    vc = statement.vc()
+    if vc is not None:
+        found["vc"] = vc.value
+    priority = statement.priority()
+    if priority is not None:
+        found["priority"] = priority.value
+    if statement.carried():
+        found["carried"] = True
+    return found

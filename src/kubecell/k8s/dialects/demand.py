@@ -24,6 +24,10 @@ MAX_NAME_CHARS = 253
 """The longest name kubecell keeps from a pod (a group's name): a Kubernetes object's name is at most 253
 characters, and a group key ``<namespace>/<name>`` goes into every member's allocation record."""
 
+OPPORTUNISTIC = -1
+"""The priority of opportunistic work (kubecell's ``opportunistic`` annotation, HiveD's and KubeShare's lowest):
+it scavenges idle GPUs and is reclaimed first."""
+
 LARGEST_CATALOG_GPU_MEMORY_MIB = max(spec.memory_mib for spec in GPU_MODELS.values())
 """The most memory any GPU of the catalog has: a memory share above it cannot fit anywhere."""
 
@@ -113,7 +117,7 @@ class PodDemand:
 
     @property
     def opportunistic(self) -> bool:
-        return self.priority == -1
+        return self.priority == OPPORTUNISTIC
 
     @property
     def topology(self) -> TopologyLevel | None:

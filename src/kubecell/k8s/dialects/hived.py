@@ -1,4 +1,4 @@
-"""HiveD's pod-scheduling-spec annotation: a virtual cluster, a priority, whole GPUs and a gang.
+"""HiveD's dialect: its pod-scheduling-spec annotation states a VC, a priority, whole GPUs, a GPU type and a gang.
 
 HiveD (``microsoft/hivedscheduler``, ``pkg/api/types.go``) reads one YAML annotation per pod::
 
@@ -15,6 +15,12 @@ spelling, so kubecell does too. ``pinnedCellId`` is refused: kubecell places a V
 cells and has nothing the pod could pin. Keys HiveD ignores silently (a typo such as
 ``leafCellNumer``) are refused here with the list of known keys. An affinity group whose members ask for
 different GPU counts is a heterogeneous gang: its members of each GPU count are one member group.
+
+What the spec states, as kubecell reads it: the VC (``virtualCluster``, which must agree with
+``kubecell.io/vc``), the priority (-1 opportunistic, 0..1000; unstated, the pod's own), ``leafCellNumber``
+whole GPUs, ``leafCellType`` as a GPU model filter matched like HAMi's (a substring of the model:
+``V100`` selects ``V100M16`` and ``V100M32``), and the affinity group as an all-or-nothing gang keyed
+``<namespace>/<name>``, like every gang kubecell reads.
 
 The annotation is text anyone who can create a pod writes, and YAML can say far more than HiveD's few keys:
 so it is read with limits (``_SpecLoader``, the shared ``kubecell.inputs.bounded_yaml.BoundedLoader``): at most
@@ -34,11 +40,13 @@ from typing import Any
 import yaml
 
 from kubecell.core.limits import MAX_GANG_MEMBERS, MAX_GPUS_PER_NODE
+from kubecell.core.model import MILLI_PER_GPU
 from kubecell.inputs.bounded_yaml import BoundedLoader, YamlRefused
 from kubecell.k8s import names
-from kubecell.k8s.dialects.demand import MAX_NAME_CHARS, DemandError, PodMeta, show, shown
+from kubecell.k8s.dialects.demand import MAX_NAME_CHARS, OPPORTUNISTIC, DemandError, PodMeta, show, shown
+from kubecell.k8s.dialects.models import bounded, model_filter
+from kubecell.k8s.dialects.statement import GpuAsk, GroupClaim, Reading, Stated, Statement
 
-OPPORTUNISTIC = -1
 MAX_GUARANTEED = 1000
 
 _RENAMED = {"gpuType": "leafCellType", "gpuNumber": "leafCellNumber"}
@@ -184,3 +192,64 @@ def parse_hived(pod: PodMeta) -> HivedSpec | None:
     if size > MAX_GANG_MEMBERS:
         raise _error(pod, "affinityGroup.members", f"{size} pods in all is too many", f"1..{MAX_GANG_MEMBERS}")
     return HivedSpec(vc.strip(), priority, gpus, gpu_type.strip(), name.strip(), size, counts)
+
+
+_SPEC = names.HIVED_POD_SCHEDULING_SPEC
+
+
+class Hived(Statement):
+    """What the pod's HiveD spec states (nothing where the pod has none)."""
+
+    dialect = "hived"
+
+    def __init__(self, reading: Reading, spec: HivedSpec | None) -> None:
+        super().__init__(reading)
+        self.spec = spec
+
+    def ask(self) -> GpuAsk | None:
+        """``leafCellNumber`` whole GPUs."""
+        if self.spec is None:
+            return None
+        return GpuAsk("hived", _SPEC, f"annotation {_SPEC}: leafCellNumber {self.spec.gpus}", self.spec.gpus,
+                      MILLI_PER_GPU)
+
+    def models(self) -> list[Stated[frozenset[str]]]:
+        """``leafCellType``, matched as a substring of the model (HiveD's cell types are names users chose)."""
+        if self.spec is None or not self.spec.gpu_type:
+            return []
+        subject = f"annotation {_SPEC}: leafCellType {show(self.spec.gpu_type)}"
+        wanted = [bounded(self.pod, _SPEC, subject, self.spec.gpu_type)]
+        return [model_filter(self.pod, self.reading.options.known_models, "hived", _SPEC, subject, wanted,
+                             "substring")]
+
+    def groups(self) -> list[GroupClaim]:
+        """The affinity group: all or nothing; its members of one GPU count (``leafCellNumber``) are one member
+        group, whose size is their ``podNumber``."""
+        spec = self.spec
+        if spec is None or spec.group is None:
+            return []
+        parts = spec.group_parts or {}
+        part_size = parts.get(spec.gpus)
+        part = f"{spec.gpus}gpu" if len(parts) > 1 else None
+        return [GroupClaim("hived", _SPEC, f"annotation {_SPEC}: affinityGroup.name {show(spec.group)}", spec.group,
+                           spec.group_size, spec.group_size, part=part, part_minimum=part_size if part else None,
+                           part_size=part_size if part else None)]
+
+    def vc(self) -> Stated[str] | None:
+        """``virtualCluster``. (Its subject names the annotation without the word "annotation", as the message
+        of a VC disagreement always has.)"""
+        if self.spec is None:
+            return None
+        return Stated("hived", _SPEC, f"{_SPEC}: virtualCluster {show(self.spec.vc)}", self.spec.vc)
+
+    def priority(self) -> Stated[int] | None:
+        """``priority``, where the spec states one."""
+        if self.spec is None or self.spec.priority is None:
+            return None
+        return Stated("hived", _SPEC, f"annotation {_SPEC}: priority {self.spec.priority}", self.spec.priority)
+
+
+def read(reading: Reading) -> Statement:
+    """HiveD's dialect on the pod. The annotation is parsed here, before any other dialect is asked
+    anything: a malformed spec is the first thing its pod is told."""
+    return Hived(reading, parse_hived(reading.pod))

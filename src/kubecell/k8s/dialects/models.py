@@ -4,8 +4,9 @@ Nodes report catalog names (``A100-80G``, ``V100M32``) or, for GPUs the catalog 
 product name. Users write what their old scheduler matched against: HAMi and HiveD users write part of
 a product name (``A100``, HAMi matches it as a case-insensitive substring), KubeShare users write the
 whole product name with dashes (``NVIDIA-GeForce-GTX-1080``), kubecell users write catalog names. Each
-dialect keeps its own matching rule here; a filter that matches no known model is refused, because a
-pod waiting for a GPU model that does not exist would wait forever.
+dialect names its matching rule (``Matching``) and builds its filter with ``model_filter``; a filter that
+matches no known model is refused, because a pod waiting for a GPU model that does not exist would wait
+forever. The filters of several dialects are intersected by the entry point (``pod``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,16 @@ import re
 from collections.abc import Iterable
 from typing import Literal
 
-# The module, not the function: the inventory reads quantities through this package, so whichever of the
-# two is imported first, the other is still being imported when this line runs.
-from kubecell.k8s import inventory
+from kubecell.k8s.dialects.demand import PodMeta
+from kubecell.k8s.dialects.statement import Stated
+from kubecell.k8s.mig import is_mig_model
 
 Matching = Literal["exact", "product", "substring"]
+
+MAX_MODEL_FILTER_CHARS = 1024
+"""The longest GPU model filter read (``kubecell.io/gpu-models``, HAMi's ``use-gputype``...): real ones name a
+few models; each name is matched against every model the cluster has, so the length bounds a pod's cost (a
+quarter-megabyte list of distinct names took seconds)."""
 
 
 def _key(name: str) -> str:
@@ -41,6 +47,10 @@ def match_models(names: Iterable[str], known: frozenset[str], how: Matching) -> 
     product name (``NVIDIA-A100-SXM4-80GB`` is ``A100-80G``; ``Tesla-T4`` is ``T4``). ``substring``:
     also every model whose name contains it, as HAMi matches ``use-gputype`` (``A100`` selects
     ``A100`` and ``A100-80G``)."""
+    # Imported here: the node readers (advertised, gfd, inventory) read quantities through this package, so an
+    # import of gfd at the top would be a cycle whichever of them is imported first.
+    from kubecell.k8s.gfd import catalog_model
+
     keyed = {model: _key(model) for model in known}
     chosen: set[str] = set()
     for name in names:
@@ -50,7 +60,7 @@ def match_models(names: Iterable[str], known: frozenset[str], how: Matching) -> 
         if how == "exact":
             continue
         key = _key(name)
-        mapped = inventory.catalog_model(name)
+        mapped = catalog_model(name)
         chosen.update(model for model, model_key in keyed.items()
                       if model == mapped or (key and model_key == key))
         if how == "substring" and key:
@@ -61,3 +71,25 @@ def match_models(names: Iterable[str], known: frozenset[str], how: Matching) -> 
 def known_list(known: frozenset[str]) -> str:
     """The known models for an ``accepted`` text."""
     return ", ".join(sorted(known))
+
+
+def bounded(pod: PodMeta, field: str, subject: str, text: str) -> str:
+    """A model filter's text; its length bounds the matching work (per name, against every model)."""
+    if len(text) > MAX_MODEL_FILTER_CHARS:
+        raise pod.error(subject, f"is {len(text)} characters long", field=field,
+                        accepted=f"GPU models in at most {MAX_MODEL_FILTER_CHARS} characters")
+    return text
+
+
+def model_filter(pod: PodMeta, known: frozenset[str], dialect: str, field: str, subject: str, wanted: list[str],
+                 how: Matching, *, exclude: bool = False) -> Stated[frozenset[str]]:
+    """The known models ``wanted`` selects (``exclude``: the known models it does not select), as one
+    dialect's filter; a filter that selects nothing is refused. MIG profiles differ by GPU and driver, so a
+    MIG model is taken as written (``kubecell.k8s.mig``)."""
+    chosen = match_models(wanted, known, how) | frozenset(name for name in wanted if is_mig_model(name))
+    if exclude:
+        chosen = known - chosen
+    if not wanted or not chosen:
+        raise pod.error(subject, "excludes every GPU model" if exclude else "matches no GPU model the cluster "
+                        "has", field=field, accepted=known_list(known))
+    return Stated(dialect, field, subject, chosen)

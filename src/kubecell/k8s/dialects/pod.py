@@ -1,234 +1,48 @@
-"""A Pod, as the API server returns it, read into one ``PodDemand``: all dialects side by side.
+"""A Pod, as the API server returns it, read into one ``PodDemand``: every dialect asked, the answers merged.
 
-This is the only entry point the scheduler calls. It reads every dialect the pod carries, checks that
-the ones present agree, and builds the core ``Request`` of one member; it does no I/O, so the same
-function serves the scheduler, the extender, the replay tool and the tests.
+This is the only entry point the scheduler calls. It does no I/O, so the same function serves the
+scheduler, the extender, the replay tool and the tests. ``READERS`` lists the dialects (one module per
+source system, ``statement.Statement`` their one interface); the tables below say which dialects state
+which aspect; the merges here are the only place where dialects meet: GPU asks must be the same ask, model
+filters intersect, groups must be the same group with the same numbers, VCs the same VC, stated priorities
+the same priority. Then kubecell's own placement constraints (isolation, topology, MIG) are checked against
+the merged ask, and the core ``Request`` of one member is built.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
-from typing import Any, cast
+from typing import Any
 
 from kubecell.core.errors import InvalidInputError
-from kubecell.core.model import MILLI_PER_GPU, Request, TopologyLevel
-from kubecell.k8s import names
-from kubecell.k8s.dialects.demand import MAX_NAME_CHARS, DialectOptions, Isolation, PodDemand, PodMeta, show, shown
-from kubecell.k8s.dialects.gpu import (
-    GpuAsk,
-    aliyun_ask,
-    alnair_ask,
-    kubecell_ask,
-    kubeshare_ask,
-    merge_asks,
-    nvidia_ask,
-)
-from kubecell.k8s.dialects.groups import (
-    PodGroups,
-    hived_group,
-    kubecell_group,
-    kubeshare_group,
-    merge_groups,
-    podgroup_groups,
-)
-from kubecell.k8s.dialects.hived import OPPORTUNISTIC, HivedSpec, parse_hived
-from kubecell.k8s.dialects.models import Matching, known_list, match_models, split_list
-from kubecell.k8s.dialects.resources import MAX_NUMBER_CHARS, mib_up, number_text, pod_totals
-from kubecell.k8s.mig import is_mig_model
+from kubecell.core.model import Request, TopologyLevel
+from kubecell.k8s.dialects import aliyun, alnair, hami, hived, kubecell, kubeshare, nvidia, podgroups
+from kubecell.k8s.dialects.demand import OPPORTUNISTIC, DialectOptions, GroupDemand, PodDemand, PodMeta, shown
+from kubecell.k8s.dialects.resources import mib_up, number_text, pod_totals
+from kubecell.k8s.dialects.statement import GpuAsk, GroupClaim, PodGroups, Reading, Stated, Statement
 
-MAX_MODEL_FILTER_CHARS = 1024
-"""The longest GPU model filter read (``kubecell.io/gpu-models``, HAMi's ``use-gputype``...): real ones name a
-few models; each name is matched against every model the cluster has, so the length bounds a pod's cost (a
-quarter-megabyte list of distinct names took seconds)."""
-
-PRIORITY_RANGE = (-(2**31), 2**31 - 1)
-"""``spec.priority`` is an int32 in the API (PriorityClass values; system classes reach 2,000,001,000)."""
+READERS: tuple[Callable[[Reading], Statement], ...] = (
+    kubecell.read, nvidia.read, hami.read, aliyun.read, alnair.read, kubeshare.read, hived.read, podgroups.read)
+"""Every dialect kubecell reads. HiveD's ``read`` parses its annotation, so after a malformed container
+amount (``pod_totals``) a malformed HiveD spec is the first thing a pod is told."""
 
 DIALECT_ORDER = ("kubecell", "nvidia", "hami", "aliyun", "alnair", "kubeshare", "hived", "coscheduling", "volcano",
                  "kai")
+"""The order of ``PodDemand.dialects`` (group claims name coscheduling, Volcano and KAI themselves)."""
 
+# Which dialects state each aspect, in the order they are asked. A merge names the first statement of a
+# disagreement first and credits a gang to the first source that claims it, so these orders are part of
+# every message: HiveD's group and priority come before KubeShare's, its ask and GPU type after.
+ASKS = ("kubecell", "nvidia", "hami", "aliyun", "alnair", "kubeshare", "hived")
+MODEL_FILTERS = ("kubecell", "hami", "kubeshare", "hived")
+GROUPS = ("kubecell", "hived", "kubeshare", "podgroups")
+VCS = ("kubecell", "hived")
+PRIORITIES = ("kubecell", "hived", "kubeshare")
 
-def _models(pod: PodMeta, hived: HivedSpec | None, options: DialectOptions) -> tuple[frozenset[str] | None, set[str]]:
-    """Allowed GPU models: every filter the pod states, intersected; a filter that selects nothing (or
-    filters that exclude each other) is refused."""
-    known = options.known_models
-    filters: list[tuple[str, str, str, frozenset[str]]] = []  # (dialect, field, subject, models)
-
-    def add(dialect: str, field: str, subject: str, wanted: list[str], how: Matching, *, exclude: bool = False) -> None:
-        # MIG profiles differ by GPU and driver, so a MIG model is taken as written (kubecell.k8s.mig)
-        chosen = match_models(wanted, known, how) | frozenset(name for name in wanted if is_mig_model(name))
-        if exclude:
-            chosen = known - chosen
-        if not wanted or not chosen:
-            raise pod.error(subject, "excludes every GPU model" if exclude else "matches no GPU model the cluster "
-                            "has", field=field, accepted=known_list(known))
-        filters.append((dialect, field, subject, chosen))
-
-    def bounded(field: str, subject: str, text: str) -> str:
-        """A model filter's text; its length bounds the matching work (per name, against every model)."""
-        if len(text) > MAX_MODEL_FILTER_CHARS:
-            raise pod.error(subject, f"is {len(text)} characters long", field=field,
-                            accepted=f"GPU models in at most {MAX_MODEL_FILTER_CHARS} characters")
-        return text
-
-    notes, labels = pod.annotations, pod.labels
-    if names.ANNOTATION_GPU_MODELS in notes:
-        text = notes[names.ANNOTATION_GPU_MODELS]
-        subject = f"annotation {names.ANNOTATION_GPU_MODELS} {show(text)}"
-        add("kubecell", names.ANNOTATION_GPU_MODELS, subject,
-            split_list(bounded(names.ANNOTATION_GPU_MODELS, subject, text)), "exact")
-    for key, exclude in ((names.HAMI_USE_GPU_TYPE, False), (names.HAMI_NOUSE_GPU_TYPE, True)):
-        if notes.get(key, "").strip():
-            subject = f"annotation {key} {show(notes[key])}"
-            add("hami", key, subject, split_list(bounded(key, subject, notes[key])), "substring", exclude=exclude)
-    if labels.get(names.KUBESHARE_GPU_MODEL, "").strip():
-        text = labels[names.KUBESHARE_GPU_MODEL]
-        subject = f"label {names.KUBESHARE_GPU_MODEL} {show(text)}"
-        add("kubeshare", names.KUBESHARE_GPU_MODEL, subject,
-            [bounded(names.KUBESHARE_GPU_MODEL, subject, text).strip()], "product")
-    if hived is not None and hived.gpu_type:
-        subject = f"annotation {names.HIVED_POD_SCHEDULING_SPEC}: leafCellType {show(hived.gpu_type)}"
-        add("hived", names.HIVED_POD_SCHEDULING_SPEC, subject,
-            [bounded(names.HIVED_POD_SCHEDULING_SPEC, subject, hived.gpu_type)], "substring")
-    if not filters:
-        return None, set()
-    first_dialect, first_field, first_subject, allowed = filters[0]
-    for dialect, _, subject, chosen in filters[1:]:
-        if not allowed & chosen:
-            raise pod.error(f"{first_subject} and {subject}", f"{first_dialect} and {dialect} allow no GPU model in "
-                            "common", field=first_field, accepted="model filters that overlap")
-        allowed &= chosen
-    return allowed, {dialect for dialect, _, _, _ in filters}
-
-
-def _topology(pod: PodMeta) -> TopologyLevel | None:
-    text = pod.annotations.get(names.ANNOTATION_TOPOLOGY)
-    if text is None:
-        return None
-    value = text.strip().lower()
-    if value not in names.TOPOLOGY_VALUES:
-        raise pod.annotation_error(names.ANNOTATION_TOPOLOGY, "is not a topology level",
-                                   ", ".join(names.TOPOLOGY_VALUES))
-    return TopologyLevel[value.upper()]
-
-
-def _isolation(pod: PodMeta, models: frozenset[str] | None) -> Isolation:
-    """The pod's isolation mode; a pod whose model filter names only MIG profiles asks for ``mig``."""
-    text = pod.annotations.get(names.ANNOTATION_ISOLATION)
-    only_mig = models is not None and all(is_mig_model(model) for model in models)
-    if text is None:
-        return "mig" if only_mig else cast(Isolation, names.DEFAULT_ISOLATION)
-    value = text.strip().lower()
-    if value not in names.ISOLATION_MODES:
-        raise pod.annotation_error(names.ANNOTATION_ISOLATION, "is not an isolation mode",
-                                   ", ".join(names.ISOLATION_MODES))
-    if only_mig and value != "mig":
-        raise pod.annotation_error(names.ANNOTATION_ISOLATION, f"asks for {value} on MIG instances (its GPU model "
-                                   f"filter names MIG profiles only), which are given in mig isolation alone",
-                                   "mig, or a GPU model filter without MIG profiles")
-    return cast(Isolation, value)
-
-
-def _check_mig(pod: PodMeta, request: Request, models: frozenset[str] | None) -> None:
-    """A pod in ``mig`` isolation takes one whole MIG instance: CUDA sees one MIG device per process, and an
-    instance is not shared (a share of one is a share of a GPU in accounting or mps isolation)."""
-    if not request.wants_gpu:
-        return
-    if request.gpu_count != 1 or not request.is_whole:
-        asked = (f"{request.gpu_count} GPUs" if request.gpu_count > 1
-                 else f"a share ({request.gpu_milli} milli, {request.gpu_memory_mib} MiB)")
-        raise pod.annotation_error(names.ANNOTATION_ISOLATION, f"places one whole MIG instance, and the pod asks for "
-                                   f"{asked}", f"{names.RESOURCE_GPU}: 1 (with {names.ANNOTATION_GPU_MODELS}: "
-                                   "MIG-<profile> to choose the instance size)")
-    if models is not None and not all(is_mig_model(model) for model in models):
-        others = ", ".join(sorted(model for model in models if not is_mig_model(model)))
-        raise pod.annotation_error(names.ANNOTATION_ISOLATION, f"places MIG instances, and the pod's GPU model filter "
-                                   f"allows {others}", "MIG-<profile> models (MIG-1g.5gb, MIG-3g.20gb, ...) or none")
-
-
-def _vc(pod: PodMeta, hived: HivedSpec | None) -> str | None:
-    text = pod.annotations.get(names.ANNOTATION_VC)
-    vc = None
-    if text is not None:
-        vc = text.strip()
-        if not vc:
-            raise pod.annotation_error(names.ANNOTATION_VC, "is empty", "the name of a virtual cluster")
-        if len(vc) > MAX_NAME_CHARS:
-            raise pod.annotation_error(names.ANNOTATION_VC, f"is {len(vc)} characters long",
-                                       f"the name of a virtual cluster, at most {MAX_NAME_CHARS} characters")
-    if hived is not None:
-        if vc is not None and vc != hived.vc:
-            raise pod.error(f"annotation {names.ANNOTATION_VC} {show(vc)} and {names.HIVED_POD_SCHEDULING_SPEC}: "
-                            f"virtualCluster {show(hived.vc)}", "name different virtual clusters",
-                            field=names.ANNOTATION_VC, accepted="one virtual cluster, named the same in both")
-        vc = hived.vc
-    return vc
-
-
-def _priority(pod: PodMeta, hived: HivedSpec | None) -> tuple[int, set[str]]:
-    """``spec.priority`` (from the PriorityClass), unless a dialect states one; stated ones must agree."""
-    raw = pod.spec.get("priority", 0)
-    if isinstance(raw, bool) or not isinstance(raw, int):
-        raise pod.error(f"spec.priority {shown(raw)}", "is not a whole number", field="spec.priority",
-                        accepted="an integer (set through a PriorityClass)")
-    low, high = PRIORITY_RANGE
-    if not low <= raw <= high:
-        raise pod.error(f"spec.priority {shown(raw)}", "is beyond the API's int32", field="spec.priority",
-                        accepted=f"an integer in {low}..{high} (set through a PriorityClass)")
-    stated: list[tuple[str, str, str, int]] = []  # (dialect, field, subject, priority)
-    text = pod.annotations.get(names.ANNOTATION_OPPORTUNISTIC)
-    if text is not None:
-        flag = text.strip().lower()
-        if flag not in ("true", "false"):
-            raise pod.annotation_error(names.ANNOTATION_OPPORTUNISTIC, "is not true or false", '"true" or "false"')
-        if flag == "true":
-            stated.append(("kubecell", names.ANNOTATION_OPPORTUNISTIC,
-                           f"annotation {names.ANNOTATION_OPPORTUNISTIC} \"true\"", OPPORTUNISTIC))
-    if hived is not None and hived.priority is not None:
-        stated.append(("hived", names.HIVED_POD_SCHEDULING_SPEC,
-                       f"annotation {names.HIVED_POD_SCHEDULING_SPEC}: priority {hived.priority}", hived.priority))
-    if names.KUBESHARE_PRIORITY in pod.labels:
-        value = pod.labels[names.KUBESHARE_PRIORITY].strip()
-        # ASCII digits (``\d`` would read "١" as 1), and never thousands of them (``int`` refuses > 4,300)
-        number = int(value) if len(value) <= MAX_NUMBER_CHARS and re.fullmatch(r"-?[0-9]+", value) else None
-        if number is None or not -1 <= number <= 100:
-            raise pod.label_error(names.KUBESHARE_PRIORITY, "is not a KubeShare priority",
-                                  "0 (opportunistic) or 1..100 (guaranteed)")
-        stated.append(("kubeshare", names.KUBESHARE_PRIORITY, f"label {names.KUBESHARE_PRIORITY} {show(value)}",
-                       OPPORTUNISTIC if number <= 0 else number))
-    for dialect, _, subject, other in stated[1:]:
-        first_dialect, first_field, first_subject, first_value = stated[0]
-        if other != first_value:
-            raise pod.error(f"{first_subject} and {subject}", f"{first_dialect} states priority {first_value} but "
-                            f"{dialect} states {other}", field=first_field,
-                            accepted="one priority (-1 = opportunistic), stated the same everywhere")
-    priority = stated[0][3] if stated else raw
-    if priority < OPPORTUNISTIC:
-        raise pod.error(f"spec.priority {priority}", "is below -1", field="spec.priority",
-                        accepted="-1 (opportunistic) or a priority >= 0")
-    return priority, {dialect for dialect, _, _, _ in stated}
-
-
-def _request(pod: PodMeta, ask: GpuAsk | None, totals: Mapping[str, Decimal], models: frozenset[str] | None,
-             topology: TopologyLevel | None) -> Request:
-    cpu = totals.get("cpu", Decimal(0))
-    memory = totals.get("memory", Decimal(0))
-    count, milli, memory_mib = ask.shape if ask is not None else (0, 0, 0)
-    whole = ask is not None and milli == MILLI_PER_GPU
-    if topology is not None and topology < TopologyLevel.NODE and not whole:
-        raise pod.annotation_error(names.ANNOTATION_TOPOLOGY, "constrains where whole GPUs sit, and this pod asks "
-                                   "for " + ("a share of one GPU" if ask else "no GPU"), "node, rack or zone")
-    try:
-        return Request(name=pod.key, cpu_milli=math.ceil(cpu * 1000), memory_mib=mib_up(memory),
-                       gpu_count=count, gpu_milli=milli, gpu_memory_mib=memory_mib,
-                       gpu_models=models if ask is not None else None, topology=topology)
-    except InvalidInputError as error:  # host CPU/memory beyond what the book can hold, negative amounts
-        raise pod.error(f"cpu {number_text(cpu)} memory {number_text(memory)}", error.message,
-                        field=error.field or "resources",
-                        accepted=error.accepted) from None
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+"""``spec.priority`` is an int32 in the API (PriorityClass values; system classes reach 2,000,001,000)."""
 
 
 def pod_demand(pod: Mapping[str, Any], *, pod_groups: PodGroups | None = None,
@@ -240,33 +54,155 @@ def pod_demand(pod: Mapping[str, Any], *, pod_groups: PodGroups | None = None,
     kubecell cannot accept; the message is written for the pod's Warning Event.
     """
     meta = PodMeta.of(pod)
-    options = options or DialectOptions()
-    totals = pod_totals(meta)
-    hived = parse_hived(meta)
-    asks = [ask for ask in (kubecell_ask(meta, totals, options), nvidia_ask(meta, totals, options),
-                            aliyun_ask(meta, totals, options), alnair_ask(meta, totals, options),
-                            kubeshare_ask(meta, options)) if ask is not None]
-    if hived is not None:
-        asks.append(GpuAsk("hived", names.HIVED_POD_SCHEDULING_SPEC,
-                           f"annotation {names.HIVED_POD_SCHEDULING_SPEC}: leafCellNumber {hived.gpus}",
-                           hived.gpus, MILLI_PER_GPU))
+    reading = Reading(meta, pod_totals(meta), options or DialectOptions(), pod_groups or {})
+    said = {statement.dialect: statement for statement in (read(reading) for read in READERS)}
+    asks = [found for found in (statement.ask() for statement in _stating(said, ASKS)) if found is not None]
     ask = merge_asks(meta, asks)
-    models, model_dialects = _models(meta, hived, options)
-    claims = [claim for claim in (kubecell_group(meta), hived_group(hived), kubeshare_group(meta))
-              if claim is not None]
-    podgroups = podgroup_groups(meta, pod_groups or {})
-    group = merge_groups(meta, claims + podgroups)
-    vc = _vc(meta, hived)
-    priority, priority_dialects = _priority(meta, hived)
-    isolation = _isolation(meta, models if ask is not None else None)
-    request = _request(meta, ask, totals, models, _topology(meta))
+    filters = [found for statement in _stating(said, MODEL_FILTERS) for found in statement.models()]
+    models = merge_models(meta, filters)
+    claims = [claim for statement in _stating(said, GROUPS) for claim in statement.groups()]
+    group = merge_groups(meta, claims)
+    vcs = [found for found in (statement.vc() for statement in _stating(said, VCS)) if found is not None]
+    vc = merge_vcs(meta, vcs)
+    own = _own_priority(meta)
+    priorities = [found for found in (statement.priority() for statement in _stating(said, PRIORITIES))
+                  if found is not None]
+    priority = merge_priorities(meta, own, priorities)
+    isolation = kubecell.isolation(meta, models if ask is not None else None)
+    request = _request(meta, ask, reading.totals, models, kubecell.topology(meta, ask))
     if isolation == "mig":
-        _check_mig(meta, request, request.gpu_models)
-    used = {a.dialect for a in asks} | model_dialects | priority_dialects | {c.source for c in claims + podgroups}
-    if hived is not None:
-        used.add("hived")
-    if any(key in meta.annotations for key in (names.ANNOTATION_VC, names.ANNOTATION_TOPOLOGY,
-                                               names.ANNOTATION_ISOLATION, names.ANNOTATION_OPPORTUNISTIC)):
-        used.add("kubecell")
+        kubecell.check_mig(meta, request, request.gpu_models)
+    used = ({found.dialect for found in asks} | {found.dialect for found in filters} | {c.source for c in claims}
+            | {found.dialect for found in vcs} | {found.dialect for found in priorities}
+            | {statement.dialect for statement in said.values() if statement.carried()})
     return PodDemand(pod=meta.key, request=request, group=group, vc=vc, priority=priority, isolation=isolation,
                      dialects=tuple(d for d in DIALECT_ORDER if d in used))
+
+
+def _stating(said: Mapping[str, Statement], order: tuple[str, ...]) -> list[Statement]:
+    return [said[dialect] for dialect in order]
+
+
+def merge_asks(pod: PodMeta, asks: list[GpuAsk]) -> GpuAsk | None:
+    """The pod's one GPU ask: dialects that agree are accepted together, any disagreement is refused (a pod
+    is never given the larger or the smaller of two contradicting asks)."""
+    if not asks:
+        return None
+    first = asks[0]
+    for other in asks[1:]:
+        if other.shape != first.shape:
+            raise pod.error(f"{first.subject} and {other.subject}",
+                            f"{first.dialect} asks for {first.describe()} but {other.dialect} asks for "
+                            f"{other.describe()}", field=first.field,
+                            accepted="one GPU ask, or the same ask in every dialect on the pod")
+    return first
+
+
+def merge_models(pod: PodMeta, filters: list[Stated[frozenset[str]]]) -> frozenset[str] | None:
+    """Allowed GPU models: every filter the pod states, intersected; filters that exclude each other are
+    refused (each filter alone already selects some model)."""
+    if not filters:
+        return None
+    first = filters[0]
+    allowed = first.value
+    for other in filters[1:]:
+        if not allowed & other.value:
+            raise pod.error(f"{first.subject} and {other.subject}", f"{first.dialect} and {other.dialect} allow no "
+                            "GPU model in common", field=first.field, accepted="model filters that overlap")
+        allowed &= other.value
+    return allowed
+
+
+def merge_groups(pod: PodMeta, claims: list[GroupClaim]) -> GroupDemand | None:
+    """The pod's one group: every source must name the same group and state the same numbers, because a pod
+    cannot wait for two gangs. The key is ``<namespace>/<name>``: groups never span namespaces."""
+    if not claims:
+        return None
+    first = claims[0]
+    for other in claims[1:]:
+        if other.name != first.name:
+            raise pod.error(f"{first.subject} and {other.subject}", f"{first.source} and {other.source} name "
+                            "different groups", field=first.field, accepted="one group, named the same everywhere")
+    for attribute, what in (("size", "headcount"), ("minimum", "minimum")):
+        stated = [claim for claim in claims if getattr(claim, attribute) is not None]
+        for other in stated[1:]:
+            if getattr(other, attribute) != getattr(stated[0], attribute):
+                raise pod.error(f"{stated[0].subject} and {other.subject}", f"{stated[0].source} states a "
+                                f"{what} of {getattr(stated[0], attribute)} but {other.source} of "
+                                f"{getattr(other, attribute)}", field=stated[0].field,
+                                accepted=f"the same {what} from every source")
+    size = next((claim.size for claim in claims if claim.size is not None), None)
+    minimum = next((claim.minimum for claim in claims if claim.minimum is not None), size)
+    if size is not None and minimum is not None and minimum > size:
+        sized = next(claim for claim in claims if claim.size is not None)
+        floor = next(claim for claim in claims if claim.minimum == minimum)
+        raise pod.error(f"{floor.subject} and {sized.subject}", f"the minimum {minimum} ({floor.source}) is above "
+                        f"the headcount {size} ({sized.source})", field=floor.field,
+                        accepted="a minimum no larger than the headcount")
+    waiting = None if minimum is not None else next(c.waiting_for for c in claims if c.waiting_for)
+    parts = [claim for claim in claims if claim.part is not None]
+    for other in parts[1:]:
+        if other.part != parts[0].part:
+            raise pod.error(f"{parts[0].subject} and {other.subject}", f"{parts[0].source} puts the pod in member "
+                            f"group {parts[0].part!r} but {other.source} in {other.part!r}", field=parts[0].field,
+                            accepted="one member group for the pod")
+    part = parts[0] if parts else None
+    return GroupDemand(f"{pod.namespace}/{first.name}", first.source, size, minimum, waiting,
+                       part=part.part if part else None, part_minimum=part.part_minimum if part else None,
+                       part_size=part.part_size if part else None)
+
+
+def merge_vcs(pod: PodMeta, vcs: list[Stated[str]]) -> str | None:
+    """The virtual cluster the pod names, or None (the driver applies its default); two names must agree."""
+    if not vcs:
+        return None
+    first = vcs[0]
+    for other in vcs[1:]:
+        if other.value != first.value:
+            raise pod.error(f"{first.subject} and {other.subject}", "name different virtual clusters",
+                            field=first.field, accepted="one virtual cluster, named the same in both")
+    return first.value
+
+
+def _own_priority(pod: PodMeta) -> int:
+    """``spec.priority`` (from the PriorityClass), checked before any dialect's priority is read."""
+    raw = pod.spec.get("priority", 0)
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise pod.error(f"spec.priority {shown(raw)}", "is not a whole number", field="spec.priority",
+                        accepted="an integer (set through a PriorityClass)")
+    low, high = PRIORITY_RANGE
+    if not low <= raw <= high:
+        raise pod.error(f"spec.priority {shown(raw)}", "is beyond the API's int32", field="spec.priority",
+                        accepted=f"an integer in {low}..{high} (set through a PriorityClass)")
+    return raw
+
+
+def merge_priorities(pod: PodMeta, own: int, stated: list[Stated[int]]) -> int:
+    """The pod's own priority, unless a dialect states one; stated ones must agree. Below -1 is refused."""
+    for other in stated[1:]:
+        first = stated[0]
+        if other.value != first.value:
+            raise pod.error(f"{first.subject} and {other.subject}", f"{first.dialect} states priority {first.value} "
+                            f"but {other.dialect} states {other.value}", field=first.field,
+                            accepted="one priority (-1 = opportunistic), stated the same everywhere")
+    priority = stated[0].value if stated else own
+    if priority < OPPORTUNISTIC:
+        raise pod.error(f"spec.priority {priority}", "is below -1", field="spec.priority",
+                        accepted="-1 (opportunistic) or a priority >= 0")
+    return priority
+
+
+def _request(pod: PodMeta, ask: GpuAsk | None, totals: Mapping[str, Decimal], models: frozenset[str] | None,
+             topology: TopologyLevel | None) -> Request:
+    """The core request of one member: the pod's CPU and memory totals and its merged GPU ask."""
+    cpu = totals.get("cpu", Decimal(0))
+    memory = totals.get("memory", Decimal(0))
+    count, milli, memory_mib = ask.shape if ask is not None else (0, 0, 0)
+    try:
+        return Request(name=pod.key, cpu_milli=math.ceil(cpu * 1000), memory_mib=mib_up(memory),
+                       gpu_count=count, gpu_milli=milli, gpu_memory_mib=memory_mib,
+                       gpu_models=models if ask is not None else None, topology=topology)
+    except InvalidInputError as error:  # host CPU/memory beyond what the book can hold, negative amounts
+        raise pod.error(f"cpu {number_text(cpu)} memory {number_text(memory)}", error.message,
+                        field=error.field or "resources",
+                        accepted=error.accepted) from None

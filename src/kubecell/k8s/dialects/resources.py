@@ -1,7 +1,8 @@
-"""A pod's resource requests as kube-scheduler adds them up, in exact decimal arithmetic.
+"""A pod's resource requests as kube-scheduler adds them up, in exact decimal arithmetic, and the checks
+every dialect applies to the amounts it reads.
 
 Every dialect that asks through container resources (kubecell's own, ``nvidia.com/gpu``, HAMi,
-gpushare) and the pod's CPU and memory are read from one table of pod totals computed the way
+gpushare, Alnair) and the pod's CPU and memory are read from one table of pod totals computed the way
 kube-scheduler computes a pod's request (``k8s.io/component-helpers/resource.PodRequests``):
 
 * a container's amount is its request, or its limit where no request is given (the API server
@@ -14,6 +15,10 @@ kube-scheduler computes a pod's request (``k8s.io/component-helpers/resource.Pod
 
 Amounts stay ``Decimal`` so that ``0.5`` and ``500m`` are the same number and a MiB count is rounded
 once, at the end, in the direction that never under-reserves.
+
+The checks at the end are the ones several dialects share, so that a GPU count, a memory share or a
+gang's headcount is refused with the same words whichever dialect wrote it: a whole number of an extended
+resource, a GPU count one node can hold, a memory share one GPU can hold, a count written as text.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from collections.abc import Iterable, Mapping
 from decimal import ROUND_UP, Context, Decimal, InvalidOperation, localcontext
 from typing import Any
 
-from kubecell.k8s.dialects.demand import DemandError, PodMeta, shown
+from kubecell.core.limits import MAX_GANG_MEMBERS, MAX_GPUS_PER_NODE
+from kubecell.k8s.dialects.demand import DemandError, DialectOptions, PodMeta, shown
 
 _QUANTITY = re.compile(r"([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?")
 """Kubernetes' quantity grammar (``k8s.io/apimachinery/pkg/api/resource``): ASCII digits only, as Go reads
@@ -251,3 +257,61 @@ def container_amounts_of(pod: PodMeta, container_name: str) -> dict[str, Decimal
             if str(container.get("name") or "?") == container_name:
                 return _container_amounts(pod, container, kind)
     return {}
+
+
+# ---------------------------------------------------------------- checks the dialects share
+
+WHOLE_ASK_HINT = "kubecell.io/gpu: N or nvidia.com/gpu: N for N whole GPUs"
+"""How to ask for whole GPUs, told wherever a share asks for more than one GPU holds."""
+
+
+def whole_number(pod: PodMeta, name: str, value: Decimal) -> int:
+    """A container resource amount that must be a whole number (every extended resource is)."""
+    if value != value.to_integral_value():
+        raise pod.error(f"{name} {number_text(value)}", "is not a whole number",
+                        field=name, accepted="whole numbers (extended resources cannot be fractional)")
+    return int(value)
+
+
+def gpu_count(pod: PodMeta, name: str, value: Decimal) -> int:
+    """A number of whole GPUs: a pod's GPUs sit on one node, so at most a node's."""
+    count = whole_number(pod, name, value)
+    if count < 0:
+        raise pod.error(f"{name} {count}", "asks for a negative number of GPUs", field=name,
+                        accepted=f"0..{MAX_GPUS_PER_NODE}")
+    if count > MAX_GPUS_PER_NODE:
+        raise pod.error(f"{name} {count}", "asks for more GPUs than one node has", field=name,
+                        accepted=f"0..{MAX_GPUS_PER_NODE} (a pod's GPUs sit on one node; use a group of pods)")
+    return count
+
+
+def share_memory_mib(pod: PodMeta, subject: str, field: str, mib: int, options: DialectOptions, unit: str) -> int:
+    """The MiB of one GPU a memory share asks for: above 0, and no more than the largest GPU has (``unit`` is
+    the unit the dialect writes, for the message)."""
+    if mib <= 0:
+        raise pod.error(subject, "a share of no GPU memory is no share", field=field,
+                        accepted=f"a positive amount in {unit}; none for a pod without GPUs")
+    if mib > options.largest_gpu_memory_mib:
+        raise pod.error(subject, f"asks {mib} MiB of one GPU, more than the largest GPU's "
+                        f"{options.largest_gpu_memory_mib} MiB", field=field,
+                        accepted=f"at most {options.largest_gpu_memory_mib} MiB, or {WHOLE_ASK_HINT}")
+    return mib
+
+
+_DIGITS = re.compile(r"[0-9]+")
+"""ASCII digits: ``str.isdigit`` also takes ``"²"`` (which ``int`` refuses) and ``"١٢"`` (which it reads)."""
+
+
+def count_text(pod: PodMeta, text: str, subject: str, field: str, low: int) -> int:
+    """A headcount or minimum written in a label or annotation: ASCII digits, its length and its range
+    checked before ``int`` reads it (which refuses more than 4,300 digits with a ``ValueError``)."""
+    accepted = f"{low}..{MAX_GANG_MEMBERS}"
+    if len(text) > MAX_NUMBER_CHARS:
+        raise pod.error(subject, f"is {len(text)} characters long, not a count", field=field, accepted=accepted)
+    stripped = text.strip()
+    if not _DIGITS.fullmatch(stripped):
+        raise pod.error(subject, "is not a whole number (digits 0-9)", field=field, accepted=accepted)
+    digits = stripped.lstrip("0") or "0"
+    if len(digits) > len(str(MAX_GANG_MEMBERS)) or not low <= int(digits) <= MAX_GANG_MEMBERS:
+        raise pod.error(subject, "is out of range", field=field, accepted=accepted)
+    return int(digits)
