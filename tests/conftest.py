@@ -24,7 +24,8 @@ NVLink quads and NUMA groups for the topology tests."""
 
 @pytest.fixture(scope="session")
 def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneState]:
-    """A running testbed (etcd, kube-apiserver, kube-scheduler, fake kubelet, the Philly nodes)."""
+    """A running testbed (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, fake kubelet, the
+    Philly nodes)."""
     if cached_binaries() is None:
         try:
             go_toolchain()
@@ -32,7 +33,7 @@ def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneSt
             pytest.skip(f"no Kubernetes testbed on this machine: {error}")
         ensure_binaries(log=lambda line: print(f"[testbed] {line}", flush=True))
     directory = Path(tmp_path_factory.mktemp("testbed"))
-    result = testbed_driver.up(TESTBED_CLUSTER, directory=directory, kube_scheduler=True,
+    result = testbed_driver.up(TESTBED_CLUSTER, directory=directory, kube_scheduler=True, controller_manager=True,
                                log=lambda line: print(f"[testbed] {line}", flush=True))
     try:
         yield result.state

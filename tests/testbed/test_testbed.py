@@ -119,4 +119,4 @@ def test_status_lists_the_running_servers(testbed: ControlPlaneState) -> None:
     state = testbed_driver.status(Path(testbed.directory))
     assert state is not None
     assert {server.name for server in state.running()} == {"etcd", "kube-apiserver", "kube-scheduler",
-                                                           "fake-kubelet"}
+                                                           "kube-controller-manager", "fake-kubelet"}

@@ -1,8 +1,9 @@
 """``kubecell testbed``: a real Kubernetes control plane on this machine, with the simulator's nodes.
 
 ``up`` builds the binaries once per machine (several minutes; cached outside the repository), starts
-etcd, kube-apiserver (RBAC on) and optionally the stock kube-scheduler on 127.0.0.1, registers the
-cluster's GPU nodes and starts a fake kubelet; ``status`` prints the endpoints; ``down`` stops it all.
+etcd, kube-apiserver (RBAC on), kube-controller-manager and optionally the stock kube-scheduler on
+127.0.0.1, registers the cluster's GPU nodes and starts a fake kubelet; ``status`` prints the endpoints;
+``down`` stops it all.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import typer
 from rich.table import Table
 
 from kubecell.cli.output import stderr_console, stdout_console
+from kubecell.testbed import process_kubelet
 from kubecell.testbed import testbed as driver
 from kubecell.testbed.build import ensure_binaries
 from kubecell.testbed.paths import binary_dir, default_state_dir
@@ -31,7 +33,8 @@ def _say(line: str) -> None:
 
 @testbed_app.command("build")
 def build() -> None:
-    """Build (or find cached) etcd, kube-apiserver and kube-scheduler for the pinned release."""
+    """Build (or find cached) etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kubectl for the
+    pinned release."""
     binaries = ensure_binaries(log=_say)
     stdout_console().print(f"binaries in {binaries.kube_apiserver.parent}", soft_wrap=True)
 
@@ -43,10 +46,19 @@ def up(
     nodes: Annotated[int | None, typer.Option(help="Synthetic cluster size, or keep the first N nodes.")] = None,
     kube_scheduler: Annotated[bool, typer.Option("--kube-scheduler/--no-kube-scheduler",
                                                  help="Also run the stock kube-scheduler.")] = True,
+    controller_manager: Annotated[bool, typer.Option(
+        "--controller-manager/--no-controller-manager",
+        help="Run kube-controller-manager (Deployments, Jobs, garbage collection, namespace deletion); "
+             "leave it out to measure a scheduler alone.")] = True,
     directory: StateDir = None,
+    process_nodes: Annotated[str, typer.Option(help="Comma-separated nodes whose pods run as real host processes "
+                                                    "(the process kubelet, docs/kubernetes.md).")] = "",
 ) -> None:
     """Start the testbed and register the cluster's nodes."""
-    result = driver.up(cluster, nodes=nodes, directory=directory, kube_scheduler=kube_scheduler, log=_say)
+    result = driver.up(cluster, nodes=nodes, directory=directory, kube_scheduler=kube_scheduler,
+                       controller_manager=controller_manager, log=_say)
+    if process_nodes:
+        process_kubelet.start_detached(result.state, process_nodes.split(","))
     console = stdout_console()
     console.print(f"testbed up in {result.seconds:.1f} s: {result.nodes} nodes from {cluster}", soft_wrap=True)
     console.print(f"export KUBECONFIG={result.state.admin_kubeconfig}", soft_wrap=True, highlight=False)

@@ -1,5 +1,8 @@
 """Build (once per machine and version) the control-plane binaries the testbed runs, and kubectl.
 
+The control plane is etcd, kube-apiserver, kube-scheduler and kube-controller-manager (the last three
+from ``k8s.io/kubernetes`` with the same link flags, so each reports the pinned version).
+
 ``go install k8s.io/kubernetes/cmd/kube-apiserver@v1.37.2`` does not work: the kubernetes module
 requires its staging modules at ``v0.0.0`` and maps them to ``./staging`` with replace lines that a
 dependent module ignores. The repository's ``testbed/k8s`` module therefore replaces each staging
@@ -42,12 +45,15 @@ class Binaries:
     etcd: Path
     kube_apiserver: Path
     kube_scheduler: Path
+    kube_controller_manager: Path
+    """Runs the workload controllers (Deployment, Job, ...), the garbage collector, the namespace and
+    service-account controllers: without it a Deployment never gets a pod (``control_plane.py``)."""
     kubectl: Path
     """The client of the same release: the deploy tests run ``kubectl apply -k --dry-run=server`` with it
     (kustomize is built in), and a CI machine has no kubectl, or one of another version."""
 
     def all(self) -> tuple[Path, ...]:
-        return (self.etcd, self.kube_apiserver, self.kube_scheduler, self.kubectl)
+        return (self.etcd, self.kube_apiserver, self.kube_scheduler, self.kube_controller_manager, self.kubectl)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +83,8 @@ def targets(version: str = K8S_VERSION) -> tuple[Target, ...]:
         Target("etcd", "etcd", "go.etcd.io/etcd/server/v3", "-s -w"),
         Target("kube-apiserver", "k8s", "k8s.io/kubernetes/cmd/kube-apiserver", _k8s_ldflags(version)),
         Target("kube-scheduler", "k8s", "k8s.io/kubernetes/cmd/kube-scheduler", _k8s_ldflags(version)),
+        Target("kube-controller-manager", "k8s", "k8s.io/kubernetes/cmd/kube-controller-manager",
+               _k8s_ldflags(version)),
         Target("kubectl", "k8s", "k8s.io/kubernetes/cmd/kubectl", _k8s_ldflags(version)),
     )
 
@@ -149,7 +157,7 @@ def ensure_node_binaries(version: str = K8S_VERSION, *, log: Callable[[str], Non
 
 def _binaries(directory: Path) -> Binaries:
     return Binaries(directory / "etcd", directory / "kube-apiserver", directory / "kube-scheduler",
-                    directory / "kubectl")
+                    directory / "kube-controller-manager", directory / "kubectl")
 
 
 def cached_binaries(version: str = K8S_VERSION) -> Binaries | None:
@@ -170,7 +178,8 @@ def go_toolchain() -> str:
     go = shutil.which("go")
     if go is None:
         raise TestbedUnavailable(
-            "no Go toolchain on PATH: the testbed builds kube-apiserver, kube-scheduler and etcd from Go "
+            "no Go toolchain on PATH: the testbed builds kube-apiserver, kube-scheduler, "
+            "kube-controller-manager and etcd from Go "
             f"modules once per machine (Go {_required_go()} or newer; https://go.dev/dl/)")
     return go
 

@@ -1,4 +1,4 @@
-"""etcd, kube-apiserver and (optionally) the stock kube-scheduler on 127.0.0.1.
+"""etcd, kube-apiserver, kube-controller-manager and (optionally) the stock kube-scheduler on 127.0.0.1.
 
 The flags follow what Kubernetes' own integration tests and controller-runtime's envtest pass, with
 RBAC authorization on (so least-privilege manifests are tested for real), our own CA and serving
@@ -26,6 +26,34 @@ START_TIMEOUT = 120.0
 much more while a build or a test run competes for the CPU."""
 
 SERVICE_CIDR = "10.96.0.0/16"
+
+TERMINATED_POD_GC_THRESHOLD = 1_000_000
+"""Terminated pods kept before kube-controller-manager's pod GC deletes the oldest (upstream: 12,500).
+Tests and trace replays count Succeeded and Failed pods, and a replay of a large trace leaves more than
+12,500 of them; the testbed clears its pods itself (``clear_pods``, the test namespaces)."""
+
+CONTROLLERS = "*,-node-lifecycle-controller,-ttl-controller"
+"""kube-controller-manager's ``--controllers``: every on-by-default controller but two.
+
+- ``node-lifecycle-controller`` off: the testbed's nodes are registered by hand and served by the fake
+  kubelet, whose Leases and node conditions are not a real kubelet's heartbeat (no status updates, a
+  Lease loop paced for 5,000 nodes); the controller would second-guess them into ``not-ready`` or
+  ``unreachable`` taints and evict pods mid-test. Tests taint nodes themselves where they need to.
+- ``ttl-controller`` off: it writes the ``node.alpha.kubernetes.io/ttl`` annotation on every Node (and
+  again on all of them each time the node count crosses 100, 500, 1,000, 2,000...), a cache hint only a
+  real kubelet reads; the fake kubelet reads none, and the writes would reach the schedulers under test
+  (and benchmarks) as node updates that never happen on the hand-registered cluster.
+
+Everything else runs as in a real cluster: Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob
+and ``ttl-after-finished`` controllers, the garbage collector, namespace, service-account (token), root
+CA publisher, endpoint(slice), disruption (PodDisruptionBudget status), resource quota, pod GC (orphans of
+deleted nodes included: fine, a real cluster does the same) and taint eviction (``NoExecute`` taints a test
+sets are honoured). ``node-ipam-controller`` stays in the list but is inert (``--allocate-node-cidrs=false``)
+and the cloud node lifecycle controller is not part of kube-controller-manager v1.37 (it is
+cloud-controller-manager's, which never runs here; no ``--cloud-provider`` is set). The CSR signing
+controller skips itself: no ``--cluster-signing-*`` files are given, since every testbed client
+authenticates with a static token and no test needs a certificate signed (the CA key never leaves
+``pki.create``)."""
 
 
 @dataclass
@@ -78,12 +106,14 @@ class ControlPlane:
         self.binaries = binaries
         self.state: ControlPlaneState | None = None
 
-    def start(self, *, kube_scheduler: bool = False) -> ControlPlaneState:
+    def start(self, *, kube_scheduler: bool = False, controller_manager: bool = True) -> ControlPlaneState:
+        """Start etcd and kube-apiserver, then kube-controller-manager and the stock kube-scheduler when
+        asked; every server is stopped again if any of them fails to start."""
         previous = ControlPlaneState.load(self.directory)
         if previous is not None and previous.running():
             raise TestbedError(f"a testbed is already running in {self.directory} ({previous.api_url}); "
                                "stop it first ('kubecell testbed down')")
-        for stale in ("etcd-data", "pki", "logs", "state.json"):
+        for stale in ("etcd-data", "pki", "logs", "flexvolume", "state.json"):
             target = self.directory / stale
             if target.is_dir():
                 shutil.rmtree(target)
@@ -98,6 +128,8 @@ class ControlPlane:
         try:
             self._start_etcd(state)
             self._start_apiserver(state, credentials, api_port)
+            if controller_manager:
+                self.start_controller_manager()
             if kube_scheduler:
                 self.start_kube_scheduler()
         except BaseException:
@@ -146,6 +178,58 @@ class ControlPlane:
         state.save()
         wait_http(f"{state.api_url}/readyz", process=process, log=log, timeout=START_TIMEOUT,
                   token=credentials.tokens["admin"], ca=credentials.ca_cert)
+
+    def start_controller_manager(self) -> Server:
+        """kube-controller-manager, ready once its controllers write (see :data:`CONTROLLERS`)."""
+        state = self._require_state()
+        pki = Path(state.directory) / "pki"
+        port = free_port()
+        log = self._logs() / "kube-controller-manager.log"
+        kubeconfig = state.kubeconfig("kube-controller-manager")
+        command = [
+            str(self.binaries.kube_controller_manager),
+            # Its own identity (system:kube-controller-manager, bound by the bootstrap policy), also for
+            # delegated authentication/authorization of its secure port, as kube-scheduler's.
+            f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            # ... but no client-CA lookup: the API server publishes no extension-apiserver-authentication
+            # ConfigMap (it has no --client-ca-file), and the lookup would only log an error for each try.
+            "--authentication-skip-lookup=true",
+            # Loopback only; a free port (two testbeds may run at once, and 10257 may be taken).
+            "--bind-address=127.0.0.1", f"--secure-port={port}",
+            # One instance: no Lease to win, and no Lease renewal written every 2 s in kube-system.
+            "--leader-elect=false",
+            # Each controller acts as its own ServiceAccount with its own RBAC role, as in a real cluster
+            # (a controller that lacks a permission fails here as it would there).
+            "--use-service-account-credentials=true",
+            # The API server's signing key (it verifies with the same file): the serviceaccount-token
+            # controller signs legacy token Secrets with it; the CA goes into them and into the
+            # kube-root-ca.crt ConfigMap published in every namespace.
+            f"--service-account-private-key-file={pki / 'service-account.key'}", f"--root-ca-file={pki / 'ca.crt'}",
+            f"--controllers={CONTROLLERS}",
+            # No cluster CIDR is configured: nodes get no podCIDR (the fake kubelet assigns pod IPs itself).
+            "--allocate-node-cidrs=false",
+            # The volume plugin probe creates this directory: inside the state directory, not /usr/libexec.
+            f"--flex-volume-plugin-dir={self.directory / 'flexvolume'}",
+            f"--terminated-pod-gc-threshold={TERMINATED_POD_GC_THRESHOLD}",
+            # The client rate limits stay upstream's (20 QPS, burst 30, per controller): the controllers pace
+            # their work as in a real cluster, and the namespace controller's ~100 requests per deleted
+            # namespace (every test namespace, at teardown) stay in the background of the tests that follow.
+            "--profiling=false", "--v=1",
+        ]
+        process = spawn(command, log)
+        server = Server("kube-controller-manager", process.pid, str(self.binaries.kube_controller_manager), str(log),
+                        f"https://127.0.0.1:{port}", command)
+        state.servers.append(server)
+        state.save()
+        wait_http(f"{server.url}/healthz", process=process, log=log, timeout=START_TIMEOUT, verify=False)
+        # Healthy is not yet working: the controllers start once their ServiceAccount tokens and informer
+        # caches are there. The service-account controller creating default/default shows that they do, so a
+        # Deployment created right after start is not left waiting on an idle controller manager.
+        wait_http(f"{state.api_url}/api/v1/namespaces/default/serviceaccounts/default", process=process, log=log,
+                  timeout=START_TIMEOUT, token=pki_files.read_token(Path(state.admin_kubeconfig)),
+                  ca=pki / "ca.crt")
+        return server
 
     def start_kube_scheduler(self, config: Path | None = None) -> Server:
         """The stock kube-scheduler (``default-scheduler``), optionally with a KubeSchedulerConfiguration."""

@@ -5,7 +5,8 @@ The API server could self-sign its own serving certificate, but then clients wou
 verification; a small CA of our own lets every client verify the server exactly as in a real
 cluster. Clients authenticate with static tokens (``--token-auth-file``), one identity per component,
 so RBAC is exercised for real: the admin is in ``system:masters``, the stock kube-scheduler is
-``system:kube-scheduler`` (bound by the API server's bootstrap policy), and kubecell's own
+``system:kube-scheduler`` and kube-controller-manager ``system:kube-controller-manager`` (both bound by
+the API server's bootstrap policy, as kubeadm's client certificates are), and kubecell's own
 components get only what ``deploy/`` grants them.
 """
 
@@ -38,11 +39,15 @@ class Identity:
 IDENTITIES = (
     Identity("admin", "kubecell-admin", ("system:masters",)),
     Identity("kube-scheduler", "system:kube-scheduler", ()),
+    Identity("kube-controller-manager", "system:kube-controller-manager", ()),
     Identity("kubecell-scheduler", "system:serviceaccount:kubecell-system:kubecell-scheduler", ()),
     Identity("kubelet", "system:node-agent-fake", ("system:masters",)),
 )
-"""Who talks to the testbed. The fake kubelet stands in for every node's kubelet at once, which no
-single node identity may do under the Node authorizer, so it runs with admin rights."""
+"""Who talks to the testbed. kube-controller-manager's own identity watches (its shared informers) and
+asks for a token per controller: with ``--use-service-account-credentials`` each controller writes as
+its own ServiceAccount in ``kube-system``, held to its ``system:controller:<name>`` role of the
+bootstrap policy, as in a real cluster. The fake kubelet stands in for every node's kubelet at once,
+which no single node identity may do under the Node authorizer, so it runs with admin rights."""
 
 
 def _write_private(path: Path, data: bytes) -> None:

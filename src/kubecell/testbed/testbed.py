@@ -1,4 +1,5 @@
-"""``kubecell testbed up / status / down``: the control plane, the nodes and the fake kubelet together.
+"""``kubecell testbed up / status / down``: the control plane (etcd, kube-apiserver, kube-controller-manager,
+optionally kube-scheduler), the nodes and the fake kubelet together.
 
 ``up`` returns once the API server is ready, every node is registered and the fake kubelet runs (as
 its own process, so the testbed outlives the command); the admin kubeconfig is printed and kept at a
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubecell.k8s.rest import Kube
+from kubecell.testbed import process_kubelet
 from kubecell.testbed.build import ensure_binaries
 from kubecell.testbed.control_plane import ControlPlane, ControlPlaneState, Server, stop_state
 from kubecell.testbed.kubelet import register_nodes
@@ -31,14 +33,18 @@ class UpResult:
 
 
 def up(cluster: str, *, nodes: int | None = None, directory: Path | None = None, kube_scheduler: bool = False,
-       log: Callable[[str], None] = print) -> UpResult:
-    """Build what is missing, start the control plane, register the cluster's nodes, start the kubelet."""
+       controller_manager: bool = True, log: Callable[[str], None] = print) -> UpResult:
+    """Build what is missing, start the control plane, register the cluster's nodes, start the kubelet.
+
+    ``controller_manager`` (on by default, as in any real cluster) runs kube-controller-manager, so that
+    Deployments, Jobs and StatefulSets get pods, owners' dependents are garbage-collected and deleted
+    namespaces are emptied; leave it off to measure a scheduler alone against the API server."""
     started = time.monotonic()
     directory = directory or default_state_dir()
     cluster_nodes = load_cluster_nodes(cluster, nodes)  # bad input fails before anything starts
     binaries = ensure_binaries(log=log)
     plane = ControlPlane(directory, binaries)
-    state = plane.start(kube_scheduler=kube_scheduler)
+    state = plane.start(kube_scheduler=kube_scheduler, controller_manager=controller_manager)
     try:
         kube = Kube.from_kubeconfig(state.admin_kubeconfig)
         try:
@@ -69,6 +75,8 @@ def down(directory: Path | None = None) -> list[str]:
         return []
     running = [server.name for server in state.running()]
     stop_state(state)
+    # A process kubelet killed with SIGKILL cannot end its containers: its pid files name them.
+    process_kubelet.kill_leftovers(Path(state.directory))
     return running
 
 
