@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import TopologyLevel, make_node
-from kubecell.k8s.inventory import catalog_model, cpu_milli, inventory_of, memory_mib, node_view
+from kubecell.k8s.gfd import catalog_model
+from kubecell.k8s.inventory import cpu_milli, inventory_of, memory_mib, node_view
 from kubecell.k8s.names import ANNOTATION_INVENTORY
 from kubecell.testbed.nodes import load_cluster_nodes, node_manifest
 

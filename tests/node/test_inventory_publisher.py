@@ -15,7 +15,7 @@ from unittest import mock
 import pytest
 
 from kubecell.core.model import make_node
-from kubecell.k8s.inventory import parse_inventory
+from kubecell.k8s.inventory_schema import parse_inventory
 from kubecell.k8s.names import ANNOTATION_ALLOCATION, ANNOTATION_INVENTORY, RESOURCE_GPU_MEMORY
 from kubecell.k8s.records import parse_record
 from kubecell.k8s.rest import ApiError, Kube

@@ -12,7 +12,7 @@ from typing import Annotated, cast
 import typer
 
 from kubecell.core.errors import InvalidInputError
-from kubecell.k8s.inventory import IsolationMode
+from kubecell.k8s.inventory_schema import IsolationMode
 from kubecell.k8s.names import ISOLATION_MODES
 from kubecell.k8s.rest import Kube
 from kubecell.node.deviceplugin import DEVICE_PLUGIN_DIR

@@ -26,7 +26,7 @@ from kubecell.core.limits import MAX_GPUS_PER_NODE
 from kubecell.core.model import Gpu
 
 if TYPE_CHECKING:  # the inventory reads MIG layouts through this module
-    from kubecell.k8s.inventory import GpuRecord
+    from kubecell.k8s.inventory_schema import GpuRecord
 
 MIG_MODEL_PREFIX = "MIG-"
 _PROFILE = re.compile(r"^(\d+c\.)?\d+g\.\d+gb(\+[a-z0-9]+)*$")

@@ -47,8 +47,10 @@ from kubecell.core.limits import (
 )
 from kubecell.core.model import MILLI_PER_GPU, Allocation
 from kubecell.core.validation import explain_validation_error, key_path
+from kubecell.k8s.annotation_json import AnnotationJsonError, load_annotation_json
 from kubecell.k8s.dialects.demand import MAX_NAME_CHARS, shown
-from kubecell.k8s.inventory import MAX_UUID_CHARS, AnnotationJsonError, NodeView, load_annotation_json
+from kubecell.k8s.inventory import NodeView
+from kubecell.k8s.inventory_schema import MAX_UUID_CHARS
 from kubecell.k8s.names import ANNOTATION_ALLOCATION, ISOLATION_MODES
 
 ALLOCATION_SCHEMA: Final = "kubecell.io/allocation/v1"

@@ -21,7 +21,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from kubecell.core.errors import KubecellError
-from kubecell.k8s.inventory import IsolationMode, NodeInventory
+from kubecell.k8s.inventory_schema import IsolationMode, NodeInventory
 from kubecell.k8s.names import RESOURCE_GPU, RESOURCE_GPU_MILLI
 from kubecell.k8s.records import AllocationRecord
 from kubecell.k8s.rest import Kube

@@ -26,7 +26,8 @@ from typing import Any
 from kubecell import __version__
 from kubecell.core.errors import KubecellError
 from kubecell.k8s.clock import rfc3339
-from kubecell.k8s.inventory import GpuRecord, IsolationMode, MigInstanceRecord, NodeInventory, catalog_model
+from kubecell.k8s.gfd import catalog_model
+from kubecell.k8s.inventory_schema import GpuRecord, IsolationMode, MigInstanceRecord, NodeInventory
 from kubecell.k8s.names import ANNOTATION_INVENTORY, RESOURCE_GPU_MEMORY
 from kubecell.k8s.rest import ApiError, Kube
 from kubecell.node.nvml import GpuBackend, GpuDevice, summary
