@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubecell.cache import cache_root
 from kubecell.core.errors import KubecellError
-from kubecell.testbed.paths import cache_root
 
 KUBELET_MODULE = "k8s.io/kubelet"
 KUBELET_VERSION = "v0.37.2"

@@ -8,23 +8,15 @@ lives in one directory so that ``kubecell testbed down`` from another shell can 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from kubecell.cache import cache_root
 
 K8S_VERSION = "v1.37.2"
 """The Kubernetes release the testbed builds (its staging modules are replaced by ``v0.37.2``)."""
 
 ETCD_VERSION = "v3.7.3"
 """etcd release built for the testbed; Kubernetes 1.37 already links etcd 3.7 client libraries."""
-
-
-def cache_root() -> Path:
-    """``$KUBECELL_CACHE``, else ``$XDG_CACHE_HOME/kubecell``, else ``~/.cache/kubecell``."""
-    explicit = os.environ.get("KUBECELL_CACHE")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "kubecell"
 
 
 def binary_dir(version: str = K8S_VERSION) -> Path:
