@@ -2,7 +2,7 @@
 
     python bench/dashboard.py [--nodes 5000] [--gpus 8] [--repeat 5]
 
-On a seeded synthetic snapshot (kubecell.k8s.web.synthetic: ~85 % of GPUs taken, a third of them by
+On a seeded synthetic snapshot (kubecell.scheduler.observe.web.synthetic: ~85 % of GPUs taken, a third of them by
 fractions): the time to build and serialise the payload, its size raw and gzipped, the size and cost of one
 stream event; then, in headless chromium (skipped without it), the page load until the map is drawn (first
 visit, and again with plotly.js cached) and one update: a new snapshot published until the page has drawn it.
@@ -22,11 +22,11 @@ from typing import Any
 
 from starlette.applications import Starlette
 
-from kubecell.k8s.web.app import serve
-from kubecell.k8s.web.browser import chromium, missing, wait_until
-from kubecell.k8s.web.dashboard import Dashboard
-from kubecell.k8s.web.payload import build_payload, build_summary, encode
-from kubecell.k8s.web.synthetic import synthetic_snapshot
+from kubecell.scheduler.observe.web.app import serve
+from kubecell.scheduler.observe.web.browser import chromium, missing, wait_until
+from kubecell.scheduler.observe.web.dashboard import Dashboard
+from kubecell.scheduler.observe.web.payload import build_payload, build_summary, encode
+from kubecell.scheduler.observe.web.synthetic import synthetic_snapshot
 
 
 def timed(action: Callable[[], Any], repeat: int) -> tuple[float, Any]:

@@ -2,9 +2,9 @@
 
     python bench/dashboard_screenshot.py [--out docs/images/dashboard.png] [--nodes 160]
 
-Serves the dashboard on 127.0.0.1 over a seeded synthetic cluster (kubecell.k8s.web.synthetic), publishes a
-series of snapshots a minute apart in the cluster's clock so the VC history has a shape, and photographs the
-whole page in headless chromium. Checks the picture before writing it: a map drawn in many colours.
+Serves the dashboard on 127.0.0.1 over a seeded synthetic cluster (kubecell.scheduler.observe.web.synthetic),
+publishes a series of snapshots a minute apart in the cluster's clock so the VC history has a shape, and
+photographs the whole page in headless chromium. Checks the picture before writing it: a map drawn in many colours.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Any
 
 from starlette.applications import Starlette
 
-from kubecell.k8s.observe.snapshot import Snapshot
-from kubecell.k8s.web.app import serve
-from kubecell.k8s.web.browser import chromium, distinct_colours, element_box, missing, wait_until
-from kubecell.k8s.web.dashboard import Dashboard
-from kubecell.k8s.web.synthetic import synthetic_snapshot
+from kubecell.scheduler.observe.snapshot import Snapshot
+from kubecell.scheduler.observe.web.app import serve
+from kubecell.scheduler.observe.web.browser import chromium, distinct_colours, element_box, missing, wait_until
+from kubecell.scheduler.observe.web.dashboard import Dashboard
+from kubecell.scheduler.observe.web.synthetic import synthetic_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 

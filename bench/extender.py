@@ -6,11 +6,11 @@ it binds), over real HTTP on loopback against the extender's own server (Starlet
 scheduler loop, with the candidate nodes sent as names (``nodeCacheCapable: true``) and as full Node
 objects (without a node cache, as gpushare-style extenders are configured). The engine decides every pod
 for real (fractional, 1-GPU and 4-GPU asks); nothing is bound, so no API server is needed: the bind verb's
-cost is one allocation record + Binding write, measured end to end by ``tests/k8s/test_extender.py``.
+cost is one allocation record + Binding write, measured end to end by ``tests/scheduler/extender/test_extender.py``.
 
     python bench/extender.py [--nodes 1000 5000] [--pods 300] [--seed 1]
 
-Prints p50/p99/max per configuration and the request body size. The target (issue 13): p99 under 50 ms at
+Prints p50/p99/max per configuration and the request body size. The target: p99 under 50 ms at
 5,000 nodes with a node cache (kube-scheduler's default extender timeout is 5 s).
 
     python bench/extender.py --e2e [--nodes 1000] [--pods 2000] [--clients 8]
@@ -38,13 +38,13 @@ from typing import Any, cast
 import numpy as np
 from starlette.applications import Starlette
 
-from kubecell.k8s.extender.config import render
-from kubecell.k8s.extender.http import routes
-from kubecell.k8s.extender.verbs import Extender
-from kubecell.k8s.rest import Kube
-from kubecell.k8s.scheduler.scheduler import Scheduler, SchedulerOptions
-from kubecell.k8s.watch import Event
-from kubecell.k8s.web.app import serve
+from kubecell.kube.rest import Kube
+from kubecell.kube.watch import Event
+from kubecell.scheduler.extender.config import render
+from kubecell.scheduler.extender.http import routes
+from kubecell.scheduler.extender.verbs import Extender
+from kubecell.scheduler.observe.web.app import serve
+from kubecell.scheduler.scheduler import Scheduler, SchedulerOptions
 from kubecell.testbed import testbed
 from kubecell.testbed.build import ensure_binaries
 from kubecell.testbed.control_plane import ControlPlane

@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 
 from kubecell.core.model import GPU_MODELS, Gpu, Node
-from kubecell.k8s.names import ANNOTATION_ACK
-from kubecell.k8s.rest import Kube
-from kubecell.k8s.scheduler.scheduler import Scheduler
+from kubecell.kube.names import ANNOTATION_ACK
+from kubecell.kube.rest import Kube
 from kubecell.node.agent import AgentOptions, NodeAgent
 from kubecell.node.fake_kubelet import FakeKubelet
 from kubecell.node.fake_nvml import FakeNvml, example_path
+from kubecell.scheduler.scheduler import Scheduler
 from kubecell.testbed import testbed
 from kubecell.testbed.kubelet import register_nodes
 from kubecell.testbed.nodes import node_manifest

@@ -29,12 +29,12 @@ from pathlib import Path
 import numpy as np
 
 from kubecell.core.placement.registry import DEFAULT_POLICY
-from kubecell.k8s.replay import KUBECELL, ReplayPlan, own_scheduler, plan, replay
-from kubecell.k8s.rest import Kube
+from kubecell.kube.rest import Kube
 from kubecell.sim.packing.experiment import RunRecord, run_packing
 from kubecell.sim.packing.metrics import ARRIVED_PCT, curves_of
 from kubecell.sim.traces.openb import load_nodes, load_pods
 from kubecell.testbed import testbed
+from kubecell.testbed.replay import KUBECELL, ReplayPlan, own_scheduler, plan, replay
 
 DATA = Path("../shared/data/alibaba-gpu-v2023-openb/csv")
 

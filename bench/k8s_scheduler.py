@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kubecell.k8s.rest import Kube
+from kubecell.kube.rest import Kube
 from kubecell.testbed import testbed
 from kubecell.testbed.load import fill, free_port, measure, memory_kib, wait_ready
 

@@ -12,10 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from kubecell.k8s.rest import Kube
+from kubecell.kube.rest import Kube
 from kubecell.testbed import testbed as testbed_driver
 from kubecell.testbed.build import TestbedUnavailable, cached_binaries, ensure_binaries, go_toolchain
 from kubecell.testbed.control_plane import ControlPlaneState
+from tests.cluster_fixtures import crd, example_kube, example_state, namespace, start_scheduler
+
+__all__ = ["crd", "example_kube", "example_state", "namespace", "start_scheduler"]
+"""The testbed fixtures of ``tests/cluster_fixtures.py``, offered to every test."""
 
 TESTBED_CLUSTER = "philly"
 """The bundled 64-node, 512-GPU Philly-like cluster: small enough to register in seconds, with racks,

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from kubecell.k8s.rest import ApiError, Kube
+from kubecell.kube.rest import ApiError, Kube
 from kubecell.testbed.kubelet import register_nodes
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"

@@ -138,7 +138,7 @@ def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
 
 # ============================================================================ hostile YAML
 CONFIGMAP = "configmap kubecell-system/kubecell-tenants key tenants.yaml"
-"""The source the scheduler names when it reads the tenant ConfigMap (``kubecell.k8s.scheduler.tenants``)."""
+"""The source the scheduler names when it reads the tenant ConfigMap (``kubecell.scheduler.tenants``)."""
 
 
 def bomb(levels: int, fanout: int = 9) -> str:

@@ -5,7 +5,7 @@ XID into both the kubelet's device list and the scheduler's view, and a restarte
 The Node is registered as a kubelet registers it before any device plugin did (CPU, memory and pods; no GPU
 resource, no inventory), and :func:`kubelet_node_status` then writes the fake kubelet's device-plugin
 resources into its status as a real kubelet does: the scheduler never offers more GPUs than a node
-advertises (``kubecell.k8s.advertised``), so a harness whose Node advertised a fixed count would hide the
+advertises (``kubecell.kube.advertised``), so a harness whose Node advertised a fixed count would hide the
 agent's devices behind it (a MIG node's 14 instances behind 2 GPUs)."""
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ pytest.importorskip("grpc_tools", reason="tests/node needs the `node` extra: pip
                                          "(grpcio-tools)")
 
 from kubecell.core.model import Node
-from kubecell.k8s.inventory import node_view
-from kubecell.k8s.names import ANNOTATION_ACK
-from kubecell.k8s.rest import ApiError, Kube
-from kubecell.k8s.scheduler import pods
+from kubecell.kube import pods
+from kubecell.kube.inventory import node_view
+from kubecell.kube.names import ANNOTATION_ACK
+from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.agent import AgentOptions, NodeAgent
 from kubecell.node.fake_kubelet import FakeKubelet
 from kubecell.node.fake_nvml import FakeNvml, example_path
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.nodes import node_manifest
-from tests.k8s.conftest import RunningScheduler
+from tests.cluster_fixtures import RunningScheduler
 from tests.support import registered_node, wait_for
 
 

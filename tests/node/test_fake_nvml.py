@@ -10,9 +10,9 @@ import pytest
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import TopologyLevel
-from kubecell.k8s.inventory import node_view
-from kubecell.k8s.inventory_schema import parse_inventory
-from kubecell.k8s.names import ANNOTATION_INVENTORY
+from kubecell.kube.inventory import node_view
+from kubecell.kube.inventory_schema import parse_inventory
+from kubecell.kube.names import ANNOTATION_INVENTORY
 from kubecell.node.fake_nvml import FakeNvml, example_path
 from kubecell.node.inventory import build_inventory
 from kubecell.node.nvml import GpuBackend, GpuProcess

@@ -21,10 +21,10 @@ pytest.importorskip("grpc_tools", reason="tests/node needs the `node` extra: pip
                                          "(grpcio-tools)")
 
 from kubecell.core.model import GPU_MODELS, Gpu, Node
-from kubecell.k8s.inventory import inventory_of
-from kubecell.k8s.names import ANNOTATION_ACK, ANNOTATION_ALLOCATION, ANNOTATION_INVENTORY
-from kubecell.k8s.rest import Kube
-from kubecell.k8s.scheduler import pods
+from kubecell.kube import pods
+from kubecell.kube.inventory import inventory_of
+from kubecell.kube.names import ANNOTATION_ACK, ANNOTATION_ALLOCATION, ANNOTATION_INVENTORY
+from kubecell.kube.rest import Kube
 from kubecell.node.allocator import RecordAllocator
 from kubecell.node.deviceplugin import Device, DeviceFeed, DevicePlugin, milli_devices
 from kubecell.node.fake_kubelet import AdmissionFailed, FakeKubelet
@@ -32,7 +32,7 @@ from kubecell.node.isolation import NodeIsolation
 from kubecell.node.podresources import PodResourcesClient
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.nodes import node_manifest
-from tests.k8s.conftest import RunningScheduler
+from tests.cluster_fixtures import RunningScheduler
 from tests.support import registered_node, wait_for
 
 GPUS = 4

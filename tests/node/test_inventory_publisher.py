@@ -15,15 +15,15 @@ from unittest import mock
 import pytest
 
 from kubecell.core.model import make_node
-from kubecell.k8s.inventory_schema import parse_inventory
-from kubecell.k8s.names import ANNOTATION_ALLOCATION, ANNOTATION_INVENTORY, RESOURCE_GPU_MEMORY
-from kubecell.k8s.records import parse_record
-from kubecell.k8s.rest import ApiError, Kube
+from kubecell.kube.inventory_schema import parse_inventory
+from kubecell.kube.names import ANNOTATION_ALLOCATION, ANNOTATION_INVENTORY, RESOURCE_GPU_MEMORY
+from kubecell.kube.records import parse_record
+from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.fake_nvml import FakeNvml, example_path
 from kubecell.node.inventory import InventoryPublisher, build_inventory
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.nodes import node_manifest
-from tests.k8s.conftest import RunningScheduler, namespace, start_scheduler  # noqa: F401 - fixtures used here
+from tests.cluster_fixtures import RunningScheduler, namespace, start_scheduler  # noqa: F401 - fixtures used here
 from tests.support import registered_node, wait_for
 
 pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed: .venv/bin/pip install -e '.[dev,node]'")

@@ -14,11 +14,11 @@ pytest.importorskip("grpc", reason="tests/node needs the `node` extra: pip insta
 pytest.importorskip("grpc_tools", reason="tests/node needs the `node` extra: pip install -e '.[dev,node]' "
                                          "(grpcio-tools)")
 
-from kubecell.k8s.names import ANNOTATION_ACK
-from kubecell.k8s.rest import Kube
-from kubecell.k8s.scheduler import pods
+from kubecell.kube import pods
+from kubecell.kube.names import ANNOTATION_ACK
+from kubecell.kube.rest import Kube
 from kubecell.testbed.control_plane import ControlPlaneState
-from tests.k8s.conftest import RunningScheduler
+from tests.cluster_fixtures import RunningScheduler
 from tests.node.test_agent import Running, admit_when_bound, agent_node, view
 from tests.support import wait_for
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kubecell.k8s.names import ANNOTATION_ALLOCATION
+from kubecell.kube.names import ANNOTATION_ALLOCATION
 from kubecell.node.fake_nvml import FakeNvml
 from kubecell.node.isolation import NodeIsolation
 from kubecell.node.mps import MpsDaemons, MpsError, mps_holders

@@ -12,8 +12,8 @@ from typing import Any, cast
 import pytest
 from prometheus_client import CollectorRegistry
 
-from kubecell.k8s.names import ANNOTATION_ALLOCATION
-from kubecell.k8s.rest import ApiError, Kube
+from kubecell.kube.names import ANNOTATION_ALLOCATION
+from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.fake_nvml import FakeNvml
 from kubecell.node.nvml import GpuProcess
 from kubecell.node.overuse import OveruseMonitor, ProcCgroups, pod_uid_of_cgroup

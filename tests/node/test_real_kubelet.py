@@ -24,11 +24,11 @@ pytest.importorskip("grpc", reason="tests/node needs the `node` extra: pip insta
 pytest.importorskip("grpc_tools", reason="tests/node needs the `node` extra: pip install -e '.[dev,node]' "
                                          "(grpcio-tools)")
 
-from kubecell.k8s.dialects.resources import parse_quantity
-from kubecell.k8s.inventory import node_view
-from kubecell.k8s.names import ANNOTATION_ACK
-from kubecell.k8s.rest import ApiError, Kube
-from kubecell.k8s.scheduler import pods
+from kubecell.kube import pods
+from kubecell.kube.dialects.resources import parse_quantity
+from kubecell.kube.inventory import node_view
+from kubecell.kube.names import ANNOTATION_ACK
+from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.agent import AgentOptions, NodeAgent
 from kubecell.node.deviceplugin import GPU_RESOURCE, MILLI_RESOURCE, Device, DeviceFeed, DevicePlugin
 from kubecell.node.fake_nvml import FakeNvml, example_path
@@ -37,7 +37,7 @@ from kubecell.testbed.build import TestbedUnavailable as Unavailable
 from kubecell.testbed.build import ensure_node_binaries
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.real_kubelet import TAINT_KEY, RealKubelet, preflight
-from tests.k8s.conftest import RunningScheduler
+from tests.cluster_fixtures import RunningScheduler
 from tests.node.test_deviceplugin import FakeAllocator
 from tests.support import wait_for
 

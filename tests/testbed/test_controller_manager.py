@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from kubecell.k8s.names import ANNOTATION_DURATION, SCHEDULER_NAME
-from kubecell.k8s.rest import ApiError, Kube
+from kubecell.kube.names import ANNOTATION_DURATION, SCHEDULER_NAME
+from kubecell.kube.rest import ApiError, Kube
 from kubecell.testbed import pki as pki_files
 from kubecell.testbed.control_plane import ControlPlaneState
-from tests.k8s.conftest import RunningScheduler
+from tests.cluster_fixtures import RunningScheduler
 from tests.support import wait_for
 
 STEP_TIMEOUT = 60.0

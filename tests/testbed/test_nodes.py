@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kubecell.core.errors import InvalidInputError
-from kubecell.k8s.names import k8s_name
+from kubecell.kube.names import k8s_name
 from kubecell.testbed import testbed as testbed_driver
 from kubecell.testbed.nodes import load_cluster_nodes, node_manifest
 

@@ -31,11 +31,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from kubecell.core.model import make_node
-from kubecell.k8s.inventory import inventory_of
-from kubecell.k8s.names import ANNOTATION_ACK, ANNOTATION_INVENTORY, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MILLI
-from kubecell.k8s.records import gpu_environment
-from kubecell.k8s.rest import ApiError, Kube
-from kubecell.k8s.scheduler import pods
+from kubecell.kube import pods
+from kubecell.kube.inventory import inventory_of
+from kubecell.kube.names import ANNOTATION_ACK, ANNOTATION_INVENTORY, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MILLI
+from kubecell.kube.records import gpu_environment
+from kubecell.kube.rest import ApiError, Kube
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.kubelet_server import KubeletServer, serving_certificate
 from kubecell.testbed.nodes import node_manifest
@@ -50,8 +50,8 @@ from kubecell.testbed.process_kubelet import (
 )
 from kubecell.testbed.process_runtime import PidRegistry
 from kubecell.testbed.processes import alive
-from tests.k8s.conftest import RunningScheduler, namespace, start_scheduler
-from tests.k8s.deploy_support import kubectl
+from tests.cluster_fixtures import RunningScheduler, namespace, start_scheduler
+from tests.scheduler.deploy_support import kubectl
 from tests.support import registered_node, wait_for
 
 __all__ = ["namespace", "start_scheduler"]  # the Kubernetes tests' fixtures, used here

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from kubecell.core.model import TopologyLevel
-from kubecell.k8s.inventory import node_view
-from kubecell.k8s.names import ANNOTATION_DURATION, k8s_name
-from kubecell.k8s.rest import ApiError, Kube
+from kubecell.kube.inventory import node_view
+from kubecell.kube.names import ANNOTATION_DURATION, k8s_name
+from kubecell.kube.rest import ApiError, Kube
 from kubecell.testbed import testbed as testbed_driver
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.nodes import load_cluster_nodes

@@ -5,7 +5,7 @@ The successor of ``kubectl inspect gpushare``: a row per node (GPU models, healt
 GPUs and GiB allocated out of the total, the pods), the cluster's totals, the tenant source in force, the
 pending pods with their reason, per VC the GPUs in use by class against the guarantee; ``-g`` a row per
 GPU instead (milli-GPU and MiB), ``-d`` a row per pod. Only lists (nodes, pods, VirtualClusters, the tenant
-ConfigMap) are read; the numbers come from ``kubecell.k8s.inspect``. An API server that cannot be reached
+ConfigMap) are read; the numbers come from ``kubecell.scheduler.observe.inspect``. An API server that cannot be reached
 or refuses the lists is one line on stderr and exit status 1.
 """
 
@@ -28,12 +28,12 @@ from rich.text import Text
 from kubecell.cli.output import stderr_console, stdout_console
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import Node
-from kubecell.k8s import virtualclusters
-from kubecell.k8s.accepted import CONFIGMAP as ACCEPTED_CONFIGMAP
-from kubecell.k8s.accepted import KEY as ACCEPTED_KEY
-from kubecell.k8s.accepted import decode
-from kubecell.k8s.inspect import GpuReport, InspectReport, NodeReport, build_report
-from kubecell.k8s.rest import ApiError, Kube
+from kubecell.kube import virtualclusters
+from kubecell.kube.accepted import CONFIGMAP as ACCEPTED_CONFIGMAP
+from kubecell.kube.accepted import KEY as ACCEPTED_KEY
+from kubecell.kube.accepted import decode
+from kubecell.kube.rest import ApiError, Kube
+from kubecell.scheduler.observe.inspect import GpuReport, InspectReport, NodeReport, build_report
 
 TENANTS_NAMESPACE = "kubecell-system"
 TENANTS_CONFIGMAP = "kubecell-tenants"

@@ -12,9 +12,9 @@ from typing import Annotated, cast
 import typer
 
 from kubecell.core.errors import InvalidInputError
-from kubecell.k8s.inventory_schema import IsolationMode
-from kubecell.k8s.names import ISOLATION_MODES
-from kubecell.k8s.rest import Kube
+from kubecell.kube.inventory_schema import IsolationMode
+from kubecell.kube.names import ISOLATION_MODES
+from kubecell.kube.rest import Kube
 from kubecell.node.deviceplugin import DEVICE_PLUGIN_DIR
 from kubecell.node.inventory import DEFAULT_INTERVAL
 from kubecell.node.nvml import GpuBackend

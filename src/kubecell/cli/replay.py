@@ -15,12 +15,12 @@ import typer
 from kubecell.cli.output import check_out_dir, prepare_out_dir, stdout_console
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.placement.registry import DEFAULT_POLICY, canonical_policy_name
-from kubecell.k8s.replay import KUBECELL, own_scheduler, plan, replay
-from kubecell.k8s.rest import ApiError, Kube
+from kubecell.kube.rest import ApiError, Kube
 from kubecell.sim.packing.experiment import run_packing
 from kubecell.sim.packing.metrics import ARRIVED_PCT, RunCurves, curves_of
 from kubecell.sim.packing.runner import check_inflate
 from kubecell.sim.traces.openb import load_nodes, load_pods
+from kubecell.testbed.replay import KUBECELL, own_scheduler, plan, replay
 
 
 def replay_command(

@@ -8,13 +8,13 @@ from typing import Annotated
 
 import typer
 
+from kubecell.cli.service import default_identity, run
 from kubecell.core.engine.options import PRESETS
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.placement.registry import DEFAULT_POLICY, canonical_policy_name
-from kubecell.k8s.leader_label import PodRef
-from kubecell.k8s.rest import Kube
-from kubecell.k8s.scheduler.scheduler import SchedulerOptions
-from kubecell.k8s.scheduler.service import default_identity, run
+from kubecell.kube.leader_label import PodRef
+from kubecell.kube.rest import Kube
+from kubecell.scheduler.scheduler import SchedulerOptions
 
 
 def _address(text: str) -> tuple[str, int] | None:

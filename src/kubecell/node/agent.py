@@ -21,10 +21,10 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from kubecell.core.errors import KubecellError
-from kubecell.k8s.inventory_schema import IsolationMode, NodeInventory
-from kubecell.k8s.names import RESOURCE_GPU, RESOURCE_GPU_MILLI
-from kubecell.k8s.records import AllocationRecord
-from kubecell.k8s.rest import Kube
+from kubecell.kube.inventory_schema import IsolationMode, NodeInventory
+from kubecell.kube.names import RESOURCE_GPU, RESOURCE_GPU_MILLI
+from kubecell.kube.records import AllocationRecord
+from kubecell.kube.rest import Kube
 from kubecell.node.allocator import RecordAllocator
 from kubecell.node.deviceplugin import DEVICE_PLUGIN_DIR, Device, DeviceFeed, DevicePlugin, milli_devices
 from kubecell.node.inventory import DEFAULT_INTERVAL, InventoryPublisher

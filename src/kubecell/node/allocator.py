@@ -1,7 +1,7 @@
 """``Allocate`` from the scheduler's allocation record: the device plugin never guesses the pod.
 
 The kubelet's ``Allocate`` names device IDs, not the pod they are for. kubecell's scheduler binds GPU pods
-to a node served by this agent one at a time (``kubecell.k8s.scheduler.gate``): a pod is bound only after
+to a node served by this agent one at a time (``kubecell.scheduler.gate``): a pod is bound only after
 the agent acknowledged the one before it. So at any moment at most one pod bound here asks for the
 plugin's resources and carries a record the agent has not acknowledged: that is the pod ``Allocate``
 serves. The agent checks that its record is for this node, names GPUs this node has, and covers the
@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubecell.core.errors import KubecellError
-from kubecell.k8s.names import ANNOTATION_ACK, RESOURCE_GPU, RESOURCE_GPU_MILLI
-from kubecell.k8s.records import AllocationRecord, RecordError
-from kubecell.k8s.rest import ApiError, Kube
-from kubecell.k8s.scheduler import pods
-from kubecell.k8s.scheduler.actions import Actions
+from kubecell.kube import pods
+from kubecell.kube.actions import Actions
+from kubecell.kube.names import ANNOTATION_ACK, RESOURCE_GPU, RESOURCE_GPU_MILLI
+from kubecell.kube.records import AllocationRecord, RecordError
+from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.deviceplugin import AllocationRefused, ContainerAllocation, gpu_of
 from kubecell.node.isolation import NodeIsolation, container_allocation
 from kubecell.node.podresources import PodDevices

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import GPU_MODELS, UNKNOWN_GPU_MEMORY_MIB
 from kubecell.inputs.yaml_document import YamlDocument
-from kubecell.k8s.gfd import catalog_model
+from kubecell.kube.gfd import catalog_model
 from kubecell.node.nvml import GpuDevice, GpuProcess, MigInstance
 from kubecell.node.xid import XidEvent
 

@@ -2,7 +2,7 @@
 
 The scheduler never talks to a node agent; it reads the Node. So the agent writes what its
 :class:`~kubecell.node.nvml.GpuBackend` discovered into the versioned ``kubecell.io/gpu-inventory``
-annotation (the schema :mod:`kubecell.k8s.inventory` defines and the scheduler parses) and keeps it fresh:
+annotation (the schema :mod:`kubecell.kube.inventory` defines and the scheduler parses) and keeps it fresh:
 
 * when the inventory changes (a GPU hit by a critical XID, MIG reconfigured), at once: the XID waiter
   thread wakes the publisher, so a broken GPU reaches the scheduler in one API round trip;
@@ -25,11 +25,11 @@ from typing import Any
 
 from kubecell import __version__
 from kubecell.core.errors import KubecellError
-from kubecell.k8s.clock import rfc3339
-from kubecell.k8s.gfd import catalog_model
-from kubecell.k8s.inventory_schema import GpuRecord, IsolationMode, MigInstanceRecord, NodeInventory
-from kubecell.k8s.names import ANNOTATION_INVENTORY, RESOURCE_GPU_MEMORY
-from kubecell.k8s.rest import ApiError, Kube
+from kubecell.kube.clock import rfc3339
+from kubecell.kube.gfd import catalog_model
+from kubecell.kube.inventory_schema import GpuRecord, IsolationMode, MigInstanceRecord, NodeInventory
+from kubecell.kube.names import ANNOTATION_INVENTORY, RESOURCE_GPU_MEMORY
+from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.nvml import GpuBackend, GpuDevice, summary
 from kubecell.node.xid import HealthTracker, describe
 

@@ -10,7 +10,7 @@
   runs for that GPU, mounted into the container: the driver enforces the memory limit and caps the SMs.
 * ``mig``: the one MIG instance the record names, by its ``MIG-...`` UUID. The hardware isolates its
   compute and memory. A node whose GPUs are in MIG mode gives this mode alone, and the scheduler places
-  instances there (``kubecell.k8s.mig``); a record for another mode on such a node, or a ``mig`` record
+  instances there (``kubecell.kube.mig``); a record for another mode on such a node, or a ``mig`` record
   naming a GPU rather than an instance, is refused.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubecell.core.model import MILLI_PER_GPU
-from kubecell.k8s.records import AllocationRecord, RecordError, gpu_environment
+from kubecell.kube.records import AllocationRecord, RecordError, gpu_environment
 from kubecell.node.deviceplugin import ContainerAllocation, Mount
 
 MPS_ROOT = Path("/var/run/kubecell/mps")

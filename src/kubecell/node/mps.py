@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from kubecell.core.errors import KubecellError
-from kubecell.k8s.records import RecordError
-from kubecell.k8s.scheduler import pods
+from kubecell.kube import pods
+from kubecell.kube.records import RecordError
 from kubecell.node.isolation import NodeIsolation
 from kubecell.node.nvml import GpuBackend, NvmlBackend
 

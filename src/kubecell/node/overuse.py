@@ -9,7 +9,7 @@ scheduler granted; in ``mps`` the driver caps memory and active threads, but a c
    driver): the kubelet puts every container under a ``pod<uid>`` directory, so the path names the pod's UID
    and no container runtime needs to be asked. Processes outside ``kubepods`` (the host, the driver's own
    daemons) are ignored;
-3. each pod's sum per GPU against its record (:mod:`kubecell.k8s.records`): a **whole GPU is never over**;
+3. each pod's sum per GPU against its record (:mod:`kubecell.kube.records`): a **whole GPU is never over**;
    a share is over on **memory** as soon as it holds more than its ``memoryMiB`` (plus a tolerance: NVML
    counts the CUDA context), and over on **utilisation** only when the mean of its last ``window`` samples
    exceeds its ``milli`` share (plus a tolerance), since SM time is bursty and one hot sample means little.
@@ -44,10 +44,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from kubecell.core.errors import KubecellError
 from kubecell.core.model import MILLI_PER_GPU
-from kubecell.k8s.records import AllocationRecord, RecordError
-from kubecell.k8s.rest import ApiError, Kube
-from kubecell.k8s.scheduler import pods
-from kubecell.k8s.scheduler.actions import Actions, eviction, pod_path
+from kubecell.kube import pods
+from kubecell.kube.actions import Actions, eviction, pod_path
+from kubecell.kube.records import AllocationRecord, RecordError
+from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.nvml import MIB, GpuBackend
 
 log = logging.getLogger("kubecell.node.overuse")

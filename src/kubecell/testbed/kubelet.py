@@ -29,9 +29,9 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from kubecell.k8s.clock import rfc3339, rfc3339_micro
-from kubecell.k8s.names import ANNOTATION_DURATION
-from kubecell.k8s.rest import ApiError, Kube
+from kubecell.kube.clock import rfc3339, rfc3339_micro
+from kubecell.kube.names import ANNOTATION_DURATION
+from kubecell.kube.rest import ApiError, Kube
 from kubecell.testbed.kubelet_modes import RUNS_LABEL, RUNS_PROCESSES
 from kubecell.testbed.nodes import TESTBED_LABEL
 

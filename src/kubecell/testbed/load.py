@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from kubecell.k8s.rest import Kube
+from kubecell.kube.rest import Kube
 
 
 def pod(name: str, namespace: str, scheduler: str) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 A node carries what a real GPU node would show the scheduler: CPU, memory and pod capacity, the GPU
 resources (``nvidia.com/gpu`` as NVIDIA's device plugin advertises it, and kubecell's share resources),
 GPU Feature Discovery labels, rack and zone labels, and the node agent's inventory annotation. The
-scheduler reads them back through :mod:`kubecell.k8s.inventory`, so a testbed node and a real node
+scheduler reads them back through :mod:`kubecell.kube.inventory`, so a testbed node and a real node
 take the same path.
 """
 
@@ -15,9 +15,9 @@ from typing import Any
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import MILLI_PER_GPU, Node, make_node
 from kubecell.inputs.cluster import load_cluster
-from kubecell.k8s.clock import rfc3339
-from kubecell.k8s.inventory import inventory_of
-from kubecell.k8s.names import (
+from kubecell.kube.clock import rfc3339
+from kubecell.kube.inventory import inventory_of
+from kubecell.kube.names import (
     ANNOTATION_INVENTORY,
     GFD_COUNT,
     GFD_MEMORY,

@@ -35,9 +35,9 @@ from typing import Any
 
 from kubecell.core.errors import KubecellError
 from kubecell.core.model import MILLI_PER_GPU
-from kubecell.k8s.dialects.resources import parse_quantity
-from kubecell.k8s.names import RESOURCE_GPU, RESOURCE_GPU_MILLI
-from kubecell.k8s.records import AllocationRecord, gpu_environment
+from kubecell.kube.dialects.resources import parse_quantity
+from kubecell.kube.names import RESOURCE_GPU, RESOURCE_GPU_MILLI
+from kubecell.kube.records import AllocationRecord, gpu_environment
 
 HOST_ONLY = ("the process kubelet runs host commands only (no images, no container runtime): give the "
              "container a `command` naming a host executable (`args` follow it)")
@@ -113,7 +113,7 @@ def agent_environment(container: Mapping[str, Any], record: AllocationRecord | N
     """What the node agent's ``Allocate`` would give this container, as variables.
 
     A container asking for ``kubecell.io/gpu`` or ``kubecell.io/gpu-milli`` gets the record's
-    :func:`~kubecell.k8s.records.gpu_environment` and, for a share with memory, the memory fraction
+    :func:`~kubecell.kube.records.gpu_environment` and, for a share with memory, the memory fraction
     (``KUBECELL_GPU_MEMORY_FRACTION``, as ``kubecell.node.isolation`` computes it from the GPU's size).
     Every other container sees no GPU: ``NVIDIA_VISIBLE_DEVICES=void`` as for a pod without GPUs, and
     ``CUDA_VISIBLE_DEVICES`` empty, because here no container runtime reads ``NVIDIA_VISIBLE_DEVICES``

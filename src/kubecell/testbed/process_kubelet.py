@@ -48,8 +48,8 @@ from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from kubecell.k8s.clock import rfc3339, rfc3339_micro
-from kubecell.k8s.rest import ApiError, Kube
+from kubecell.kube.clock import rfc3339, rfc3339_micro
+from kubecell.kube.rest import ApiError, Kube
 from kubecell.testbed.kubelet_modes import OWNED_SELECTOR, RUNS_LABEL, RUNS_PROCESSES
 from kubecell.testbed.kubelet_server import KubeletServer, serving_certificate
 from kubecell.testbed.process_pod import MIN_GRACE, PodWorker

@@ -42,13 +42,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kubecell.k8s.clock import rfc3339
-from kubecell.k8s.inventory import node_view
-from kubecell.k8s.names import ANNOTATION_ACK
-from kubecell.k8s.records import AllocationRecord, RecordError, gpu_environment
-from kubecell.k8s.rest import ApiError
-from kubecell.k8s.scheduler import pods
-from kubecell.k8s.scheduler.actions import Actions
+from kubecell.kube import pods
+from kubecell.kube.actions import Actions
+from kubecell.kube.clock import rfc3339
+from kubecell.kube.inventory import node_view
+from kubecell.kube.names import ANNOTATION_ACK
+from kubecell.kube.records import AllocationRecord, RecordError, gpu_environment
+from kubecell.kube.rest import ApiError
 from kubecell.testbed.process_env import (
     ContainerConfigError,
     ContainerStartError,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubecell.k8s.rest import Kube
+from kubecell.kube.rest import Kube
 
 CONTAINER_ID_SCHEME = "process://"
 """``containerID`` is ``process://<pid>``: the host process the container is."""

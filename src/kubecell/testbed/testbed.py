@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubecell.k8s.rest import Kube
+from kubecell.kube.rest import Kube
 from kubecell.testbed import process_kubelet
 from kubecell.testbed.build import ensure_binaries
 from kubecell.testbed.control_plane import ControlPlane, ControlPlaneState, Server, stop_state

@@ -1,0 +1,92 @@
+"""The scheduler as a process: leader election, the loop, its HTTP port, graceful shutdown.
+
+The port (``kubecell.scheduler.observe.web``): ``/healthz`` answers while the process runs; ``/readyz`` answers 200 once
+this replica leads and has completed a cycle (a standby replica is alive but not ready); ``/metrics`` is
+Prometheus' text format; ``/`` is the live dashboard; in extender mode ``/extender/<verb>`` answers
+kube-scheduler (a standby replica answers 503 there; kube-scheduler retries the pod).
+When the replica knows its Pod (``pod``: the Downward API), the leader labels that Pod ``kubecell.io/leader``
+(``kubecell.kube.leader_label``), which the Service ``kubecell-extender`` selects, so kube-scheduler's calls
+reach the leader alone.
+SIGTERM stops scheduling, takes the label off, releases the Lease so a standby takes over at once, and exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+
+from kubecell.kube.leader import LeaderElector, LeaseConfig
+from kubecell.kube.leader_label import LeaderLabel, PodRef
+from kubecell.kube.rest import Kube
+from kubecell.scheduler.observe.web.app import build_app, serve
+from kubecell.scheduler.scheduler import Scheduler, SchedulerOptions
+
+log = logging.getLogger("kubecell.scheduler")
+
+
+def default_identity() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _relay(source: threading.Event, scheduler: Scheduler) -> None:
+    """Stop ``scheduler`` when ``source`` is set (a lost lease or a signal)."""
+
+    def wait() -> None:
+        source.wait()
+        scheduler.shutdown()
+
+    threading.Thread(target=wait, daemon=True).start()
+
+
+def run(kube: Kube, options: SchedulerOptions, *, listen: tuple[str, int] | None, leader_elect: bool,
+        identity: str, lease: LeaseConfig | None = None, stop: threading.Event | None = None,
+        pod: PodRef | None = None) -> None:
+    """Run until SIGTERM/SIGINT (or ``stop``): elect, schedule while leading, exit when the lease is lost.
+    With ``pod`` (this replica's own Pod), label it while leading (checked again every lease duration)."""
+    scheduler = Scheduler(kube, options)
+    stop = stop or threading.Event()
+    elector = LeaderElector(kube, identity, lease) if leader_elect else None
+    lease_config = elector.config if elector is not None else LeaseConfig()
+    label = LeaderLabel(kube, pod, resync=lease_config.lease_duration) if pod is not None else None
+    labelling: threading.Thread | None = None
+    finished = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    extra = []
+    if options.extender:  # kube-scheduler's extender verbs on the same port (imported here: a mode apart)
+        from kubecell.scheduler.extender.http import routes
+        from kubecell.scheduler.extender.verbs import Extender
+        extra = routes(Extender(scheduler))  # attaches its holds to the scheduler, before the loop runs
+    server = serve(build_app(scheduler, elector, extra_routes=extra), *listen) if listen else None
+    try:
+        if label is not None:  # a replica restarted in a Pod that led is a standby now
+            label.unmark()
+        if elector is not None:
+            threading.Thread(target=elector.run, args=(stop,), name="leader", daemon=True).start()
+            while not stop.is_set() and not elector.leading.wait(0.5):
+                pass
+            _relay(elector.lost, scheduler)
+        if label is not None and not stop.is_set():
+            leading = elector.leading.is_set if elector is not None else lambda: True
+            labelling = threading.Thread(target=label.run, args=(leading, finished), name="leader-label",
+                                         daemon=True)
+            labelling.start()
+        if not stop.is_set():
+            _relay(stop, scheduler)
+            scheduler.run()
+    finally:
+        scheduler.shutdown()
+        finished.set()
+        if label is not None and labelling is not None:
+            labelling.join(timeout=10)  # a write in flight lands before the label is taken off
+            label.unmark()
+        if elector is not None and not elector.lost.is_set():
+            elector.release()
+        if server is not None:
+            server.stop()
+    if elector is not None and elector.lost.is_set():
+        raise SystemExit("lost the leader lease")

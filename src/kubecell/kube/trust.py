@@ -1,0 +1,72 @@
+"""Whether an allocation record describes its own pod: the checks kubecell makes before it believes one.
+
+A record (``kubecell.io/allocation``) is written by kubecell's scheduler, and the shipped admission policy
+(``deploy/admission``) lets nobody else write it. A cluster without that policy, or a record copied or edited
+by hand, must still never make kubecell hand out capacity it does not have or place a pod where its owner
+could not: so every record read back (at a rebuild, a restart, in ``kubecell inspect``) is checked against
+what the pod itself asks for, and against where the API server says the pod runs. One function here, used
+by the scheduler's restore and by ``inspect``, so both count a record the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from kubecell.core.model import MILLI_PER_GPU, Request
+from kubecell.kube import pods
+from kubecell.kube.dialects import PodDemand
+from kubecell.kube.records import AllocationRecord
+
+_GENERATION = re.compile(r"#\d{1,9}")
+
+
+def job_base(demand: PodDemand, pod: Mapping[str, Any]) -> str:
+    """The job name a record of this pod must carry, without its generation: the gang's key (``ns/group``)
+    or, for a pod alone, ``ns/pod@uid8`` (``kubecell.scheduler.jobs.job_name``)."""
+    if demand.group is not None:
+        return demand.group.key
+    return f"{pods.key(pod)}@{pods.uid(pod)[:8]}"
+
+
+def _gpu_problem(record: AllocationRecord, request: Request) -> str | None:
+    held = len(record.gpus)
+    if not request.wants_gpu:
+        return None if not held else f"holds {held} GPU(s) but the pod asks for none"
+    if request.is_whole:
+        if held != request.gpu_count or any(gpu.milli != MILLI_PER_GPU for gpu in record.gpus):
+            return (f"holds {held} GPU(s) at {record.gpu_milli} milli but the pod asks for {request.gpu_count} whole "
+                    "GPU(s)")
+        return None
+    if held != 1 or record.gpu_milli != request.gpu_milli or record.gpu_memory_mib != request.gpu_memory_mib:
+        return (f"holds {held} GPU(s) with {record.gpu_milli} milli and {record.gpu_memory_mib} MiB each but the pod "
+                f"asks for a share of one GPU ({request.gpu_milli} milli, {request.gpu_memory_mib} MiB)")
+    return None
+
+
+def disagreement(pod: Mapping[str, Any], record: AllocationRecord, demand: PodDemand, *, default_vc: str) -> str | None:
+    """Why ``record`` does not describe ``pod``'s own decision, or None when it does.
+
+    Checked: the node (a bound pod's record must name ``spec.nodeName``); the job (the pod's own gang, or the
+    pod alone); the virtual cluster the pod names (or the default); the isolation mode it asks for; and the
+    GPUs it holds, against the GPUs it asks for. A pod not bound yet must also be recorded with exactly the
+    CPU and memory it asks for (a bound pod's may since have been resized in place)."""
+    node = pods.node_of(pod)
+    if node and record.node != node:
+        return f"names node {record.node} but the pod runs on {node} (spec.nodeName)"
+    base = job_base(demand, pod)
+    if record.job != base and not (record.job.startswith(base) and _GENERATION.fullmatch(record.job[len(base):])):
+        return f"names job {record.job!r}, which is not the pod's own ({base!r})"
+    vc = demand.vc or default_vc
+    if record.vc != vc:
+        return f"names virtual cluster {record.vc!r} but the pod runs in {vc!r}"
+    if record.isolation != demand.isolation:
+        return f"names isolation {record.isolation} but the pod asks for {demand.isolation}"
+    if record.job_class == "guaranteed" and demand.opportunistic:
+        return "holds its GPUs as guaranteed but the pod is opportunistic"
+    request = demand.request
+    if not node and (record.cpu_milli != request.cpu_milli or record.memory_mib != request.memory_mib):
+        return (f"reserves {record.cpu_milli}m CPU and {record.memory_mib} MiB but the pod asks for "
+                f"{request.cpu_milli}m and {request.memory_mib} MiB")
+    return _gpu_problem(record, request)

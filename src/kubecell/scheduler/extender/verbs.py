@@ -1,0 +1,193 @@
+"""The four extender verbs, answered by the scheduler's own engine on the scheduler thread.
+
+kubecell runs the same loop as ``kubecell scheduler`` (mirror, engine, allocation records), with one
+difference: a decision is not written when the engine makes it but held (``kubecell.scheduler.extender.holds``)
+until kube-scheduler asks to bind. So the policy measured in the simulator decides here too:
+
+* **filter** brings the engine up to date with the pod (from the request when the watch has not shown it
+  yet) and answers with the one node the engine chose for it, or, while it waits, fails every node with
+  the engine's reason, which kube-scheduler puts into the pod's ``PodScheduled`` condition. When
+  kube-scheduler's own filters (pod affinity, ports, volumes: rules kubecell does not evaluate) already
+  ruled out the engine's node, the decision is given back and the pod placed again among the nodes
+  they left.
+* **prioritize** scores the chosen node ``MaxExtenderPriority`` and every other 0, so with
+  kube-scheduler's score plugins disabled for the profile (the sample configuration) kubecell decides
+  even where several nodes pass the filter.
+* **bind** writes the decision: the allocation record and Binding of a pod alone, or every record of a
+  gang and then every member's Binding. kube-scheduler binds one pod at a time; kubecell never lets it
+  bind part of a gang, since the first member's bind binds them all (later members' binds find their pod
+  bound and succeed) and a gang is only ever decided whole.
+* **preempt** names no victims: kubecell's engine chooses victims itself and evicts them through the
+  Eviction API (honouring PodDisruptionBudgets), as the standalone scheduler does; letting kube-scheduler
+  also delete pods on its own count, which ignores GPU shares, would evict the wrong work.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
+
+from kubecell.core.engine.job import JobPhase
+from kubecell.kube import pods
+from kubecell.kube.names import MANAGED_RESOURCES
+from kubecell.kube.watch import Event
+from kubecell.scheduler.binder import Outcome, member_index
+from kubecell.scheduler.extender.holds import Holds, attach
+from kubecell.scheduler.scheduler import Scheduler
+from kubecell.scheduler.tracking import Tracking
+
+MANAGED = frozenset(MANAGED_RESOURCES)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Filter's answer: the nodes that pass, and why the others fail (unresolvable: no retry helps)."""
+
+    passed: list[str]
+    failed: dict[str, str]
+    unresolvable: dict[str, str]
+
+
+class Extender:
+    """The verbs, each run on the scheduler thread through ``Scheduler.call``. Making one attaches the
+    scheduler's ``Holds`` (``holds.attach``): make it before the loop decides anything."""
+
+    def __init__(self, scheduler: Scheduler, *, timeout: float = 4.0, hold_seconds: float | None = None) -> None:
+        self.scheduler = scheduler
+        self.timeout = timeout
+        """Longest wait for the scheduler thread; below kube-scheduler's default 5 s extender timeout."""
+        self.holds: Holds = attach(scheduler, max_age=hold_seconds)
+        """The decisions waiting for kube-scheduler's bind, and the nodes its filters left per pod; a decision
+        is given back after ``hold_seconds`` without a question from kube-scheduler (default ``HOLD_SECONDS``,
+        or what an earlier ``Extender`` of the scheduler set)."""
+
+    # ------------------------------------------------------------------ verbs (any thread)
+    def filter(self, pod: dict[str, Any], candidates: list[str]) -> Verdict:
+        return self.scheduler.call(lambda: self._filter(pod, candidates), self.timeout)
+
+    def prioritize(self, pod: dict[str, Any], candidates: list[str]) -> dict[str, int]:
+        return self.scheduler.call(lambda: self._prioritize(pod, candidates), self.timeout)
+
+    def bind(self, uid: str, node: str) -> str:
+        """Bind the pod as decided; returns the error, empty when bound. A pod alone's Binding is awaited
+        here, off the scheduler thread, which goes on deciding (kube-scheduler binds in parallel)."""
+        answer = self.scheduler.call(lambda: self._bind(uid, node), self.timeout)
+        if isinstance(answer, str):
+            return answer
+        try:
+            _, _, _, error = answer.result(self.timeout)
+        except FutureTimeout:
+            return f"the Binding of pod {uid} did not complete within {self.timeout:.0f} s"
+        if error is None:  # a 409 counts only once the pod was read bound to this node (Binder._bind_one)
+            return ""
+        return f"the API server refused the Binding: {error}"
+
+    # ------------------------------------------------------------------ on the scheduler thread
+    def _filter(self, pod: dict[str, Any], candidates: list[str]) -> Verdict:
+        s = self.scheduler
+        name = (pod.get("spec") or {}).get("schedulerName", "default-scheduler")
+        if not pods.ours(pod, s.options.names):
+            served = ", ".join(sorted(s.options.names))
+            why = (f"kubecell's extender places pods of schedulerName {served}; this pod's is {name!r} "
+                   f"(serve it with --scheduler-names)")
+            return Verdict([], {}, dict.fromkeys(candidates, why))
+        if not pods.asks_for_any(pod, MANAGED):
+            return Verdict(list(candidates), {}, {})  # asks for no GPU: nothing for kubecell to decide
+        uid = pods.uid(pod)
+        if uid not in s.mirror.pods:  # kube-scheduler saw the pod before our watch did
+            s.mirror.apply(Event("pods", "ADDED", pods.trimmed(pod)))
+        for _ in range(2):
+            self._catch_up()
+            state = s.state
+            if state is None:
+                return self._fail(candidates, "kubecell has no engine yet (reading the cluster, or no GPU node)")
+            verdict = self._where(state, uid, candidates)
+            if verdict is not None:
+                return verdict
+        return self._fail(candidates, "kubecell is placing the pod again within the nodes kube-scheduler left")
+
+    def _where(self, state: Tracking, uid: str, candidates: list[str]) -> Verdict | None:
+        """The verdict for a pod the engine knows; None when its decision was given back to place it
+        again (the caller catches up and asks once more)."""
+        s = self.scheduler
+        mirrored = s.mirror.pods.get(uid)
+        bound = pods.node_of(mirrored) if mirrored is not None else ""
+        if bound:
+            return Verdict([bound], {}, {}) if bound in candidates else self._fail(
+                candidates, f"already bound to {bound}")
+        name = state.pod_job.get(uid)
+        if name is None:
+            told = s.teller.told.get(uid)
+            return self._fail(candidates, told[0] if told else "kubecell has not taken this pod up yet")
+        job = state.engine.jobs[name]
+        node = self._node_of(state, name, uid)
+        if job.phase not in (JobPhase.RUNNING, JobPhase.RESERVED) or node is None:
+            reason = job.wait_reason
+            excluded = state.excluded_by_constraints.get(name)
+            return self._fail(candidates, reason + (f" (its node constraints rule out {excluded})" if excluded else ""))
+        self.holds.touch(name)
+        victims = state.waiting_victims.get(name)
+        if victims:
+            return self._fail(candidates, f"placed on {node}; waiting for {len(victims)} preempted pod(s) to leave")
+        if node in candidates:
+            return Verdict([node], {}, {})
+        if not self.holds.keeps(name):
+            return self._fail(candidates, f"kubecell placed it on {node}, which kube-scheduler's filters rule out")
+        self.holds.limit(state.tracked[name].pod_uids, candidates)
+        s.intake.renew(state, name)
+        s.dirty = True
+        return None
+
+    def _prioritize(self, pod: dict[str, Any], candidates: list[str]) -> dict[str, int]:
+        state, uid = self.scheduler.state, str((pod.get("metadata") or {}).get("uid", ""))
+        name = state.pod_job.get(uid) if state is not None else None
+        chosen = self._node_of(state, name, uid) if state is not None and name is not None else None
+        return {node: 10 if node == chosen else 0 for node in candidates}
+
+    def _bind(self, uid: str, node: str) -> str | Future[Outcome]:
+        s = self.scheduler
+        self._catch_up()
+        state, pod = s.state, s.mirror.pods.get(uid)
+        if pod is None:
+            return f"kubecell does not know pod {uid} (deleted, or not shown by its watch yet)"
+        bound = pods.node_of(pod)
+        if bound:
+            return "" if bound == node else f"{pods.key(pod)} is already bound to {bound}"
+        name = state.pod_job.get(uid) if state is not None else None
+        if state is None or name is None:
+            return f"kubecell holds no placement for {pods.key(pod)}; kube-scheduler will ask again"
+        chosen = self._node_of(state, name, uid)
+        if chosen != node:
+            return f"kubecell placed {pods.key(pod)} on {chosen or 'no node yet'}, not {node}"
+        if name in state.tracked and uid in state.tracked[name].bound:
+            return ""
+        return self.holds.commit(name) or ""
+
+    # ------------------------------------------------------------------ helpers
+    def _catch_up(self) -> None:
+        """Apply what the scheduler has not yet (the pod just added, a renewed job) and run a cycle."""
+        s = self.scheduler
+        if s.needs_rebuild:
+            return
+        s.reconcile()
+        s.cycle()
+
+    @staticmethod
+    def _node_of(state: Tracking, name: str, uid: str) -> str | None:
+        tracked = state.tracked.get(name)
+        if tracked is None:
+            return None
+        member = next((index for index, holder in tracked.members.items() if holder == uid), None)
+        if member is None:
+            return None
+        for allocation in state.engine.allocations_of(name):
+            if member_index(allocation) == member:
+                return allocation.node
+        return None
+
+    @staticmethod
+    def _fail(candidates: list[str], reason: str) -> Verdict:
+        return Verdict([], dict.fromkeys(candidates, reason), {})
+

@@ -1,0 +1,369 @@
+"""Rebuilding the engine's running work from the allocation records on the pods (after a start or a rebuild).
+
+The records are the truth about what kubecell decided, but a record is an annotation, and an annotation is
+only as trustworthy as whoever could write it. So a record counts only once it describes its own pod
+(``trust.disagreement``: node, job, VC, isolation, the GPUs the pod asks for):
+
+* a **bound** pod with a record that checks out is restored as the job it belongs to; one whose record does
+  not (unreadable, copied, edited, or naming another node than ``spec.nodeName``) is held on the node it
+  really runs on as another scheduler's pod is held (whole GPUs, never less than it could use), and told so
+  in a Warning Event;
+* a record on a pod **not bound yet** is a decision some earlier instance made and did not finish (a gang's
+  records are all written before its first Binding). It is carried out (rolled forward) only if it is still
+  a decision kubecell would make: every record of the gang exists (``batch``), the node exists, is open and
+  is one the pod's node constraints allow and that can give its isolation, the VC exists, the capacity is
+  free, and the engine grants the recorded class within the VC's guarantee or borrowing limit. Otherwise
+  the record is removed (rolled back) and the pod decided again. A gated or terminating pod is never bound.
+
+Pods bound but not yet acknowledged on a node served by kubecell's device plugin hold that node's gate again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubecell.core.engine.job import Job, JobClass, JobSpec
+from kubecell.core.engine.restore import RunningMember
+from kubecell.core.errors import InvalidInputError
+from kubecell.kube import pods
+from kubecell.kube.actions import Actions, retry
+from kubecell.kube.dialects import DemandError, PodDemand, pod_demand
+from kubecell.kube.names import ANNOTATION_ALLOCATION
+from kubecell.kube.records import AllocationRecord, RecordError
+from kubecell.kube.rest import ApiError
+from kubecell.kube.trust import disagreement
+from kubecell.scheduler.cluster import Mirror
+from kubecell.scheduler.gate import NodeGate
+from kubecell.scheduler.intake import Intake, isolation_nodes
+from kubecell.scheduler.jobs import Tracked, gang_spec
+from kubecell.scheduler.tracking import Tracking
+
+log = logging.getLogger("kubecell.scheduler")
+
+UNTRUSTED = "UntrustedAllocation"
+"""The reason of the Warning Event on a pod whose record kubecell does not believe."""
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One pod of a recorded job, with its record and its own ask."""
+
+    pod: dict[str, Any]
+    record: AllocationRecord
+    demand: PodDemand
+
+    @property
+    def bound(self) -> bool:
+        return bool(pods.node_of(self.pod))
+
+
+class Restorer:
+    """Restores a new engine's running jobs from the pods' records."""
+
+    def __init__(self, mirror: Mirror, actions: Actions, intake: Intake, gate: NodeGate, names: frozenset[str]) -> None:
+        self.mirror = mirror
+        self.actions = actions
+        self.intake = intake
+        self.gate = gate
+        self.names = names
+        self._gangs: dict[str, list[tuple[dict[str, Any], PodDemand]]] = {}
+        self._adopted: dict[str, tuple[list[str], dict[str, int], dict[str, int],
+                                       list[tuple[dict[str, Any], PodDemand]]]] = {}
+        """Job name -> (its pods' uids, their member groups, each recorded pod's member index, its pods)."""
+
+    def restore(self, state: Tracking) -> None:
+        """Every pod with a record it can believe is restored; the rest are held or rolled back (see the
+        module docstring). One pod or job that cannot be read never stops the others."""
+        by_job: dict[str, list[Member]] = {}
+        pod_groups = self.mirror.all_podgroups()
+        for pod in list(self.mirror.pods.values()):
+            if not pods.ours(pod, self.names) or pods.ended(pod):
+                continue
+            if not (pod["metadata"].get("annotations") or {}).get(ANNOTATION_ALLOCATION):
+                continue
+            try:
+                member = self._read(pod, pod_groups)
+            except ApiError:
+                raise
+            except Exception as error:  # a reader bug costs this pod only
+                log.exception("cannot read the record of %s", pods.key(pod))
+                self._distrust(pod, f"its record cannot be read ({type(error).__name__})")
+                member = None
+            if member is not None:
+                by_job.setdefault(member.record.job, []).append(member)
+        self._gangs = self._gang_pods(by_job, pod_groups)
+        for name, members in sorted(by_job.items()):
+            try:
+                self._job(state, name, members)
+            except ApiError:
+                raise  # the API server is away: the caller rebuilds once it is back
+            except Exception:
+                log.exception("cannot restore %s; its pods are held as found", name)
+
+    def _gang_pods(self, by_job: Mapping[str, list[Member]], pod_groups: Mapping[tuple[str, str], Mapping[str, Any]]
+                   ) -> dict[str, list[tuple[dict[str, Any], PodDemand]]]:
+        """Every pod of each recorded gang (recorded or not: a gang's spec is made of all its pods, and its
+        unrecorded pods are where it grows), by gang key, read in one pass over the pods of their namespaces."""
+        keys = {m.demand.group.key for members in by_job.values() for m in members if m.demand.group is not None}
+        found: dict[str, list[tuple[dict[str, Any], PodDemand]]] = {key: [] for key in keys}
+        if not keys:
+            return found
+        recorded = {pods.uid(m.pod): m for members in by_job.values() for m in members}
+        namespaces = {key.split("/", 1)[0] for key in keys}
+        for pod in self.mirror.pods.values():
+            if (pod["metadata"].get("namespace") or "default") not in namespaces or not pods.ours(pod, self.names):
+                continue
+            member = recorded.get(pods.uid(pod))
+            if member is not None:
+                demand = member.demand
+            elif pods.node_of(pod) or pods.is_done(pod) or pods.gated(pod):
+                continue  # bound without a record kubecell believes: held where it runs, never a free member
+            else:
+                try:
+                    demand = pod_demand(pod, pod_groups=pod_groups)
+                except Exception:  # told when intake reads it; it is no member of the gang meanwhile
+                    continue
+            if demand.group is not None and demand.group.key in found:
+                found[demand.group.key].append((pod, demand))
+        for members in found.values():
+            members.sort(key=lambda item: pods.key(item[0]))
+        return found
+
+    def _read(self, pod: dict[str, Any], pod_groups: Mapping[tuple[str, str], Mapping[str, Any]]) -> Member | None:
+        bound = bool(pods.node_of(pod))
+        if not bound and (pods.is_done(pod) or pods.gated(pod)):
+            why = "the pod is being deleted" if pods.is_done(pod) else "the pod still has scheduling gates"
+            self._roll_back(pod, f"its allocation record is not carried out: {why}")
+            return None
+        if bound and not pods.holds(pod, release_terminating=self.intake.release_terminating):
+            return None
+        try:
+            record = pods.record_of(pod)
+        except RecordError as error:
+            self._distrust(pod, str(error))
+            return None
+        if record is None:
+            return None
+        try:
+            demand = pod_demand(pod, pod_groups=pod_groups)
+        except DemandError as error:
+            self._distrust(pod, f"allocation record {record.allocation_id} cannot be checked: {error}")
+            return None
+        problem = disagreement(pod, record, demand, default_vc=self.intake.default_vc)
+        if problem is not None:
+            self._distrust(pod, f"allocation record {record.allocation_id} {problem}")
+            return None
+        return Member(pod, record, demand)
+
+    def _distrust(self, pod: dict[str, Any], why: str) -> None:
+        """A record kubecell does not believe: a bound pod is held where it runs (by ``Intake``, as another
+        scheduler's pod), a pod not bound yet loses the record and is decided again."""
+        node = pods.node_of(pod)
+        if node:
+            self._warn(pod, f"{why}; kubecell does not use this record and counts the pod as another scheduler's "
+                            f"on {node} (its GPUs as whole GPUs) until it ends")
+        else:
+            self._roll_back(pod, f"{why}; the record was removed and the pod is scheduled again")
+
+    def _roll_back(self, pod: dict[str, Any], why: str) -> None:
+        try:
+            retry("roll back a record", lambda: self.actions.clear_record(pod))
+        except ApiError as error:
+            if error.unavailable:
+                raise
+            log.warning("record of %s not removed: %s", pods.key(pod), error)
+        self._warn(pod, why)
+
+    def _warn(self, pod: dict[str, Any], message: str) -> None:
+        """A Warning Event, once per pod and message across rebuilds."""
+        uid = pods.uid(pod)
+        if self.intake.record_warnings.get(uid) == message:
+            return
+        self.intake.record_warnings[uid] = message
+        log.warning("%s: %s", pods.key(pod), message)
+        self.actions.event(pod, "Warning", UNTRUSTED, message)
+
+    # ------------------------------------------------------------------ one recorded job
+    def _job(self, state: Tracking, name: str, members: list[Member]) -> None:
+        bound = [m for m in members if m.bound]
+        unbound = [m for m in members if not m.bound]
+        why_not = self._why_not_forward(state, members, unbound) if unbound else None
+        if why_not is not None:
+            for member in unbound:
+                self._roll_back(member.pod, f"allocation record {member.record.allocation_id} not carried out: "
+                                            f"{why_not}; the record was removed and the pod is scheduled again")
+            unbound = []
+        chosen = [*bound, *unbound]
+        if not chosen:
+            return
+        job = self._adopt(state, name, chosen)
+        if job is None and unbound:
+            for member in unbound:
+                self._roll_back(member.pod, f"allocation record {member.record.allocation_id} not carried out: "
+                                            "its capacity is no longer free; the record was removed and the pod is "
+                                            "scheduled again")
+            unbound = []
+            job = self._adopt(state, name, bound) if bound else None
+        if job is None:
+            return  # its bound pods are held where they run, as another scheduler's pods
+        if unbound:
+            refused = self._class_refused(state, job, unbound[0].record)
+            if refused is not None:
+                self._undo(state, name, unbound, refused)
+                return
+        self._finish(state, name, bound, unbound)
+
+    def _why_not_forward(self, state: Tracking, members: list[Member], unbound: list[Member]) -> str | None:
+        """Why the unbound members' records are not a decision kubecell would carry out now, or None."""
+        batch = max(m.record.batch for m in members)
+        if len(members) < batch:
+            return f"only {len(members)} of the decision's {batch} records exist"
+        engine = state.engine
+        vc = unbound[0].record.vc
+        if engine.tenants.get(vc) is None:
+            return f"virtual cluster {vc!r} does not exist"
+        for member in unbound:
+            node = member.record.node
+            view = state.views.get(node)
+            if view is None or view.node is None or node not in engine.book.index:
+                return f"node {node} is not one kubecell places on"
+            if view.excluded:
+                return f"node {node} is {view.excluded}"
+            try:
+                allowed, _ = self.intake.allowed_nodes(state, [member.pod])
+            except InvalidInputError as error:
+                return str(error)
+            if allowed is not None and node not in allowed:
+                return f"the pod's node constraints do not allow node {node}"
+            if member.demand.request.wants_gpu:
+                able, _ = isolation_nodes(state.views, member.demand.isolation)
+                if able is not None and node not in able:
+                    return f"node {node} cannot isolate by {member.demand.isolation}"
+        return None
+
+    def _adopt(self, state: Tracking, name: str, members: Sequence[Member]) -> Job | None:
+        """The job restored from ``members`` as recorded, or None (nothing changed) where it cannot be. A gang's
+        spec is made of all its pods that exist now (its headcount, for growth, is no more than that)."""
+        first = members[0]
+        group = first.demand.group
+        gang = self._gangs.get(group.key, []) if group is not None else []
+        if not any(pods.uid(pod) == pods.uid(first.pod) for pod, _ in gang):
+            gang = [(m.pod, m.demand) for m in members]
+        try:
+            nodes, _ = self.intake.allowed_nodes(state, [m.pod for m in members])
+        except InvalidInputError:
+            nodes = None  # it runs where its record says; a malformed constraint only stops new placements
+        minimum = group.minimum if group is not None else None
+        try:
+            spec, parts = gang_spec(name, gang, len(gang), minimum and min(minimum, len(gang)), first.record.vc,
+                                    min(pods.created(pod) for pod, _ in gang), nodes)
+        except InvalidInputError as error:
+            log.error("cannot restore %s: %s", name, error)
+            return None
+        indices = member_indices(spec, parts, members)
+        running = [RunningMember(indices[pods.uid(m.pod)], m.record.node, held_indices(state, m.record))
+                   for m in members]
+        started = min(m.record.created_at for m in members).timestamp()
+        try:
+            job = state.engine.restore(spec, running, JobClass(first.record.job_class), started_at=started)
+        except InvalidInputError as error:
+            log.error("cannot restore %s as recorded: %s", name, error)
+            return None
+        self._adopted[name] = ([pods.uid(pod) for pod, _ in gang], parts, indices, gang)
+        return job
+
+    def _class_refused(self, state: Tracking, job: Job, record: AllocationRecord) -> str | None:
+        """Why the engine would not have granted the class a rolled-forward record claims, or None."""
+        engine = state.engine
+        granted = job.job_class.value if job.job_class is not None else "?"
+        if granted != record.job_class:
+            return f"it claims class {record.job_class} but the engine grants {granted}"
+        vc = engine.tenants.get(job.vc)
+        if vc is None:
+            return f"virtual cluster {job.vc!r} does not exist"
+        usage = engine.usage.get(job.vc)
+        if job.job_class == JobClass.BORROWED and usage is not None and vc.borrow_limit_milli is not None \
+                and usage.borrowed_milli > vc.borrow_limit_milli:
+            return f"VC {vc.name} would borrow {usage.borrowed_milli / 1000:g} GPUs, beyond its limit"
+        if job.job_class == JobClass.GUARANTEED and engine.session.guarantee_room(vc) < 0:
+            return f"VC {vc.name}'s guarantee has no room for it"
+        return None
+
+    def _undo(self, state: Tracking, name: str, unbound: list[Member], why: str) -> None:
+        """A rolled-forward decision that is not one kubecell would make: nothing of it is carried out. Its
+        unbound records are removed; members already bound are held where they run."""
+        state.engine.cancel(name, 0.0)
+        self.intake.retire_name(name, unbound[0].demand.group is not None, [pods.uid(m.pod) for m in unbound])
+        for member in unbound:
+            self._roll_back(member.pod, f"allocation record {member.record.allocation_id} not carried out: {why}; "
+                                        "the record was removed and the pod is scheduled again")
+
+    def _finish(self, state: Tracking, name: str, bound: list[Member], unbound: list[Member]) -> None:
+        """Track the restored job, and bind the members whose records were all written before a crash."""
+        members = [*bound, *unbound]
+        group = members[0].demand.group
+        uids, parts, indices, gang = self._adopted[name]
+        isolation = members[0].demand.isolation
+        tracked = Tracked(name, group.key if group else None, uids,
+                          {indices[pods.uid(m.pod)]: pods.uid(m.pod) for m in members}, isolation=isolation,
+                          part_of=parts, isolation_of={pods.uid(p): d.isolation for p, d in gang
+                                                       if d.isolation != isolation})
+        state.track(tracked)
+        self.intake.note_generation(tracked)
+        for member in bound:
+            self.gate.note_bound(state, member.pod)
+            tracked.bound.add(pods.uid(member.pod))
+        for member in unbound:
+            try:
+                retry("bind", lambda m=member: self.actions.bind(m.pod, m.record.node))
+            except ApiError as error:
+                if error.unavailable:
+                    raise
+                if not (error.conflict and self.actions.bound_to(member.pod, member.record.node)):
+                    self._undo(state, name, [m for m in unbound if pods.uid(m.pod) not in tracked.bound],
+                               f"its Binding was refused ({error})")
+                    for uid in state.untrack(name):
+                        self.mirror.changed[uid] = None
+                    return
+            tracked.bound.add(pods.uid(member.pod))
+
+
+def member_indices(spec: JobSpec, parts: Mapping[str, int], members: Sequence[Member]) -> dict[str, int]:
+    """Each recorded pod's member index in ``spec``: its recorded index where that index is of the pod's own
+    member group and free, else the lowest free index of that group (a gang whose pods changed since it was
+    recorded: indices only pair the engine's members with pods, so renumbering loses nothing)."""
+    taken: set[int] = set()
+    chosen: dict[str, int] = {}
+    waiting = []
+    for member in sorted(members, key=lambda m: m.record.member):
+        uid = pods.uid(member.pod)
+        position = parts.get(uid, 0)
+        index = member.record.member
+        if index < spec.members and spec.group_position(index) == position and index not in taken:
+            chosen[uid] = index
+            taken.add(index)
+        else:
+            waiting.append((uid, position))
+    for uid, position in waiting:
+        start = spec.group_start(position)
+        count = spec.member_groups[position].count
+        index = next((i for i in range(start, start + count) if i not in taken), start + count)
+        chosen[uid] = index  # past the group only when more pods were recorded than it has: the restore refuses
+        taken.add(index)
+    return chosen
+
+
+def held_indices(state: Tracking, record: AllocationRecord) -> tuple[int, ...]:
+    """The node's GPU indices a record holds, found by UUID: a GPU's index can change under a running pod (MIG
+    instances recreated in another order, a board replaced), and its UUID is what the pod was given. A UUID
+    the node no longer reports keeps the recorded index (the pod still holds that capacity)."""
+    view = state.views.get(record.node)
+    where = {uuid: index for index, uuid in enumerate(view.uuids)} if view is not None else {}
+    found = tuple(where.get(gpu.uuid, gpu.index) for gpu in record.gpus)
+    if found != tuple(gpu.index for gpu in record.gpus):
+        log.info("%s: its GPUs are now at indices %s on %s (recorded %s)", record.allocation_id, found, record.node,
+                 [gpu.index for gpu in record.gpus])
+    return found

@@ -1,0 +1,148 @@
+"""The extender's wire format and its answers to bad requests (no API server needed: the verbs that
+reach the engine run on a scheduler loop driven by hand, over no cluster)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any, cast
+
+import pytest
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
+
+from kubecell.kube.rest import Kube
+from kubecell.scheduler.extender import protocol
+from kubecell.scheduler.extender.http import routes
+from kubecell.scheduler.extender.verbs import Extender
+from kubecell.scheduler.scheduler import Scheduler, SchedulerOptions
+
+
+def pod(name: str = "p", scheduler: str = "kubecell", limits: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
+            "spec": {"schedulerName": scheduler, "containers": [
+                {"name": "c", "resources": {"limits": limits if limits is not None else {"kubecell.io/gpu": "1"}}}]}}
+
+
+def test_keys_are_read_case_insensitively_and_written_exactly() -> None:
+    args = protocol.parse_args({"pod": pod(), "NODENAMES": ["a", "b"]})
+    assert args.by_name
+    assert args.node_names == ["a", "b"]
+    result = protocol.filter_result(args, ["a"], {"b": "full"})
+    assert set(result) == {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+    assert result["NodeNames"] == ["a"]
+    assert result["FailedNodes"] == {"b": "full"}
+
+
+def test_without_a_node_cache_the_passed_node_objects_come_back() -> None:
+    nodes = {"items": [{"metadata": {"name": "a"}, "status": {}}, {"metadata": {"name": "b"}}]}
+    args = protocol.parse_args(json.dumps({"Pod": pod(), "Nodes": nodes}))
+    assert not args.by_name
+    result = protocol.filter_result(args, ["b"], {})
+    assert result["NodeNames"] is None
+    assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["b"]
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (b"{not json", "not JSON"),
+    (b"[1, 2]", "expected a JSON object"),
+    (json.dumps({"NodeNames": ["a"]}), "no Pod"),
+    (json.dumps({"Pod": {"metadata": {"name": "x"}}, "NodeNames": []}), "metadata.uid"),
+    (json.dumps({"Pod": pod()}), "neither NodeNames nor Nodes"),
+    (json.dumps({"Pod": pod(), "NodeNames": "a"}), "list of strings"),
+    (json.dumps({"Pod": pod(), "Nodes": {"items": [{"spec": {}}]}}), "no metadata.name"),
+])
+def test_malformed_filter_requests_are_named(body: bytes | str, message: str) -> None:
+    with pytest.raises(protocol.ProtocolError, match=message):
+        protocol.parse_args(body)
+
+
+def test_binding_args_need_every_field() -> None:
+    args = protocol.parse_binding({"podname": "p", "PodNamespace": "ns", "PODUID": "u", "Node": "n"})
+    assert (args.pod_name, args.pod_namespace, args.pod_uid, args.node) == ("p", "ns", "u", "n")
+    with pytest.raises(protocol.ProtocolError, match="missing PodUID, Node"):
+        protocol.parse_binding({"PodName": "p", "PodNamespace": "ns"})
+
+
+def test_preemption_victims_by_uid_either_form() -> None:
+    meta = protocol.parse_preemption({"Pod": pod(), "NodeNameToMetaVictims": {"n": {"Pods": [{"uid": "v1"}]}}})
+    assert meta.victims == {"n": ["v1"]}
+    victims = {"n": {"Pods": [{"metadata": {"uid": "v2"}}]}}
+    full = protocol.parse_preemption({"Pod": pod(), "NodeNameToVictims": victims})
+    assert full.victims == {"n": ["v2"]}
+    assert protocol.preemption_result({}) == {"NodeNameToMetaVictims": {}}
+
+
+def test_priorities_stay_within_the_extender_range() -> None:
+    assert protocol.priorities({"a": 12, "b": -1, "c": 10}) == [
+        {"Host": "a", "Score": 10}, {"Host": "b", "Score": 0}, {"Host": "c", "Score": 10}]
+
+
+@pytest.fixture
+def loop() -> Iterator[Scheduler]:
+    """A scheduler over no cluster, its loop without watches: enough for the verbs' answers that need no
+    node."""
+    scheduler = Scheduler(cast(Kube, None), SchedulerOptions(extender=True))
+    thread = threading.Thread(target=scheduler.loop, daemon=True)
+    thread.start()
+    try:
+        assert scheduler.ready.wait(5)
+        yield scheduler
+    finally:
+        scheduler.shutdown()
+        thread.join(5)
+
+
+def client(scheduler: Scheduler, timeout: float = 4.0) -> TestClient:
+    return TestClient(Starlette(routes=routes(Extender(scheduler, timeout=timeout))))
+
+
+def test_http_answers_bad_input_with_400_and_the_reason(loop: Scheduler) -> None:
+    http = client(loop)
+    answer = http.post("/extender/filter", content=b"{}")
+    assert answer.status_code == 400
+    assert "no Pod" in answer.json()["Error"]
+    answer = http.post("/extender/bind", json={"PodName": "p"})
+    assert answer.status_code == 400
+    assert "missing" in answer.json()["Error"]
+
+
+def test_a_pod_of_another_scheduler_is_refused_for_good(loop: Scheduler) -> None:
+    answer = client(loop).post("/extender/filter", json={"Pod": pod(scheduler="default-scheduler"),
+                                                         "NodeNames": ["a", "b"]}).json()
+    assert answer["NodeNames"] == []
+    assert set(answer["FailedAndUnresolvableNodes"]) == {"a", "b"}
+    assert "--scheduler-names" in answer["FailedAndUnresolvableNodes"]["a"]
+
+
+def test_a_pod_that_asks_for_no_gpu_passes_untouched(loop: Scheduler) -> None:
+    answer = client(loop).post("/extender/filter", json={"Pod": pod(limits={"cpu": "1"}), "NodeNames": ["a"]}).json()
+    assert answer["NodeNames"] == ["a"]
+
+
+def test_without_an_engine_every_node_fails_with_the_reason(loop: Scheduler) -> None:
+    answer = client(loop).post("/extender/filter", json={"Pod": pod(), "NodeNames": ["a", "b"]}).json()
+    assert answer["NodeNames"] == []
+    assert "no engine" in answer["FailedNodes"]["a"]
+    bound = client(loop).post("/extender/bind", json={"PodName": "p", "PodNamespace": "ns", "PodUID": "uid-p",
+                                                      "Node": "a"}).json()
+    assert "holds no placement for ns/p" in bound["Error"]  # the filter's pod is known, nothing was decided
+    unknown = client(loop).post("/extender/bind", json={"PodName": "q", "PodNamespace": "ns", "PodUID": "uid-q",
+                                                        "Node": "a"}).json()
+    assert "does not know pod uid-q" in unknown["Error"]
+
+
+def test_a_replica_that_is_not_ready_answers_503() -> None:
+    scheduler = Scheduler(cast(Kube, None), SchedulerOptions(extender=True))
+    answer = client(scheduler).post("/extender/filter", json={"Pod": pod(), "NodeNames": ["a"]})
+    assert answer.status_code == 503
+    assert "not ready" in answer.json()["Error"]
+
+
+def test_a_loop_that_does_not_answer_in_time_gives_503_not_a_hang() -> None:
+    scheduler = Scheduler(cast(Kube, None), SchedulerOptions(extender=True))
+    scheduler.ready.set()  # ready, but no loop runs the call
+    answer = client(scheduler, timeout=0.2).post("/extender/filter", json={"Pod": pod(), "NodeNames": ["a"]})
+    assert answer.status_code == 503
+    assert "did not answer" in answer.json()["Error"]
