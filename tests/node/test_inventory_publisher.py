@@ -23,7 +23,7 @@ from kubecell.node.fake_nvml import FakeNvml, example_path
 from kubecell.node.inventory import InventoryPublisher, build_inventory
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.nodes import node_manifest
-from tests.cluster_fixtures import RunningScheduler, namespace, start_scheduler  # noqa: F401 - fixtures used here
+from tests.cluster_fixtures import RunningScheduler
 from tests.support import registered_node, wait_for
 
 pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed: .venv/bin/pip install -e '.[dev,node]'")
@@ -82,8 +82,8 @@ def gpu_memory(kube: Kube, node: str) -> tuple[str | None, str | None]:
 
 
 def test_an_xid_reaches_the_scheduler_which_stops_placing_on_that_gpu(
-        testbed: ControlPlaneState, kube: Kube, namespace: str, gpu_node: str,  # noqa: F811 - fixtures
-        start_scheduler: type[RunningScheduler]) -> None:  # noqa: F811
+        testbed: ControlPlaneState, kube: Kube, namespace: str, gpu_node: str,
+        start_scheduler: type[RunningScheduler]) -> None:
     backend = FakeNvml.from_file(example_path("a100-nvlink"))
     uuids = [d.uuid for d in backend.devices()]
     publisher = InventoryPublisher(kube, gpu_node, backend, interval=2.0)

@@ -133,11 +133,11 @@ def test_the_running_controller_manager_leaves_the_nodes_to_the_testbed(testbed:
     assert config["PodGCController"]["TerminatedPodGCThreshold"] >= 100_000
 
 
-def test_a_deployment_scaled_3_5_1_has_every_replica_bound_by_kubecell(
+def test_a_deployment_scaled_2_6_1_has_every_replica_bound_by_kubecell(
         kube: Kube, namespace: str, kubecell_scheduler: RunningScheduler) -> None:
-    create_deployment(kube, namespace, "web", 3)
-    for count in (3, 5, 1):
-        if count != 3:
+    create_deployment(kube, namespace, "web", 2)
+    for count in (2, 6, 1):
+        if count != 2:
             kube.patch(f"{deployments(namespace)}/web/scale", {"spec": {"replicas": count}})
         placed = wait_for(f"{count} replicas bound and ready", partial(replicas_bound, kube, namespace, "web", count),
                           STEP_TIMEOUT)
@@ -165,6 +165,38 @@ def test_a_job_runs_to_completion(kube: Kube, namespace: str, kubecell_scheduler
     assert len(finished) == 3
     assert all(pod["status"]["phase"] == "Succeeded" and pod["spec"].get("nodeName") for pod in finished)
     assert all(owners(pod) == [("Job", "train")] for pod in finished)
+
+
+def test_a_finished_job_asking_for_it_is_deleted_with_its_pods(
+        kube: Kube, namespace: str, kubecell_scheduler: RunningScheduler) -> None:
+    """``ttlSecondsAfterFinished``: the ttl-after-finished controller deletes the Job, the garbage collector
+    its pods."""
+    template = pod_template("brief", {ANNOTATION_DURATION: "1"})
+    template["spec"]["restartPolicy"] = "Never"
+    jobs = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+    kube.create(jobs, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "brief"},
+                       "spec": {"ttlSecondsAfterFinished": 0, "template": template}})
+    wait_for("the finished Job deleted", lambda: gone(kube, f"{jobs}/brief"), STEP_TIMEOUT)
+    wait_for("its pod collected", lambda: not pods(kube, namespace, "brief"), STEP_TIMEOUT)
+
+
+def test_a_statefulset_gets_its_ordered_replicas_bound_by_kubecell(
+        kube: Kube, namespace: str, kubecell_scheduler: RunningScheduler) -> None:
+    sets = f"/apis/apps/v1/namespaces/{namespace}/statefulsets"
+    kube.create(sets, {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+                       "spec": {"replicas": 3, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                                "template": pod_template("db")}})
+
+    def ready() -> list[dict[str, Any]] | None:
+        status = kube.get(f"{sets}/db").get("status") or {}
+        found = pods(kube, namespace, "db")
+        if status.get("readyReplicas") != 3 or len(found) != 3:
+            return None
+        return found if all(pod["spec"].get("nodeName") for pod in found) else None
+
+    placed = wait_for("3 ordered replicas bound and ready", ready, STEP_TIMEOUT)
+    assert sorted(pod["metadata"]["name"] for pod in placed) == ["db-0", "db-1", "db-2"]
+    assert all(owners(pod) == [("StatefulSet", "db")] for pod in placed)
 
 
 def test_deleting_a_deployment_collects_its_replicaset_and_pods(

@@ -50,23 +50,11 @@ from kubecell.testbed.process_kubelet import (
 )
 from kubecell.testbed.process_runtime import PidRegistry
 from kubecell.testbed.processes import alive
-from tests.cluster_fixtures import RunningScheduler, namespace, start_scheduler
+from tests.cluster_fixtures import RunningScheduler
 from tests.scheduler.deploy_support import kubectl
 from tests.support import registered_node, wait_for
-
-__all__ = ["namespace", "start_scheduler"]  # the Kubernetes tests' fixtures, used here
-
-TEST_NODE = "kubecell.io/test-node"
-WAIT = 60.0
-"""Seconds any one wait may take (a python start on a busy 2-core machine can take a second or two)."""
-
-
-def python(code: str) -> list[str]:
-    return [sys.executable, "-c", code]
-
-
-IMAGE = "ignored"
-"""The API requires an image; the process kubelet runs ``command`` on the host and ignores it."""
+from tests.testbed.process_support import IMAGE, TEST_NODE, WAIT, python
+from tests.testbed.process_support import process_node as process_node_of
 
 
 def pod_body(name: str, node: str, containers: list[dict[str, Any]], *, restart: str = "Never",
@@ -106,14 +94,9 @@ def gone(kube: Kube, namespace: str, name: str) -> bool:
 
 @pytest.fixture
 def process_node(testbed: ControlPlaneState, kube: Kube) -> Iterator[tuple[str, ProcessKubelet]]:
-    """A 2-GPU node of the test's own, served by a process kubelet of the test's own (quick back-off,
-    grace periods at most 10 s)."""
-    name = f"proc-{uuid.uuid4().hex[:6]}"
-    node = make_node(name, cpu_milli=32_000, memory_mib=131_072, gpu_count=2, gpu_model="A100",
-                     labels={TEST_NODE: name, RUNS_LABEL: RUNS_PROCESSES})
-    with registered_node(kube, node_manifest(node)), running_process_kubelet(
-            testbed, [name], backoff_initial=0.2, backoff_max=1.0, max_grace=10.0) as kubelet:
-        yield name, kubelet
+    """A 2-GPU node of the test's own, served by a process kubelet of the test's own."""
+    with process_node_of(testbed, kube, gpus=2) as served:
+        yield served
 
 
 def test_a_gpu_pod_placed_by_kubecell_runs_with_the_environment_its_record_gives(
