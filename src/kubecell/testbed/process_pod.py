@@ -62,12 +62,10 @@ from kubecell.testbed.process_env import (
     working_directory,
 )
 from kubecell.testbed.process_runtime import CONTAINER_ID_SCHEME, Container, Runtime, exit_code_of
+from kubecell.testbed.process_status import HOST_IP, POD_IP, pod_phase, refresh_conditions, status_body
 
 log = logging.getLogger("kubecell.testbed.process_kubelet")
 
-POD_IP = "127.0.0.1"
-"""Every pod's IP: the processes share the host's network (there is no network namespace)."""
-HOST_IP = "127.0.0.1"
 COMPONENT = "kubecell-process-kubelet"
 
 TICK = 0.1
@@ -481,54 +479,6 @@ class PodWorker:
                 log.warning("pod %s not deleted: %s", self.key, error)
 
     # ------------------------------------------------------------------ status
-    def _condition(self, kind: str, status: bool, reason: str = "", message: str = "") -> None:
-        value = "True" if status else "False"
-        old = self.conditions.get(kind)
-        stamp = old["lastTransitionTime"] if old is not None and old["status"] == value else rfc3339()
-        condition = {"type": kind, "status": value, "lastTransitionTime": stamp}
-        if reason:
-            condition["reason"] = reason
-        if message:
-            condition["message"] = message
-        self.conditions[kind] = condition
-
-    def _refresh_phase(self) -> None:
-        """Pending until the containers start (init containers included), Running from then on; the
-        terminal phases are set where the pod ends."""
-        if self.phase in ("Succeeded", "Failed"):
-            return
-        self.phase = "Running" if self.initialized and any(c.attempts for c in self.mains) else "Pending"
-
-    def _refresh_conditions(self) -> None:
-        terminal = self.phase in ("Succeeded", "Failed")
-        self._condition("PodReadyToStartContainers", not terminal)
-        pending = [c.name for c in self.inits if not (c.done and c.exit_code == 0) and not (
-            c.kind == "sidecar" and c.attempts)]
-        self._condition("Initialized", self.initialized or not pending, "" if self.initialized or not pending
-                        else "ContainersNotInitialized", "" if self.initialized or not pending
-                        else f"containers with incomplete status: [{' '.join(pending)}]")
-        unready = [c.name for c in (*self.mains, *(c for c in self.inits if c.kind == "sidecar")) if not c.running]
-        ready = not unready and not terminal
-        reason = "PodCompleted" if terminal else ("" if ready else "ContainersNotReady")
-        message = "" if ready or terminal else f"containers with unready status: [{' '.join(unready)}]"
-        self._condition("ContainersReady", ready, reason, message)
-        self._condition("Ready", ready, reason, message)
-
-    def _status(self) -> dict[str, Any]:
-        # ``$patch: replace``: the lists are merged by IP otherwise, and an address another kubelet wrote
-        # (the fake kubelet, before it let go of the node) would stay beside ours, which the API refuses.
-        status: dict[str, Any] = {
-            "phase": self.phase, "hostIP": HOST_IP, "hostIPs": [{"ip": HOST_IP}, {"$patch": "replace"}],
-            "podIP": POD_IP, "podIPs": [{"ip": POD_IP}, {"$patch": "replace"}], "startTime": self.start_time,
-            "conditions": list(self.conditions.values()), "containerStatuses": [c.status() for c in self.mains]}
-        if self.inits:
-            status["initContainerStatuses"] = [c.status() for c in self.inits]
-        if self.reason:
-            status["reason"] = self.reason
-        if self.message:
-            status["message"] = self.message
-        return status
-
     def _patch(self, *, force: bool = False) -> None:
         """Write the status (a strategic merge with the pod's UID as precondition); a failed write is tried
         again on a later tick, at most once a second."""
@@ -536,10 +486,12 @@ class PodWorker:
         if not force and now < self._patch_after:
             return
         self.dirty = False
-        self._refresh_phase()
-        self._refresh_conditions()
+        self.phase = pod_phase(self.phase, self.initialized, self.mains)
+        refresh_conditions(self.conditions, self.phase, self.initialized, self.inits, self.mains)
+        status = status_body(self.phase, self.start_time, self.conditions, self.inits, self.mains,
+                             reason=self.reason, message=self.message)
         try:
-            self.rt.kube.patch(f"{self.path}/status", {"metadata": {"uid": self.uid}, "status": self._status()},
+            self.rt.kube.patch(f"{self.path}/status", {"metadata": {"uid": self.uid}, "status": status},
                                kind="strategic")
         except ApiError as error:
             replaced = error.status == 422 and "metadata.uid" in error.api_message  # the UID precondition
