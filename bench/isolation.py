@@ -79,7 +79,7 @@ def main() -> None:
     if control is None:
         skip("nvidia-cuda-mps-control not found (MPS is part of the CUDA driver package)")
     try:
-        import torch  # type: ignore[import-not-found]
+        import torch  # type: ignore[import-not-found,unused-ignore]  # torch is an optional extra
     except ImportError:
         skip("PyTorch is not installed")
     if not torch.cuda.is_available():

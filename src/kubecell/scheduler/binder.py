@@ -17,7 +17,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, NamedTuple, Protocol
 
+from kubecell.core.engine.attempt import Shrink
 from kubecell.core.engine.job import Job, JobClass, JobPhase
+from kubecell.core.engine.job import member_index as member_index_of
 from kubecell.core.errors import KubecellError
 from kubecell.core.model import Allocation
 from kubecell.kube import pods
@@ -71,6 +73,11 @@ class DecisionSink(Protocol):
         """The binder gave job ``name`` back to the queue: whatever the sink kept of its decision is void."""
         ...
 
+    def released(self, name: str, uids: set[str]) -> None:
+        """A shrink released the members of job ``name`` that these pods were to hold: the sink drops them
+        from the decision it keeps (it must never bind them)."""
+        ...
+
 
 class Binder:
     """Writes what the engine decided, and tells the engine what could not be written."""
@@ -101,21 +108,48 @@ class Binder:
         tracked = state.tracked.get(job.name)
         if tracked is None:
             return set()
-        evicted = set()
-        for uid in tracked.members.values():
-            pod = self.mirror.pods.get(uid)
-            if pod is None:
-                continue
-            bound = bool(pods.node_of(pod))
-            if (bound and not pods.holds(pod, release_terminating=self.release_terminating)) or (
-                    not bound and pods.is_done(pod)):
-                continue  # ended, or leaving before it ever ran: nothing to wait for
-            if not pods.terminating(pod):
-                retry("evict", lambda pod=pod: self.actions.evict(pod, reason))
-            evicted.add(uid)  # a pod already terminating still holds its GPUs until it is gone
+        evicted = {uid for uid in tracked.members.values() if self._evict_pod(uid, reason)}
         tracked.members.clear()
         tracked.bound.clear()
         return evicted
+
+    def shrink(self, state: Tracking, cut: Shrink, reason: str) -> set[str]:
+        """Evict exactly the pods holding the members a shrink released, through the same Eviction path; the
+        rest of the gang's pods keep running with their records. The released pods never hold a member again
+        (``Tracked.released``; a Binding of one still waiting at its node gate is dropped by ``pump``, one kept
+        by the sink is dropped there), and the engine grows the job only into pods it still has
+        (``limit_growth``). Returns the uids evicted (its preemptor waits for them)."""
+        tracked = state.tracked.get(cut.job.name)
+        if tracked is None:
+            return set()
+        evicted, released = set(), set()
+        for name in cut.members:
+            uid = tracked.members.pop(member_index_of(name), None)
+            if uid is None:
+                continue
+            tracked.bound.discard(uid)
+            tracked.released.add(uid)
+            released.add(uid)
+            if self._evict_pod(uid, reason):
+                evicted.add(uid)
+        if self.sink is not None and released:
+            self.sink.released(cut.job.name, released)
+        if cut.job.phase in (JobPhase.RUNNING, JobPhase.RESERVED):
+            state.engine.limit_growth(cut.job.name, tracked.spare(cut.job.spec))
+        return evicted
+
+    def _evict_pod(self, uid: str, reason: str) -> bool:
+        """Evict one member's pod unless it holds nothing any more; whether a preemptor must wait for it."""
+        pod = self.mirror.pods.get(uid)
+        if pod is None:
+            return False
+        bound = bool(pods.node_of(pod))
+        if (bound and not pods.holds(pod, release_terminating=self.release_terminating)) or (
+                not bound and pods.is_done(pod)):
+            return False  # ended, or leaving before it ever ran: nothing to wait for
+        if not pods.terminating(pod):
+            retry("evict", lambda: self.actions.evict(pod, reason))
+        return True  # a pod already terminating still holds its GPUs until it is gone
 
     def start(self, state: Tracking, jobs: Sequence[Job], victims: set[str]) -> bool:
         """Record and bind every member the jobs newly hold (a preemptor waits for its victims first), or

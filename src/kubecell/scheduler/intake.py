@@ -22,7 +22,15 @@ from kubecell.kube.actions import Actions, retry
 from kubecell.kube.dialects import DemandError, PodDemand, pod_demand
 from kubecell.kube.inventory import NodeView
 from kubecell.scheduler.cluster import Mirror
-from kubecell.scheduler.jobs import Tracked, gang_disagreement, gang_ready, gang_spec, job_name, job_spec
+from kubecell.scheduler.jobs import (
+    Tracked,
+    gang_disagreement,
+    gang_ready,
+    gang_spec,
+    groups_for,
+    job_name,
+    job_spec,
+)
 from kubecell.scheduler.tracking import Tracking
 
 log = logging.getLogger("kubecell.scheduler")
@@ -159,6 +167,10 @@ class Intake:
         engine, tracked = state.engine, state.tracked[name]
         job = engine.jobs[name]
         if job.phase in (JobPhase.RUNNING, JobPhase.RESERVED):
+            for uid in [uid for uid in tracked.released if uid not in self.mirror.pods]:  # gone for good
+                tracked.released.discard(uid)
+                tracked.pod_uids.remove(uid)
+                state.pod_job.pop(uid, None)
             if any(self._holding(uid) for uid in tracked.members.values()):
                 return False
             engine.finish(name, now)
@@ -238,6 +250,8 @@ class Intake:
                 continue
             if demand.group is None:
                 dirty |= self._submit(state, [(pod, demand)], 1, None)
+            elif self._join_shrunk(state, pod, demand):
+                dirty = True
             else:
                 state.gathering.setdefault(demand.group.key, {})[uid] = (pod, demand)
                 state.gathered_in[uid] = demand.group.key
@@ -267,6 +281,32 @@ class Intake:
         for pod, _ in members:
             state.ungather(pods.uid(pod))
         return self._submit(state, members, *ready)
+
+    def _join_shrunk(self, state: Tracking, pod: dict[str, Any], demand: PodDemand) -> bool:
+        """A new pod of a gang whose job runs shrunk (a controller replacing the pods a shrink evicted) joins
+        that job as a pod growth may bind, when it asks what one of its member groups asks, in the job's VC,
+        and that group has fewer pods than its count (only a shrink takes pods from a running job: its
+        released pods leave ``Tracked.pod_uids`` once gone); the engine may then grow the job into it."""
+        assert demand.group is not None
+        for name in sorted(state.by_group.get(demand.group.key, ())):
+            job, tracked = state.engine.jobs[name], state.tracked[name]
+            if job.phase not in (JobPhase.RUNNING, JobPhase.RESERVED) or (demand.vc or self.default_vc) != job.vc:
+                continue
+            spec = job.spec
+            room = [p for p in groups_for(spec, demand) if tracked.live_pods(p) < spec.member_groups[p].count]
+            if not room:
+                continue
+            uid = pods.uid(pod)
+            tracked.pod_uids.append(uid)
+            state.pod_job[uid] = name
+            if tracked.part_of:
+                tracked.part_of[uid] = room[0]
+            if demand.isolation != tracked.isolation:
+                tracked.isolation_of[uid] = demand.isolation
+            state.engine.limit_growth(name, tracked.spare(spec))
+            log.info("%s joins %s in place of a pod its shrink released", pods.key(pod), name)
+            return True
+        return False
 
     def _formed(self, state: Tracking, key: str) -> list[tuple[dict[str, Any], PodDemand]]:
         """One pod of the job already formed under gang ``key`` (waiting or running), read again: a pod that

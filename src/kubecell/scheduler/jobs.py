@@ -36,14 +36,39 @@ class Tracked:
     of that group goes only to one of its pods (empty for a homogeneous job, whose pods are interchangeable)."""
     isolation_of: dict[str, Isolation] = field(default_factory=dict)
     """Pod uid -> its own isolation where a heterogeneous gang's pods differ (else ``isolation``)."""
+    released: set[str] = field(default_factory=set)
+    """Pods whose members a shrink released (evicted, terminating or gone): they never hold a member again, so
+    growth binds the job's other free pods (or pods that joined to replace them, ``Intake``)."""
 
     def free_pods(self) -> list[str]:
-        """Pods of the job that hold no member yet, in a stable order."""
+        """Pods of the job that hold no member yet and may take one, in a stable order."""
         holding = set(self.members.values())
-        return [uid for uid in self.pod_uids if uid not in holding]
+        return [uid for uid in self.pod_uids if uid not in holding and uid not in self.released]
+
+    def spare(self, spec: JobSpec) -> tuple[int, ...]:
+        """Free pods per member group of ``spec``: the most members of each group growth can still bind."""
+        counts = [0] * len(spec.member_groups)
+        for uid in self.free_pods():
+            counts[self.part_of.get(uid, 0)] += 1
+        return tuple(counts)
+
+    def live_pods(self, position: int | None = None) -> int:
+        """Pods of the job not released by a shrink (of the member group at ``position``, when given)."""
+        return sum(1 for uid in self.pod_uids if uid not in self.released
+                   and (position is None or self.part_of.get(uid, 0) == position))
 
     def isolation_for(self, uid: str) -> Isolation:
         return self.isolation_of.get(uid, self.isolation)
+
+
+def groups_for(spec: JobSpec, demand: PodDemand) -> list[int]:
+    """The member groups of ``spec`` whose members ask exactly what ``demand`` asks (a pod that could hold one
+    of their members), in group order."""
+    r = demand.request
+    ask = (r.cpu_milli, r.memory_mib, r.gpu_count, r.gpu_milli, r.gpu_memory_mib, r.gpu_models)
+    return [position for position, group in enumerate(spec.member_groups)
+            if (group.member.cpu_milli, group.member.memory_mib, group.member.gpu_count, group.member.gpu_milli,
+                group.member.gpu_memory_mib, group.member.gpu_models) == ask]
 
 
 def job_name(demand: PodDemand, pod: Mapping[str, Any], generation: int) -> str:

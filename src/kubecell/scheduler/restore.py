@@ -8,6 +8,10 @@ only as trustworthy as whoever could write it. So a record counts only once it d
   not (unreadable, copied, edited, or naming another node than ``spec.nodeName``) is held on the node it
   really runs on as another scheduler's pod is held (whole GPUs, never less than it could use), and told so
   in a Warning Event;
+* a bound pod that is **terminating** (evicted by a shrink or a preemption, or deleted) is no member of its
+  job any more: a shrunk gang is restored with the pods it runs on (its headcount the pods that exist, as
+  for any gang whose pods changed), and the leaving pod is held where it runs, as another scheduler's
+  pod, until it is gone;
 * a record on a pod **not bound yet** is a decision some earlier instance made and did not finish (a gang's
   records are all written before its first Binding). It is carried out (rolled forward) only if it is still
   a decision kubecell would make: every record of the gang exists (``batch``), the node exists, is open and
@@ -138,8 +142,9 @@ class Restorer:
             why = "the pod is being deleted" if pods.is_done(pod) else "the pod still has scheduling gates"
             self._roll_back(pod, f"its allocation record is not carried out: {why}")
             return None
-        if bound and not pods.holds(pod, release_terminating=self.intake.release_terminating):
-            return None
+        if bound and (pods.terminating(pod)
+                      or not pods.holds(pod, release_terminating=self.intake.release_terminating)):
+            return None  # leaving (evicted by a shrink or preemption): no member of its job; held while it holds
         try:
             record = pods.record_of(pod)
         except RecordError as error:

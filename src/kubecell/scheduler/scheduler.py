@@ -421,6 +421,8 @@ class Scheduler:
         result = engine.schedule(now)
         decided = time.perf_counter()
         victims: set[str] = set()
+        for cut in result.shrunk:  # first: a job shrunk and then evicted in one cycle loses the rest after
+            victims |= self.binder.shrink(state, cut, f"shrunk by kubecell: {cut.reason}")
         for job in result.evicted:
             victims |= self.binder.evict(state, job, f"preempted by kubecell: {job.wait_reason}")
         for job in result.downgraded:

@@ -201,11 +201,13 @@ def workload(draw: st.DrawFn) -> list[tuple[str, int, int, int, int]]:
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(["kubecell", "hived", "quota"]), workload())
-def test_random_workloads_keep_every_gang_whole(policy: str, ops: list[tuple[str, int, int, int, int]]) -> None:
+@given(st.sampled_from(["kubecell", "hived", "quota"]), workload(), st.sampled_from([0.0, 300.0]))
+def test_random_workloads_keep_every_gang_whole(policy: str, ops: list[tuple[str, int, int, int, int]],
+                                                interval: float) -> None:
     eng = engine(make_nodes(4, gpus=4, racks_of=2), {"a": {"gpus": 8}, "b": {"gpus": 4}, "c": {"gpus": 4}},
-                 policy)
+                 policy, resize_min_interval_seconds=interval)
     names = ["a", "b", "c"]
+    resized: dict[str, float] = {}  # job -> when its current run last grew or shrank
     now = 0.0
     for index, (op, vc, gpus, members, extra) in enumerate(ops):
         now += 1.0
@@ -228,6 +230,22 @@ def test_random_workloads_keep_every_gang_whole(policy: str, ops: list[tuple[str
             else:  # the quota policy may start a job and reclaim it later in the same cycle
                 assert job in result.evicted
                 assert job.phase == JobPhase.PENDING
+        for job in result.started:
+            resized.pop(job.name, None)
+        for job in result.grown:  # growth waits out the interval after any resize of the run
+            assert now >= resized.get(job.name, -interval) + interval, eng.explain(job.name)
+            resized[job.name] = now
+        for cut in result.shrunk:  # a shrink keeps the job running, never below its minimum
+            job = cut.job
+            assert cut.members
+            assert not set(cut.members) & set(job.running_members)
+            if job not in result.evicted:
+                assert job.phase in (JobPhase.RUNNING, JobPhase.RESERVED)
+                assert job.spec.minimum <= job.size < job.spec.members
+                assert "shrunk" in eng.explain(job.name)
+            resized[job.name] = now
+        for job in result.evicted:
+            resized.pop(job.name, None)
         check_engine(eng)
         for job in eng.pending.values():  # every waiting job says why, newcomers and requeued ones too
             assert job.wait_reason not in GENERIC_REASONS, eng.explain(job.name)

@@ -197,7 +197,7 @@ def test_a_launcher_that_fits_does_not_start_without_its_workers() -> None:
 
 # ============================================================================ per-group minimums, growth
 def test_a_threshold_gang_starts_with_every_group_minimum_and_grows_in_fill_order() -> None:
-    eng = hetero_engine({"a": {"gpus": 32}}, gpu_nodes=4)
+    eng = hetero_engine({"a": {"gpus": 32}}, gpu_nodes=4, resize_min_interval_seconds=0)  # grows at t=2 and 3
     for i in range(2):
         eng.submit(whole(f"blocker{i}", "a", 8), 0)
     eng.schedule(0)

@@ -99,9 +99,12 @@ other_step = st.tuples(st.sampled_from(["schedule", "finish", "fail", "heal"]), 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(st.one_of(submit_step, other_step), min_size=1, max_size=25),
-       policy=st.sampled_from(["kubecell", "quota", "hived"]))
-def test_random_heterogeneous_workloads_keep_every_invariant(steps: list[tuple[Any, ...]], policy: str) -> None:
-    eng = engine(cluster(4, 2, racks_of=2), {"a": {"gpus": 16}, "b": {"gpus": 8}}, policy)
+       policy=st.sampled_from(["kubecell", "quota", "hived"]), interval=st.sampled_from([0.0, 300.0]))
+def test_random_heterogeneous_workloads_keep_every_invariant(steps: list[tuple[Any, ...]], policy: str,
+                                                             interval: float) -> None:
+    """Every group's minimum holds whatever happens: starts, growth, shrinks (no resize interval, or one)."""
+    eng = engine(cluster(4, 2, racks_of=2), {"a": {"gpus": 16}, "b": {"gpus": 8}}, policy,
+                 resize_min_interval_seconds=interval)
     now = 0.0
     for number, step in enumerate(steps):
         now += 1

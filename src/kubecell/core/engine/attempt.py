@@ -26,15 +26,28 @@ class Outcome(Enum):
     REJECTED = "rejected"
 
 
+@dataclass(frozen=True, slots=True)
+class Shrink:
+    """Members a running elastic job gave up (it runs on with the rest): what the driver stops."""
+
+    job: Job
+    members: tuple[str, ...]
+    """The allocation names (``<job>/<index>``) released, newest first."""
+    reason: str
+
+
 @dataclass(slots=True)
 class CycleResult:
-    """What one cycle did; the driver binds ``started``, deletes ``evicted`` and resizes ``grown``."""
+    """What one cycle did; the driver binds ``started``, deletes ``evicted``, stops exactly the members of
+    ``shrunk`` (the rest of each job runs on) and binds the new members of ``grown``. A job may appear in
+    ``shrunk`` and later in ``evicted`` of the same cycle: drivers act on ``shrunk`` first."""
 
     started: list[Job] = field(default_factory=list)
     evicted: list[Job] = field(default_factory=list)
     downgraded: list[Job] = field(default_factory=list)
     grown: list[Job] = field(default_factory=list)
     rejected: list[Job] = field(default_factory=list)
+    shrunk: list[Shrink] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -49,6 +62,8 @@ class Attempt:
     """Lower-priority jobs of its own VC, downgraded for it, that it may evict if it needs their GPUs."""
     protected_until: float | None = None
     """The earliest time a victim it could not evict (minimum runtime) becomes evictable."""
+    shrunk: list[Job] = field(default_factory=list)
+    """Jobs that gave up members for it: like victims, it starts RESERVED until the driver confirms."""
     reason: str = ""
 
     def protected(self, until: float) -> None:

@@ -14,10 +14,15 @@ reload) and ``schedule(now)`` runs one cycle:
    jobs waited, the waiting classes get another round;
 5. a class that still waits records why, and a starving job reserves nodes (``reservations``).
 
+A preemptor shrinks elastic jobs (members above their minimums) before it evicts any whole job
+(``shrink``), and a job is resized at most once per ``resize_min_interval_seconds`` (a guarantee may
+always shrink it).
+
 Every placement goes through the placement framework with the configured policy (``placement``), so the
 packing experiment, the dynamic simulator and the Kubernetes scheduler make the same decision for the
-same state. The driver binds what a cycle started (``CycleResult``) and reports back: ``confirm`` when a
-RESERVED job's pods are bound, ``bind_failed`` when they could not be.
+same state. The driver binds what a cycle started (``CycleResult``), stops the members it shrank, and
+reports back: ``confirm`` when a RESERVED job's pods are bound, ``bind_failed`` when they could not be,
+``limit_growth`` when it has fewer pods than a job's headcount to grow into.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from kubecell.core.book import AllocationBook, BoolArray, IntArray
 from kubecell.core.engine.admission import charge
 from kubecell.core.engine.attempt import Attempt, CycleResult, Outcome
 from kubecell.core.engine.bindings import adopt_cells, release_idle_cells
-from kubecell.core.engine.explain import status
+from kubecell.core.engine.explain import resize_text, status
 from kubecell.core.engine.growth import grow
 from kubecell.core.engine.invariants import check_invariants
 from kubecell.core.engine.job import Job, JobClass, JobPhase, JobSpec
@@ -150,6 +155,22 @@ class Engine:
             self.session.stop(job)
             self.session.requeue(job, now, f"binding failed: {reason}; waiting again", keep_age=True)
         return job
+
+    def limit_growth(self, name: str, spare: Sequence[int] | None) -> None:
+        """The driver can bind at most ``spare[g]`` more members of the job's group ``g`` (the pods it has
+        for them; a homogeneous job has one group): growth adds no more, and counts them down as it adds.
+        None lifts the limit. A running job only; its next run starts without one."""
+        job = self._job(name)
+        if spare is None:
+            job.spare = None
+            return
+        groups = len(job.spec.member_groups)
+        values = tuple(spare)
+        if len(values) != groups or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in values):
+            raise InvalidInputError(f"spare members {list(values)}", location=f"job {name!r}", field="spare",
+                                    accepted=f"{groups} non-negative integer(s), one per member group")
+        if job.phase in (JobPhase.RUNNING, JobPhase.RESERVED):
+            job.spare = values
 
     def set_node_health(self, node_name: str, healthy: bool, now: float) -> list[Job]:
         """Mark a node healthy or not. Jobs with members on a failed node are stopped (hardware, not the
@@ -333,10 +354,12 @@ class Engine:
         return self.session.queue.next_wake
 
     def explain(self, name: str) -> str:
+        """Why a job waits, or how it runs: its class, and every resize of its current run with the reason
+        ("shrunk 8 -> 5 members at t=60: reclaimed for guaranteed job j7 (VC a)")."""
         job = self.session.jobs.get(name)
         if job is None:
             return f"no job named {name!r}"
-        return f"{job.name}: {job.phase.value}: {job.wait_reason}"
+        return f"{job.name}: {job.phase.value}: {job.wait_reason}{resize_text(self.session, job)}"
 
     def status(self) -> dict[str, dict[str, float]]:
         """Per VC: guaranteed, doomed, and used GPUs by class, and bound cells."""

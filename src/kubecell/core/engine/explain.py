@@ -25,7 +25,7 @@ from kubecell.core.book import AllocationBook, BoolArray, IntArray
 from kubecell.core.engine.attempt import Attempt
 from kubecell.core.engine.capacity import BIG, group_ids
 from kubecell.core.engine.hetero import by_group
-from kubecell.core.engine.job import shape_text
+from kubecell.core.engine.job import Job, shape_text
 from kubecell.core.engine.regions import Region
 from kubecell.core.engine.session import Session
 from kubecell.core.model import MILLI_PER_GPU, Request, TopologyLevel
@@ -202,6 +202,18 @@ def _gang_reason(session: Session, attempt: Attempt, region: Region | None, wher
             together += (f": {spec.member_groups[stuck].title(stuck)} does not fit beside the others "
                          "(placed hardest first)")
     return f"needs {what} {where}{blocked}; {together}" + ("; " + "; ".join(other) if other else "")
+
+
+def resize_text(session: Session, job: Job) -> str:
+    """``; shrunk 8 -> 5 members at t=60: ...; grows again no earlier than t=360``: every resize of the
+    job's current run, and when the resize interval holds its growth back (empty when neither applies)."""
+    parts = list(job.resizes)
+    interval = session.options.resize_min_interval_seconds
+    if (job.name in session.growable and job.resized_at is not None and job.size < job.spec.members
+            and interval > 0):
+        parts.append(f"grows again no earlier than t={job.resized_at + interval:g} "
+                     f"(resize_min_interval_seconds {interval:g})")
+    return "".join(f"; {part}" for part in parts)
 
 
 def status(session: Session) -> dict[str, dict[str, float]]:

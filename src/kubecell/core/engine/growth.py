@@ -7,6 +7,11 @@ for a starving job it must leave alone; members stay within the gang's node, rac
 nodes the job may use (``JobSpec.nodes``). A gang adds the members it is missing in its fill order
 (``JobSpec.fill_order``: every group's minimum first, then group by group), whichever group they belong
 to, each charged its own group's GPU units; a restored gang below its minimums refills them first.
+
+A gang grows at most once per ``resize_min_interval_seconds`` after it last grew or shrank (its start is
+no resize), and never in the cycle that shrank it; a gang the interval holds back is woken up when it
+ends. Growth adds no more members than the driver said it can bind (``Job.spare``: pods it has for them).
+Every growth records why (``Job.resizes``, shown by ``Engine.explain``).
 """
 
 from __future__ import annotations
@@ -15,20 +20,32 @@ import numpy as np
 
 from kubecell.core.engine.attempt import Attempt, CycleResult
 from kubecell.core.engine.bindings import bind_for_growth
-from kubecell.core.engine.job import Job, JobClass, JobPhase
+from kubecell.core.engine.job import Job, JobClass, JobPhase, member_index
 from kubecell.core.engine.regions import Region
 from kubecell.core.engine.scavenge import borrow_room, borrowable_members
 from kubecell.core.engine.session import Session
+from kubecell.core.engine.shrink import may_resize
 from kubecell.core.model import TopologyLevel
 
 
 def grow(session: Session, now: float, result: CycleResult) -> None:
+    interval = session.options.resize_min_interval_seconds
+    shrunk = {cut.job.name for cut in result.shrunk}
     for name in sorted(session.growable):
         job = session.jobs[name]
         if job.size >= job.spec.members:
             session.growable.discard(name)
             continue
-        if job.phase == JobPhase.RUNNING and _grow_one(session, job, Attempt(job, now, result, job.job_class)):
+        if job.phase != JobPhase.RUNNING or name in shrunk:
+            continue  # the members a shrink released this cycle are not taken back in it
+        if not may_resize(job, now, interval):
+            assert job.resized_at is not None
+            session.queue.wake_later(job, job.resized_at + interval)
+            continue
+        before = job.size
+        if _grow_one(session, job, Attempt(job, now, result, job.job_class)):
+            klass = job.job_class.value if job.job_class is not None else "?"
+            job.resized(now, f"grown {before} -> {job.size} members at t={now:g} ({klass})")
             result.grown.append(job)
             if job.size >= job.spec.members:
                 session.growable.discard(name)
@@ -66,10 +83,24 @@ def _extra(session: Session, job: Job, missing: list[int]) -> int:
     return len(missing)
 
 
+def _bindable(job: Job, missing: list[int]) -> list[int]:
+    """The missing members (fill order kept) the driver can bind: at most ``Job.spare`` of each group."""
+    if job.spare is None:
+        return missing
+    left = list(job.spare)
+    kept = []
+    for index in missing:
+        position = job.spec.group_position(index)
+        if left[position] > 0:
+            left[position] -= 1
+            kept.append(index)
+    return kept
+
+
 def _grow_one(session: Session, job: Job, attempt: Attempt) -> bool:
     spec = job.spec
     vc = session.tenants.get(job.vc)
-    missing = job.missing_members()
+    missing = _bindable(job, job.missing_members())
     extra = _extra(session, job, missing)
     if extra <= 0:
         return False
@@ -109,6 +140,9 @@ def _grow_one(session: Session, job: Job, attempt: Attempt) -> bool:
     session.ledger.remove(job)
     job.running_members.extend(a.name for a in allocations)
     session.ledger.add(job)
+    if job.spare is not None:
+        added = spec.counts_of(member_index(a.name) for a in allocations)
+        job.spare = tuple(s - a for s, a in zip(job.spare, added, strict=True))
     if job.short_of_minimum and job.meets_minimums():
         job.short_of_minimum = False
     return True

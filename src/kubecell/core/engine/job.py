@@ -46,6 +46,8 @@ __all__ = ["OPPORTUNISTIC_PRIORITY", "Job", "JobClass", "JobPhase", "JobSpec", "
            "shape_text"]
 
 OPPORTUNISTIC_PRIORITY = -1
+RESIZES_KEPT = 4
+"""Resize reasons a running job keeps for ``explain`` (the oldest go first)."""
 
 
 class JobClass(Enum):
@@ -354,6 +356,13 @@ class Job:
     """The placement policy's score of the node its first new member went to when it last started or
     grew (None where no score was computed: one candidate node, a random policy, a restored job). For
     people watching the scheduler; no rule reads it."""
+    resized_at: float | None = None
+    """When its current run last grew or shrank (``EngineOptions.resize_min_interval_seconds`` counts from it)."""
+    resizes: list[str] = field(default_factory=list)
+    """Why its current run grew or shrank, oldest first (the last ``RESIZES_KEPT``; ``Engine.explain`` shows them)."""
+    spare: tuple[int, ...] | None = None
+    """Members of each group the driver can still bind (pods it has for them), where it said so
+    (``Engine.limit_growth``): growth adds no more. None: its whole headcount."""
     node_mask: BoolArray | None = field(default=None, repr=False, compare=False)
     """``spec.nodes`` as a read-only mask over the book's nodes, made on first use (``Session.allowed_nodes``)."""
 
@@ -448,3 +457,9 @@ class Job:
 
     def meets_minimums(self) -> bool:
         return self.spec.meets_minimums(self.running_counts())
+
+    def resized(self, now: float, reason: str) -> None:
+        """It grew or shrank at ``now``: the interval counts from here and ``explain`` says why."""
+        self.resized_at = now
+        self.resizes.append(reason)
+        del self.resizes[:-RESIZES_KEPT]

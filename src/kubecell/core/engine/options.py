@@ -9,6 +9,9 @@
 * ``kubecell``: HiveD's cells plus fair borrowing of idle capacity (weighted dominant share), topology-aware
   reclaim that evicts whole gangs chosen by simulation, lazy preemption, reservations for preemptors,
   a minimum-runtime guard, a preemption cap per job and reservation-based backfill against starvation.
+
+Every preset shrinks elastic jobs (members above a threshold gang's minimum) before it preempts a whole job
+(``shrink``), and resizes a job at most once per ``resize_min_interval_seconds``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,10 @@ class EngineOptions:
     """Guarantees are restored at once by default; priority preemption honours each VC's minRuntime."""
     reservation_timeout_seconds: float = 600.0
     victim_search_regions: int = 8
+    resize_min_interval_seconds: float = 300.0
+    """A running elastic job is neither grown nor shrunk more often than this (no thrash); shrinking it for
+    another VC's guarantee is always allowed (a guarantee prevails), growth waits and is retried when the
+    interval ends. 0: resize whenever capacity allows."""
 
     def with_(self, **changes: object) -> EngineOptions:
         return replace(self, **changes)  # type: ignore[arg-type]

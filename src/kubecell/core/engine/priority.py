@@ -8,6 +8,12 @@ HiveD's default). Jobs inside the VC's ``minRuntimeMinutes`` are protected (the 
 when and the engine wakes up then); a job preempted ``max_preemptions`` times is not chosen again.
 Priority never crosses VCs: another tenant's guarantee is not a lower priority's to take.
 
+Before any job is downgraded, the eligible jobs that are elastic give up members above their minimums
+(``shrink``; newest members first, jobs in the order above, each only once its resize interval has
+passed) when that alone frees the guarantee room and lets the preemptor fit in the VC's cells, simulated
+on the book. Otherwise whole jobs are downgraded as before, and the reclaim that follows still shrinks a
+downgraded elastic job instead of evicting it where that is enough.
+
 A preemptor restricted to some nodes (``JobSpec.nodes``) downgrades the victims on those nodes first:
 only their GPUs can become its own. Victims elsewhere are chosen only when those do not free enough of
 the guarantee, because guarantee room is fungible (downgrading them lets it bind a free cell on its
@@ -20,7 +26,9 @@ from kubecell.core.engine.attempt import Attempt
 from kubecell.core.engine.bindings import adopt_cells, release_idle_cells
 from kubecell.core.engine.guaranteed import start_guaranteed
 from kubecell.core.engine.job import Job, JobClass, JobPhase
+from kubecell.core.engine.regions import Region
 from kubecell.core.engine.session import Session
+from kubecell.core.engine.shrink import Released, may_resize, select_shrinks, shrinkable
 from kubecell.core.tenancy.config import VirtualCluster
 
 
@@ -51,6 +59,8 @@ def preempt_lower_priority(session: Session, attempt: Attempt, vc: VirtualCluste
     allowed = session.allowed_nodes(job)
     if allowed is not None:  # stable: the victims on its nodes first, each group in the order above
         eligible.sort(key=lambda j: session.members_on(j, allowed) == 0)
+    if _shrink_first(session, attempt, vc, eligible, need):
+        return True
     chosen: list[Job] = []
     for victim in eligible:
         if need <= 0:
@@ -80,6 +90,40 @@ def preempt_lower_priority(session: Session, attempt: Attempt, vc: VirtualCluste
         return False
     _settle_victims(session, attempt, vc, chosen)
     return True
+
+
+def _shrink_first(session: Session, attempt: Attempt, vc: VirtualCluster, eligible: list[Job], need: int) -> bool:
+    """Start the job by shrinking eligible elastic jobs only, if their members above the minimums free
+    ``need`` GPU units of the guarantee and the room the job then fits in (simulated on the book)."""
+    job = attempt.job
+    spec = job.spec
+    interval = session.options.resize_min_interval_seconds
+    members = {victim.name: shrinkable(victim) if may_resize(victim, attempt.now, interval) else []
+               for victim in eligible}
+    if not any(members.values()):
+        return False
+    attempt.job_class = JobClass.GUARANTEED
+    regions = session.regions.guaranteed(vc, spec, spec.minimum, session.allowed_nodes(job))
+
+    def fits_in(region: Region) -> bool:
+        if region.binds:
+            if not session.regions.can_bind_all(vc.name, region.binds):
+                return False
+            session.regions.materialise(region, vc, spec)
+        return session.fits(attempt, region, spec.minimum, spec.minimum)
+
+    def fits(released: Released) -> bool:
+        return sum(victim.charge_of(name) for victim, name in released) >= need and any(map(fits_in, regions))
+
+    plan = select_shrinks(session.book, fits, eligible, lambda victim: members[victim.name], attempt.now)
+    if plan is None:
+        return False
+    for victim, names in plan.shrunk:
+        session.shrink(victim, names, attempt, f"preempted by higher-priority {job.name} (VC {vc.name})")
+    if start_guaranteed(session, attempt, vc, session.guarantee_room(vc, job)):
+        return True
+    attempt.reason = "waiting for capacity freed by shrinking"  # pragma: no cover - the simulation said it fits
+    return False  # pragma: no cover
 
 
 def _settle_victims(session: Session, attempt: Attempt, vc: VirtualCluster, chosen: list[Job]) -> None:

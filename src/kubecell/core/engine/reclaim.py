@@ -7,15 +7,18 @@ borrowed work, whatever that work's preemption count: the preemption cap keeps a
 again, it never makes borrowed work untouchable (a job a reload turned into borrowed work would
 otherwise block another VC's guarantee for good).
 
-Topology-aware reclaim chooses whole gangs by simulating the preemptor's placement in each candidate
+Topology-aware reclaim first shrinks elastic jobs (members above their minimums, ``shrink``), and only
+when that is not enough chooses whole gangs, by simulating the preemptor's placement in each candidate
 region on a snapshot of the book (``preemption.select_victims``); the preemptor is placed in the same
-transaction, so the freed capacity is its own. A search that found nothing is not repeated until its
-outcome can change: the VC's cells or its guaranteed use change, a reservation is made or dropped
-(retry at once), or a protected victim becomes evictable (a wake-up then); a ten-minute back-off is the
-safety net. Evictable work coming or going cannot change it: free plus evictable capacity stays the same.
+transaction, so the freed capacity is its own. Any plan that only shrinks beats any plan that evicts.
+A search that found nothing is not repeated until its outcome can change: the VC's cells or its
+guaranteed use change, a reservation is made or dropped (retry at once), or a protected victim becomes
+evictable (a wake-up then); a ten-minute back-off is the safety net. Evictable work coming or going
+cannot change it: free plus evictable capacity stays the same.
 
 Quota-style reclaim (Kueue without topology-aware scheduling) admits the job against its quota and
-evicts the newest borrowed jobs of other VCs until enough GPUs are free by count, wherever they are.
+evicts the newest borrowed jobs of other VCs until enough GPUs are free by count, wherever they are
+(shrinking their elastic members instead when that alone frees enough).
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ import numpy as np
 from kubecell.core.engine.attempt import Attempt
 from kubecell.core.engine.explain import no_room_reason
 from kubecell.core.engine.job import Job, JobClass, JobPhase
-from kubecell.core.engine.preemption import gpu_seconds, select_victims
+from kubecell.core.engine.preemption import VictimSet, gpu_seconds, select_victims
 from kubecell.core.engine.regions import Region
 from kubecell.core.engine.session import Session
+from kubecell.core.engine.shrink import may_resize, select_shrinks, shrinkable
 from kubecell.core.tenancy.config import VirtualCluster
 
 VICTIM_SEARCH_BACKOFF_SECONDS = 600.0
@@ -82,13 +86,40 @@ def victim_candidates(session: Session, attempt: Attempt, region: Region) -> lis
     return [other for _, other in ranked]
 
 
+def shrink_members(session: Session, attempt: Attempt, victim: Job) -> list[str]:
+    """The members ``attempt`` may take from ``victim`` by shrinking it (newest first): a guarantee takes
+    them whenever it may evict the job (a guarantee prevails), anyone else only once the job's resize
+    interval has passed, as the lower-priority jobs a VC downgraded for its preemptor (priority rules)."""
+    if attempt.job_class == JobClass.GUARANTEED and victim not in attempt.extra_victims:
+        return shrinkable(victim)
+    if may_resize(victim, attempt.now, session.options.resize_min_interval_seconds):
+        return shrinkable(victim)
+    return []
+
+
 def cheapest_victims(session: Session, attempt: Attempt, region: Region, most: int,
-                     candidates: Sequence[Job]) -> tuple[Job, ...] | None:
-    """The cheapest set of ``candidates`` whose removal lets at least the job's minimum fit in ``region``."""
+                     candidates: Sequence[Job]) -> VictimSet | None:
+    """The cheapest plan over ``candidates`` that lets at least the job's minimum fit in ``region``: members
+    above the minimums of elastic jobs alone when that is enough, else whole jobs (an elastic one only
+    shrunk where that is enough)."""
     minimum = attempt.job.spec.minimum
-    chosen = select_victims(session.book, lambda: session.fits(attempt, region, most, minimum), candidates,
-                            attempt.now)
-    return None if chosen is None else chosen.jobs
+
+    def fits() -> bool:
+        return session.fits(attempt, region, most, minimum)
+
+    def members_of(victim: Job) -> list[str]:
+        return shrink_members(session, attempt, victim)
+
+    plan = select_shrinks(session.book, lambda _: fits(), candidates, members_of, attempt.now)
+    return plan if plan is not None else select_victims(session.book, fits, candidates, attempt.now, members_of)
+
+
+def carry_out(session: Session, attempt: Attempt, plan: VictimSet, evicted: str, shrunk: str) -> None:
+    """Shrink and evict for real what ``plan`` chose (``evicted``, ``shrunk``: the reasons they are told)."""
+    for victim, members in plan.shrunk:
+        session.shrink(victim, members, attempt, shrunk)
+    for victim in plan.jobs:
+        session.evict(victim, attempt, evicted)
 
 
 def reclaim_for_guarantee(session: Session, attempt: Attempt, vc: VirtualCluster, regions: Sequence[Region],
@@ -104,7 +135,7 @@ def reclaim_for_guarantee(session: Session, attempt: Attempt, vc: VirtualCluster
     if backoff is not None and now < backoff[0] and backoff[1] == state:
         attempt.reason = no_room_reason(session, attempt, regions[0], where)
         return False
-    best: tuple[tuple[int, int, float], Region, tuple[Job, ...]] | None = None
+    best: tuple[tuple[int, int, int, int, float], Region, VictimSet] | None = None
     tried = 0
     for region in regions:
         if tried >= session.options.victim_search_regions:
@@ -117,11 +148,9 @@ def reclaim_for_guarantee(session: Session, attempt: Attempt, vc: VirtualCluster
         if not candidates:
             continue
         tried += 1
-        victims = cheapest_victims(session, attempt, region, most, candidates)
-        if victims is not None:
-            cost = _cost(victims, now)
-            if best is None or cost < best[0]:
-                best = (cost, region, victims)
+        plan = cheapest_victims(session, attempt, region, most, candidates)
+        if plan is not None and (best is None or plan.cost < best[0]):
+            best = (plan.cost, region, plan)
     if best is None:
         until = now + VICTIM_SEARCH_BACKOFF_SECONDS
         if attempt.protected_until is not None:
@@ -131,18 +160,13 @@ def reclaim_for_guarantee(session: Session, attempt: Attempt, vc: VirtualCluster
             session.queue.wake_later(job, until)
         attempt.reason = no_room_reason(session, attempt, regions[0], where)
         return False
-    _, region, victims = best
-    for victim in victims:
-        session.evict(victim, attempt, f"preempted by {job.name} (VC {job.vc})")
-    if session.start(attempt, region, JobClass.GUARANTEED, most=most, least=job.spec.minimum, victims=victims):
+    _, region, plan = best
+    carry_out(session, attempt, plan, f"preempted by {job.name} (VC {job.vc})",
+              f"reclaimed for guaranteed job {job.name} (VC {job.vc})")
+    if session.start(attempt, region, JobClass.GUARANTEED, most=most, least=job.spec.minimum, victims=plan.jobs):
         return True
     attempt.reason = "waiting for capacity freed by preemption"  # pragma: no cover - the simulation said it fits
     return False  # pragma: no cover
-
-
-def _cost(victims: Sequence[Job], now: float) -> tuple[int, int, float]:
-    protected = sum(1 for job in victims if job.job_class != JobClass.OPPORTUNISTIC)
-    return (protected, len(victims), sum(gpu_seconds(j, now) for j in victims))
 
 
 def reclaim_by_count(session: Session, attempt: Attempt, vc: VirtualCluster, region: Region, most: int) -> bool:
@@ -159,20 +183,51 @@ def reclaim_by_count(session: Session, attempt: Attempt, vc: VirtualCluster, reg
         allowed = session.allowed_nodes(job)
         free = session.book.total_avail if allowed is None else session.book.total_avail[allowed]
         need = job.min_milli - int(free.sum())
-        victims: list[Job] = []
-        for other in sorted(session.running.values(),
-                            key=lambda j: (-(j.started_at if j.started_at is not None else 0.0), j.name)):
-            if need <= 0:
-                break
-            if other.job_class in (JobClass.BORROWED, JobClass.OPPORTUNISTIC) and other.vc != vc.name:
+        others = [other for other in sorted(session.running.values(), key=lambda j: (
+                  -(j.started_at if j.started_at is not None else 0.0), j.name))
+                  if other.job_class in (JobClass.BORROWED, JobClass.OPPORTUNISTIC) and other.vc != vc.name]
+        why = f"reclaimed by quota of VC {vc.name} for {job.name}"
+        cuts = _shrink_by_count(session, attempt, others, need)
+        if cuts is not None:
+            for other, members in cuts:
+                session.shrink(other, members, attempt, why)
+        else:
+            victims: list[Job] = []
+            for other in others:
+                if need <= 0:
+                    break
                 frees = other.held_gpu_milli if allowed is None else session.milli_on(other, allowed)
                 if allowed is None or frees:
                     victims.append(other)
                     need -= frees
-        for victim in victims:
-            session.evict(victim, attempt, f"reclaimed by quota of VC {vc.name} for {job.name}")
+            for victim in victims:
+                session.evict(victim, attempt, why)
     if session.start(attempt, region, JobClass.GUARANTEED, most=most, least=job.spec.minimum):
         return True
     attempt.reason = ("admitted by quota, but no placement fits its shape: "
                       + no_room_reason(session, attempt, region, "within its quota"))
     return False
+
+
+def _shrink_by_count(session: Session, attempt: Attempt, others: Sequence[Job],
+                     need: int) -> list[tuple[Job, tuple[str, ...]]] | None:
+    """Quota-style: members above the minimums of ``others`` (newest jobs first, newest members first) that
+    free ``need`` GPU units by count on the nodes the job may use, or None when they cannot."""
+    if need <= 0:
+        return None
+    allowed = session.allowed_nodes(attempt.job)
+    book = session.book
+    cuts: list[tuple[Job, tuple[str, ...]]] = []
+    for other in others:
+        taken: list[str] = []
+        for name in shrink_members(session, attempt, other):
+            if need <= 0:
+                break
+            if allowed is None or allowed[book.index[book.allocations[name].node]]:
+                taken.append(name)
+                need -= other.charge_of(name)
+        if taken:
+            cuts.append((other, tuple(taken)))
+        if need <= 0:
+            return cuts
+    return None

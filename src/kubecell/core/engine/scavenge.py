@@ -5,7 +5,8 @@ opportunistic work to fit; it is reclaimed when an owner needs its GPUs. ``borro
 VC holds as borrowed work wherever capacity is taken: a threshold gang starts (and later grows) with no
 more members than the limit leaves room for. Under the quota policy a cohort lends only quota nobody
 holds, admitted-but-unplaced jobs included. Opportunistic work (priority -1) scavenges idle capacity,
-evicts nobody, and is reclaimed first.
+evicts nobody, and is reclaimed first (an elastic opportunistic job is shrunk first, once its resize
+interval has passed, ``shrink``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from kubecell.core.engine.attempt import Attempt
 from kubecell.core.engine.explain import no_room_reason
 from kubecell.core.engine.job import Job, JobClass
-from kubecell.core.engine.reclaim import cheapest_victims, victim_candidates
+from kubecell.core.engine.reclaim import carry_out, cheapest_victims, victim_candidates
 from kubecell.core.engine.session import Session
 from kubecell.core.tenancy.config import VirtualCluster
 
@@ -74,11 +75,11 @@ def scavenge(session: Session, attempt: Attempt, job_class: JobClass, most: int)
     last = regions[-1]
     if job_class == JobClass.BORROWED:
         candidates = victim_candidates(session, attempt, last)
-        victims = cheapest_victims(session, attempt, last, most, candidates) if candidates else None
-        if victims is not None:
-            for victim in victims:
-                session.evict(victim, attempt, f"opportunistic work reclaimed by {job.name}")
-            if session.start(attempt, last, job_class, most=most, least=spec.minimum, victims=victims):
+        plan = cheapest_victims(session, attempt, last, most, candidates) if candidates else None
+        if plan is not None:
+            carry_out(session, attempt, plan, f"opportunistic work reclaimed by {job.name}",
+                      f"opportunistic work reclaimed by {job.name} (VC {job.vc})")
+            if session.start(attempt, last, job_class, most=most, least=spec.minimum, victims=plan.jobs):
                 return True
     attempt.reason = no_room_reason(session, attempt, last, "on idle capacity")
     return False

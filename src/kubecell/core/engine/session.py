@@ -3,8 +3,8 @@
 Like a KAI-Scheduler session, it bundles what every action reads (the allocation book, the cell forest
 and its bindings, the tenants, the placement policy, the queue, the usage ledger, the reservations) so
 that each action (``guaranteed``, ``reclaim``, ``priority``, ``scavenge``, ``growth``) is a small module
-of rules over one object. Every transition of a job (start, stop, requeue, evict, downgrade, reject)
-happens here, so the ledger, the queue, the book and the bindings move together.
+of rules over one object. Every transition of a job (start, stop, requeue, evict, shrink, downgrade,
+reject) happens here, so the ledger, the queue, the book and the bindings move together.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from kubecell.core.book import AllocationBook, BoolArray, IntArray
 from kubecell.core.engine.admission import Admission
-from kubecell.core.engine.attempt import Attempt
+from kubecell.core.engine.attempt import Attempt, Shrink
 from kubecell.core.engine.job import Job, JobClass, JobPhase
 from kubecell.core.engine.ledger import UsageLedger
 from kubecell.core.engine.options import EngineOptions
@@ -146,6 +146,7 @@ class Session:
         job is RESERVED until the driver confirms the bind. False (nothing changed) if it does not fit."""
         job = attempt.job
         attempt.job_class = job_class
+        victims = (*victims, *attempt.shrunk)  # capacity a shrink frees is as much in the way until confirmed
         for cell in region.binds:
             self.tenancy.bind(job.vc, cell)
         mask, nodes = self.filters(region, attempt)
@@ -191,6 +192,8 @@ class Session:
             self.book.release(name)
         job.running_members = []
         job.short_of_minimum = False  # it starts again from its minimums
+        job.resized_at, job.spare = None, None  # a new run is resized and bounded afresh
+        job.resizes.clear()
         self.running.pop(job.name, None)
         self.growable.discard(job.name)
         self.binding.discard(job.name)
@@ -212,6 +215,22 @@ class Session:
         job.preemptions += 1
         self.requeue(job, attempt.now, reason)
         attempt.result.evicted.append(job)
+
+    def shrink(self, job: Job, members: Sequence[str], attempt: Attempt, reason: str) -> None:
+        """Release some members of a running elastic job (never below its minimums, ``shrink.shrinkable``):
+        it runs on with the rest, in its class, and may grow again. Not a preemption of the job."""
+        before = job.size
+        gone = set(members)
+        self.ledger.remove(job)
+        for name in members:
+            self.book.release(name)
+        job.running_members = [name for name in job.running_members if name not in gone]
+        self.ledger.add(job)
+        self.growable.add(job.name)
+        job.resized(attempt.now, f"shrunk {before} -> {job.size} members at t={attempt.now:g}: {reason}")
+        attempt.shrunk.append(job)
+        attempt.result.shrunk.append(Shrink(job, tuple(members), reason))
+        self.queue.mark_dirty()
 
     def set_class(self, job: Job, job_class: JobClass) -> None:
         """Change a running job's class (lazy preemption, reload) without moving it."""

@@ -54,7 +54,7 @@ class Holds:
 
     Bound to one ``Tracking`` at a time, the scheduler's current one (``current``): when that is replaced (a
     rebuild), everything kept is dropped with the engine it was about. It is the binder's ``DecisionSink``
-    (``take``, ``keeps``, ``dropped``), intake's node limit (``nodes_for``) and the loop's per-cycle hook
+    (``take``, ``keeps``, ``dropped``, ``released``), intake's node limit (``nodes_for``) and the loop's per-cycle hook
     (``release_stale``); the verbs ask it the rest (``touch``, ``keeps``, ``limit``, ``commit``). Everything
     runs on the scheduler thread, where the current tracking is the one the binder and intake work on."""
 
@@ -110,6 +110,16 @@ class Holds:
         """The binder gave the job back to the queue: its decision is void."""
         self._bound()
         self._held.pop(name, None)
+
+    def released(self, name: str, uids: set[str]) -> None:
+        """A shrink released the members these pods were to hold: they leave the decision kept for the job."""
+        found = self._get(name)
+        if found is None:
+            return
+        held = found[1]
+        held.planned = [item for item in held.planned if item[1] not in uids]
+        if not held.planned:
+            del self._held[name]
 
     # ------------------------------------------------------------------ intake's node limit
     def nodes_for(self, uid: str) -> frozenset[str] | None:

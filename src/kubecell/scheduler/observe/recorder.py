@@ -36,7 +36,7 @@ WAIT_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
 """Seconds a job waits in the queue: from a tenth of a second (an idle cluster) to a day (a full one)."""
 
 RESULTS = ("scheduled", "unschedulable", "rejected", "error")
-GANG_OUTCOMES = ("placed", "placed_partial", "grown", "preempted", "bind_failed", "rejected")
+GANG_OUTCOMES = ("placed", "placed_partial", "grown", "shrunk", "preempted", "bind_failed", "rejected")
 
 
 class Recorder:
@@ -63,8 +63,9 @@ class Recorder:
             ["vc"], registry=None)
         self.gang_outcomes = Counter(
             "kubecell_gang_outcomes", "What became of multi-member jobs: placed (every member), placed_partial "
-            "(a threshold gang started below its headcount), grown, preempted, bind_failed (rolled back), "
-            "rejected", ["outcome"], registry=None)
+            "(a threshold gang started below its headcount), grown, shrunk (members above its minimum released "
+            "for a preemptor; it runs on), preempted, bind_failed (rolled back), rejected", ["outcome"],
+            registry=None)
         self.binding_failures = Counter(
             "kubecell_binding_failures", "Allocation records or Bindings the API server refused", registry=None)
         for result in RESULTS:
@@ -117,6 +118,9 @@ class Recorder:
         for job in failed:
             self.attempt_seconds.labels("error").observe(total)
             decisions.append(self._refused(job.name, job.vc, job.spec.members > 1, now, job.wait_reason))
+        for cut in result.shrunk:
+            self.gang_outcomes.labels("shrunk").inc()
+            decisions.append(_placed(cut.job, book, now, "shrunk", cut.reason))
         for job in result.evicted:
             self.preemptions.labels(job.vc).inc()
             if job.spec.members > 1:
@@ -151,8 +155,9 @@ class Recorder:
         self.attempt_seconds.labels(result).observe(seconds)
 
 
-def _placed(job: Job, book: AllocationBook, now: float, action: str) -> Decision:
-    """A decision naming where the job's members are now (nodes in first-member order, ``node/index`` GPUs)."""
+def _placed(job: Job, book: AllocationBook, now: float, action: str, detail: str | None = None) -> Decision:
+    """A decision naming where the job's members are now (nodes in first-member order, ``node/index`` GPUs);
+    ``detail``: why (default: its class)."""
     nodes: dict[str, None] = {}
     gpus: list[str] = []
     for member in job.running_members:
@@ -163,4 +168,5 @@ def _placed(job: Job, book: AllocationBook, now: float, action: str) -> Decision
         gpus.extend(f"{allocation.node}/{index}" for index in allocation.gpu_indices)
     score = None if job.placement_score is None else float(job.placement_score)
     klass = job.job_class.value if job.job_class is not None else ""
-    return Decision(now, job.name, job.vc, action, tuple(nodes), tuple(gpus), score, klass)
+    return Decision(now, job.name, job.vc, action, tuple(nodes), tuple(gpus), score,
+                    klass if detail is None else detail)

@@ -79,7 +79,8 @@ class Decision:
     job: str
     vc: str
     action: str
-    """``placed``, ``preempted``, ``grown``, ``failed`` (a write the API server refused)."""
+    """``placed``, ``preempted``, ``grown``, ``shrunk`` (where the rest runs on), ``failed`` (a write the API
+    server refused)."""
     nodes: tuple[str, ...]
     gpus: tuple[str, ...]
     """``node/index`` of each GPU it holds (empty for CPU-only or evicted work)."""

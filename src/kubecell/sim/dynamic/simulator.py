@@ -3,7 +3,10 @@ preemptions, node failures and configuration reloads on a simulated clock.
 
 A job needs ``work`` seconds of execution at full size; running with n of its members it progresses
 at rate n / members. A preempted or failed job keeps the progress of its last checkpoint (every
-``checkpoint_seconds`` of its run) and loses the rest, which is reported as GPU-time lost. The engine
+``checkpoint_seconds`` of its run) and loses the rest, which is reported as GPU-time lost. A resize is
+work-conserving: an elastic job that grows or shrinks (``CycleResult.grown``, ``CycleResult.shrunk``)
+keeps all the work it has done and runs on at the rate of its new size, so its remaining GPU-work is
+spread over its new member count (elastic training rescales without a restart; no GPU-time is lost). The engine
 runs one scheduling cycle per distinct event time. One bad job never stops a run: the engine rejects
 it with a reason and the simulation counts it.
 """
@@ -194,8 +197,9 @@ class DynamicSimulation:
                 if wake is not None and wake > now and wake != self._wake_pushed:
                     self._wake_pushed = wake
                     self._push(wake, EventKind.WAKE, None)
-                # Gangs only shrink by whole-job stops, so checking the jobs this cycle touched suffices.
-                touched = [*result.started, *result.grown]
+                # Gangs shrink only by whole-job stops and by shrinks (never below their minimums), so
+                # checking the jobs this cycle touched suffices.
+                touched = [*result.started, *result.grown, *(cut.job for cut in result.shrunk)]
                 gangs_broken += sum(1 for job in touched if 0 < job.size < job.spec.minimum)
             if sample_due:
                 self._handle(EventKind.SAMPLE, None, now, samples)
@@ -272,6 +276,8 @@ class DynamicSimulation:
         engine = self.engine
         for job in result.rejected:  # e.g. requeued after its VC was removed by a reload
             self.records[job.name].rejected = job.wait_reason
+        for cut in result.shrunk:  # before evictions: a job shrunk and then evicted in one cycle stops
+            self._resize(cut.job, now)
         for job in result.evicted:
             self._interrupt(job, now)
         for job in result.started:
@@ -283,6 +289,11 @@ class DynamicSimulation:
                 record.first_class = (job.job_class or JobClass.GUARANTEED).value
             self._begin(job, now)
         for job in result.grown:
+            self._resize(job, now)
+
+    def _resize(self, job: Job, now: float) -> None:
+        """Work-conserving: the work done so far is kept, the rest runs at the job's new size."""
+        if job.phase in (JobPhase.RUNNING, JobPhase.RESERVED) and job.name in self._runs:
             self._progress(job, now)
             self._begin(job, now)
 

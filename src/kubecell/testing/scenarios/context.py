@@ -1,9 +1,9 @@
 """The state of a scenario run at a step, and what every step handler needs to read it and to complain.
 
 Events (``runner.py``) and expectations (``expectations.py``) are written against this one object, like
-actions against a scheduler session: the engine under test, the scenario clock, what was evicted or
-downgraded since the last check, and helpers that describe a job's state and raise errors located at
-the current step of the scenario file.
+actions against a scheduler session: the engine under test, the scenario clock, what was evicted,
+downgraded or shrunk since the last check, and helpers that describe a job's state and raise errors
+located at the current step of the scenario file.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ class StepContext:
         self.cycles = 0
         self.evicted: list[str] = []
         self.downgraded: list[str] = []
+        self.shrunk: list[str] = []
         self.log: list[str] = []
         self.step: Step | None = None
 

@@ -121,6 +121,7 @@ class Expectations(StepContext):
                                 f"{outside}: {state}")
             if not within_vc and not outside:
                 raise self.fail(f"expected {job.name} outside VC {job.vc}'s bound cells: {state}")
+        self._reason(job, args)
 
     def _outside_vc_cells(self, job: Job) -> list[str]:
         tenancy = self.engine.tenancy
@@ -205,6 +206,9 @@ class Expectations(StepContext):
 
     def do_expect_downgraded(self, args: Mapping[str, Any]) -> None:
         self._expect_set(args, self.downgraded, "downgraded")
+
+    def do_expect_shrunk(self, args: Mapping[str, Any]) -> None:
+        self._expect_set(args, self.shrunk, "shrunk")
 
     def do_expect_class(self, args: Mapping[str, Any]) -> None:
         job = self.job(args["job"])

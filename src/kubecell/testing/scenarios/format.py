@@ -51,11 +51,14 @@ check an ``expect_*`` before the implied cycle):
 * ``expect_bound``: the job holds capacity; optional ``class``, ``phase``, ``members``, ``gpus`` (GPU
   units held), ``nodes`` (how many), ``same_node``, ``same_rack``, ``within_cell`` (a cell id or a cell
   type), ``node_in``, ``node_not_in``, ``same_gpu_as``, ``not_same_gpu_as``, ``same_node_as``,
-  ``not_same_node_as``, ``within_vc_cells`` (every GPU inside cells bound to the job's VC, or none).
+  ``not_same_node_as``, ``within_vc_cells`` (every GPU inside cells bound to the job's VC, or none),
+  ``reason_contains`` (what ``Engine.explain`` says of it: its class, its resizes and why).
 * ``expect_waiting`` / ``expect_rejected``: ``job``, ``reason_contains`` (a string or a list of strings
   that must all appear, case-insensitive); ``expect_waiting`` also takes ``reason_not_contains``.
 * ``expect_preempted``: ``jobs`` evicted since the previous ``expect_preempted``, ``not`` evicted,
-  ``count``, ``exactly``. ``expect_downgraded``: the same for lazy preemption and reload downgrades.
+  ``count``, ``exactly``. ``expect_downgraded``: the same for lazy preemption and reload downgrades;
+  ``expect_shrunk``: the same for elastic jobs that gave up members and run on (a job shrunk twice is
+  one entry; ``expect_bound`` with ``members`` and ``reason_contains`` states what is left and why).
 * ``expect_class``, ``expect_phase``, ``expect_status`` (``vc`` plus any keys of ``Engine.status()``),
   ``expect_preemptions`` (``job``, ``count``), ``expect_invariants``.
 
@@ -92,11 +95,13 @@ ACTIONS: dict[str, tuple[frozenset[str], frozenset[str]] | None] = {
     "reload_config": None,
     "expect_bound": (frozenset({"job"}), frozenset({
         "class", "phase", "members", "gpus", "same_node", "same_rack", "within_cell", "node_in", "node_not_in",
-        "same_gpu_as", "not_same_gpu_as", "same_node_as", "not_same_node_as", "within_vc_cells", "nodes"})),
+        "same_gpu_as", "not_same_gpu_as", "same_node_as", "not_same_node_as", "within_vc_cells", "nodes",
+        "reason_contains"})),
     "expect_waiting": (frozenset({"job"}), frozenset({"reason_contains", "reason_not_contains"})),
     "expect_rejected": (frozenset({"job"}), frozenset({"reason_contains"})),
     "expect_preempted": (frozenset(), frozenset({"jobs", "not", "count", "exactly"})),
     "expect_downgraded": (frozenset(), frozenset({"jobs", "not", "count", "exactly"})),
+    "expect_shrunk": (frozenset(), frozenset({"jobs", "not", "count", "exactly"})),
     "expect_class": (frozenset({"job", "class"}), frozenset()),
     "expect_phase": (frozenset({"job", "phase"}), frozenset()),
     "expect_status": (frozenset({"vc"}), frozenset()),  # plus any status key (checked when run)

@@ -73,13 +73,15 @@ class ScenarioRunner(Expectations):
         self.changed = False
         self.evicted.extend(j.name for j in result.evicted)
         self.downgraded.extend(j.name for j in result.downgraded)
+        self.shrunk.extend(cut.job.name for cut in result.shrunk)
         if confirm:
             for job in result.started:
                 if job.phase == JobPhase.RESERVED:
                     self.engine.confirm(job.name, self.now)
         self.log.append(f"t={self.now:g} cycle: started={[j.name for j in result.started]} "
                         f"evicted={[j.name for j in result.evicted]} downgraded={[j.name for j in result.downgraded]} "
-                        f"grown={[j.name for j in result.grown]}")
+                        f"grown={[j.name for j in result.grown]} "
+                        f"shrunk={[(cut.job.name, len(cut.members)) for cut in result.shrunk]}")
         return result
 
     # ------------------------------------------------------------------ events
