@@ -1,0 +1,562 @@
+"""The ElasticJob controller's reconcile loop: list and watch ElasticJobs and their Pods, decide each job's
+next step with the state machine (``kubecell.elastic.states``), write the status, then act.
+
+**Restart-safe.** Everything that must survive lives in the API server: the phase, the restart count, the
+target the workers follow (``status.targetReplicas``), when they last changed (``lastResizeTime``) and the
+Pods themselves, each labelled with the rendezvous run it joins (the restart count when it was made: a
+worker of an older run is replaced, whoever made it). Worker names are deterministic
+(``<job>-worker-<i>``), so a create repeated after a crash is answered 409 and changes nothing. The status
+is written *before* the actions, with the job's ``resourceVersion`` as a precondition: a restart is counted
+once, and a decision taken on a stale copy of the job is refused (409) and taken again on the fresh one.
+What the controller keeps in memory is only what it did and has not seen come back yet (client-go's
+"expectations": Pods it deleted or created, indices it left missing on purpose), so it never double-counts
+while its watch lags; a new controller starts without them and reads everything from a fresh list.
+
+**Bounded.** One thread consumes the watch events; each job is reconciled when one of its objects changed,
+and every ``resync_seconds`` (deadlines depend on time). A reconcile reads the cache, writes the status only
+when it changed, and sends at most one request per worker. A bug or an API error while reconciling one job
+is logged and costs that job one pass, never the loop. An ElasticJob that cannot be read gets its condition
+and an Event and nothing else is touched: its Pods, if any, are left as they are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubecell.elastic import workers as readers
+from kubecell.elastic.states import (
+    ACTIVE,
+    TERMINAL,
+    CreateWorker,
+    Decision,
+    DeleteWorker,
+    Emit,
+    EnsureRendezvous,
+    Observation,
+    Phase,
+    RemoveRendezvous,
+    Worker,
+    step,
+)
+from kubecell.kube.actions import event_body
+from kubecell.kube.clock import rfc3339
+from kubecell.kube.elasticjobs import (
+    KIND,
+    LABEL_JOB,
+    ROLE_RENDEZVOUS,
+    ROLE_WORKER,
+    ElasticJobSpec,
+    ElasticJobSpecError,
+    collection_path,
+    involved,
+    job_path,
+    read_elastic_job,
+    rendezvous_name,
+    rendezvous_pod,
+    rendezvous_service,
+    worker_pod,
+    worker_selector,
+)
+from kubecell.kube.names import ANNOTATION_GROUP_SIZE
+from kubecell.kube.rest import ApiError, Kube
+from kubecell.kube.watch import Collection, Event, Watcher
+
+log = logging.getLogger("kubecell.elastic")
+
+COMPONENT = "kubecell-elastic-controller"
+CONDITION_ACCEPTED = "Accepted"
+"""True when the spec can be run; False with reason InvalidSpec and the problem as its message."""
+CONDITION_AVAILABLE = "Available"
+"""True while at least minReplicas workers are Ready (training can proceed). Its reason and message are the
+phase's; its lastTransitionTime starts the rendezvous deadline when it turns False."""
+OUR_CONDITIONS = (CONDITION_ACCEPTED, CONDITION_AVAILABLE)
+MAX_COUNT = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerOptions:
+    namespace: str | None = None
+    """Watch one namespace (None: all)."""
+    component: str = COMPONENT
+    """The name the controller's Events carry."""
+    resync_seconds: float = 5.0
+    """Every job that has not ended is reconciled at least this often (deadlines are time-driven)."""
+    service_recheck_seconds: float = 60.0
+    """How long a rendezvous Service seen is believed to exist before it is looked up again."""
+    expectation_seconds: float = 60.0
+    """How long a create or delete of the controller's own stands for its Pod before the watch shows it."""
+
+
+@dataclass(frozen=True, slots=True)
+class StatusView:
+    """The job's status as the controller wrote it (read defensively: anyone with status rights may edit it)."""
+
+    phase: Phase = Phase.PENDING
+    reason: str = ""
+    message: str = ""
+    restarts: int = 0
+    target: int = 0
+    observed_generation: int = -1
+    last_resize: str | None = None
+    last_resize_at: float | None = None
+    unavailable_since: float | None = None
+    """When ``Available`` turned False (None while True or never written)."""
+    conditions: tuple[Mapping[str, Any], ...] = ()
+
+
+def _count(value: Any, most: int = MAX_COUNT) -> int:
+    """A count the API server stores (status fields, generation); 0 for anything else."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= most else 0
+
+
+def read_status(obj: Mapping[str, Any]) -> StatusView:
+    status = obj.get("status")
+    if not isinstance(status, Mapping):
+        return StatusView()
+    try:
+        phase = Phase(status.get("phase") or Phase.PENDING)
+    except ValueError:
+        phase = Phase.PENDING
+    conditions = tuple(c for c in status.get("conditions") or [] if isinstance(c, Mapping))
+    available = next((c for c in conditions if c.get("type") == CONDITION_AVAILABLE), None)
+    reason = message = ""
+    unavailable_since = None
+    if available is not None:
+        reason = str(available.get("reason") or "")[:1024]
+        message = str(available.get("message") or "")[:32768]
+        if available.get("status") != "True":
+            unavailable_since = readers.parse_time(available.get("lastTransitionTime"))
+    generation = status.get("observedGeneration")
+    last = status.get("lastResizeTime")
+    return StatusView(phase=phase, reason=reason, message=message, restarts=_count(status.get("restarts")),
+                      target=_count(status.get("targetReplicas")),
+                      observed_generation=generation if isinstance(generation, int) else -1,
+                      last_resize=last if isinstance(last, str) and readers.parse_time(last) is not None else None,
+                      last_resize_at=readers.parse_time(last), unavailable_since=unavailable_since,
+                      conditions=conditions)
+
+
+def condition(kind: str, true: bool, reason: str, message: str, generation: int,
+              previous: tuple[Mapping[str, Any], ...], now: str) -> dict[str, Any]:
+    """A ``metav1.Condition``; its transition time moves only when its status does."""
+    status = "True" if true else "False"
+    before = next((c for c in previous if c.get("type") == kind), None)
+    since = before.get("lastTransitionTime") if before is not None and before.get("status") == status else None
+    return {"type": kind, "status": status, "observedGeneration": generation,
+            "lastTransitionTime": since or now, "reason": reason, "message": message[:32768]}
+
+
+@dataclass
+class Expectations:
+    """What this controller did to one job's Pods and has not seen come back through the watch yet."""
+
+    deleted: dict[str, float] = field(default_factory=dict)
+    """Pod UID -> until when it counts as leaving, whatever the cache still says."""
+    created: dict[int, float] = field(default_factory=dict)
+    """Worker index -> until when it counts as existing, before the cache shows it."""
+    owed: set[int] = field(default_factory=set)
+    """Indices left missing on purpose (deleted to replace or to shrink, a create that failed): created again
+    without a WorkerLost."""
+
+    def expire(self, now: float) -> None:
+        self.deleted = {uid: until for uid, until in self.deleted.items() if until > now}
+        self.created = {index: until for index, until in self.created.items() if until > now}
+
+
+class ElasticController:
+    """Runs ElasticJobs until :meth:`shutdown`; :attr:`ready` is set after the first full pass."""
+
+    def __init__(self, kube: Kube, options: ControllerOptions | None = None, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.kube = kube
+        self.options = options or ControllerOptions()
+        self.clock = clock
+        self.events: queue.Queue[Event] = queue.Queue()
+        self.stop = threading.Event()
+        self.ready = threading.Event()
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.pods_of: dict[str, set[str]] = {}
+        self.dirty: set[str] = set()
+        self.expectations: dict[str, Expectations] = {}
+        self.services: dict[str, tuple[bool, float]] = {}
+        """Job key -> (whether its rendezvous Service exists, when that was learnt)."""
+        self.synced: set[str] = set()
+        self.told: dict[str, str] = {}
+        """Job key -> the last repeated-failure Event sent for it (a refused create is told once, not per retry)."""
+
+    def shutdown(self) -> None:
+        self.stop.set()
+
+    # --- the loop --------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        namespace = self.options.namespace
+        pods_path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+        watchers = [
+            Watcher(self.kube, Collection("elasticjobs", collection_path(namespace), optional=True), self.events,
+                    self.stop),
+            Watcher(self.kube, Collection("pods", pods_path, query=(("labelSelector", LABEL_JOB),),
+                                          transform=readers.trimmed), self.events, self.stop),
+        ]
+        for watcher in watchers:
+            watcher.start()
+        next_resync = time.monotonic() + self.options.resync_seconds
+        while not self.stop.is_set():
+            try:
+                self._apply(self.events.get(timeout=0.5))
+                for _ in range(10_000):  # drain what is queued, then act once on all of it
+                    self._apply(self.events.get_nowait())
+            except queue.Empty:
+                pass
+            if self.synced != {"elasticjobs", "pods"}:
+                continue
+            if time.monotonic() >= next_resync:
+                next_resync = time.monotonic() + self.options.resync_seconds
+                self.dirty |= {key for key, obj in self.jobs.items() if read_status(obj).phase not in TERMINAL}
+            self.reconcile_dirty()
+            self.ready.set()
+
+    def reconcile_dirty(self) -> None:
+        dirty, self.dirty = self.dirty, set()
+        for key in sorted(dirty):
+            if self.stop.is_set():
+                return
+            try:
+                self.reconcile(key)
+            except Exception:  # one job's trouble (a bug, an API error) must never stop the others
+                log.exception("reconciling ElasticJob %s failed; trying again at the next resync", key)
+
+    def _apply(self, event: Event) -> None:
+        if event.kind == "elasticjobs":
+            if event.type == "SYNC":
+                self.synced.add("elasticjobs")
+                self.jobs = {self._key(obj): obj for obj in event.objects}
+                self.dirty |= set(self.jobs)
+                return
+            key = self._key(event.obj)
+            if event.type == "DELETED":
+                self.jobs.pop(key, None)
+                self.expectations.pop(key, None)
+                self.services.pop(key, None)
+                self.told.pop(key, None)
+            else:
+                self.jobs[key] = event.obj
+                self.dirty.add(key)
+            return
+        if event.type == "SYNC":
+            self.synced.add("pods")
+            self.pods, self.pods_of = {}, {}
+            for pod in event.objects:
+                self._keep_pod(pod)
+            self.dirty |= {key for key in self.pods_of if key in self.jobs}
+            return
+        uid = str((event.obj.get("metadata") or {}).get("uid", ""))
+        old = self.pods.pop(uid, None)
+        if old is not None:
+            self.pods_of.get(readers.job_key(old) or "", set()).discard(uid)
+        if event.type != "DELETED":
+            self._keep_pod(event.obj)
+        changed = readers.job_key(event.obj)
+        if changed is not None:
+            self.dirty.add(changed)
+
+    def _keep_pod(self, pod: dict[str, Any]) -> None:
+        key = readers.job_key(pod)
+        uid = (pod.get("metadata") or {}).get("uid")
+        if key is None or not uid:
+            return
+        self.pods[str(uid)] = pod
+        self.pods_of.setdefault(key, set()).add(str(uid))
+
+    @staticmethod
+    def _key(obj: Mapping[str, Any]) -> str:
+        meta = obj.get("metadata") or {}
+        return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+
+    # --- one job ----------------------------------------------------------------------------------------
+
+    def reconcile(self, key: str) -> None:
+        obj = self.jobs.get(key)
+        if obj is None:
+            return
+        meta = obj.get("metadata") or {}
+        namespace, name, uid = str(meta.get("namespace", "default")), str(meta.get("name", "")), meta.get("uid")
+        if not name or not isinstance(uid, str):
+            return
+        now = self.clock()
+        expect = self.expectations.setdefault(key, Expectations())
+        expect.expire(now)
+        previous = read_status(obj)
+        spec: ElasticJobSpec | None
+        try:
+            spec = read_elastic_job(obj)
+            problem = None
+        except ElasticJobSpecError as error:
+            spec, problem = None, str(error)
+        if spec is not None and not spec.replicas_stated and previous.phase not in TERMINAL:
+            self._default_replicas(obj, spec)
+            return  # the job comes back through the watch with spec.replicas set
+        workers, pods_by_index, host, runs = self._observe(key, uid, expect)
+        stale = frozenset(index for index, run in runs.items() if run != previous.restarts)
+        generation = _count(meta.get("generation"), 2**63 - 1)
+        phase = previous.phase
+        if spec is None:
+            observation = Observation(target=0, min_replicas=0, workers=workers, previous_target=previous.target,
+                                      restarts=previous.restarts, problem=problem,
+                                      spec_changed=generation != previous.observed_generation,
+                                      reason=previous.reason, message=previous.message)
+        else:
+            service = self._service_exists(key, namespace, name, now)
+            host_up = host is not None and not readers.ended(host) and not readers.terminating(host)
+            observation = Observation(
+                target=spec.replicas, min_replicas=spec.min_replicas, workers=workers,
+                previous_target=previous.target, restarts=previous.restarts, max_restarts=spec.max_restarts,
+                seconds_stalled=self._stalled(obj, previous, workers, spec, now),
+                rendezvous_timeout=float(spec.rendezvous_timeout_seconds),
+                rendezvous_present=service and host_up, rendezvous_gone=not service and host is None,
+                replacing=frozenset(expect.owed), stale=stale, spec_changed=generation != previous.observed_generation,
+                reason=previous.reason, message=previous.message)
+        decision = step(phase, observation)
+        if not self._write_status(key, obj, previous, decision, workers, spec, problem, generation, now):
+            return
+        if spec is not None:
+            self._act(obj, spec, decision, pods_by_index, host, expect, now)
+        else:
+            for action in decision.actions:
+                if isinstance(action, Emit):
+                    self._event(obj, action)
+
+    def _observe(self, key: str, uid: str, expect: Expectations
+                 ) -> tuple[dict[int, Worker], dict[int, dict[str, Any]], dict[str, Any] | None, dict[int, int | None]]:
+        """The job's workers by index (their states, their Pods), its rendezvous host Pod, and the rendezvous
+        run of each worker, from the cache and the controller's own expectations."""
+        job = key.split("/", 1)[1]
+        workers: dict[int, Worker] = {}
+        pods_by_index: dict[int, dict[str, Any]] = {}
+        runs: dict[int, int | None] = {}
+        host = None
+        for pod_uid in sorted(self.pods_of.get(key, ())):
+            pod = self.pods[pod_uid]
+            if not readers.controlled_by(pod, uid):
+                continue
+            role = readers.role(pod)
+            if role == ROLE_RENDEZVOUS and (pod.get("metadata") or {}).get("name") == rendezvous_name(job):
+                host = pod
+            elif role == ROLE_WORKER:
+                index = readers.worker_index(pod, job)
+                if index is None:
+                    continue
+                pods_by_index[index] = pod
+                runs[index] = readers.worker_run(pod)
+                workers[index] = Worker.TERMINATING if pod_uid in expect.deleted else readers.worker_state(pod)
+                expect.created.pop(index, None)
+        for index in expect.created:
+            workers.setdefault(index, Worker.UNSCHEDULED)
+        return workers, pods_by_index, host, runs
+
+    def _stalled(self, obj: Mapping[str, Any], previous: StatusView, workers: Mapping[int, Worker],
+                 spec: ElasticJobSpec, now: float) -> float:
+        """Seconds the job has had fewer than minReplicas workers Ready, counted from its last change."""
+        ready = sum(state is Worker.READY for index, state in workers.items() if index < spec.replicas)
+        if ready >= spec.min_replicas:
+            return 0.0
+        created = readers.parse_time((obj.get("metadata") or {}).get("creationTimestamp")) or now
+        since = max(created, previous.last_resize_at or created, previous.unavailable_since or now)
+        return max(0.0, now - since)
+
+    def _service_exists(self, key: str, namespace: str, name: str, now: float) -> bool:
+        known = self.services.get(key)
+        if known is not None and (not known[0] or now - known[1] < self.options.service_recheck_seconds):
+            return known[0]
+        try:
+            self.kube.get(f"/api/v1/namespaces/{namespace}/services/{rendezvous_name(name)}")
+            exists = True
+        except ApiError as error:
+            if not error.not_found:
+                raise
+            exists = False
+        self.services[key] = (exists, now)
+        return exists
+
+    # --- writes -----------------------------------------------------------------------------------------
+
+    def _default_replicas(self, obj: Mapping[str, Any], spec: ElasticJobSpec) -> None:
+        """``spec.replicas`` absent: set it to minReplicas through ``/scale`` (the one spec field this
+        controller may write), conditional on the version read, so a target the scheduler set meanwhile wins."""
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        body = {"metadata": {"resourceVersion": version}, "spec": {"replicas": spec.min_replicas}}
+        try:
+            self.kube.patch(f"{job_path(spec.namespace, spec.name)}/scale", body)
+            log.info("ElasticJob %s: spec.replicas defaulted to minReplicas %d", spec.key, spec.min_replicas)
+        except ApiError as error:
+            if not (error.conflict or error.not_found):
+                raise
+
+    def _write_status(self, key: str, obj: Mapping[str, Any], previous: StatusView, decision: Decision,
+                      workers: Mapping[int, Worker], spec: ElasticJobSpec | None, problem: str | None,
+                      generation: int, now: float) -> bool:
+        """Write the decision into the status when it changed; False when the write was refused (the job
+        changed meanwhile: the next event decides again) or the job is gone."""
+        meta = obj.get("metadata") or {}
+        stamp = rfc3339(_utc(now))
+        ready = sum(state is Worker.READY for state in workers.values())
+        available = (spec is not None and decision.phase not in TERMINAL and decision.phase is not Phase.INVALID
+                     and ready >= spec.min_replicas)
+        accepted = condition(CONDITION_ACCEPTED, problem is None, "Accepted" if problem is None else "InvalidSpec",
+                             problem or "the spec can be run", generation, previous.conditions, stamp)
+        available_condition = condition(CONDITION_AVAILABLE, available, decision.reason, decision.message,
+                                        generation, previous.conditions, stamp)
+        others = [dict(c) for c in previous.conditions if c.get("type") not in OUR_CONDITIONS]
+        status: dict[str, Any] = {
+            "phase": str(decision.phase),
+            "replicas": sum(state in ACTIVE for state in workers.values()),
+            "readyReplicas": ready,
+            "targetReplicas": decision.established,
+            "selector": worker_selector(str(meta.get("name", ""))),
+            "restarts": decision.restarts,
+            "observedGeneration": generation,
+            "conditions": [*others, accepted, available_condition],
+        }
+        last = stamp if decision.changed else previous.last_resize
+        if last is not None:
+            status["lastResizeTime"] = last
+        current = obj.get("status")
+        if isinstance(current, Mapping) and all(current.get(k) == v for k, v in status.items()):
+            return True
+        body = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": status}
+        try:
+            written = self.kube.patch(f"{job_path(str(meta.get('namespace', 'default')), str(meta['name']))}/status",
+                                      body)
+        except ApiError as error:
+            if error.conflict or error.not_found:
+                log.debug("ElasticJob %s changed meanwhile (%s); deciding again", key, error.status)
+                return False
+            raise
+        self.jobs[key] = written
+        return True
+
+    def _act(self, obj: Mapping[str, Any], spec: ElasticJobSpec, decision: Decision,
+             pods_by_index: Mapping[int, dict[str, Any]], host: Mapping[str, Any] | None, expect: Expectations,
+             now: float) -> None:
+        if decision.phase not in TERMINAL:  # before any new worker exists, so no member states an old headcount
+            self._align_gang(spec, pods_by_index)
+        for action in decision.actions:
+            if isinstance(action, CreateWorker):
+                self._create_worker(obj, spec, action.index, decision.restarts, expect, now)
+            elif isinstance(action, DeleteWorker):
+                pod = pods_by_index.get(action.index)
+                if pod is not None:
+                    grace = spec.termination_grace_period_seconds if action.graceful else 0
+                    if self._delete_pod(pod, grace):
+                        expect.deleted[str(pod["metadata"]["uid"])] = now + self.options.expectation_seconds
+                    if decision.phase not in TERMINAL:
+                        expect.owed.add(action.index)
+            elif isinstance(action, EnsureRendezvous):
+                self._ensure_rendezvous(obj, spec, host, now)
+            elif isinstance(action, RemoveRendezvous):
+                self._remove_rendezvous(spec, host, now)
+            else:
+                self._event(obj, action)
+
+    def _create_worker(self, obj: Mapping[str, Any], spec: ElasticJobSpec, index: int, run: int,
+                       expect: Expectations, now: float) -> None:
+        try:
+            self.kube.create(f"/api/v1/namespaces/{spec.namespace}/pods", worker_pod(spec, index, run))
+        except ApiError as error:
+            if error.conflict:  # its name is still taken (a worker leaving): created when that one is gone
+                expect.owed.add(index)
+                return
+            if error.unavailable:
+                raise
+            expect.owed.add(index)  # refused (quota, admission): tried again at every resync, told once
+            self._tell_once(obj, Emit(True, "FailedCreate", f"worker {index} not created: {error}"))
+            return
+        expect.created[index] = now + self.options.expectation_seconds
+        expect.owed.discard(index)
+
+    def _delete_pod(self, pod: Mapping[str, Any], grace: int) -> bool:
+        meta = pod["metadata"]
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": grace,
+                "preconditions": {"uid": meta["uid"]}}
+        try:
+            self.kube.delete(f"/api/v1/namespaces/{meta.get('namespace', 'default')}/pods/{meta['name']}", body)
+        except ApiError as error:
+            if error.not_found or error.conflict:  # gone already, or a new Pod under the name: not ours to delete
+                return False
+            raise
+        return True
+
+    def _ensure_rendezvous(self, obj: Mapping[str, Any], spec: ElasticJobSpec, host: Mapping[str, Any] | None,
+                           now: float) -> None:
+        if not self.services.get(spec.key, (False, 0.0))[0]:
+            try:
+                self.kube.create(f"/api/v1/namespaces/{spec.namespace}/services", rendezvous_service(spec))
+            except ApiError as error:
+                if not error.conflict:
+                    self._tell_once(obj, Emit(True, "FailedCreate", f"rendezvous Service not created: {error}"))
+                    raise
+            self.services[spec.key] = (True, now)
+        if host is not None and readers.ended(host) and not readers.terminating(host):
+            self._delete_pod(host, 0)  # a host that ended is replaced (its store is gone anyway)
+        elif host is None:
+            try:
+                self.kube.create(f"/api/v1/namespaces/{spec.namespace}/pods", rendezvous_pod(spec))
+            except ApiError as error:
+                if not error.conflict:
+                    self._tell_once(obj, Emit(True, "FailedCreate", f"rendezvous host not created: {error}"))
+                    raise
+
+    def _remove_rendezvous(self, spec: ElasticJobSpec, host: Mapping[str, Any] | None, now: float) -> None:
+        with contextlib.suppress(ApiError):
+            self.kube.delete(f"/api/v1/namespaces/{spec.namespace}/services/{rendezvous_name(spec.name)}")
+        self.services[spec.key] = (False, now)
+        if host is not None and not readers.terminating(host):
+            self._delete_pod(host, 0)
+
+    def _align_gang(self, spec: ElasticJobSpec, pods_by_index: Mapping[int, dict[str, Any]]) -> None:
+        """Every live worker states the target as its gang's headcount (``kubecell.io/group-size``), so the
+        gang's members never disagree after a resize."""
+        wanted = str(spec.replicas)
+        for index, pod in sorted(pods_by_index.items()):
+            if index >= spec.replicas or readers.terminating(pod) or readers.ended(pod):
+                continue
+            if readers.group_size(pod) == wanted:
+                continue
+            meta = pod["metadata"]
+            body = {"metadata": {"uid": meta["uid"], "annotations": {ANNOTATION_GROUP_SIZE: wanted}}}
+            try:
+                self.kube.patch(f"/api/v1/namespaces/{spec.namespace}/pods/{meta['name']}", body)
+            except ApiError as error:
+                if not (error.not_found or error.conflict):
+                    raise
+
+    def _tell_once(self, obj: Mapping[str, Any], action: Emit) -> None:
+        """An Event that a retry would repeat: sent when its message differs from the last one sent for the job."""
+        key = self._key(obj)
+        if self.told.get(key) != action.message:
+            self.told[key] = action.message
+            self._event(obj, action)
+
+    def _event(self, obj: Mapping[str, Any], action: Emit) -> None:
+        subject = involved(obj)
+        body = event_body(subject, subject["namespace"], event_type="Warning" if action.warning else "Normal",
+                          reason=action.reason, message=action.message, component=self.options.component,
+                          action="Reconcile")
+        try:
+            self.kube.create(f"/api/v1/namespaces/{subject['namespace']}/events", body)
+        except ApiError as error:  # an Event is advice: it never stops a decision
+            log.warning("event %s on %s %s/%s not recorded: %s", action.reason, KIND, subject["namespace"],
+                        subject["name"], error)
+
+
+def _utc(epoch: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC)

@@ -1,0 +1,147 @@
+"""Reading a job's Pods: which are its workers, at which index, in which state; and what the controller keeps
+of each Pod (the watch's transform).
+
+Only Pods the job controls count (an ``ownerReference`` with ``controller: true`` and the job's UID): a Pod
+left over from a deleted job of the same name, or one made by hand with the job's labels, is never taken for
+a worker.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from kubecell.elastic.states import Worker
+from kubecell.kube.elasticjobs import LABEL_INDEX, LABEL_JOB, LABEL_ROLE, LABEL_RUN, MAX_REPLICAS, worker_name
+from kubecell.kube.names import ANNOTATION_GROUP_SIZE
+
+CRASH_LOOP_REASON = "CrashLoopBackOff"
+"""The kubelet's waiting reason for a container it keeps restarting (``restartPolicy: OnFailure``)."""
+
+
+def labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    found = (pod.get("metadata") or {}).get("labels")
+    return found if isinstance(found, Mapping) else {}
+
+
+def job_key(pod: Mapping[str, Any]) -> str | None:
+    """``<namespace>/<job>`` of a Pod carrying the job label, else None."""
+    job = labels(pod).get(LABEL_JOB)
+    if not isinstance(job, str) or not job:
+        return None
+    return f"{(pod.get('metadata') or {}).get('namespace', 'default')}/{job}"
+
+
+def controlled_by(pod: Mapping[str, Any], uid: str) -> bool:
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("uid") == uid:
+            return True
+    return False
+
+
+def role(pod: Mapping[str, Any]) -> str:
+    return str(labels(pod).get(LABEL_ROLE, ""))
+
+
+def worker_index(pod: Mapping[str, Any], job: str) -> int | None:
+    """The worker's index: its label, which must also be its name's (``<job>-worker-<i>``), else None."""
+    text = labels(pod).get(LABEL_INDEX)
+    if not isinstance(text, str) or not text.isdigit() or len(text) > 4:
+        return None
+    index = int(text)
+    if text != str(index) or index >= MAX_REPLICAS:
+        return None
+    if (pod.get("metadata") or {}).get("name") != worker_name(job, index):
+        return None
+    return index
+
+
+def worker_run(pod: Mapping[str, Any]) -> int | None:
+    """The rendezvous run the worker joins (its label), None when unreadable (never of the current run)."""
+    text = labels(pod).get(LABEL_RUN)
+    if not isinstance(text, str) or not text.isdigit() or len(text) > 10 or text != str(int(text)):
+        return None
+    return int(text)
+
+
+def _condition(pod: Mapping[str, Any], kind: str) -> bool:
+    for entry in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(entry, Mapping) and entry.get("type") == kind:
+            return entry.get("status") == "True"
+    return False
+
+
+def worker_state(pod: Mapping[str, Any]) -> Worker:
+    """One worker Pod's state, from what its kubelet and the API server wrote."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    if meta.get("deletionTimestamp"):
+        return Worker.TERMINATING
+    if phase == "Succeeded":
+        return Worker.SUCCEEDED
+    if phase == "Failed":
+        return Worker.DISRUPTED if _condition(pod, "DisruptionTarget") else Worker.FAILED
+    for container in status.get("containerStatuses") or []:
+        waiting = ((container or {}).get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") == CRASH_LOOP_REASON:
+            return Worker.CRASH_LOOP
+    if not (pod.get("spec") or {}).get("nodeName"):
+        return Worker.UNSCHEDULED
+    if phase == "Running":
+        return Worker.READY if _condition(pod, "Ready") else Worker.RUNNING
+    return Worker.SCHEDULED
+
+
+def ended(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def terminating(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def group_size(pod: Mapping[str, Any]) -> str | None:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(ANNOTATION_GROUP_SIZE) if isinstance(annotations, Mapping) else None
+    return value if isinstance(value, str) else None
+
+
+_META_KEPT = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "labels",
+              "ownerReferences")
+
+
+def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the controller keeps of a Pod: who owns it, its index, where it runs, its phase, conditions and
+    container states. Commands, environments and managed fields are most of a worker's size."""
+    meta = pod.get("metadata") or {}
+    kept: dict[str, Any] = {key: meta[key] for key in _META_KEPT if key in meta}
+    size = group_size(pod)
+    if size is not None:
+        kept["annotations"] = {ANNOTATION_GROUP_SIZE: size}
+    status = pod.get("status") or {}
+    containers = []
+    for container in status.get("containerStatuses") or []:
+        state = (container or {}).get("state") or {}
+        containers.append({"name": container.get("name"), "restartCount": container.get("restartCount", 0),
+                           "state": {key: {"reason": (value or {}).get("reason"),
+                                           "exitCode": (value or {}).get("exitCode")}
+                                     for key, value in state.items()}})
+    conditions = [{"type": c.get("type"), "status": c.get("status")} for c in status.get("conditions") or []
+                  if isinstance(c, Mapping)]
+    return {"metadata": kept, "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
+            "status": {"phase": status.get("phase"), "conditions": conditions, "containerStatuses": containers}}
+
+
+def parse_time(text: Any) -> float | None:
+    """An API time (RFC 3339) in epoch seconds; None for anything else."""
+    if not isinstance(text, str) or not 0 < len(text) <= 64:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()

@@ -1,0 +1,568 @@
+"""The ElasticJob custom resource (``elasticjobs.kubecell.io``): its spec read with limits, and the objects a
+job stands for (its worker Pods, its rendezvous host and Service), built as plain dicts.
+
+An ElasticJob runs ``torchrun`` elastic workers as one kubecell gang whose size the scheduler chooses: it
+writes the job's ``/scale`` subresource (``spec.replicas``) and the controller (``kubecell.elastic``) follows.
+Everything here is a pure function of plain dicts, so the controller, its tests and any other reader build
+the same objects.
+
+**Untrusted input.** Anyone who may create an ElasticJob in a namespace writes its spec, and an object stored
+under an older CRD (or with its schema removed) reaches the controller as it was stored. So
+:func:`read_elastic_job` checks every field itself (types, ranges, ``minReplicas <= replicas <=
+maxReplicas``, a template with containers, nesting and size) and raises :class:`ElasticJobSpecError`, which
+names the object and the field and says what is accepted; it never raises anything else, whatever the object.
+
+**The torchrun contract and where the rendezvous lives.** Workers find each other through torchrun's
+``c10d`` rendezvous: a key-value store (a ``TCPStore``) at ``--rdzv-endpoint``, which every agent joins and
+keeps heart-beating. With the ``c10d`` backend that store lives *inside one agent*: the one whose host name
+matches the endpoint (``is_host``). Putting the endpoint on worker 0 (Kubeflow's PyTorchJob default) ties the
+rendezvous to that worker: when worker 0 dies (preempted, its node lost, scaled away) the store dies with
+it and every other worker loses its rendezvous and restarts. Putting the endpoint on a Service that selects
+*all* workers does not help either: each connection is load-balanced to a different worker, so an agent
+that hosts a store there splits the job into several rendezvous (or, with no agent hosting, there is none).
+
+So the store is hosted by a process of its own: the **rendezvous host**, one small CPU-only Pod
+``<job>-rdzv`` that runs nothing but a ``TCPStore`` server on ``spec.rendezvousPort`` (with the workers'
+image, which has PyTorch), behind a ClusterIP Service ``<job>-rdzv`` that selects that Pod alone. Every
+worker joins as a client (``PET_RDZV_CONF=is_host=false``, so no worker ever starts a competing store), so
+losing any worker, the first included, leaves the rendezvous to the others: their agents see their training
+processes fail, meet again in a new round without it (torchrun counts that as one of each agent's restarts)
+and admit its replacement in the next. The store the training processes use (``MASTER_ADDR``) is served by
+each round's rank 0, advertised by its Pod IP (``PET_LOCAL_ADDR`` from the Downward API: a Pod's host name
+resolves nowhere), and built anew every round (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``; torchrun's default
+keeps the first round's, which dies with that worker). The rendezvous host is not a worker: it holds no
+GPU, is not part of the gang, and restarts in place (``restartPolicy: Always``); if it is lost the
+controller recreates it, the agents' next store operation fails, and that is handled like any failure.
+
+Checked against real torchrun (PyTorch 2.15, gloo, three agents on loopback with exactly this environment
+and this host program): SIGKILL of worker 0's whole process tree mid-training, the two others went on as a
+world of 2 within a minute and took worker 0's replacement back as a world of 3, all exiting 0; with the
+shared store (torchrun's default) the same loss left the survivors waiting on the dead store until they
+failed. An agent that spends its restarts *closes* its run for good: a replacement with the same
+``--rdzv-id`` fails at once with ``RendezvousClosedError``, while a new id starts cleanly. So each restart
+of the job is a new **rendezvous run**: ``PET_RDZV_ID=<job uid>-<run>``, the run being the job's restart
+count, on the worker's label ``kubecell.io/rendezvous-run``.
+
+Worker environment (torchrun reads ``PET_<OPTION>`` as its ``--<option>``): ``PET_NNODES=MIN:MAX``,
+``PET_NPROC_PER_NODE``, ``PET_RDZV_BACKEND=c10d``, ``PET_RDZV_ENDPOINT=<job>-rdzv:<port>``,
+``PET_RDZV_ID=<job uid>-<run>``, ``PET_RDZV_CONF=is_host=false``, ``PET_MAX_RESTARTS``, ``PET_LOCAL_ADDR``
+(the Pod IP), ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, and kubecell's ``KUBECELL_ELASTIC_JOB``,
+``KUBECELL_WORKER_INDEX`` and, when the spec bounds the batch size, ``KUBECELL_BATCH_SIZE_MIN``/``_MAX``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubecell.core.errors import InvalidInputError
+from kubecell.core.validation import key_path
+from kubecell.kube.dialects.demand import shown
+from kubecell.kube.names import (
+    ANNOTATION_GROUP,
+    ANNOTATION_GROUP_MIN,
+    ANNOTATION_GROUP_SIZE,
+    DOMAIN,
+    NVIDIA_GPU,
+    RESOURCE_GPU,
+    SCHEDULER_NAME,
+)
+
+GROUP = DOMAIN
+VERSION = "v1alpha1"
+KIND = "ElasticJob"
+PLURAL = "elasticjobs"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+LABEL_JOB = f"{DOMAIN}/elastic-job"
+"""On every Pod of a job (workers and rendezvous host): the job's name. The controller watches pods by it."""
+LABEL_INDEX = f"{DOMAIN}/worker-index"
+"""On a worker: its index, 0 .. replicas-1."""
+LABEL_RUN = f"{DOMAIN}/rendezvous-run"
+"""On a worker: the rendezvous run it joins (``PET_RDZV_ID=<job uid>-<run>``), the job's restart count when it
+was created. A restart starts a new run, since torchrun closes a run for good when an agent gives up."""
+LABEL_ROLE = f"{DOMAIN}/elastic-role"
+ROLE_WORKER = "worker"
+ROLE_RENDEZVOUS = "rendezvous"
+
+MAX_REPLICAS = 4096
+"""The most workers a job may have (the CRD's bound): far beyond any torchrun job, small enough that the
+controller's per-job work (one pass over the workers) stays trivial."""
+MAX_NAME_CHARS = 58
+"""A job's name is a DNS-1035 label short enough that ``<name>-rdzv`` is still a Service name (63)."""
+MAX_MAX_RESTARTS = 1000
+MAX_GRACE_SECONDS = 86400
+MAX_NPROC_PER_NODE = 1024
+MAX_BATCH_SIZE = 2**31 - 1
+MIN_RENDEZVOUS_TIMEOUT = 10
+MAX_RENDEZVOUS_TIMEOUT = 86400
+MAX_CONTAINERS = 64
+MAX_TEMPLATE_DEPTH = 32
+"""The deepest nesting a pod template may have; real ones stay under 12 (affinity terms, projected volumes).
+A template nested thousands deep would exhaust Python's stack when it is copied into a Pod."""
+MAX_TEMPLATE_VALUES = 100_000
+"""Values (keys, items, leaves) a template may hold: far above any pod spec, a bound on the work per job."""
+MAX_INT64 = 2**63 - 1
+
+DEFAULT_MAX_RESTARTS = 3
+DEFAULT_RENDEZVOUS_PORT = 29400
+"""torchrun's own default port for the c10d store."""
+DEFAULT_RENDEZVOUS_TIMEOUT = 900
+"""Seconds the controller waits, after the workers changed, for at least minReplicas of them to be Ready;
+longer than torchrun's own join timeout (600 s), so the agents give up first and say why."""
+DEFAULT_GRACE_SECONDS = 30
+RESTART_POLICIES = ("Never", "OnFailure")
+
+RENDEZVOUS_CONTAINER = "c10d-store"
+RENDEZVOUS_SCRIPT = """\
+import os, signal, threading
+from datetime import timedelta
+from torch.distributed import TCPStore
+port = int(os.environ["KUBECELL_RDZV_PORT"])
+store = TCPStore("0.0.0.0", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=600))
+print(f"c10d rendezvous store serving on port {port}", flush=True)
+done = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: done.set())
+done.wait()
+"""
+"""The rendezvous host's program: a c10d ``TCPStore`` server and nothing else, until SIGTERM."""
+
+_DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_DNS_1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+class ElasticJobSpecError(InvalidInputError):
+    """An ElasticJob the controller cannot run: the object, the field, what was wrong, what is accepted."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSize:
+    """Bounds of the global batch size the training script may choose (passed on, never interpreted)."""
+
+    min: int
+    max: int
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticJobSpec:
+    """One ElasticJob as the controller runs it: every field checked and defaulted.
+
+    ``template`` is the pod template as written (a private deep copy; never mutated: the builders copy it
+    again)."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    min_replicas: int
+    max_replicas: int
+    replicas: int
+    """The target: ``spec.replicas``, or ``min_replicas`` while the controller has not defaulted it."""
+    replicas_stated: bool
+    template: Mapping[str, Any]
+    max_restarts: int
+    rendezvous_port: int
+    rendezvous_timeout_seconds: int
+    termination_grace_period_seconds: int
+    nproc_per_node: int
+    batch_size: BatchSize | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def collection_path(namespace: str | None = None) -> str:
+    """The ElasticJobs of one namespace, or of all namespaces (``None``)."""
+    if namespace is None:
+        return f"/apis/{GROUP}/{VERSION}/{PLURAL}"
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
+
+
+def job_path(namespace: str, name: str) -> str:
+    return f"{collection_path(namespace)}/{name}"
+
+
+def worker_name(job: str, index: int) -> str:
+    return f"{job}-worker-{index}"
+
+
+def rendezvous_name(job: str) -> str:
+    """The rendezvous host Pod and its Service share this name."""
+    return f"{job}-rdzv"
+
+
+def worker_selector(job: str) -> str:
+    """The label selector of a job's workers (``status.selector``, which ``/scale`` reports)."""
+    return f"{LABEL_JOB}={job},{LABEL_ROLE}={ROLE_WORKER}"
+
+
+def involved(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The ElasticJob as an Event's ``involvedObject``."""
+    meta = obj.get("metadata") or {}
+    return {"apiVersion": API_VERSION, "kind": KIND, "name": str(meta.get("name", "")),
+            "namespace": str(meta.get("namespace", "default")), "uid": str(meta.get("uid", ""))}
+
+
+# --- reading ---------------------------------------------------------------------------------------------
+
+
+def _int_field(spec: Mapping[str, Any], field: str, where: str, low: int, high: int, default: int | None,
+               *, under: str = "spec") -> int:
+    """An integer field of ``under`` within ``low..high``; ``default`` when absent (None: required)."""
+    name = f"{under}.{field}"
+    if field not in spec or spec[field] is None:
+        if default is None:
+            raise ElasticJobSpecError("is missing", location=where, field=name,
+                                      accepted=f"a whole number {low}..{high}")
+        return default
+    value = spec[field]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ElasticJobSpecError(f"is {shown(value)}, not a whole number", location=where, field=name,
+                                  accepted=f"a whole number {low}..{high}")
+    if not low <= value <= high:
+        raise ElasticJobSpecError(f"is {shown(value)}, outside {low}..{high}", location=where, field=name,
+                                  accepted=f"a whole number {low}..{high}")
+    return value
+
+
+def _text(value: Any, where: str, field: str, accepted: str, *, limit: int = 253) -> str:
+    if not isinstance(value, str) or not value:
+        raise ElasticJobSpecError(f"is {shown(value)}", location=where, field=field, accepted=accepted)
+    if len(value) > limit:
+        raise ElasticJobSpecError(f"is {len(value)} characters long", location=where, field=field,
+                                  accepted=f"{accepted}, at most {limit} characters")
+    return value
+
+
+def _template_problem(template: Any, where: str) -> ElasticJobSpecError | None:
+    """What makes the template unusable as JSON a Pod can be built from: keys that are not text, nesting
+    deeper than ``MAX_TEMPLATE_DEPTH``, more than ``MAX_TEMPLATE_VALUES`` values, numbers beyond int64 or not
+    finite. Walked without recursion, so no template can exhaust the stack here."""
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), template)]
+    seen = 0
+    while stack:
+        path, value = stack.pop()
+        seen += 1
+        field = key_path(("spec", "template", *path))
+        if seen > MAX_TEMPLATE_VALUES:
+            return ElasticJobSpecError(f"holds more than {MAX_TEMPLATE_VALUES} values", location=where,
+                                       field="spec.template", accepted="a pod template of ordinary size")
+        if len(path) > MAX_TEMPLATE_DEPTH:
+            return ElasticJobSpecError(f"nests deeper than {MAX_TEMPLATE_DEPTH} levels", location=where,
+                                       field=field, accepted="a PodTemplateSpec")
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    return ElasticJobSpecError(f"has the key {shown(key)}, which is not text", location=where,
+                                               field=field, accepted="text keys")
+                stack.append(((*path, key), item))
+        elif isinstance(value, list | tuple):
+            stack.extend(((*path, index), item) for index, item in enumerate(value))
+        elif isinstance(value, bool) or value is None or isinstance(value, str):
+            continue
+        elif isinstance(value, int):
+            if abs(value) > MAX_INT64:
+                return ElasticJobSpecError(f"{shown(value)} is beyond int64", location=where, field=field,
+                                           accepted="the numbers of a PodTemplateSpec")
+        elif isinstance(value, float):
+            if not math.isfinite(value) or abs(value) > MAX_INT64:
+                return ElasticJobSpecError(f"{shown(value)} is not a finite number within int64", location=where,
+                                           field=field, accepted="the numbers of a PodTemplateSpec")
+        else:
+            return ElasticJobSpecError(f"holds {shown(value)}, which is not JSON", location=where, field=field,
+                                       accepted="a PodTemplateSpec")
+    return None
+
+
+def _string_map(value: Any, where: str, field: str) -> None:
+    if value is None:
+        return
+    if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
+        raise ElasticJobSpecError(f"is {shown(value)}", location=where, field=field,
+                                  accepted="a mapping of text to text")
+
+
+def _read_template(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``spec.template``: a PodTemplateSpec with at least one container, each named and with an image."""
+    if "template" not in spec or spec["template"] is None:
+        raise ElasticJobSpecError("is missing", location=where, field="spec.template",
+                                  accepted="a PodTemplateSpec (metadata, spec with containers)")
+    template = spec["template"]
+    if not isinstance(template, Mapping):
+        raise ElasticJobSpecError(f"is {shown(template)}, not a mapping", location=where, field="spec.template",
+                                  accepted="a PodTemplateSpec (metadata, spec with containers)")
+    problem = _template_problem(template, where)
+    if problem is not None:
+        raise problem
+    meta = template.get("metadata")
+    if meta is not None:
+        if not isinstance(meta, Mapping):
+            raise ElasticJobSpecError(f"is {shown(meta)}, not a mapping", location=where,
+                                      field="spec.template.metadata", accepted="labels and annotations")
+        _string_map(meta.get("labels"), where, "spec.template.metadata.labels")
+        _string_map(meta.get("annotations"), where, "spec.template.metadata.annotations")
+    pod = template.get("spec")
+    if not isinstance(pod, Mapping):
+        raise ElasticJobSpecError(f"is {shown(pod)}" if pod is not None else "is missing", location=where,
+                                  field="spec.template.spec", accepted="a PodSpec with containers")
+    containers = pod.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise ElasticJobSpecError(f"is {shown(containers)}" if containers is not None else "is missing",
+                                  location=where, field="spec.template.spec.containers",
+                                  accepted=f"a list of 1..{MAX_CONTAINERS} containers, the first running torchrun")
+    if len(containers) > MAX_CONTAINERS:
+        raise ElasticJobSpecError(f"has {len(containers)} containers", location=where,
+                                  field="spec.template.spec.containers", accepted=f"1..{MAX_CONTAINERS} containers")
+    for index, container in enumerate(containers):
+        field = f"spec.template.spec.containers[{index}]"
+        if not isinstance(container, Mapping):
+            raise ElasticJobSpecError(f"is {shown(container)}, not a mapping", location=where, field=field,
+                                      accepted="a container with a name and an image")
+        name = _text(container.get("name"), where, f"{field}.name", "a DNS-1123 label", limit=63)
+        if not _DNS_1123.fullmatch(name):
+            raise ElasticJobSpecError(f"is {shown(name)}", location=where, field=f"{field}.name",
+                                      accepted="a DNS-1123 label (lowercase letters, digits, '-')")
+        _text(container.get("image"), where, f"{field}.image", "a container image", limit=4096)
+        env = container.get("env")
+        if env is not None and (not isinstance(env, list) or
+                                not all(isinstance(e, Mapping) and isinstance(e.get("name"), str) for e in env)):
+            raise ElasticJobSpecError(f"is {shown(env)}", location=where, field=f"{field}.env",
+                                      accepted="a list of EnvVars, each with a name")
+    policy = pod.get("restartPolicy")
+    if policy is not None and policy not in RESTART_POLICIES:
+        raise ElasticJobSpecError(
+            f"is {shown(policy)}", location=where, field="spec.template.spec.restartPolicy",
+            accepted="Never (the default: a failed worker is replaced by the controller) or OnFailure; not Always, "
+                     "which would restart a worker that finished, so the job could never succeed")
+    scheduler = pod.get("schedulerName")
+    if scheduler is not None:
+        _text(scheduler, where, "spec.template.spec.schedulerName", "a scheduler name")
+    return copy.deepcopy(dict(template))
+
+
+def _whole_gpus(template: Mapping[str, Any]) -> int:
+    """Whole GPUs the template's containers ask for (``kubecell.io/gpu`` or ``nvidia.com/gpu`` limits, else
+    requests): one training process per GPU is torchrun's rule. 0 when none (or not a plain count)."""
+    total = 0
+    for container in template["spec"]["containers"]:
+        resources = container.get("resources")
+        if not isinstance(resources, Mapping):
+            continue
+        for part in ("limits", "requests"):
+            amounts = resources.get(part)
+            if not isinstance(amounts, Mapping):
+                continue
+            found = [amounts.get(name) for name in (RESOURCE_GPU, NVIDIA_GPU) if name in amounts]
+            if found:
+                for value in found:
+                    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_NPROC_PER_NODE:
+                        total += value
+                    elif isinstance(value, str) and value.isdigit() and 0 < int(value) <= MAX_NPROC_PER_NODE:
+                        total += int(value)
+                break
+    return min(total, MAX_NPROC_PER_NODE)
+
+
+def read_elastic_job(obj: Any) -> ElasticJobSpec:
+    """The ElasticJob object as a checked spec; :class:`ElasticJobSpecError` for anything that cannot run
+    (the only exception this raises, whatever ``obj`` is)."""
+    if not isinstance(obj, Mapping):
+        raise ElasticJobSpecError(f"is {shown(obj)}, not an object", location=KIND)
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        raise ElasticJobSpecError(f"is {shown(meta)}", location=KIND, field="metadata", accepted="object metadata")
+    namespace = meta.get("namespace", "default")
+    if not isinstance(namespace, str) or not _DNS_1123.fullmatch(namespace) or len(namespace) > 63:
+        raise ElasticJobSpecError(f"is {shown(namespace)}", location=KIND, field="metadata.namespace",
+                                  accepted="a namespace name")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise ElasticJobSpecError(f"is {shown(name)}", location=f"{KIND} {namespace}/?", field="metadata.name",
+                                  accepted="a name")
+    if len(name) > MAX_NAME_CHARS or not _DNS_1035.fullmatch(name):
+        raise ElasticJobSpecError(f"is {shown(name)}", location=f"{KIND} {namespace}", field="metadata.name",
+                                  accepted=f"a DNS-1035 label of at most {MAX_NAME_CHARS} characters (lowercase "
+                                           "letters, digits, '-', starting with a letter), so that "
+                                           "'<name>-rdzv' can name the rendezvous Service")
+    where = f"{KIND} {namespace}/{name}"
+    uid = _text(meta.get("uid"), where, "metadata.uid", "the UID the API server gave the object", limit=128)
+    generation = meta.get("generation", 0)
+    if isinstance(generation, bool) or not isinstance(generation, int) or not 0 <= generation <= MAX_INT64:
+        raise ElasticJobSpecError(f"is {shown(generation)}", location=where, field="metadata.generation",
+                                  accepted="a whole number 0..2^63-1")
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        raise ElasticJobSpecError(f"is {shown(spec)}" if spec is not None else "is missing", location=where,
+                                  field="spec", accepted="minReplicas, maxReplicas and a pod template")
+    low = _int_field(spec, "minReplicas", where, 1, MAX_REPLICAS, None)
+    high = _int_field(spec, "maxReplicas", where, 1, MAX_REPLICAS, None)
+    if low > high:
+        raise ElasticJobSpecError(f"is {low}, above maxReplicas {high}", location=where, field="spec.minReplicas",
+                                  accepted=f"at most maxReplicas ({high})")
+    stated = spec.get("replicas") is not None
+    replicas = _int_field(spec, "replicas", where, 0, MAX_REPLICAS, low)
+    if not low <= replicas <= high:
+        raise ElasticJobSpecError(f"is {replicas}, outside minReplicas..maxReplicas", location=where,
+                                  field="spec.replicas", accepted=f"{low}..{high} (what /scale may set)")
+    template = _read_template(spec, where)
+    max_restarts = _int_field(spec, "maxRestarts", where, 0, MAX_MAX_RESTARTS, DEFAULT_MAX_RESTARTS)
+    port = _int_field(spec, "rendezvousPort", where, 1, 65535, DEFAULT_RENDEZVOUS_PORT)
+    timeout = _int_field(spec, "rendezvousTimeoutSeconds", where, MIN_RENDEZVOUS_TIMEOUT, MAX_RENDEZVOUS_TIMEOUT,
+                         DEFAULT_RENDEZVOUS_TIMEOUT)
+    pod_grace = template["spec"].get("terminationGracePeriodSeconds")
+    if pod_grace is not None and (isinstance(pod_grace, bool) or not isinstance(pod_grace, int)
+                                  or not 0 <= pod_grace <= MAX_GRACE_SECONDS):
+        raise ElasticJobSpecError(f"is {shown(pod_grace)}", location=where,
+                                  field="spec.template.spec.terminationGracePeriodSeconds",
+                                  accepted=f"a whole number 0..{MAX_GRACE_SECONDS}")
+    grace = _int_field(spec, "terminationGracePeriodSeconds", where, 0, MAX_GRACE_SECONDS,
+                       pod_grace if pod_grace is not None else DEFAULT_GRACE_SECONDS)
+    nproc = _int_field(spec, "nprocPerNode", where, 1, MAX_NPROC_PER_NODE, max(_whole_gpus(template), 1))
+    batch = spec.get("batchSize")
+    batch_size = None
+    if batch is not None:
+        if not isinstance(batch, Mapping):
+            raise ElasticJobSpecError(f"is {shown(batch)}, not a mapping", location=where, field="spec.batchSize",
+                                      accepted="{min: N, max: M} with 1 <= N <= M")
+        smallest = _int_field(batch, "min", where, 1, MAX_BATCH_SIZE, None, under="spec.batchSize")
+        largest = _int_field(batch, "max", where, 1, MAX_BATCH_SIZE, None, under="spec.batchSize")
+        if smallest > largest:
+            raise ElasticJobSpecError(f"min {smallest} is above max {largest}", location=where,
+                                      field="spec.batchSize", accepted="min <= max")
+        batch_size = BatchSize(smallest, largest)
+    return ElasticJobSpec(namespace=namespace, name=name, uid=uid, generation=generation, min_replicas=low,
+                          max_replicas=high, replicas=replicas, replicas_stated=stated, template=template,
+                          max_restarts=max_restarts, rendezvous_port=port, rendezvous_timeout_seconds=timeout,
+                          termination_grace_period_seconds=grace, nproc_per_node=nproc, batch_size=batch_size)
+
+
+# --- building --------------------------------------------------------------------------------------------
+
+
+def owner_reference(job: ElasticJobSpec) -> dict[str, Any]:
+    """The job as its objects' controlling owner: the garbage collector deletes them with it, and a foreground
+    deletion of the job waits for them (``blockOwnerDeletion``)."""
+    return {"apiVersion": API_VERSION, "kind": KIND, "name": job.name, "uid": job.uid, "controller": True,
+            "blockOwnerDeletion": True}
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
+
+
+def rendezvous_id(job: ElasticJobSpec, run: int) -> str:
+    """torchrun's ``--rdzv-id`` of the job's run ``run``: unique per job (its UID) and per restart."""
+    return f"{job.uid}-{run}"
+
+
+def worker_env(job: ElasticJobSpec, index: int, run: int = 0) -> list[dict[str, Any]]:
+    """The torchrun contract (``PET_*`` are torchrun's options) and kubecell's own variables.
+
+    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: by default torchrun (2.5 and later) keeps the training processes'
+    store (``MASTER_ADDR``) on the first round's rank 0 agent and reuses it in every later round, so when that
+    agent's worker is lost the survivors wait on a dead store; unshared, every round's rank 0 serves a new one.
+    """
+    env: list[dict[str, Any]] = [
+        {"name": "PET_NNODES", "value": f"{job.min_replicas}:{job.max_replicas}"},
+        {"name": "PET_NPROC_PER_NODE", "value": str(job.nproc_per_node)},
+        {"name": "PET_RDZV_BACKEND", "value": "c10d"},
+        {"name": "PET_RDZV_ENDPOINT", "value": f"{rendezvous_name(job.name)}:{job.rendezvous_port}"},
+        {"name": "PET_RDZV_ID", "value": rendezvous_id(job, run)},
+        {"name": "PET_RDZV_CONF", "value": "is_host=false"},
+        {"name": "PET_MAX_RESTARTS", "value": str(job.max_restarts)},
+        _field_env("PET_LOCAL_ADDR", "status.podIP"),
+        {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"},
+        {"name": "KUBECELL_ELASTIC_JOB", "value": job.name},
+        {"name": "KUBECELL_WORKER_INDEX", "value": str(index)},
+    ]
+    if job.batch_size is not None:
+        env += [{"name": "KUBECELL_BATCH_SIZE_MIN", "value": str(job.batch_size.min)},
+                {"name": "KUBECELL_BATCH_SIZE_MAX", "value": str(job.batch_size.max)}]
+    return env
+
+
+def worker_pod(job: ElasticJobSpec, index: int, run: int = 0) -> dict[str, Any]:
+    """Worker ``index`` of the job in rendezvous run ``run``: the template, plus what the controller owns
+    (name, labels, the gang annotations, the owner, the torchrun environment on every container, the grace
+    period).
+
+    The gang: ``kubecell.io/group=<job>``, ``group-size=<spec.replicas>``, ``group-min=<minReplicas>``, so
+    kubecell's scheduler sees one threshold gang that may run with minReplicas members. The controller
+    rewrites ``group-size`` on the live workers when the target changes, so every member states the same
+    headcount."""
+    if not 0 <= index < MAX_REPLICAS or run < 0:
+        raise ValueError(f"worker index {index} outside 0..{MAX_REPLICAS - 1}, or run {run} below 0")
+    template = copy.deepcopy(dict(job.template))
+    meta = dict(template.get("metadata") or {})
+    labels = {**(meta.get("labels") or {}), LABEL_JOB: job.name, LABEL_ROLE: ROLE_WORKER, LABEL_INDEX: str(index),
+              LABEL_RUN: str(run)}
+    annotations = {**(meta.get("annotations") or {}), **gang_annotations(job)}
+    spec = dict(template["spec"])
+    env = worker_env(job, index, run)
+    ours = {entry["name"] for entry in env}
+    containers = []
+    for container in spec["containers"]:
+        kept = [entry for entry in container.get("env") or [] if entry.get("name") not in ours]
+        containers.append({**container, "env": [*kept, *copy.deepcopy(env)]})
+    spec["containers"] = containers
+    spec.setdefault("schedulerName", SCHEDULER_NAME)
+    spec.setdefault("restartPolicy", "Never")
+    spec["terminationGracePeriodSeconds"] = job.termination_grace_period_seconds
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": worker_name(job.name, index), "namespace": job.namespace, "labels": labels,
+                         "annotations": annotations, "ownerReferences": [owner_reference(job)]},
+            "spec": spec}
+
+
+def gang_annotations(job: ElasticJobSpec) -> dict[str, str]:
+    """kubecell's own gang dialect (``kubecell.kube.dialects.kubecell``): one gang per job."""
+    return {ANNOTATION_GROUP: job.name, ANNOTATION_GROUP_SIZE: str(job.replicas),
+            ANNOTATION_GROUP_MIN: str(job.min_replicas)}
+
+
+_HOST_POD_FIELDS = ("schedulerName", "nodeSelector", "tolerations", "imagePullSecrets", "priorityClassName",
+                    "serviceAccountName", "securityContext", "runtimeClassName")
+"""What the rendezvous host takes from the workers' template: where it may run and pull the image from."""
+
+
+def rendezvous_labels(job: str) -> dict[str, str]:
+    return {LABEL_JOB: job, LABEL_ROLE: ROLE_RENDEZVOUS}
+
+
+def rendezvous_pod(job: ElasticJobSpec) -> dict[str, Any]:
+    """The rendezvous host: a c10d ``TCPStore`` server in the workers' image (it has PyTorch), CPU only, not
+    part of the gang, restarted in place by the kubelet (its Service and address stay)."""
+    template_spec = job.template["spec"]
+    spec: dict[str, Any] = {key: copy.deepcopy(template_spec[key]) for key in _HOST_POD_FIELDS if key in template_spec}
+    spec.setdefault("schedulerName", SCHEDULER_NAME)
+    first = template_spec["containers"][0]
+    container: dict[str, Any] = {
+        "name": RENDEZVOUS_CONTAINER, "image": first["image"], "command": ["python3", "-c", RENDEZVOUS_SCRIPT],
+        "env": [{"name": "KUBECELL_RDZV_PORT", "value": str(job.rendezvous_port)}],
+        "ports": [{"name": "c10d", "containerPort": job.rendezvous_port, "protocol": "TCP"}],
+        "readinessProbe": {"tcpSocket": {"port": job.rendezvous_port}, "periodSeconds": 5},
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+    }
+    if "imagePullPolicy" in first:
+        container["imagePullPolicy"] = first["imagePullPolicy"]
+    spec.update({"containers": [container], "restartPolicy": "Always", "terminationGracePeriodSeconds": 5})
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": rendezvous_name(job.name), "namespace": job.namespace,
+                         "labels": rendezvous_labels(job.name), "ownerReferences": [owner_reference(job)]},
+            "spec": spec}
+
+
+def rendezvous_service(job: ElasticJobSpec) -> dict[str, Any]:
+    """``<job>-rdzv``: a stable name and virtual IP for the rendezvous host (and only it), on the
+    rendezvous port. ``publishNotReadyAddresses``: the store serves as soon as its process runs."""
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": rendezvous_name(job.name), "namespace": job.namespace,
+                         "labels": rendezvous_labels(job.name), "ownerReferences": [owner_reference(job)]},
+            "spec": {"type": "ClusterIP", "selector": rendezvous_labels(job.name), "publishNotReadyAddresses": True,
+                     "ports": [{"name": "c10d", "port": job.rendezvous_port, "targetPort": job.rendezvous_port,
+                                "protocol": "TCP"}]}}

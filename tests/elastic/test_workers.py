@@ -1,0 +1,84 @@
+"""Worker Pods read into the states the state machine observes (a table), and which Pods count as a job's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kubecell.elastic import workers as readers
+from kubecell.elastic.states import Worker
+
+
+def pod(phase: str = "Pending", *, node: str = "", ready: bool = False, deleting: bool = False,
+        waiting: str | None = None, disrupted: bool = False, name: str = "bert-worker-1", index: str = "1",
+        owner: str = "job-uid") -> dict[str, Any]:
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    if disrupted:
+        conditions.append({"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"})
+    statuses = [{"name": "trainer", "restartCount": 4, "state": {"waiting": {"reason": waiting}}}] if waiting else []
+    meta: dict[str, Any] = {"name": name, "namespace": "team-a", "uid": "p1",
+                            "labels": {"kubecell.io/elastic-job": "bert", "kubecell.io/elastic-role": "worker",
+                                       "kubecell.io/worker-index": index},
+                            "ownerReferences": [{"kind": "ElasticJob", "uid": owner, "controller": True}]}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": node, "containers": [{"name": "trainer", "env": [{"name": "X"}]}]},
+            "status": {"phase": phase, "conditions": conditions, "containerStatuses": statuses}}
+
+
+@pytest.mark.parametrize(("obj", "state"), [
+    (pod(), Worker.UNSCHEDULED),
+    (pod(node="n1"), Worker.SCHEDULED),
+    (pod("Running", node="n1"), Worker.RUNNING),
+    (pod("Running", node="n1", ready=True), Worker.READY),
+    (pod("Running", node="n1", waiting="CrashLoopBackOff"), Worker.CRASH_LOOP),
+    (pod("Running", node="n1", waiting="ContainerCreating"), Worker.RUNNING),
+    (pod("Succeeded", node="n1"), Worker.SUCCEEDED),
+    (pod("Failed", node="n1"), Worker.FAILED),
+    (pod("Failed", node="n1", disrupted=True), Worker.DISRUPTED),
+    (pod("Running", node="n1", ready=True, deleting=True), Worker.TERMINATING),
+    (pod("Failed", node="n1", deleting=True), Worker.TERMINATING),
+], ids=["unscheduled", "scheduled", "running", "ready", "crash loop", "creating", "succeeded", "failed",
+        "disrupted", "terminating", "failed and deleted"])
+def test_a_worker_pods_state(obj: dict[str, Any], state: Worker) -> None:
+    assert readers.worker_state(obj) is state
+    assert readers.worker_state(readers.trimmed(obj)) is state  # what the watch keeps is enough
+
+
+@pytest.mark.parametrize(("obj", "index"), [
+    (pod(), 1),
+    (pod(index="01"), None),              # the label must be the name's index
+    (pod(index="x"), None),
+    (pod(index="4096", name="bert-worker-4096"), None),
+    (pod(name="other-worker-1"), None),
+])
+def test_a_worker_index_is_its_label_and_its_name(obj: dict[str, Any], index: int | None) -> None:
+    assert readers.worker_index(obj, "bert") == index
+
+
+def test_only_pods_the_job_controls_count() -> None:
+    assert readers.controlled_by(pod(), "job-uid")
+    assert not readers.controlled_by(pod(owner="an-older-job-of-the-same-name"), "job-uid")
+    assert readers.job_key(pod()) == "team-a/bert"
+
+
+def test_the_trimmed_pod_keeps_no_environment() -> None:
+    kept = readers.trimmed(pod("Running", node="n1"))
+    assert "containers" not in kept["spec"]
+    assert kept["metadata"]["ownerReferences"]
+
+
+@pytest.mark.parametrize(("text", "run"), [("0", 0), ("12", 12), ("012", None), ("-1", None), ("x", None),
+                                           ("1" * 11, None)])
+def test_a_workers_rendezvous_run_is_its_label(text: str, run: int | None) -> None:
+    obj = pod()
+    obj["metadata"]["labels"]["kubecell.io/rendezvous-run"] = text
+    assert readers.worker_run(obj) == run
+    assert readers.worker_run(pod()) is None
+
+
+def test_times_are_read_or_none() -> None:
+    assert readers.parse_time("2026-01-01T00:00:10Z") == readers.parse_time("2026-01-01T00:00:00Z") + 10  # type: ignore[operator]
+    assert readers.parse_time("yesterday") is None
+    assert readers.parse_time(5) is None
