@@ -1,0 +1,1 @@
+"""Tests of the elastic-training core: goodput model, sizing policy, placement."""
