@@ -21,6 +21,8 @@ from rich.text import Text
 
 from kubecell import __version__
 from kubecell.cli.dynamic import sim_dynamic
+from kubecell.cli.elastic import sim_elastic
+from kubecell.cli.elastic_controller import elastic_controller
 from kubecell.cli.examples import example_paths, philly_example_paths
 from kubecell.cli.inspect import inspect
 from kubecell.cli.node_agent import node_agent
@@ -46,6 +48,7 @@ sim_app = typer.Typer(help="Trace-driven experiments on an embedded cluster.", n
 app.add_typer(sim_app, name="sim")
 sim_app.command("packing")(sim_packing)
 sim_app.command("dynamic")(sim_dynamic)
+sim_app.command("elastic")(sim_elastic)
 app.command("simulate")(simulate)
 app.add_typer(testbed_app, name="testbed")
 app.command("scheduler")(scheduler)
@@ -53,6 +56,7 @@ app.command("extender")(extender)
 app.command("node-agent")(node_agent)
 app.command("replay")(replay_command)
 app.command("inspect")(inspect)
+app.command("elastic-controller")(elastic_controller)
 
 
 @app.command()

@@ -1,0 +1,155 @@
+"""The elastic policies the simulator can run, by name, and the rigid baseline.
+
+A registry entry says how to build the policy and how its jobs behave: ``tuned_jobs`` jobs keep the workload's
+``num_replicas`` and ``batch_size`` (the TunedJobs setting of Sia's Table 3 for schedulers that cannot resize),
+others may be given any size and run at the batch their goodput model advises; ``estimate`` is the goodput
+model each job carries (``estimates.py``). ``kubecell`` is looked up when asked for, so the simulator and its
+tests run without it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from kubecell.core.elastic.types import ClusterNode, ElasticJobView, ElasticPolicy
+from kubecell.core.errors import InvalidInputError
+from kubecell.sim.elastic.gavel import ROUND_SECONDS as GAVEL_ROUND_SECONDS
+from kubecell.sim.elastic.gavel import GavelPolicy
+
+Estimate = Literal["oracle", "online"]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpec:
+    """How to build one policy and run its jobs."""
+
+    name: str
+    summary: str
+    make: Callable[[], ElasticPolicy]
+    tuned_jobs: bool
+    """Jobs keep the workload's size (min = max = num_replicas) and global batch."""
+    estimate: Estimate
+    requires: str | None = None
+    """A module that must be importable for the policy to exist."""
+    round_seconds: float | None = None
+    """Its own scheduling interval, which the simulator then runs at (None: the simulator's, 60 s)."""
+    restart_on_move: bool = True
+    """False: a job moved to other nodes of its GPU type with the same replicas per node does not restart
+    (Sia's ``Cluster`` charges Gavel's jobs this way: only a changed placement shape restarts them)."""
+
+    def available(self) -> bool:
+        return self.requires is None or importlib.util.find_spec(self.requires) is not None
+
+
+class RigidPolicy:
+    """FIFO with backfill of fixed-size jobs, never resized or preempted: our stand-in for Gavel+TunedJobs.
+
+    Why it stands for Gavel+TunedJobs: in Sia's Table 3 that row is Gavel (heterogeneity-aware, given every
+    job's true throughput on every GPU type) running each job at the GPU count and batch size the workload
+    file gives (TunedJobs: sizes tuned to run well, never changed). This policy keeps exactly those job
+    sizes and batches, never mixes GPU types in a job, and is heterogeneity-aware the same way: among the GPU
+    types where a job fits now, it takes the one where the job's true goodput is highest.
+
+    How it differs: Gavel solves a max-sum-throughput LP over all jobs every 6 minutes and time-slices the
+    cluster to follow it, so jobs are preempted and moved (Sia's README reports 7.4 restarts per job on
+    Saturn, 205 for ImageNet, each costing a checkpoint-restore). Here a job, once started, runs to
+    completion where it started; the queue is served in arrival order and any later job that fits in what
+    is free starts at once (backfill without reservations, so a large job can wait behind a stream of small
+    ones). Placement: on the fewest nodes possible (the fullest free nodes first, the remainder on the
+    best-fitting node), which is Gavel's consolidated placement when the cluster is not fragmented.
+    """
+
+    name = "rigid"
+
+    def allocate(self, now: float, jobs: Sequence[ElasticJobView],
+                 nodes: Sequence[ClusterNode]) -> Mapping[str, tuple[str, ...]]:
+        free = {node.name: node.gpus for node in nodes}
+        for job in jobs:
+            for name in job.current:
+                free[name] -= 1
+        order = {node.name: index for index, node in enumerate(nodes)}
+        by_type: dict[str, list[str]] = {}
+        for node in nodes:
+            by_type.setdefault(node.gpu_type, []).append(node.name)
+        decisions: dict[str, tuple[str, ...]] = {}
+        for job in sorted((j for j in jobs if not j.current), key=lambda j: (j.submitted, j.name)):
+            size = job.max_replicas
+            best: tuple[float, tuple[str, ...]] | None = None
+            for gpu_type, names in by_type.items():
+                if job.gpu_types is not None and gpu_type not in job.gpu_types:
+                    continue
+                chosen = pack(size, names, free, order)
+                if chosen is None:
+                    continue
+                value = job.estimate.goodput(gpu_type, len(set(chosen)), size)
+                if best is None or value > best[0]:
+                    best = (value, chosen)
+            if best is None:
+                continue
+            for name in best[1]:
+                free[name] -= 1
+            decisions[job.name] = best[1]
+        return decisions
+
+
+def pack(size: int, names: Sequence[str], free: Mapping[str, int], order: Mapping[str, int]) -> tuple[str, ...] | None:
+    """``size`` replicas on the fewest of ``names``: whole free capacity of the fullest-free nodes, the rest on
+    the node that fits it most tightly; None when they do not have ``size`` free GPUs in all."""
+    if size <= 0 or sum(free[name] for name in names) < size:
+        return None
+    candidates = sorted((name for name in names if free[name] > 0), key=lambda n: (-free[n], order[n]))
+    chosen: list[str] = []
+    left = size
+    while left > 0:
+        fits = [name for name in candidates if name not in chosen and free[name] >= left]
+        if fits:
+            tightest = min(fits, key=lambda n: (free[n], order[n]))
+            chosen.extend([tightest] * left)
+            break
+        largest = next(name for name in candidates if name not in chosen)
+        chosen.extend([largest] * free[largest])
+        left -= free[largest]
+    return tuple(sorted(chosen, key=lambda n: order[n]))
+
+
+def _kubecell() -> ElasticPolicy:
+    """kubecell's policy, imported only when asked for (runs of the other policies do not depend on it)."""
+    from kubecell.core.elastic.allocator import KubecellElasticPolicy
+
+    return KubecellElasticPolicy()
+
+
+POLICIES: dict[str, PolicySpec] = {
+    "kubecell": PolicySpec("kubecell", "kubecell's elastic policy: sizes and places every job on goodput estimated "
+                           "online from its step reports", _kubecell, tuned_jobs=False, estimate="online",
+                           requires="kubecell.core.elastic.allocator"),
+    "rigid": PolicySpec("rigid", "FIFO with backfill at the workload's GPU count and batch (TunedJobs), never resized;"
+                        " stands for Gavel+TunedJobs", RigidPolicy, tuned_jobs=True, estimate="oracle"),
+    "gavel": PolicySpec("gavel", "Gavel+TunedJobs as Sia runs it: max-sum-throughput LP over true throughputs every "
+                        "6 minutes, jobs time-sliced (preempted, moved) at the workload's GPU count and batch",
+                        GavelPolicy, tuned_jobs=True, estimate="oracle", round_seconds=GAVEL_ROUND_SECONDS,
+                        restart_on_move=False),
+}
+DEFAULT_POLICIES = ("kubecell", "rigid")
+
+
+def policy_spec(name: str) -> PolicySpec:
+    """A registered policy that can run here, or a clear error."""
+    spec = POLICIES.get(name.strip().lower())
+    if spec is None:
+        raise InvalidInputError(f"unknown elastic policy {name!r}", field="policy", accepted=", ".join(POLICIES))
+    if not spec.available():
+        raise InvalidInputError(f"policy {spec.name!r} is not available in this build ({spec.requires} is missing)",
+                                field="policy", accepted=", ".join(n for n, s in POLICIES.items() if s.available()))
+    return spec
+
+
+def parse_policies(text: str) -> list[PolicySpec]:
+    """``"kubecell,rigid"`` -> their specs, in order, each once."""
+    names = [name.strip().lower() for name in text.split(",") if name.strip()]
+    if not names:
+        raise InvalidInputError("no policy given", field="policy", accepted=", ".join(POLICIES))
+    return [policy_spec(name) for name in dict.fromkeys(names)]

@@ -1,0 +1,109 @@
+"""Policies x workloads: load the inputs once, run every pair, summarise per run and per trace family.
+
+``summary.json`` holds ``runs`` (one object per policy and workload, ``metrics.RUN_KEYS``), ``families`` (per
+family, per policy: the Table 3 figures over its workloads, ``metrics.FAMILY_KEYS``), ``paper_table3`` (Sia's
+published figures for the families present, to compare against) and ``meta`` (the command and inputs).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubecell.core.elastic.types import ClusterNode
+from kubecell.core.errors import InvalidInputError
+from kubecell.sim.elastic.applications import APPLICATIONS, ApplicationModel
+from kubecell.sim.elastic.cluster import GpuKind, cluster_by_name, kinds_of
+from kubecell.sim.elastic.metrics import PAPER_TABLE3, Figures, family_metrics, run_metrics
+from kubecell.sim.elastic.policies import PolicySpec
+from kubecell.sim.elastic.profiles import load_application
+from kubecell.sim.elastic.simulator import DEFAULT_MAX_HOURS, ROUND_SECONDS, SimulationResult, simulate
+from kubecell.sim.elastic.workload import Workload, load_workload, models_dir_for, workload_files
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticInputs:
+    """Everything a run reads, validated: the workloads, the application models they use, the cluster."""
+
+    workloads: tuple[Workload, ...]
+    apps: Mapping[str, ApplicationModel]
+    nodes: tuple[ClusterNode, ...]
+    cluster: str
+    models: Path
+
+
+def load_models(models: Path, applications: Iterable[str], kinds: Sequence[GpuKind]) -> dict[str, ApplicationModel]:
+    """The ground-truth model of each application, from ``models/<app>/``."""
+    profiles = [kind.profile for kind in kinds]
+    return {name: ApplicationModel(load_application(models, name, profiles), kinds)
+            for name in sorted(set(applications))}
+
+
+def load_inputs(workload: Path, *, cluster: str = "sia64", models: Path | None = None) -> ElasticInputs:
+    """Read a workload file or directory, the cluster and the profiles of the applications used."""
+    nodes = cluster_by_name(cluster)
+    files = workload_files(workload)
+    folder = models or models_dir_for(workload)
+    if folder is None or not folder.is_dir():
+        raise InvalidInputError(f"no profile folder {'at ' + str(folder) if folder else 'found beside the workload'}",
+                                field="models", accepted="--models DIR: the data set's models/ folder "
+                                "(sia-sosp23-workloads/models)")
+    workloads = tuple(load_workload(path, APPLICATIONS) for path in files)
+    used = {job.application for w in workloads for job in w.jobs}
+    return ElasticInputs(workloads, load_models(folder, used, kinds_of(nodes)), nodes, cluster, folder)
+
+
+@dataclass(slots=True)
+class ElasticRun:
+    """All runs of one command and their summaries."""
+
+    results: list[SimulationResult] = field(default_factory=list)
+    runs: list[Figures] = field(default_factory=list)
+    families: dict[str, dict[str, Figures]] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+
+
+def run_elastic(inputs: ElasticInputs, specs: Sequence[PolicySpec], *, interval: float = ROUND_SECONDS,
+                max_hours: float = DEFAULT_MAX_HOURS, on_start: Callable[[str], None] | None = None,
+                on_step: Callable[[str], None] | None = None) -> ElasticRun:
+    """Every policy on every workload, then the per-run and per-family figures."""
+    started = time.perf_counter()
+    run = ElasticRun()
+    for spec in specs:
+        for workload in inputs.workloads:
+            label = f"{spec.name} on {workload.label}"
+            if on_start:
+                on_start(label)
+            run.results.append(simulate(workload, inputs.apps, inputs.nodes, spec, interval=interval,
+                                        max_hours=max_hours))
+            if on_step:
+                on_step(label)
+    run.runs = [run_metrics(result) for result in run.results]
+    grouped: dict[str, dict[str, list[SimulationResult]]] = defaultdict(lambda: defaultdict(list))
+    for result in run.results:
+        grouped[result.family][result.policy].append(result)
+    run.families = {family: {policy: family_metrics(results) for policy, results in by_policy.items()}
+                    for family, by_policy in grouped.items()}
+    run.wall_seconds = time.perf_counter() - started
+    return run
+
+
+def summary(run: ElasticRun, meta: Mapping[str, object]) -> dict[str, object]:
+    """The content of summary.json."""
+    return {
+        "runs": run.runs,
+        "families": run.families,
+        "paper_table3": {family: PAPER_TABLE3[family] for family in run.families if family in PAPER_TABLE3},
+        "meta": dict(meta),
+    }
+
+
+def write_summary(out: Path, run: ElasticRun, meta: Mapping[str, object]) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "summary.json"
+    path.write_text(json.dumps(summary(run, meta), indent=2, default=str) + "\n", encoding="utf-8")
+    return path

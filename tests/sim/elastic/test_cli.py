@@ -1,0 +1,96 @@
+"""``kubecell sim elastic`` end to end on the synthetic profiles: summary.json with its documented keys, the
+report files, the table; and its one-line input errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from kubecell.cli.main import main
+from kubecell.sim.elastic.metrics import FAMILY_KEYS, RUN_KEYS
+from tests.sim.elastic.support import write_models, write_workload
+
+REPORT_FILES = ("summary.json", "jobs.csv", "jct_cdf.png", "gpus_per_job.png", "index.html")
+
+
+def run_main(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> int:
+    monkeypatch.setattr(sys, "argv", ["kubecell", *argv])
+    with pytest.raises(SystemExit) as info:
+        main()
+    return int(info.value.code or 0)
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    write_models(tmp_path / "data")
+    rows = "".join(f"cifar10-{i},{i * 30},cifar10,{1 + i % 4},{64 if i % 2 else 128}\n" for i in range(8))
+    for family in ("philly", "saturn"):
+        for number in (1, 2):
+            write_workload(tmp_path / "data", rows, family=family, name=f"workload-{number}")
+    return tmp_path / "data"
+
+
+def test_summary_per_policy_workload_and_family(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    assert run_main(monkeypatch, ["sim", "elastic", "--workload", str(data), "--policy", "rigid", "--out",
+                                  str(out)]) == 0
+    for name in REPORT_FILES:
+        assert (out / name).is_file(), name
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) == {"runs", "families", "paper_table3", "meta"}
+    assert [(r["policy"], r["workload"]) for r in summary["runs"]] == [
+        ("rigid", "philly/workload-1"), ("rigid", "philly/workload-2"),
+        ("rigid", "saturn/workload-1"), ("rigid", "saturn/workload-2")]
+    for run in summary["runs"]:
+        assert set(run) == set(RUN_KEYS)
+        assert run["completed"] == run["jobs"] == 8
+    assert set(summary["families"]) == {"philly", "saturn"}
+    for family in summary["families"].values():
+        assert set(family["rigid"]) == set(FAMILY_KEYS)
+        assert family["rigid"]["workloads"] == 2
+    assert summary["paper_table3"]["saturn"]["Gavel+TunedJobs"]["avg_jct_hours"] == 2.5
+    assert summary["meta"]["command"].startswith("kubecell sim elastic --workload ")
+    printed = capsys.readouterr()
+    assert "paper: Gavel+TunedJobs" in printed.out
+    assert "4 workloads (32 jobs), 1 policies on sia64" in printed.out
+    assert "simulating: 4/4 runs done" in printed.err
+
+
+ERRORS = [
+    (["--policy", "pollux"], "error: field 'policy': unknown elastic policy 'pollux'"),
+    (["--cluster", "big"], "error: field 'cluster': unknown cluster 'big' (accepted: sia64)"),
+    (["--models", "/nonexistent/models"], "error: field 'models': no profile folder at /nonexistent/models"),
+]
+
+
+@pytest.mark.parametrize(("extra", "message"), ERRORS)
+def test_input_errors_are_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], data: Path,
+                                   tmp_path: Path, extra: list[str], message: str) -> None:
+    out = tmp_path / "report"
+    argv = ["sim", "elastic", "--workload", str(data / "philly" / "workload-1.csv"), "--out", str(out), *extra]
+    assert run_main(monkeypatch, argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(message), err
+    assert "\n" not in err
+    assert not out.exists()  # nothing is created before the inputs are valid
+
+
+def test_out_is_checked_before_running(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                       data: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    argv = ["sim", "elastic", "--workload", str(data), "--policy", "rigid", "--out", str(blocker)]
+    assert run_main(monkeypatch, argv) == 2
+    assert "is an existing file, not a directory" in capsys.readouterr().err
+
+
+def test_a_bad_row_names_file_and_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                       data: Path, tmp_path: Path) -> None:
+    bad = write_workload(data, "x,0,cifar10,4,128\ny,5,resnet,4,128\n", family="philly", name="workload-3")
+    argv = ["sim", "elastic", "--workload", str(data), "--policy", "rigid", "--out", str(tmp_path / "r")]
+    assert run_main(monkeypatch, argv) == 2
+    assert f"{bad}:3: field 'application': unknown application 'resnet'" in capsys.readouterr().err

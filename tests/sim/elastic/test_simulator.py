@@ -1,0 +1,195 @@
+"""The round loop with any policy: GPUs are never oversubscribed, broken policy answers stop the run with a
+clear error, rigid jobs are never resized, and every job finishes."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from kubecell.core.elastic.types import ClusterNode, ElasticJobView, ElasticPolicy
+from kubecell.sim.elastic.applications import ApplicationModel
+from kubecell.sim.elastic.cluster import kinds_of
+from kubecell.sim.elastic.policies import POLICIES, PolicySpec, RigidPolicy
+from kubecell.sim.elastic.runner import load_models
+from kubecell.sim.elastic.simulator import SimulationError, simulate
+from kubecell.sim.elastic.workload import Workload, load_workload
+from tests.sim.elastic.support import write_models, write_workload
+
+NODES = (ClusterNode("t4-0", "t4", 4), ClusterNode("t4-1", "t4", 4), ClusterNode("a100-0", "a100", 8))
+GPUS = {node.name: node.gpus for node in NODES}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Workload, dict[str, ApplicationModel]]:
+    root = tmp_path_factory.mktemp("elastic")
+    models = write_models(root)
+    rnd = random.Random(7)
+    rows = "".join(f"cifar10-{i},{i * 20},cifar10,{rnd.choice((1, 2, 4))},{rnd.choice((32, 64, 128))}\n"
+                   for i in range(24))
+    workload = load_workload(write_workload(root, rows), ("cifar10",))
+    return workload, load_models(models, ["cifar10"], kinds_of(NODES))
+
+
+class Watch:
+    """Wraps a policy; checks what every call sees (held GPUs never above a node's) and records it."""
+
+    def __init__(self, inner: ElasticPolicy) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.seen: list[dict[str, tuple[str, ...]]] = []
+
+    def allocate(self, now: float, jobs: Sequence[ElasticJobView],
+                 nodes: Sequence[ClusterNode]) -> Mapping[str, tuple[str, ...]]:
+        held = Counter(node for job in jobs for node in job.current)
+        assert all(count <= GPUS[node] for node, count in held.items()), held
+        self.seen.append({job.name: job.current for job in jobs})
+        return self.inner.allocate(now, jobs, nodes)
+
+
+class Shuffler:
+    """Each round gives every job a random size in its bounds on a random GPU type, where free GPUs allow:
+    a stress test of restarts, resizes and moves."""
+
+    name = "shuffler"
+
+    def __init__(self) -> None:
+        self.random = random.Random(3)
+
+    def allocate(self, now: float, jobs: Sequence[ElasticJobView],
+                 nodes: Sequence[ClusterNode]) -> Mapping[str, tuple[str, ...]]:
+        free = {node.name: node.gpus for node in nodes}
+        decision: dict[str, tuple[str, ...]] = {}
+        for job in jobs:
+            size = self.random.randint(job.min_replicas, job.max_replicas)
+            gpu_type = self.random.choice(["t4", "a100"])
+            chosen: list[str] = []
+            for node in nodes:
+                while node.gpu_type == gpu_type and free[node.name] > 0 and len(chosen) < size:
+                    free[node.name] -= 1
+                    chosen.append(node.name)
+            if len(chosen) < size:
+                for name in chosen:
+                    free[name] += 1
+                chosen = []
+            decision[job.name] = tuple(chosen)
+        return decision
+
+
+def spec(make: Callable[[], ElasticPolicy], *, tuned: bool = False) -> PolicySpec:
+    return PolicySpec("test", "a test policy", make, tuned_jobs=tuned, estimate="oracle")
+
+
+def test_elastic_stress_conserves_gpus_and_finishes(setup: tuple[Workload, dict[str, ApplicationModel]]) -> None:
+    workload, apps = setup
+    watch = Watch(Shuffler())
+    result = simulate(workload, apps, NODES, spec(lambda: watch))
+    assert all(r.completion is not None for r in result.records)
+    assert sum(r.restarts for r in result.records) > 0
+    assert all(0 <= s.allocated_gpus <= 16 for s in result.samples)
+    assert len(watch.seen) > 3
+    for record in result.records:
+        assert record.completion is not None
+        assert record.first_start is not None
+        assert record.submitted <= record.first_start < record.completion
+
+
+def test_rigid_never_resizes(setup: tuple[Workload, dict[str, ApplicationModel]]) -> None:
+    workload, apps = setup
+    watch = Watch(RigidPolicy())
+    result = simulate(workload, apps, NODES, spec(lambda: watch, tuned=True))
+    sizes = {job.name: job.num_replicas for job in workload.jobs}
+    first: dict[str, tuple[str, ...]] = {}
+    for call in watch.seen:
+        for name, current in call.items():
+            if current:
+                assert len(current) == sizes[name]
+                assert first.setdefault(name, current) == current, f"{name} was moved or resized"
+    for record in result.records:
+        assert (record.restarts, record.max_gpus, record.completion is not None) == (0, record.num_replicas, True)
+
+
+class Fixed:
+    """Answers the same (broken) decision for the first job it sees."""
+
+    name = "broken"
+
+    def __init__(self, answer: Callable[[ElasticJobView], Mapping[str, tuple[str, ...]]]) -> None:
+        self.answer = answer
+
+    def allocate(self, now: float, jobs: Sequence[ElasticJobView],
+                 nodes: Sequence[ClusterNode]) -> Mapping[str, tuple[str, ...]]:
+        return self.answer(jobs[0])
+
+
+BROKEN = [
+    (lambda job: {"ghost": ("t4-0",)}, "allocated 'ghost', which is not a waiting or running job"),
+    (lambda job: {job.name: ("t4-9",)}, "on unknown node(s) t4-9"),
+    (lambda job: {job.name: ("t4-0", "a100-0")}, "mixes GPU types ['a100', 't4']; a job runs on one type"),
+    (lambda job: {job.name: ("t4-0",) * 5}, "given 5 replicas; it takes 1..4 (or none)"),
+    (lambda job: {"cifar10-23": ("t4-0",)}, "allocated 'cifar10-23', which is not a waiting or running job"),
+]
+
+
+@pytest.mark.parametrize(("answer", "message"), BROKEN)
+def test_broken_answers_stop_the_run(setup: tuple[Workload, dict[str, ApplicationModel]],
+                                     answer: Callable[[ElasticJobView], Mapping[str, tuple[str, ...]]],
+                                     message: str) -> None:
+    workload, apps = setup
+    with pytest.raises(SimulationError) as info:
+        simulate(workload, apps, NODES, spec(lambda: Fixed(answer)))
+    assert message in str(info.value)
+    assert str(info.value).startswith("policy test at 0.02 h on tiny/workload-1: ")
+
+
+class Greedy:
+    """Puts every job on t4-0 with 3 replicas: the second job oversubscribes it."""
+
+    name = "greedy"
+
+    def allocate(self, now: float, jobs: Sequence[ElasticJobView],
+                 nodes: Sequence[ClusterNode]) -> Mapping[str, tuple[str, ...]]:
+        return {job.name: ("t4-0",) * 3 for job in jobs}
+
+
+def test_oversubscription_is_refused(tmp_path: Path) -> None:
+    models = write_models(tmp_path)
+    workload = load_workload(write_workload(tmp_path, "a,0,cifar10,1,32\nb,0,cifar10,1,32\n"), ("cifar10",))
+    apps = load_models(models, ["cifar10"], kinds_of(NODES))
+    with pytest.raises(SimulationError, match="6 replicas on node t4-0, which has 4 GPUs \\(jobs a, b\\)"):
+        simulate(workload, apps, NODES, spec(Greedy))
+
+
+class Idle:
+    name = "idle"
+
+    def allocate(self, now: float, jobs: Sequence[ElasticJobView],
+                 nodes: Sequence[ClusterNode]) -> Mapping[str, tuple[str, ...]]:
+        return {}
+
+
+def test_a_policy_that_never_runs_anything_hits_the_time_limit(
+        setup: tuple[Workload, dict[str, ApplicationModel]]) -> None:
+    workload, apps = setup
+    with pytest.raises(SimulationError, match="24 of 24 jobs unfinished after 2 simulated hours; raise --max-hours"):
+        simulate(workload, apps, NODES, spec(Idle), max_hours=2)
+
+
+def test_rigid_job_larger_than_any_gpu_type(tmp_path: Path) -> None:
+    models = write_models(tmp_path)
+    workload = load_workload(write_workload(tmp_path, "a,0,cifar10,9,128\n"), ("cifar10",))
+    apps = load_models(models, ["cifar10"], kinds_of(NODES))
+    with pytest.raises(SimulationError, match="job a of tiny/workload-1 asks for 9 GPUs; no GPU type"):
+        simulate(workload, apps, NODES, POLICIES["rigid"])
+
+
+def test_kubecell_policy_runs_every_job_to_completion(setup: tuple[Workload, dict[str, ApplicationModel]]) -> None:
+    if not POLICIES["kubecell"].available():
+        pytest.skip("kubecell's elastic policy (core/elastic/allocator.py) is not in this build")
+    workload, apps = setup
+    result = simulate(workload, apps, NODES, POLICIES["kubecell"])
+    assert all(r.completion is not None for r in result.records)
+    assert all(0 <= s.allocated_gpus <= 16 for s in result.samples)
