@@ -88,8 +88,14 @@ class FakeKubelet:
 
     # ------------------------------------------------------------------ nodes and leases
     def refresh_nodes(self) -> None:
+        """The nodes this kubelet serves; pods already bound to a node it newly serves are handled at once (a
+        pod bound to a node registered moments before may have been seen, and skipped, before the node was)."""
         listed = self.kube.get("/api/v1/nodes", labelSelector=f"{TESTBED_LABEL}=true,{RUNS_LABEL}!={RUNS_PROCESSES}")
+        before = self.nodes
         self.nodes = {item["metadata"]["name"] for item in listed["items"]}
+        for node in sorted(self.nodes - before) if before else ():
+            for pod in self.kube.get("/api/v1/pods", fieldSelector=f"spec.nodeName={node}")["items"]:
+                self.handle(pod)
 
     def _renew(self, node: str) -> None:
         now = rfc3339_micro()
