@@ -103,8 +103,7 @@ def test_an_elastic_job_follows_its_scale_subresource(kube: Kube, namespace: str
     scale_view = kube.get(f"{ej.job_path(namespace, 'bert')}/scale")
     assert scale_view["spec"]["replicas"] == 2
     assert scale_view["status"] == {"replicas": 2, "selector": ej.worker_selector("bert")}
-    assert "Created" in reasons(kube, namespace, "bert")
-
+    wait_for("the Created Event", lambda: "Created" in reasons(kube, namespace, "bert"), STEP)
     # /scale to 3: a third worker, index 2
     first = {index: p["metadata"]["uid"] for index, p in workers(kube, namespace, "bert").items()}
     scale(kube, namespace, "bert", 3)
@@ -114,8 +113,7 @@ def test_an_elastic_job_follows_its_scale_subresource(kube: Kube, namespace: str
     assert {i: now[i]["metadata"]["uid"] for i in (0, 1)} == first, "growing disturbs no worker"
     assert all(p["metadata"]["annotations"][ANNOTATION_GROUP_SIZE] == "3" for p in now.values())
     assert kube.get(f"{ej.job_path(namespace, 'bert')}/scale")["status"]["replicas"] == 3
-    assert "Resizing" in reasons(kube, namespace, "bert")
-
+    wait_for("the Resizing Event", lambda: "Resizing" in reasons(kube, namespace, "bert"), STEP)
     # /scale to 1: indices 2 and 1 deleted, 0 kept
     scale(kube, namespace, "bert", 1)
     wait_for("only worker 0 left", lambda: sorted(workers(kube, namespace, "bert")) == [0], STEP)
@@ -132,7 +130,7 @@ def test_an_elastic_job_follows_its_scale_subresource(kube: Kube, namespace: str
              and w[0]["metadata"]["uid"] != first[0], STEP)
     wait_for("the job Running again", partial(phase_is, kube, namespace, "bert", "Running", 1), STEP)
     assert status(kube, namespace, "bert")["restarts"] == 0
-    assert "WorkerLost" in reasons(kube, namespace, "bert")
+    wait_for("the WorkerLost Event", lambda: "WorkerLost" in reasons(kube, namespace, "bert"), STEP)
     assert workers(kube, namespace, "bert")[0]["metadata"]["annotations"][ANNOTATION_GROUP_SIZE] == "1"
 
 
@@ -188,7 +186,8 @@ def test_workers_that_all_exit_0_make_the_job_succeed(kube: Kube, namespace: str
     left = workers(kube, namespace, "done")
     assert sorted(left) == [0, 1], "finished workers are left alone"
     assert all(p["status"]["phase"] == "Succeeded" for p in left.values())
-    assert "Succeeded" in reasons(kube, namespace, "done")
+    # the status is written first, the Event after it
+    wait_for("the Succeeded Event", lambda: "Succeeded" in reasons(kube, namespace, "done"), STEP)
     wait_for("the rendezvous host deleted", lambda: not [p for p in all_pods(kube, namespace)
                                                          if p["metadata"]["name"] == "done-rdzv"], STEP)
 
@@ -242,22 +241,21 @@ def test_a_failed_worker_restarts_the_job_in_a_new_run_until_max_restarts(kube: 
     again = wait_for("the job Running again", partial(phase_is, kube, namespace, "flaky", "Running", 2), STEP)
     assert again["restarts"] == 1
     assert {run_of(p) for p in workers(kube, namespace, "flaky").values()} == {("1", f"{uid}-1")}
-    assert "WorkerFailed" in reasons(kube, namespace, "flaky")
+    wait_for("the WorkerFailed Event", lambda: "WorkerFailed" in reasons(kube, namespace, "flaky"), STEP)
     assert "WorkerLost" not in reasons(kube, namespace, "flaky"), "its own replacements are no loss"
 
     crash_loop(kube, namespace, "flaky-worker-0")
     wait_for("both workers in run 2", partial(all_in_run, kube, namespace, "flaky", 2, 2), STEP)
     again = wait_for("the job Running again", partial(phase_is, kube, namespace, "flaky", "Running", 2), STEP)
     assert again["restarts"] == 2
-    assert "CrashLoop" in reasons(kube, namespace, "flaky")
-
+    wait_for("the CrashLoop Event", lambda: "CrashLoop" in reasons(kube, namespace, "flaky"), STEP)
     fail(kube, namespace, "flaky-worker-0")
     failed = wait_for("the job Failed", partial(phase_is, kube, namespace, "flaky", "Failed"), STEP)
     assert failed["restarts"] == 2
     available = condition(get_job(kube, namespace, "flaky"), "Available")
     assert available is not None
     assert available["reason"] == "MaxRestartsExceeded"
-    assert "MaxRestartsExceeded" in reasons(kube, namespace, "flaky")
+    wait_for("the MaxRestartsExceeded Event", lambda: "MaxRestartsExceeded" in reasons(kube, namespace, "flaky"), STEP)
     wait_for("the running worker stopped", lambda: list(workers(kube, namespace, "flaky")) == [0], STEP)
     assert workers(kube, namespace, "flaky")[0]["status"]["phase"] == "Failed", "the failed one is kept for its logs"
     wait_for("the rendezvous Service deleted", lambda: service(kube, namespace, "flaky") is None, STEP)
@@ -277,9 +275,7 @@ def test_an_evicted_worker_is_replaced_in_the_same_run(kube: Kube, namespace: st
     assert again["restarts"] == 0, "the cluster's doing is not the job's failure"
     assert uid_of(kube, namespace, "evicted", 1) == before[1], "the other worker is left alone"
     assert all_in_run(kube, namespace, "evicted", 0, 2)
-    assert "WorkerLost" in reasons(kube, namespace, "evicted")
-
-
+    wait_for("the WorkerLost Event", lambda: "WorkerLost" in reasons(kube, namespace, "evicted"), STEP)
 def test_a_rendezvous_that_does_not_complete_restarts_the_workers(kube: Kube, namespace: str,
                                                                   controller: RunningController) -> None:
     create_job(kube, namespace, "stuck", minReplicas=1, maxReplicas=1, replicas=1, rendezvousTimeoutSeconds=10)
@@ -332,7 +328,7 @@ def test_the_shipped_rbac_is_enough_to_run_a_job(testbed: ControlPlaneState, kub
             wait_for("the job grown", partial(phase_is, kube, namespace, "least", "Running", 2), STEP)
             scale(kube, namespace, "least", 1)
             wait_for("the job shrunk", lambda: sorted(workers(kube, namespace, "least")) == [0], STEP)
-            assert "Resizing" in reasons(kube, namespace, "least")
+            wait_for("the Resizing Event", lambda: "Resizing" in reasons(kube, namespace, "least"), STEP)
             assert not running.controller.stop.is_set()
         finally:
             running.close()
