@@ -67,6 +67,10 @@ from kubecell.kube.names import (
     ANNOTATION_GROUP_MIN,
     ANNOTATION_GROUP_SIZE,
     DOMAIN,
+    LABEL_ELASTIC_JOB,
+    LABEL_ELASTIC_ROLE,
+    LABEL_RENDEZVOUS_RUN,
+    LABEL_WORKER_INDEX,
     NVIDIA_GPU,
     RESOURCE_GPU,
     SCHEDULER_NAME,
@@ -78,14 +82,12 @@ KIND = "ElasticJob"
 PLURAL = "elasticjobs"
 API_VERSION = f"{GROUP}/{VERSION}"
 
-LABEL_JOB = f"{DOMAIN}/elastic-job"
-"""On every Pod of a job (workers and rendezvous host): the job's name. The controller watches pods by it."""
-LABEL_INDEX = f"{DOMAIN}/worker-index"
-"""On a worker: its index, 0 .. replicas-1."""
-LABEL_RUN = f"{DOMAIN}/rendezvous-run"
-"""On a worker: the rendezvous run it joins (``PET_RDZV_ID=<job uid>-<run>``), the job's restart count when it
-was created. A restart starts a new run, since torchrun closes a run for good when an agent gives up."""
-LABEL_ROLE = f"{DOMAIN}/elastic-role"
+LABEL_JOB = LABEL_ELASTIC_JOB
+LABEL_INDEX = LABEL_WORKER_INDEX
+LABEL_RUN = LABEL_RENDEZVOUS_RUN
+LABEL_ROLE = LABEL_ELASTIC_ROLE
+"""Short names of the labels this module's builders write (defined in ``kubecell.kube.names``)."""
+
 ROLE_WORKER = "worker"
 ROLE_RENDEZVOUS = "rendezvous"
 

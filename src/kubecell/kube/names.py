@@ -82,6 +82,17 @@ leaves their accounting (shares of one GPU it cannot count) to kubecell."""
 _DNS_UNSAFE = re.compile(r"[^a-z0-9.-]+")
 
 
+# ElasticJob workers (kubecell.kube.elasticjobs)
+LABEL_ELASTIC_JOB = f"{DOMAIN}/elastic-job"
+"""On every Pod of a job (workers and rendezvous host): the job's name. The controller watches pods by it."""
+LABEL_WORKER_INDEX = f"{DOMAIN}/worker-index"
+"""On a worker: its index, 0 .. replicas-1."""
+LABEL_RENDEZVOUS_RUN = f"{DOMAIN}/rendezvous-run"
+"""On a worker: the rendezvous run it joins (``PET_RDZV_ID=<job uid>-<run>``), the job's restart count when it
+was created. A restart starts a new run, since torchrun closes a run for good when an agent gives up."""
+LABEL_ELASTIC_ROLE = f"{DOMAIN}/elastic-role"
+
+
 def k8s_name(name: str) -> str:
     """A DNS-1123 subdomain for a trace's node name (lowercase, ``_`` and other characters to ``-``): the
     name a node of a cluster description gets as a Kubernetes object, wherever kubecell needs to match them."""
