@@ -34,7 +34,7 @@ keeps the first round's, which dies with that worker). The rendezvous host is no
 GPU, is not part of the gang, and restarts in place (``restartPolicy: Always``); if it is lost the
 controller recreates it, the agents' next store operation fails, and that is handled like any failure.
 
-Checked against real torchrun (PyTorch 2.15, gloo, three agents on loopback with exactly this environment
+Checked against real torchrun (PyTorch 2.9.1, gloo, three agents on loopback with exactly this environment
 and this host program): SIGKILL of worker 0's whole process tree mid-training, the two others went on as a
 world of 2 within a minute and took worker 0's replacement back as a world of 3, all exiting 0; with the
 shared store (torchrun's default) the same loss left the survivors waiting on the dead store until they
@@ -47,7 +47,8 @@ Worker environment (torchrun reads ``PET_<OPTION>`` as its ``--<option>``): ``PE
 ``PET_NPROC_PER_NODE``, ``PET_RDZV_BACKEND=c10d``, ``PET_RDZV_ENDPOINT=<job>-rdzv:<port>``,
 ``PET_RDZV_ID=<job uid>-<run>``, ``PET_RDZV_CONF=is_host=false``, ``PET_MAX_RESTARTS``, ``PET_LOCAL_ADDR``
 (the Pod IP), ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, and kubecell's ``KUBECELL_ELASTIC_JOB``,
-``KUBECELL_WORKER_INDEX`` and, when the spec bounds the batch size, ``KUBECELL_BATCH_SIZE_MIN``/``_MAX``.
+``KUBECELL_WORKER_INDEX``, ``KUBECELL_POD_NAME``/``_NAMESPACE`` (where the step reporter,
+``kubecell.elastic.report``, writes) and, when the spec bounds the batch size, ``KUBECELL_BATCH_SIZE_MIN``/``_MAX``.
 """
 
 from __future__ import annotations
@@ -481,6 +482,8 @@ def worker_env(job: ElasticJobSpec, index: int, run: int = 0) -> list[dict[str, 
         {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"},
         {"name": "KUBECELL_ELASTIC_JOB", "value": job.name},
         {"name": "KUBECELL_WORKER_INDEX", "value": str(index)},
+        _field_env("KUBECELL_POD_NAME", "metadata.name"),
+        _field_env("KUBECELL_POD_NAMESPACE", "metadata.namespace"),
     ]
     if job.batch_size is not None:
         env += [{"name": "KUBECELL_BATCH_SIZE_MIN", "value": str(job.batch_size.min)},

@@ -30,12 +30,14 @@ GFD_COUNT = "nvidia.com/gpu.count"
 ANNOTATION_ALLOCATION = f"{DOMAIN}/allocation"     # versioned JSON allocation record
 ANNOTATION_DURATION = f"{DOMAIN}/duration-seconds" # testbed/replay: the fake kubelet ends the pod after this
 ANNOTATION_ACK = f"{DOMAIN}/allocated"              # the node agent: the allocation id its Allocate served
+ANNOTATION_STEP_REPORT = f"{DOMAIN}/step-report"     # an elastic worker's last step report (JSON), for goodput
 
 # Pod annotations of kubecell's own dialect (see docs/kubernetes.md, "Asking for GPUs: the dialects").
 ANNOTATION_VC = f"{DOMAIN}/vc"                       # the virtual cluster (tenant) the pod runs in
 ANNOTATION_GROUP = f"{DOMAIN}/group"                 # gang name, namespaced: pods of one namespace only
 ANNOTATION_GROUP_SIZE = f"{DOMAIN}/group-size"       # the gang's headcount
 ANNOTATION_GROUP_MIN = f"{DOMAIN}/group-min"         # members that must start together (default: all)
+ANNOTATION_GROUP_MAX = f"{DOMAIN}/group-max"         # an elastic gang: the most members it may grow to
 ANNOTATION_TOPOLOGY = f"{DOMAIN}/topology"           # nvlink | numa | node | rack | zone
 ANNOTATION_GPU_MODELS = f"{DOMAIN}/gpu-models"       # comma list of catalog GPU models allowed
 ANNOTATION_ISOLATION = f"{DOMAIN}/isolation"         # accounting | mps | mig
