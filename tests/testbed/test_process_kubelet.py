@@ -48,7 +48,7 @@ from kubecell.testbed.process_kubelet import (
     kill_leftovers,
     running_process_kubelet,
 )
-from kubecell.testbed.process_runtime import PidRegistry
+from kubecell.testbed.process_runtime import CONTAINER_MARKER, PidRegistry
 from kubecell.testbed.processes import alive
 from tests.cluster_fixtures import RunningScheduler
 from tests.scheduler.deploy_support import kubectl
@@ -315,6 +315,27 @@ def test_a_program_ignoring_sigterm_is_killed_after_its_grace_period(
     assert not alive(pid)
 
 
+def test_processes_that_left_the_container_session_die_with_the_container(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, process_node: tuple[str, ProcessKubelet]) -> None:
+    """torchrun starts each training process in a session of its own: neither the end of the agent nor a
+    SIGKILL of its process group reaches it, but the end of the container does (its PID namespace)."""
+    node, _ = process_node
+    spawn = ("import subprocess, sys; child = subprocess.Popen([sys.executable, '-c', "
+             "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'], "
+             "start_new_session=True); print(child.pid, flush=True)\n")
+    create(kube, namespace, pod_body("leaver", node, [{"name": "main", "command": python(spawn)}]))
+    create(kube, namespace, pod_body("deleted", node, [{"name": "main", "command": python(
+        spawn + "import time; time.sleep(600)")}], terminationGracePeriodSeconds=1))
+    children = {name: int(wait_for(f"{name} to start its child", functools.partial(
+        container_log, testbed.directory, namespace, name, "main"), WAIT).split()[0]) for name in ("leaver", "deleted")}
+    wait_for("the leaver to succeed", lambda: phase_is(kube, namespace, "leaver", "Succeeded"), WAIT)
+    wait_for("the leaver's child to be killed", lambda: not alive(children["leaver"]), WAIT)
+    assert alive(children["deleted"])
+    kube.delete(f"/api/v1/namespaces/{namespace}/pods/deleted")
+    wait_for("the pod to disappear", lambda: gone(kube, namespace, "deleted"), WAIT)
+    wait_for("the deleted pod's child to be killed", lambda: not alive(children["deleted"]), WAIT)
+
+
 def test_init_containers_run_first_in_order(
         testbed: ControlPlaneState, kube: Kube, namespace: str, process_node: tuple[str, ProcessKubelet],
         tmp_path: Path) -> None:
@@ -389,18 +410,29 @@ def test_the_pods_of_a_deleted_node_are_killed(testbed: ControlPlaneState, kube:
 
 def test_kill_leftovers_ends_what_a_dead_kubelet_left_running(tmp_path: Path) -> None:
     registry = PidRegistry(tmp_path / "process-kubelet" / "pids", "dead-kubelet")
-    process = subprocess.Popen(python("import time; time.sleep(600)"), start_new_session=True)
+    marked = {**os.environ, CONTAINER_MARKER: "pod-uid/main/1"}
+    process = subprocess.Popen(python("import time; time.sleep(600)"), start_new_session=True, env=marked)
+    # what torchrun does with its training processes: a session of their own, the container's environment
+    escaped = subprocess.Popen(python("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                                      "print('ready', flush=True); time.sleep(600)"), start_new_session=True,
+                               env=marked, stdout=subprocess.PIPE)
     try:
-        registry.add(process.pid, pod="ns/p", container="main", argv0=sys.executable)
+        assert escaped.stdout is not None
+        assert escaped.stdout.readline() == b"ready\n"  # ignoring SIGTERM from now on
+        registry.add(process.pid, pod="ns/p", container="main", argv0=sys.executable, marker="pod-uid/main/1")
         stale = tmp_path / "process-kubelet" / "pids" / "999999999.json"
         stale.write_text(json.dumps({"pid": 999_999_999, "start": "1"}))
         assert kill_leftovers(tmp_path, grace=0.5) == [process.pid]
         assert not alive(process.pid)  # (reaped by kill_leftovers, since this test is its parent)
+        assert escaped.wait(10) == -signal.SIGKILL  # found by its environment, though in no registered group
         assert not list((tmp_path / "process-kubelet" / "pids").glob("*.json"))
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
+        for started in (process, escaped):
+            if started.poll() is None:
+                os.killpg(started.pid, signal.SIGKILL)
+                started.wait(10)
+        if escaped.stdout is not None:
+            escaped.stdout.close()
 
 
 def _certificate_authority(directory: Path) -> tuple[Path, Path, Any, Any]:

@@ -53,7 +53,7 @@ from kubecell.kube.rest import ApiError, Kube
 from kubecell.testbed.kubelet_modes import OWNED_SELECTOR, RUNS_LABEL, RUNS_PROCESSES
 from kubecell.testbed.kubelet_server import KubeletServer, serving_certificate
 from kubecell.testbed.process_pod import MIN_GRACE, PodWorker
-from kubecell.testbed.process_runtime import LiveLogs, PidRegistry, Runtime, process_start_time
+from kubecell.testbed.process_runtime import LiveLogs, PidRegistry, Runtime, process_start_time, signal_container
 from kubecell.testbed.processes import TestbedError
 
 log = logging.getLogger("kubecell.testbed.process_kubelet")
@@ -348,15 +348,16 @@ def container_log(testbed_dir: Path | str, namespace: str, pod: str, container: 
 
 def kill_leftovers(testbed_dir: Path | str, *, grace: float = 2.0, only_kubelet: str | None = None) -> list[int]:
     """Kill the container processes a process kubelet of this testbed left running (its pid files: the
-    same process by start time, never a pid reused since), SIGTERM then SIGKILL after ``grace``; returns
-    their pids (``only_kubelet``: those of one kubelet, by its ``identity``). ``kubecell testbed down`` needs
+    same process by start time, never a pid reused since), with their groups and the processes that carry
+    their container's marker (``process_runtime.CONTAINER_MARKER``), SIGTERM then SIGKILL after ``grace``;
+    returns their pids (``only_kubelet``: those of one kubelet, by its ``identity``). ``kubecell testbed down`` needs
     this only where a process kubelet was killed with SIGKILL: one stopped normally leaves nothing."""
     directory = root_of(Path(testbed_dir)) / "pids"
-    targets: list[tuple[int, Path]] = []
+    targets: list[tuple[int, str, Path]] = []
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
         try:
             entry = json.loads(path.read_text())
-            pid, start = int(entry["pid"]), entry.get("start")
+            pid, start, marker = int(entry["pid"]), entry.get("start"), str(entry.get("marker") or "")
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if only_kubelet is not None and entry.get("kubelet") != only_kubelet:
@@ -364,23 +365,21 @@ def kill_leftovers(testbed_dir: Path | str, *, grace: float = 2.0, only_kubelet:
         if start is None or process_start_time(pid) != start:
             path.unlink(missing_ok=True)  # gone, or the pid is another process now
             continue
-        targets.append((pid, path))
-    for pid, _ in targets:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGTERM)
+        targets.append((pid, marker, path))
+    for pid, marker, _ in targets:
+        signal_container(pid, marker, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(process_start_time(pid) is not None for pid, _ in targets):
-        for pid, _ in targets:
+    while time.monotonic() < deadline and any(process_start_time(pid) is not None for pid, _, _ in targets):
+        for pid, _, _ in targets:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
         time.sleep(0.05)
-    for pid, path in targets:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
+    for pid, marker, path in targets:
+        signal_container(pid, marker, signal.SIGKILL)  # the group, and what left it (torchrun's workers)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
         path.unlink(missing_ok=True)
-    return [pid for pid, _ in targets]
+    return [pid for pid, _, _ in targets]
 
 
 @contextlib.contextmanager

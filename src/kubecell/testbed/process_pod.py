@@ -23,10 +23,12 @@ serves. It does, in one thread and in the order the kubelet does:
    has its processes killed the same way.
 
 Every container runs in its own session (so its process group is its pid), with stdin closed and its
-stdout and stderr appended to ``<pod dir>/<container>/<restart count>.log``; when its main process exits,
-the rest of its group is killed (what a container's PID namespace ending does). Each process is listed
-in the kubelet's pid directory until it is reaped, so that ``kill_leftovers`` can end it should the
-kubelet itself die. Every wait is bounded by the kubelet's stop event and a deadline.
+stdout and stderr appended to ``<pod dir>/<container>/<restart count>.log``. When its main process exits,
+or when it is killed, the rest of its group is killed, and so is every process that left the group but
+carries the run's ``KUBECELL_PROCESS_CONTAINER`` (torchrun's training processes, in sessions of their own):
+what a container's PID namespace ending does. Each process is listed in the kubelet's pid directory until
+it is reaped, so that ``kill_leftovers`` can end it should the kubelet itself die. Every wait is bounded
+by the kubelet's stop event and a deadline.
 """
 
 from __future__ import annotations
@@ -42,18 +44,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kubecell.kube import pods
 from kubecell.kube.actions import Actions
 from kubecell.kube.clock import rfc3339
 from kubecell.kube.inventory import node_view
 from kubecell.kube.names import ANNOTATION_ACK
-from kubecell.kube.records import AllocationRecord, RecordError, gpu_environment
+from kubecell.kube.records import AllocationRecord
 from kubecell.kube.rest import ApiError
+from kubecell.testbed.process_admission import admit
 from kubecell.testbed.process_env import (
     ContainerConfigError,
     ContainerStartError,
     agent_environment,
-    asks_for_gpus,
     base_environment,
     command_line,
     container_environment,
@@ -61,7 +62,14 @@ from kubecell.testbed.process_env import (
     service_environment,
     working_directory,
 )
-from kubecell.testbed.process_runtime import CONTAINER_ID_SCHEME, Container, Runtime, exit_code_of
+from kubecell.testbed.process_runtime import (
+    CONTAINER_ID_SCHEME,
+    CONTAINER_MARKER,
+    Container,
+    Runtime,
+    exit_code_of,
+    signal_container,
+)
 from kubecell.testbed.process_status import HOST_IP, POD_IP, pod_phase, refresh_conditions, status_body
 
 log = logging.getLogger("kubecell.testbed.process_kubelet")
@@ -160,33 +168,10 @@ class PodWorker:
             self.on_done(self)
 
     def _admit(self) -> str | None:
-        """Why the node agent would refuse this pod's GPUs, or None (see the module docstring)."""
-        if not any(asks_for_gpus(c.spec) for c in self.containers):
-            return None
-        try:
-            record = pods.record_of(self.pod)
-        except RecordError as error:
-            return f"its allocation record cannot be trusted: {error}"
-        node = str(self.node["metadata"]["name"])
-        if record is None:
-            return ("it asks for kubecell.io/gpu or kubecell.io/gpu-milli but carries no allocation record "
-                    "(kubecell.io/allocation): kubecell serves the pods its scheduler placed, and will not guess")
-        if record.node != node:
-            return f"its allocation record is for node {record.node}, not {node}"
-        view = node_view(self.node)
-        sizes = dict(zip(view.uuids, (gpu.memory_mib for gpu in view.node.gpus), strict=False)) if view.node else {}
-        unknown = [gpu.uuid for gpu in record.gpus if gpu.uuid not in sizes]
-        if unknown:
-            return f"its allocation record names GPU(s) {', '.join(unknown)}, which node {node} does not have"
-        if record.isolation not in view.isolation:
-            return (f"isolation {record.isolation} is not available on node {node} "
-                    f"(it gives {', '.join(view.isolation)})")
-        try:
-            gpu_environment(record)
-        except RecordError as error:
-            return str(error)
-        self.record, self.gpu_memory = record, sizes
-        return None
+        """Why the node agent would refuse this pod's GPUs, or None (:mod:`kubecell.testbed.process_admission`)."""
+        admission = admit(self.pod, self.node, (c.spec for c in self.containers))
+        self.record, self.gpu_memory = admission.record, admission.gpu_memory
+        return admission.refusal
 
     def _refuse(self, why: str) -> None:
         """What the kubelet does when a device plugin's ``Allocate`` fails: the pod fails at admission."""
@@ -257,8 +242,7 @@ class PodWorker:
         except ChildProcessError:
             zombie = False  # reaped elsewhere (never by this worker): its pid may be another's by now
         if zombie:  # not reaped yet, so the pid (and group id) cannot have been reused: the group is ours
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
+            signal_container(process.pid, container.marker, signal.SIGKILL)
         returncode = process.wait()
         self._forget(container)
         return exit_code_of(returncode)
@@ -372,6 +356,7 @@ class PodWorker:
             self._start_failed(container, str(error), now)
             return
         path = self._begin_attempt(container)
+        env[CONTAINER_MARKER] = container.marker = f"{self.uid}/{container.name}/{container.attempts}"
         try:
             with open(path, "ab") as out:
                 process = subprocess.Popen(argv, executable=executable, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
@@ -381,7 +366,7 @@ class PodWorker:
             self._start_failed(container, f'exec: "{argv[0]}": {error.strerror or error}', now, counted=True)
             return
         container.process, container.pid = process, process.pid
-        self.rt.pids.add(process.pid, pod=self.key, container=container.name, argv0=argv[0])
+        self.rt.pids.add(process.pid, pod=self.key, container=container.name, argv0=argv[0], marker=container.marker)
         self.rt.live_logs.add(path)
         container.started_at, container.started_mono = rfc3339(), now
         container.state = {"running": {"startedAt": container.started_at}}
@@ -422,8 +407,7 @@ class PodWorker:
             if not container.running:
                 continue
             assert container.process is not None
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(container.pid, signal.SIGKILL)
+            signal_container(container.pid, container.marker, signal.SIGKILL)
             try:
                 container.process.wait(REAP_TIMEOUT)
             except subprocess.TimeoutExpired:  # uninterruptible: its pid file stays for kill_leftovers

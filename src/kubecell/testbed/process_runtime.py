@@ -1,16 +1,20 @@
 """What the process kubelet keeps around each host process: its pid file, its live log, the shared runtime
 settings, and one container's state between its attempts.
 
-A container of the process kubelet is a host process in a session of its own. The pid registry lets
-``kill_leftovers`` end a process whose kubelet died (checked against the process's start time, so a reused pid
-is never signalled); the live logs tell ``kubectl logs -f`` which files are still being written; ``Runtime`` is
-what every :class:`~kubecell.testbed.process_pod.PodWorker` of one kubelet shares.
+A container of the process kubelet is a host process in a session of its own. Every process of a container's
+run carries :data:`CONTAINER_MARKER` in its environment, so that killing the container reaches the processes
+that left its session too (:func:`signal_container`). The pid registry lets ``kill_leftovers`` end a process
+whose kubelet died (checked against the process's start time, so a reused pid is never signalled); the live
+logs tell ``kubectl logs -f`` which files are still being written; ``Runtime`` is what every
+:class:`~kubecell.testbed.process_pod.PodWorker` of one kubelet shares.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import threading
 from collections.abc import Mapping
@@ -22,6 +26,41 @@ from kubecell.kube.rest import Kube
 
 CONTAINER_ID_SCHEME = "process://"
 """``containerID`` is ``process://<pid>``: the host process the container is."""
+
+
+CONTAINER_MARKER = "KUBECELL_PROCESS_CONTAINER"
+"""Set in the environment of each run of a container to a value of that run alone (pod UID, container name,
+attempt). Every descendant inherits it, also one that leaves the container's process group: torchrun starts
+each training process in a session of its own, so signalling the agent's group would leave the training
+processes running, orphaned, after the pod is gone. A container's PID namespace ending kills them all; here
+:func:`signal_container` finds them by this variable."""
+
+
+def marked_processes(marker: str) -> list[int]:
+    """The pids of the processes whose environment (as they were started) holds :data:`CONTAINER_MARKER`
+    with the value ``marker``; those of other users, unreadable, are skipped (none of ours is among them)."""
+    needle = f"{CONTAINER_MARKER}={marker}\0".encode()
+    found: list[int] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if environ.startswith(needle) or b"\0" + needle in environ:
+            found.append(int(entry))
+    return found
+
+
+def signal_container(pgid: int, marker: str, sig: signal.Signals) -> None:
+    """Signal a container's process group and, where ``marker`` is given, every process marked as the
+    container's (those that started sessions of their own included)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+    for pid in marked_processes(marker) if marker else ():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
 
 
 def process_start_time(pid: int) -> str | None:
@@ -46,9 +85,9 @@ class PidRegistry:
         """Which kubelet (``<pid>-<id>``: several may run in one process, as in tests) started them."""
         directory.mkdir(parents=True, exist_ok=True)
 
-    def add(self, pid: int, *, pod: str, container: str, argv0: str) -> None:
+    def add(self, pid: int, *, pod: str, container: str, argv0: str, marker: str = "") -> None:
         entry = {"pid": pid, "pgid": pid, "start": process_start_time(pid), "pod": pod, "container": container,
-                 "argv0": argv0, "kubelet": self.owner}
+                 "argv0": argv0, "kubelet": self.owner, "marker": marker}
         partial = self.directory / f".{pid}.partial"
         partial.write_text(json.dumps(entry))
         os.replace(partial, self.directory / f"{pid}.json")
@@ -112,6 +151,8 @@ class Container:
     attempts: int = 0
     process: subprocess.Popen[bytes] | None = None
     pid: int = 0
+    marker: str = ""
+    """The current run's :data:`CONTAINER_MARKER` value."""
     log: Path | None = None
     started_at: str = ""
     started_mono: float = 0.0
