@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from kubecell.kube import elasticjobs as ej
 from kubecell.kube.dialects.pod import pod_demand
-from kubecell.kube.names import ANNOTATION_GROUP, ANNOTATION_GROUP_MIN, ANNOTATION_GROUP_SIZE
+from kubecell.kube.names import ANNOTATION_GROUP, ANNOTATION_GROUP_MAX, ANNOTATION_GROUP_MIN, ANNOTATION_GROUP_SIZE
 
 
 def template(**spec: Any) -> dict[str, Any]:
@@ -202,7 +202,7 @@ def test_a_worker_pod_carries_the_torchrun_contract() -> None:
     assert meta["ownerReferences"] == [{"apiVersion": "kubecell.io/v1alpha1", "kind": "ElasticJob", "name": "bert",
                                         "uid": "0f6c-uid", "controller": True, "blockOwnerDeletion": True}]
     assert meta["annotations"] == {"note": "kept", ANNOTATION_GROUP: "bert", ANNOTATION_GROUP_SIZE: "2",
-                                   ANNOTATION_GROUP_MIN: "1"}
+                                   ANNOTATION_GROUP_MIN: "1", ANNOTATION_GROUP_MAX: "4"}
     env = env_of(pod["spec"]["containers"][0])
     assert env == {"LR": "0.1", "PET_NNODES": "1:4", "PET_NPROC_PER_NODE": "4", "PET_RDZV_BACKEND": "c10d",
                    "PET_RDZV_ENDPOINT": "bert-rdzv:29400", "PET_RDZV_ID": "0f6c-uid-2",
@@ -210,6 +210,8 @@ def test_a_worker_pod_carries_the_torchrun_contract() -> None:
                    "PET_LOCAL_ADDR": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}},
                    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
                    "KUBECELL_ELASTIC_JOB": "bert", "KUBECELL_WORKER_INDEX": "1",
+                   "KUBECELL_POD_NAME": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
+                   "KUBECELL_POD_NAMESPACE": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}},
                    "KUBECELL_BATCH_SIZE_MIN": "32", "KUBECELL_BATCH_SIZE_MAX": "256"}
     assert [e["name"] for e in pod["spec"]["containers"][0]["env"]].count("PET_NNODES") == 1  # ours replaces theirs
     assert pod["spec"]["schedulerName"] == "kubecell"

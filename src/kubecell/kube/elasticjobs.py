@@ -65,8 +65,11 @@ from kubecell.core.validation import key_path
 from kubecell.kube.dialects.demand import shown
 from kubecell.kube.names import (
     ANNOTATION_GROUP,
+    ANNOTATION_GROUP_MAX,
     ANNOTATION_GROUP_MIN,
     ANNOTATION_GROUP_SIZE,
+    ANNOTATION_OPPORTUNISTIC,
+    ANNOTATION_VC,
     DOMAIN,
     LABEL_ELASTIC_JOB,
     LABEL_ELASTIC_ROLE,
@@ -212,6 +215,32 @@ def involved(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # --- reading ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticRef:
+    """The ElasticJob a pod says controls it (its controller owner reference)."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+def elastic_owner(pod: Mapping[str, Any]) -> ElasticRef | None:
+    """The pod's controlling ElasticJob, or None. Read defensively: the pod's metadata is untrusted."""
+    meta = pod.get("metadata")
+    if not isinstance(meta, Mapping):
+        return None
+    owners = meta.get("ownerReferences")
+    if not isinstance(owners, list):
+        return None
+    for owner in owners:
+        if (isinstance(owner, Mapping) and owner.get("controller") is True and owner.get("kind") == KIND
+                and owner.get("apiVersion") == API_VERSION and isinstance(owner.get("name"), str)
+                and isinstance(owner.get("uid"), str) and owner["name"] and owner["uid"]):
+            return ElasticRef(str(meta.get("namespace") or "default"), owner["name"][:253], owner["uid"][:128])
+    return None
+
 
 
 def _int_field(spec: Mapping[str, Any], field: str, where: str, low: int, high: int, default: int | None,
@@ -496,10 +525,11 @@ def worker_pod(job: ElasticJobSpec, index: int, run: int = 0) -> dict[str, Any]:
     (name, labels, the gang annotations, the owner, the torchrun environment on every container, the grace
     period).
 
-    The gang: ``kubecell.io/group=<job>``, ``group-size=<spec.replicas>``, ``group-min=<minReplicas>``, so
-    kubecell's scheduler sees one threshold gang that may run with minReplicas members. The controller
-    rewrites ``group-size`` on the live workers when the target changes, so every member states the same
-    headcount."""
+    The gang: ``kubecell.io/group=<job>``, ``group-size=<spec.replicas>``, ``group-min=<minReplicas>``,
+    ``group-max=<maxReplicas>``, so kubecell's scheduler sees one elastic gang that runs with minReplicas to
+    maxReplicas members and binds the pods that exist (``scheduler.elastic`` moves the target). The controller
+    rewrites ``group-size`` on the live workers when the target changes, so every member states the current
+    one."""
     if not 0 <= index < MAX_REPLICAS or run < 0:
         raise ValueError(f"worker index {index} outside 0..{MAX_REPLICAS - 1}, or run {run} below 0")
     template = copy.deepcopy(dict(job.template))
@@ -527,7 +557,7 @@ def worker_pod(job: ElasticJobSpec, index: int, run: int = 0) -> dict[str, Any]:
 def gang_annotations(job: ElasticJobSpec) -> dict[str, str]:
     """kubecell's own gang dialect (``kubecell.kube.dialects.kubecell``): one gang per job."""
     return {ANNOTATION_GROUP: job.name, ANNOTATION_GROUP_SIZE: str(job.replicas),
-            ANNOTATION_GROUP_MIN: str(job.min_replicas)}
+            ANNOTATION_GROUP_MIN: str(job.min_replicas), ANNOTATION_GROUP_MAX: str(job.max_replicas)}
 
 
 _HOST_POD_FIELDS = ("schedulerName", "nodeSelector", "tolerations", "imagePullSecrets", "priorityClassName",
@@ -558,8 +588,16 @@ def rendezvous_pod(job: ElasticJobSpec) -> dict[str, Any]:
     spec.update({"containers": [container], "restartPolicy": "Always", "terminationGracePeriodSeconds": 5})
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": rendezvous_name(job.name), "namespace": job.namespace,
-                         "labels": rendezvous_labels(job.name), "ownerReferences": [owner_reference(job)]},
+                         "labels": rendezvous_labels(job.name), "annotations": _tenant_annotations(job),
+                         "ownerReferences": [owner_reference(job)]},
             "spec": spec}
+
+
+def _tenant_annotations(job: ElasticJobSpec) -> dict[str, str]:
+    """The workers' virtual cluster (and opportunistic flag): the rendezvous host runs in the same tenant, which
+    may be the only one a namespace's pods are allowed to use."""
+    stated = (job.template.get("metadata") or {}).get("annotations") or {}
+    return {key: str(stated[key]) for key in (ANNOTATION_VC, ANNOTATION_OPPORTUNISTIC) if key in stated}
 
 
 def rendezvous_service(job: ElasticJobSpec) -> dict[str, Any]:

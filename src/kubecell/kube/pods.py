@@ -102,7 +102,8 @@ _SPEC_KEPT = ("schedulerName", "nodeName", "priority", "nodeSelector", "tolerati
 
 def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
     """What the scheduler reads of a pod, and nothing else: who schedules it, where it runs, what it asks
-    for (containers' resources, annotations and labels of every dialect, node constraints), its phase.
+    for (containers' resources, annotations and labels of every dialect, node constraints), its controller
+    owner reference (an ElasticJob's workers are resized through it), its phase.
 
     Managed fields, container commands, environments, images, volumes and status details are most of a
     pod's size; a scheduler mirroring 50,000 pods keeps only this, as kube-scheduler's informers drop
@@ -112,6 +113,11 @@ def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
     annotations = meta.get("annotations")
     if annotations:
         kept_meta["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+    owners = meta.get("ownerReferences")
+    if isinstance(owners, list):  # the controller alone: an ElasticJob's workers are resized through it
+        controller = [owner for owner in owners if isinstance(owner, dict) and owner.get("controller") is True]
+        if controller:
+            kept_meta["ownerReferences"] = controller[:1]
     spec = pod.get("spec") or {}
     kept_spec = {key: spec[key] for key in _SPEC_KEPT if key in spec}
     node_affinity = (spec.get("affinity") or {}).get("nodeAffinity")

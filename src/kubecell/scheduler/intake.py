@@ -20,6 +20,7 @@ from kubecell.core.model import MILLI_PER_GPU, Request
 from kubecell.kube import pods
 from kubecell.kube.actions import Actions, retry
 from kubecell.kube.dialects import DemandError, PodDemand, pod_demand
+from kubecell.kube.elasticjobs import elastic_owner
 from kubecell.kube.inventory import NodeView
 from kubecell.scheduler.cluster import Mirror
 from kubecell.scheduler.jobs import (
@@ -283,14 +284,18 @@ class Intake:
         return self._submit(state, members, *ready)
 
     def _join_shrunk(self, state: Tracking, pod: dict[str, Any], demand: PodDemand) -> bool:
-        """A new pod of a gang whose job runs shrunk (a controller replacing the pods a shrink evicted) joins
-        that job as a pod growth may bind, when it asks what one of its member groups asks, in the job's VC,
-        and that group has fewer pods than its count (only a shrink takes pods from a running job: its
-        released pods leave ``Tracked.pod_uids`` once gone); the engine may then grow the job into it."""
+        """A new pod of a gang whose job runs below its headcount (a controller replacing the pods a shrink
+        evicted, or an ElasticJob's controller following a raised target) joins that job as a pod growth may
+        bind, when it asks what one of its member groups asks, in the job's VC, and that group has fewer pods
+        than its count (released pods leave ``Tracked.pod_uids`` once gone); the engine may then grow the job
+        into it. An elastic gang that waits to start takes it too: it may start with it."""
         assert demand.group is not None
+        elastic = demand.group.maximum is not None
         for name in sorted(state.by_group.get(demand.group.key, ())):
             job, tracked = state.engine.jobs[name], state.tracked[name]
-            if job.phase not in (JobPhase.RUNNING, JobPhase.RESERVED) or (demand.vc or self.default_vc) != job.vc:
+            phases = (JobPhase.RUNNING, JobPhase.RESERVED, JobPhase.PENDING) if elastic else \
+                (JobPhase.RUNNING, JobPhase.RESERVED)
+            if job.phase not in phases or (demand.vc or self.default_vc) != job.vc:
                 continue
             spec = job.spec
             room = [p for p in groups_for(spec, demand) if tracked.live_pods(p) < spec.member_groups[p].count]
@@ -356,8 +361,12 @@ class Intake:
             return False
         job = state.engine.submit(spec, spec.submit_time)
         isolation_of = {pods.uid(p): d.isolation for p, d in members if d.isolation != demand.isolation}
-        state.track(Tracked(name, demand.group.key if demand.group else None, [pods.uid(p) for p, _ in members],
-                            isolation=demand.isolation, part_of=parts, isolation_of=isolation_of))
+        tracked = Tracked(name, demand.group.key if demand.group else None, [pods.uid(p) for p, _ in members],
+                          isolation=demand.isolation, part_of=parts, isolation_of=isolation_of)
+        if demand.group is not None and demand.group.maximum is not None and job.phase == JobPhase.PENDING:
+            state.engine.limit_growth(name, tracked.spare(spec))  # an elastic gang binds the pods that exist
+            tracked.elastic = elastic_owner(pod)
+        state.track(tracked)
         if excluded:
             state.excluded_by_constraints[name] = excluded
         if job.phase == JobPhase.REJECTED:

@@ -17,6 +17,7 @@ from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import Request, TopologyLevel
 from kubecell.kube import pods
 from kubecell.kube.dialects import Isolation, PodDemand
+from kubecell.kube.elasticjobs import ElasticRef
 
 
 @dataclass
@@ -36,6 +37,9 @@ class Tracked:
     of that group goes only to one of its pods (empty for a homogeneous job, whose pods are interchangeable)."""
     isolation_of: dict[str, Isolation] = field(default_factory=dict)
     """Pod uid -> its own isolation where a heterogeneous gang's pods differ (else ``isolation``)."""
+    elastic: ElasticRef | None = None
+    """The ElasticJob whose target the scheduler moves, for a gang its
+    controller made; None for every other job."""
     released: set[str] = field(default_factory=set)
     """Pods whose members a shrink released (evicted, terminating or gone): they never hold a member again, so
     growth binds the job's other free pods (or pods that joined to replace them, ``Intake``)."""
@@ -105,8 +109,10 @@ def gang_disagreement(key: str, members: Sequence[tuple[Mapping[str, Any], PodDe
     def says(what: str, value: Any) -> str:
         return f"{value}" if value is not None else f"no {what}"
 
-    checks = (("headcount", lambda d: d.group.size if d.group is not None else None),
+    elastic = members[0][1].group is not None and members[0][1].group.maximum is not None
+    checks = (("headcount", lambda d: None if elastic else d.group.size if d.group is not None else None),
               ("minimum", lambda d: d.group.minimum if d.group is not None else None),
+              ("maximum", lambda d: d.group.maximum if d.group is not None else None),
               ("virtual cluster", lambda d: d.vc or default_vc),
               ("priority", lambda d: d.priority))
     first_pod, first = members[0]
@@ -126,11 +132,14 @@ def gang_ready(demands: Sequence[PodDemand]) -> tuple[int, int] | None:
 
     A gang waits for all the pods its headcount names, even a threshold gang that may start with fewer:
     the engine grows a gang into members that must have pods to bind. A PodGroup states only a minimum;
-    its headcount is the pods that name it once the minimum exists."""
+    its headcount is the pods that name it once the minimum exists. An elastic gang's headcount is its
+    maximum; it forms once the pods of its current target (``size``) exist, and binds only those."""
     group = demands[0].group
     if group is None or group.waiting_for is not None or group.minimum is None:
         return None
     present = len(demands)
+    if group.maximum is not None:
+        return (group.maximum, group.minimum) if present >= min(group.size or group.minimum, group.maximum) else None
     if group.size is not None:
         return (group.size, group.minimum) if present >= group.size else None
     return (present, group.minimum) if present >= group.minimum else None

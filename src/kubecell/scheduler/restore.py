@@ -35,6 +35,7 @@ from kubecell.core.errors import InvalidInputError
 from kubecell.kube import pods
 from kubecell.kube.actions import Actions, retry
 from kubecell.kube.dialects import DemandError, PodDemand, pod_demand
+from kubecell.kube.elasticjobs import elastic_owner
 from kubecell.kube.names import ANNOTATION_ALLOCATION
 from kubecell.kube.records import AllocationRecord, RecordError
 from kubecell.kube.rest import ApiError
@@ -262,8 +263,11 @@ class Restorer:
         except InvalidInputError:
             nodes = None  # it runs where its record says; a malformed constraint only stops new placements
         minimum = group.minimum if group is not None else None
+        size = len(gang)
+        if group is not None and group.maximum is not None:  # an elastic gang may grow to its maximum again
+            size = max(group.maximum, size)
         try:
-            spec, parts = gang_spec(name, gang, len(gang), minimum and min(minimum, len(gang)), first.record.vc,
+            spec, parts = gang_spec(name, gang, size, minimum and min(minimum, size), first.record.vc,
                                     min(pods.created(pod) for pod, _ in gang), nodes)
         except InvalidInputError as error:
             log.error("cannot restore %s: %s", name, error)
@@ -318,6 +322,11 @@ class Restorer:
                                                        if d.isolation != isolation})
         state.track(tracked)
         self.intake.note_generation(tracked)
+        if group is not None and group.maximum is not None:
+            job = state.engine.jobs[name]
+            if not job.spec.heterogeneous:
+                state.engine.limit_growth(name, tracked.spare(job.spec))  # it binds only the pods that exist
+            tracked.elastic = elastic_owner(members[0].pod)
         for member in bound:
             self.gate.note_bound(state, member.pod)
             tracked.bound.add(pods.uid(member.pod))

@@ -9,6 +9,7 @@ at start and whenever the nodes or the tenants change: its state is never the on
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -35,6 +36,7 @@ from kubecell.kube.rest import ApiError, Kube
 from kubecell.kube.watch import Collection, Event, Watcher
 from kubecell.scheduler.binder import Binder, Settled
 from kubecell.scheduler.cluster import Mirror, trimmed_node
+from kubecell.scheduler.elastic import ElasticSizer
 from kubecell.scheduler.intake import Intake, Teller
 from kubecell.scheduler.nodes import NodeReader
 from kubecell.scheduler.observe.capture import CaptureCache, capture
@@ -85,6 +87,8 @@ class SchedulerOptions:
     extra_names: tuple[str, ...] = ()
     """Further ``schedulerName`` values whose pods kubecell places (extender mode: other kube-scheduler
     profiles whose GPU pods it should place, e.g. ``default-scheduler``)."""
+    resize_interval_seconds: float | None = None
+    """Least seconds between two resizes of one elastic gang (None: the tenancy preset's, 300 s)."""
     release_terminating: bool = False
     """Free a pod's GPUs when its deletion starts. By default, as kube-scheduler, a terminating pod holds
     them until it is gone, so work that checkpoints on SIGTERM never shares its GPUs with its successor."""
@@ -125,6 +129,8 @@ class Scheduler:
         self.settled: queue.SimpleQueue[Settled] = queue.SimpleQueue()
         self.binder = Binder(self.actions, self.mirror, self.pool, self.options.name, self._on_settled,
                              scheduled_events=not extender)
+        self.elastic = ElasticSizer(kube, self.options.name)
+        """Moves ElasticJobs' targets after each cycle (``scheduler.elastic``)."""
         self.before_cycle: Callable[[], bool] | None = None
         """Run at each cycle before the engine may run (True asks for a run); set by a mode with work of its
         own over time before the loop runs (the extender gives back decisions kube-scheduler never bound)."""
@@ -375,7 +381,10 @@ class Scheduler:
         policy = make_policy(o.placement, PolicyContext(list(o.typical_pods)) if o.typical_pods else None)
         ranks = np.array([o.tie_ranks.get(node.name, len(o.tie_ranks) + i) for i, node in enumerate(nodes)],
                          np.int64)
-        engine = Engine(nodes, tenants, PRESETS[o.tenancy], forest=forest, placement=policy, tie_rank=ranks)
+        preset = PRESETS[o.tenancy]
+        if o.resize_interval_seconds is not None:
+            preset = dataclasses.replace(preset, resize_min_interval_seconds=o.resize_interval_seconds)
+        engine = Engine(nodes, tenants, preset, forest=forest, placement=policy, tie_rank=ranks)
         self.state = Tracking(engine, views)
         self.node_reader.applied_now(views)
         Restorer(self.mirror, self.actions, self.intake, self.binder.gate, self.options.names).restore(self.state)
@@ -414,6 +423,7 @@ class Scheduler:
         if self.before_cycle is not None and self.before_cycle():
             self.dirty = True
         if not self.dirty and (wake is None or wake > now):
+            self.elastic.grow(state, self.mirror, now)  # reports arrive and resize intervals pass while idle
             return
         self.dirty = False
         self.cycles += 1
@@ -421,6 +431,7 @@ class Scheduler:
         result = engine.schedule(now)
         decided = time.perf_counter()
         victims: set[str] = set()
+        self.elastic.shrunk(state, [cut.job for cut in result.shrunk])
         for cut in result.shrunk:  # first: a job shrunk and then evicted in one cycle loses the rest after
             victims |= self.binder.shrink(state, cut, f"shrunk by kubecell: {cut.reason}")
         for job in result.evicted:
@@ -443,6 +454,7 @@ class Scheduler:
                 pod = self.mirror.pods.get(uid)
                 if pod is not None:
                     self.teller.tell(pod, message)
+        self.elastic.grow(state, self.mirror, now)
         failed = [job for job in [*result.started, *result.grown] if job.phase == JobPhase.PENDING]
         self.recorder.cycle(result, engine.book, now=now, decide_seconds=decided - began,
                             act_seconds=time.perf_counter() - decided, failed=failed, waiting=len(engine.pending))

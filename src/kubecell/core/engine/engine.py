@@ -27,6 +27,7 @@ reports back: ``confirm`` when a RESERVED job's pods are bound, ``bind_failed`` 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 
@@ -37,7 +38,7 @@ from kubecell.core.engine.admission import charge
 from kubecell.core.engine.attempt import Attempt, CycleResult, Outcome
 from kubecell.core.engine.bindings import adopt_cells, release_idle_cells
 from kubecell.core.engine.explain import resize_text, status
-from kubecell.core.engine.growth import grow
+from kubecell.core.engine.growth import grow, headroom
 from kubecell.core.engine.invariants import check_invariants
 from kubecell.core.engine.job import Job, JobClass, JobPhase, JobSpec
 from kubecell.core.engine.ledger import VcUsage
@@ -159,7 +160,9 @@ class Engine:
     def limit_growth(self, name: str, spare: Sequence[int] | None) -> None:
         """The driver can bind at most ``spare[g]`` more members of the job's group ``g`` (the pods it has
         for them; a homogeneous job has one group): growth adds no more, and counts them down as it adds.
-        None lifts the limit. A running job only; its next run starts without one."""
+        None lifts the limit. A waiting job starts with no more members than that (an elastic gang whose
+        headcount is its maximum but whose driver made pods for fewer); its next run after a stop starts
+        without a limit."""
         job = self._job(name)
         if spare is None:
             job.spare = None
@@ -169,8 +172,19 @@ class Engine:
         if len(values) != groups or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in values):
             raise InvalidInputError(f"spare members {list(values)}", location=f"job {name!r}", field="spare",
                                     accepted=f"{groups} non-negative integer(s), one per member group")
-        if job.phase in (JobPhase.RUNNING, JobPhase.RESERVED):
+        if job.phase in (JobPhase.RUNNING, JobPhase.RESERVED, JobPhase.PENDING):
             job.spare = values
+
+    def headroom(self, name: str, now: float) -> int:
+        """How many more members growth could give the running job ``name`` now if the driver had pods for
+        them (``growth.headroom``): what an elastic gang's driver may raise its target by."""
+        return headroom(self.session, self._job(name), now)
+
+    def could_ever_run_all(self, name: str) -> bool:
+        """Could the empty cluster hold every member of job ``name`` at once (its headcount, not only its
+        minimum)? An elastic gang whose maximum it could not is told so: it never grows that far."""
+        spec = self._job(name).spec
+        return self.session.admission.cluster_could_hold(dataclasses.replace(spec, min_members=spec.members))
 
     def set_node_health(self, node_name: str, healthy: bool, now: float) -> list[Job]:
         """Mark a node healthy or not. Jobs with members on a failed node are stopped (hardware, not the

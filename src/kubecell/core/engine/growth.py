@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from kubecell.core.book import BoolArray
 from kubecell.core.engine.attempt import Attempt, CycleResult
 from kubecell.core.engine.bindings import bind_for_growth
+from kubecell.core.engine.capacity import member_capacity
 from kubecell.core.engine.job import Job, JobClass, JobPhase, member_index
 from kubecell.core.engine.regions import Region
 from kubecell.core.engine.scavenge import borrow_room, borrowable_members
@@ -146,3 +148,46 @@ def _grow_one(session: Session, job: Job, attempt: Attempt) -> bool:
     if job.short_of_minimum and job.meets_minimums():
         job.short_of_minimum = False
     return True
+
+
+def headroom(session: Session, job: Job, now: float) -> int:
+    """How many more members growth could place for ``job`` now if the driver had a pod for each (its
+    ``spare`` ignored): an elastic gang's driver asks before it makes pods (``scheduler.elastic``), so a
+    target it raises is one the cluster can take. The same limits as growth: the class's budget (guarantee
+    room, borrow limit), the gang's scope and allowed nodes, the VC's bound cells and the cells it may still
+    bind (guaranteed) or the capacity scavenging may use (borrowed). Capacity counts are exact per node for
+    one member shape (``capacity``), so the answer is what one growth could add, not an estimate. A
+    heterogeneous gang, a gang in its resize interval or one that is not running gets 0."""
+    spec = job.spec
+    if job.phase != JobPhase.RUNNING or spec.heterogeneous or job.size >= spec.members:
+        return 0
+    if not may_resize(job, now, session.options.resize_min_interval_seconds):
+        return 0
+    extra = _extra(session, job, job.missing_members())
+    if extra <= 0:
+        return 0
+    book = session.book
+    in_scope = np.zeros(book.size, np.bool_)
+    in_scope[_scope(session, job)] = True
+    allowed = session.allowed_nodes(job)
+    if allowed is not None:
+        in_scope &= allowed
+    vc = session.tenants.get(job.vc)
+    mask: BoolArray | None
+    if job.job_class == JobClass.GUARANTEED and session.options.cells and vc is not None:
+        mask = session.regions.owned_mask(vc, spec.gpu_models).copy()
+        for region in session.regions.guaranteed(vc, spec, extra, allowed):
+            if len(region.binds) == 1 and session.tenancy.can_bind(job.vc, region.binds[0]):
+                for node, gpu in region.binds[0].gpus:
+                    if in_scope[node]:
+                        mask[node, gpu] = True
+    elif job.job_class == JobClass.GUARANTEED:
+        mask = None
+    else:
+        mask = np.zeros_like(book.gpu_present)
+        for region in session.regions.scavenge(spec):
+            if region.mask is None:
+                mask = None
+                break
+            mask |= region.mask
+    return min(extra, int(member_capacity(book, spec.member, mask, in_scope).sum()))

@@ -40,7 +40,7 @@ from kubecell.core.book import BoolArray
 from kubecell.core.engine.groups import MemberGroup, Segment, check_groups, member_index, shape_text
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.limits import MAX_GANG_MEMBERS, check_amount
-from kubecell.core.model import Request, TopologyLevel
+from kubecell.core.model import Allocation, Request, TopologyLevel
 
 __all__ = ["OPPORTUNISTIC_PRIORITY", "Job", "JobClass", "JobPhase", "JobSpec", "MemberGroup", "member_index",
            "shape_text"]
@@ -441,6 +441,25 @@ class Job:
         """The member indices it does not run, in fill order (what growth adds next)."""
         running = {member_index(name) for name in self.running_members}
         return [i for i in self.spec.fill_order() if i not in running]
+
+    def bindable_first(self, n: int) -> int:
+        """How many of the first ``n`` members of the fill order the driver has pods for (``spare``): a start
+        places no more, since a member without a pod could never be bound."""
+        if self.spare is None:
+            return n
+        taken = 0
+        for have, want in zip(self.spare, self.spec.first_counts(n), strict=True):
+            if have < want:
+                return taken + have  # the fill order stops at the first group short of pods
+            taken += want
+        return taken
+
+    def spare_after(self, allocations: Iterable[Allocation]) -> tuple[int, ...] | None:
+        """``spare`` once ``allocations`` (members just placed) took their pods."""
+        if self.spare is None:
+            return None
+        used = self.spec.counts_of(member_index(a.name) for a in allocations)
+        return tuple(max(s - u, 0) for s, u in zip(self.spare, used, strict=True))
 
     def affordable(self, indices: Sequence[int], milli: int | None) -> int:
         """How many of ``indices``, taken in order, fit ``milli`` GPU units (None: no limit)."""

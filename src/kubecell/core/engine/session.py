@@ -146,6 +146,10 @@ class Session:
         job is RESERVED until the driver confirms the bind. False (nothing changed) if it does not fit."""
         job = attempt.job
         attempt.job_class = job_class
+        if job.spare is not None:  # the driver has pods for only so many members (``Engine.limit_growth``)
+            most = min(most, job.bindable_first(most))
+            if most < least:
+                return False
         victims = (*victims, *attempt.shrunk)  # capacity a shrink frees is as much in the way until confirmed
         for cell in region.binds:
             self.tenancy.bind(job.vc, cell)
@@ -163,6 +167,8 @@ class Session:
         self.release_admission(job)
         job.placement_score = self.gangs.last_score
         job.running_members = [a.name for a in allocations]
+        if job.spare is not None:
+            job.spare = job.spare_after(allocations)
         job.job_class = job_class
         job.phase = JobPhase.RESERVED if victims else JobPhase.RUNNING
         job.reserved_until = attempt.now + self.options.reservation_timeout_seconds if victims else None

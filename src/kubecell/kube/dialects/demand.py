@@ -95,6 +95,11 @@ class GroupDemand:
     subgroup's ``minMember``, HiveD: all of them); None where the source states none."""
     part_size: int | None = None
     """How many pods ``part`` has, where the source states it (HiveD's ``podNumber``)."""
+    maximum: int | None = None
+    """An elastic gang (``kubecell.io/group-max``, written by the ElasticJob controller): the most members it
+    may ever run. Its headcount ``size`` is then only the number of pods its controller made for the current
+    target, which the scheduler itself moves (``scheduler.elastic``); the engine job's headcount is
+    ``maximum`` and it binds only the pods that exist."""
 
 
 @dataclass(frozen=True, slots=True)

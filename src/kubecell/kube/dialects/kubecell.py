@@ -91,11 +91,11 @@ class Kubecell(Statement):
                              split_list(bounded(self.pod, name, subject, text)), "exact")]
 
     def groups(self) -> list[GroupClaim]:
-        """``kubecell.io/group``, ``group-size`` and ``group-min``."""
+        """``kubecell.io/group``, ``group-size``, ``group-min`` and, for an elastic gang, ``group-max``."""
         pod, notes = self.pod, self.pod.annotations
         name = notes.get(names.ANNOTATION_GROUP)
         if name is None:
-            for extra in (names.ANNOTATION_GROUP_SIZE, names.ANNOTATION_GROUP_MIN):
+            for extra in (names.ANNOTATION_GROUP_SIZE, names.ANNOTATION_GROUP_MIN, names.ANNOTATION_GROUP_MAX):
                 if extra in notes:
                     raise pod.annotation_error(extra, f"is set without {names.ANNOTATION_GROUP}",
                                                f"{names.ANNOTATION_GROUP} naming the group, or neither")
@@ -115,8 +115,21 @@ class Kubecell(Statement):
             if minimum > size:
                 raise pod.error(subject, f"is above the group's size {size}", field=names.ANNOTATION_GROUP_MIN,
                                 accepted=f"1..{size}")
+        maximum = None
+        if names.ANNOTATION_GROUP_MAX in notes:
+            max_text = notes[names.ANNOTATION_GROUP_MAX]
+            subject = f"annotation {names.ANNOTATION_GROUP_MAX} {show(max_text)}"
+            maximum = count_text(pod, max_text, subject, names.ANNOTATION_GROUP_MAX, 1)
+            if maximum < size:
+                raise pod.error(subject, f"is below the group's size {size}", field=names.ANNOTATION_GROUP_MAX,
+                                accepted=f"{size} or more: the most members the elastic group may grow to")
+            if minimum is None:
+                raise pod.error(subject, f"is set without {names.ANNOTATION_GROUP_MIN}",
+                                field=names.ANNOTATION_GROUP_MAX,
+                                accepted=f"{names.ANNOTATION_GROUP_MIN} too: an elastic group states the members "
+                                         "it needs and the most it may use")
         return [GroupClaim("kubecell", names.ANNOTATION_GROUP, f"annotation {names.ANNOTATION_GROUP} {show(name)}",
-                           group, size, minimum)]
+                           group, size, minimum, maximum=maximum)]
 
     def vc(self) -> Stated[str] | None:
         """``kubecell.io/vc``, trimmed."""

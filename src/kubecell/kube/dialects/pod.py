@@ -147,9 +147,10 @@ def merge_groups(pod: PodMeta, claims: list[GroupClaim]) -> GroupDemand | None:
                             f"group {parts[0].part!r} but {other.source} in {other.part!r}", field=parts[0].field,
                             accepted="one member group for the pod")
     part = parts[0] if parts else None
+    maximum = next((claim.maximum for claim in claims if claim.maximum is not None), None)
     return GroupDemand(f"{pod.namespace}/{first.name}", first.source, size, minimum, waiting,
                        part=part.part if part else None, part_minimum=part.part_minimum if part else None,
-                       part_size=part.part_size if part else None)
+                       part_size=part.part_size if part else None, maximum=maximum)
 
 
 def merge_vcs(pod: PodMeta, vcs: list[Stated[str]]) -> str | None:

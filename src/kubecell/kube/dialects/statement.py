@@ -88,6 +88,7 @@ class GroupClaim:
     part: str | None = None
     part_minimum: int | None = None
     part_size: int | None = None
+    maximum: int | None = None
 
 
 class Statement:

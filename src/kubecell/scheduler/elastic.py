@@ -1,0 +1,229 @@
+"""The scheduler sizes ElasticJobs: it writes their ``/scale`` target, and their controller follows.
+
+An ElasticJob's workers are one elastic gang (``kubecell.io/group-max``): the engine job's headcount is the
+job's maximum, but it binds only the pods the controller made (``Engine.limit_growth``). Who decides how
+many pods there should be is this module, after each engine cycle:
+
+* **Shrink.** When the engine shrank the gang (a claim on its capacity: a guaranteed job of another VC, a
+  higher priority), the target becomes the members it kept, so the controller does not recreate the
+  workers the shrink evicted (they would only wait for capacity that is gone).
+* **Grow.** When the engine says more members would fit now (``Engine.headroom``: guarantee room, borrow
+  limit, cells, topology, the resize interval) and the job's goodput model says they are worth a restart
+  (``core.elastic.resize``), the target is raised; the controller creates the pods, they join the running
+  gang (``Intake``) and the engine grows into them in its next cycle.
+* **Give up a raise.** A raised target whose pods still wait after ``pending_grace_seconds`` (the capacity
+  was taken meanwhile) is lowered back to what runs.
+
+The goodput model is fed from the step reports the workers write on their own pods
+(``kubecell.io/step-report``, ``kube.step_reports``). A report is untrusted input: one that cannot be read
+or that the model refuses gets one Warning Event per pod and kind of problem, and is ignored.
+
+A write goes to the ElasticJob the pod's controller owner reference names, and only after a GET shows that
+job exists with that uid: a pod cannot make the scheduler resize someone else's job (nor a job of another
+namespace: owner references are namespaced). Errors are logged and the decision is taken again next time;
+nothing here stops the cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubecell.core.elastic.goodput import OnlineGoodput
+from kubecell.core.elastic.resize import GrowthRule, choose_growth
+from kubecell.core.engine.job import Job, JobPhase
+from kubecell.core.errors import InvalidInputError
+from kubecell.kube import elasticjobs, pods
+from kubecell.kube.actions import event_body
+from kubecell.kube.elasticjobs import ElasticRef
+from kubecell.kube.rest import ApiError, Kube
+from kubecell.kube.step_reports import ReportProblem, read_step_report
+from kubecell.scheduler.cluster import Mirror
+from kubecell.scheduler.tracking import Tracking
+
+log = logging.getLogger("kubecell.scheduler.elastic")
+
+CPU_ONLY = "cpu"
+"""The goodput model's "GPU type" for members without GPUs (CPU training, the testbed's torchrun jobs)."""
+
+
+@dataclass
+class Sized:
+    """What the sizer keeps per ElasticJob (by uid)."""
+
+    ref: ElasticRef
+    model: OnlineGoodput | None = None
+    consumed: dict[str, float] = field(default_factory=dict)
+    """Pod uid -> the time of the last report taken from it."""
+    told: set[tuple[str, str]] = field(default_factory=set)
+    """(pod uid, problem reason) already told in an Event."""
+    raised_to: int | None = None
+    raised_at: float = 0.0
+    last_reason: str = ""
+
+
+class ElasticSizer:
+    """Moves ElasticJobs' targets after each engine cycle (see the module)."""
+
+    def __init__(self, kube: Kube, component: str, *, rule: GrowthRule | None = None,
+                 pending_grace_seconds: float = 120.0, report_max_age_seconds: float = 600.0) -> None:
+        self.kube = kube
+        self.component = component
+        self.rule = rule or GrowthRule()
+        self.pending_grace_seconds = pending_grace_seconds
+        self.report_max_age_seconds = report_max_age_seconds
+        self.jobs: dict[str, Sized] = {}
+
+    def shrunk(self, state: Tracking, shrunk: Sequence[Job]) -> None:
+        """Lower the targets of the elastic jobs the engine just shrank, before their pods are evicted (so
+        their controller does not replace the pods the shrink takes)."""
+        for job in shrunk:
+            tracked = state.tracked.get(job.name)
+            if tracked is not None and tracked.elastic is not None and job.phase == JobPhase.RUNNING:
+                sized = self._sized(tracked.elastic)
+                sized.raised_to = None
+                self._write(sized, job.size, f"shrunk by kubecell to the {job.size} members it keeps"
+                            + (f" ({job.resizes[-1]})" if job.resizes else ""))
+
+    def grow(self, state: Tracking, mirror: Mirror, now: float) -> None:
+        """Feed every running elastic job's model its new reports and raise the targets worth raising."""
+        engine = state.engine
+        live: set[str] = set()
+        for name, tracked in list(state.tracked.items()):
+            if tracked.elastic is None:
+                continue
+            live.add(tracked.elastic.uid)
+            job = engine.jobs.get(name)
+            if job is None or job.phase != JobPhase.RUNNING:
+                log.debug("%s: %s", name, job.phase if job is not None else "gone")
+                continue
+            try:
+                self._consider(state, mirror, job, tracked.elastic, now)
+            except (InvalidInputError, ValueError, KeyError) as error:  # one job's bad input costs that job
+                log.warning("cannot size %s: %s", name, error)
+        for uid in [uid for uid in self.jobs if uid not in live]:
+            del self.jobs[uid]
+
+    def explain(self, uid: str) -> str:
+        sized = self.jobs.get(uid)
+        return sized.last_reason if sized is not None else ""
+
+    # -- one job ----------------------------------------------------------------------------------------
+
+    def _sized(self, ref: ElasticRef, state: Tracking | None = None, job: Job | None = None) -> Sized:
+        sized = self.jobs.get(ref.uid)
+        if sized is None:
+            sized = self.jobs[ref.uid] = Sized(ref)
+            if state is not None and job is not None and not state.engine.could_ever_run_all(job.name):
+                self._event({"apiVersion": elasticjobs.API_VERSION, "kind": elasticjobs.KIND, "name": ref.name,
+                             "namespace": ref.namespace, "uid": ref.uid}, "Warning", "MaxReplicasUnreachable",
+                            f"maxReplicas {job.spec.members}: the cluster could never hold that many workers of "
+                            "this shape at once; the job grows only as far as capacity allows")
+        return sized
+
+    def _consider(self, state: Tracking, mirror: Mirror, job: Job, ref: ElasticRef, now: float) -> None:
+        engine, tracked = state.engine, state.tracked[job.name]
+        sized = self._sized(ref, state, job)
+        gpu_type, nodes = self._feed(state, mirror, job, sized, now)
+        size = job.size
+        if tracked.live_pods() > size or (sized.raised_to is not None and sized.raised_to > size):
+            waited = now - sized.raised_at
+            if sized.raised_to is not None and sized.raised_to > size and waited > self.pending_grace_seconds:
+                sized.raised_to = None
+                self._write(sized, size, f"the capacity its target was raised for was taken within "
+                                         f"{self.pending_grace_seconds:g} s: back to the {size} members it runs")
+            return  # pods wait to be bound: the engine grows into them first
+        room = engine.headroom(job.name, now)
+        log.debug("%s: %d members, %d pods, headroom %d", job.name, size, tracked.live_pods(), room)
+        if room <= 0:
+            return
+        choice = choose_growth(size, room, job.spec.members, sized.model, gpu_type, nodes, self.rule)
+        sized.last_reason = choice.reason
+        if choice.target > size and self._write(sized, choice.target, choice.reason):
+            sized.raised_to, sized.raised_at = choice.target, now
+
+    def _feed(self, state: Tracking, mirror: Mirror, job: Job, sized: Sized, now: float) -> tuple[str | None, int]:
+        """Give the job's model the reports its members' pods wrote since the last cycle; the GPU type and
+        the number of nodes the job runs on now."""
+        engine, tracked = state.engine, state.tracked[job.name]
+        book = engine.book
+        types, nodes = set(), set()
+        for allocation in engine.allocations_of(job.name):
+            index = book.index[allocation.node]
+            nodes.add(allocation.node)
+            types.add(book.model_names[book.model_id[index]] if allocation.gpu_indices else CPU_ONLY)
+        gpu_type = types.pop() if len(types) == 1 else None  # a job across GPU types: priced by none
+        if gpu_type is None:
+            return None, len(nodes)
+        for uid in tracked.members.values():
+            pod = mirror.pods.get(uid)
+            if pod is None:
+                continue
+            read = read_step_report(pod, gpu_type=gpu_type, now=now, max_age_seconds=self.report_max_age_seconds)
+            if read is None:
+                continue
+            if isinstance(read, ReportProblem):
+                self._tell(sized, pod, read.reason, read.message)
+                continue
+            if read.time <= sized.consumed.get(uid, float("-inf")):
+                continue
+            sized.consumed[uid] = read.time
+            model = sized.model
+            if model is None:
+                report = read.report
+                batch = max(report.local_bsz * report.num_replicas, 1)
+                try:
+                    model = sized.model = OnlineGoodput(initial_bsz=batch, max_bsz=batch)
+                except InvalidInputError as error:
+                    self._tell(sized, pod, "UntrustedReport", str(error))
+                    continue
+            if not model.observe(read.report):
+                self._tell(sized, pod, "UntrustedReport", f"step report refused: {model.last_refusal}")
+        return gpu_type, len(nodes)
+
+    # -- writes -----------------------------------------------------------------------------------------
+
+    def _tell(self, sized: Sized, pod: Mapping[str, Any], reason: str, message: str) -> None:
+        key = (pods.uid(pod), reason)
+        if key in sized.told:
+            return
+        sized.told.add(key)
+        meta = pod.get("metadata") or {}
+        involved = {"apiVersion": "v1", "kind": "Pod", "name": str(meta.get("name", "")),
+                    "namespace": str(meta.get("namespace", "default")), "uid": pods.uid(pod)}
+        self._event(involved, "Warning", reason, f"{message}; the report is ignored by kubecell's goodput model")
+
+    def _write(self, sized: Sized, target: int, reason: str) -> bool:
+        """Set the job's ``/scale`` target after checking that the job the pods name is the one that exists."""
+        ref = sized.ref
+        path = elasticjobs.job_path(ref.namespace, ref.name)
+        try:
+            current = self.kube.get(path)
+            meta = current.get("metadata") or {}
+            if meta.get("uid") != ref.uid:
+                log.warning("ElasticJob %s/%s is not the one its pods name (uid %s): not resized",
+                            ref.namespace, ref.name, ref.uid)
+                return False
+            spec = elasticjobs.read_elastic_job(current)
+            target = max(spec.min_replicas, min(target, spec.max_replicas))
+            if spec.replicas == target:
+                return False
+            self.kube.patch(f"{path}/scale", {"spec": {"replicas": target}})
+        except (ApiError, InvalidInputError) as error:
+            log.warning("cannot resize ElasticJob %s/%s to %d: %s", ref.namespace, ref.name, target, error)
+            return False
+        log.info("ElasticJob %s/%s: target %d -> %d (%s)", ref.namespace, ref.name, spec.replicas, target, reason)
+        self._event(elasticjobs.involved(current), "Normal", "Resize",
+                    f"target {spec.replicas} -> {target} workers: {reason}")
+        return True
+
+    def _event(self, involved: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
+        namespace = str(involved.get("namespace") or "default")
+        body = event_body(involved, namespace, event_type=kind, reason=reason, message=message,
+                          component=self.component, action="Schedule")
+        try:
+            self.kube.create(f"/api/v1/namespaces/{namespace}/events", body)
+        except ApiError as error:
+            log.warning("cannot write Event %s: %s", reason, error)
