@@ -173,6 +173,8 @@ class Intake:
                 tracked.pod_uids.remove(uid)
                 state.pod_job.pop(uid, None)
             if any(self._holding(uid) for uid in tracked.members.values()):
+                if tracked.elastic is not None:
+                    self._release_lost(state, name, now)
                 return False
             engine.finish(name, now)
         elif job.phase == JobPhase.PENDING and not all(self._waiting(uid) for uid in tracked.pod_uids):
@@ -186,6 +188,28 @@ class Intake:
         for uid in state.untrack(name):
             changed[uid] = None  # the pods left over may form a new job
         return True
+
+    def _release_lost(self, state: Tracking, name: str, now: float) -> None:
+        """An ElasticJob's workers that ended or were deleted while the job runs on (its controller followed a
+        lowered target, replaced a failed worker, or the training finished on some first): their members are
+        released so the capacity is free at once and the job's pods are counted right (``Tracked``)."""
+        tracked = state.tracked[name]
+        lost = {index: uid for index, uid in tracked.members.items() if not self._holding(uid)}
+        if not lost or not state.engine.release_members(
+                name, [f"{name}/{index}" for index in lost], now, "their pods ended or were deleted"):
+            return
+        for index, uid in lost.items():
+            del tracked.members[index]
+            tracked.bound.discard(uid)
+            if uid in self.mirror.pods:
+                tracked.released.add(uid)  # an ended pod never holds a member again
+            else:
+                tracked.pod_uids.remove(uid)
+                state.pod_job.pop(uid, None)
+        job = state.engine.jobs[name]
+        if not job.spec.heterogeneous:
+            state.engine.limit_growth(name, tracked.spare(job.spec))
+        log.info("%s: released the members of %d ended or deleted pod(s)", name, len(lost))
 
     def _holding(self, uid: str) -> bool:
         """A member's pod still holds what the engine gave it: bound and not ended (a terminating pod holds

@@ -69,3 +69,22 @@ def test_headroom_is_zero_for_a_job_that_does_not_run() -> None:
     eng.submit(whole("big", "a", 8, members=2), 0)
     eng.schedule(0)
     assert eng.headroom("big", 1) == 0
+
+
+def test_members_whose_pods_are_gone_are_released_while_the_rest_keeps_the_minimum() -> None:
+    eng = engine(make_nodes(1), {"a": {"gpus": 8}}, resize_min_interval_seconds=0.0)
+    eng.submit(whole("el", "a", 2, members=4, min_members=2), 0)
+    eng.limit_growth("el", (4,))
+    eng.schedule(0)
+    job = eng.jobs["el"]
+    assert job.size == 4
+    assert eng.release_members("el", ["el/3", "el/2"], 5, "deleted by its controller")
+    assert (job.phase, job.size, job.running_members) == (JobPhase.RUNNING, 2, ["el/0", "el/1"])
+    assert eng.usage["a"].guaranteed_milli == 4000, "their GPUs are free again"
+    assert "deleted by its controller" in eng.explain("el")
+    assert not eng.release_members("el", ["el/1"], 6, "gone"), "the rest would be below its minimum"
+    assert job.size == 2
+    eng.limit_growth("el", (1,))
+    eng.schedule(7)
+    assert job.size == 3, "it grows again into a pod its driver adds"
+    check_engine(eng)

@@ -40,7 +40,7 @@ from kubecell.core.engine.bindings import adopt_cells, release_idle_cells
 from kubecell.core.engine.explain import resize_text, status
 from kubecell.core.engine.growth import grow, headroom
 from kubecell.core.engine.invariants import check_invariants
-from kubecell.core.engine.job import Job, JobClass, JobPhase, JobSpec
+from kubecell.core.engine.job import Job, JobClass, JobPhase, JobSpec, member_index
 from kubecell.core.engine.ledger import VcUsage
 from kubecell.core.engine.node_state import set_node_lost, set_node_open
 from kubecell.core.engine.options import EngineOptions
@@ -174,6 +174,31 @@ class Engine:
                                     accepted=f"{groups} non-negative integer(s), one per member group")
         if job.phase in (JobPhase.RUNNING, JobPhase.RESERVED, JobPhase.PENDING):
             job.spare = values
+
+    def release_members(self, name: str, members: Sequence[str], now: float, reason: str) -> bool:
+        """The driver lost the pods of some members of running job ``name`` (an elastic job's controller
+        deleted workers after its target was lowered, or replaced one that failed): their capacity is free
+        again, and the job runs on with the rest, in its class, and may grow again. Only while the rest keep
+        the job's minimums (else False and nothing changes: a job below its minimum has ended or restarts,
+        which its driver tells as a finish or a cancel)."""
+        job = self._job(name)
+        gone = [member for member in dict.fromkeys(members) if member in job.running_members]
+        if job.phase != JobPhase.RUNNING or not gone:
+            return False
+        kept = [member for member in job.running_members if member not in gone]
+        if not job.spec.meets_minimums(job.spec.counts_of(member_index(member) for member in kept)):
+            return False
+        s = self.session
+        before = job.size
+        s.ledger.remove(job)
+        for member in gone:
+            s.book.release(member)
+        job.running_members = kept
+        s.ledger.add(job)
+        s.growable.add(job.name)
+        job.resized(now, f"{before} -> {job.size} members at t={now:g}: {reason}")
+        s.queue.mark_dirty()
+        return True
 
     def headroom(self, name: str, now: float) -> int:
         """How many more members growth could give the running job ``name`` now if the driver had pods for
