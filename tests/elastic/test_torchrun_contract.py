@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from kubecell.kube import elasticjob_objects as objects
 from kubecell.kube import elasticjobs as ej
 
 TORCH_PYTHON = os.environ.get("KUBECELL_TORCH_PYTHON", "")
@@ -60,7 +61,7 @@ class Cluster:
         self.spec = ej.read_elastic_job(obj)
         self.processes: list[subprocess.Popen[bytes]] = []
         env = {**os.environ, "KUBECELL_RDZV_PORT": str(port)}
-        self.host = self._start([TORCH_PYTHON, "-c", ej.RENDEZVOUS_SCRIPT], env, "host")
+        self.host = self._start([TORCH_PYTHON, "-c", objects.RENDEZVOUS_SCRIPT], env, "host")
 
     def _start(self, command: list[str], env: dict[str, str], log: str) -> subprocess.Popen[bytes]:
         with open(self.directory / f"{log}.log", "wb") as out:
@@ -72,7 +73,7 @@ class Cluster:
     def agent(self, index: int, log: str, *, run: int = 0, steps: int = 200,
               crash: int | None = None) -> subprocess.Popen[bytes]:
         env = {**os.environ, "STEPS": str(steps), "CRASH_WORKER": "" if crash is None else str(crash)}
-        for entry in ej.worker_env(self.spec, index, run):
+        for entry in objects.worker_env(self.spec, index, run):
             value = entry.get("value")
             if entry["name"] == "PET_LOCAL_ADDR":  # the Pod IP, from the Downward API in a cluster
                 value = "127.0.0.1"

@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 import pytest
 
 from kubecell.core.model import make_node
+from kubecell.kube import elasticjob_objects as objects
 from kubecell.kube import elasticjobs as ej
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.scheduler.scheduler import SchedulerOptions
@@ -184,7 +185,7 @@ class Job:
                                   labelSelector=f"{ej.LABEL_JOB}={self.name}")["items"])
 
     def log(self, pod: str) -> str:
-        container = ej.RENDEZVOUS_CONTAINER if pod == ej.rendezvous_name(self.name) else CONTAINER
+        container = objects.RENDEZVOUS_CONTAINER if pod == ej.rendezvous_name(self.name) else CONTAINER
         return container_log(self.testbed_dir, self.namespace, pod, container)
 
     def _waiting(self, pod: dict[str, Any]) -> str:

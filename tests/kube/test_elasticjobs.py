@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kubecell.kube import elasticjob_objects as objects
 from kubecell.kube import elasticjobs as ej
 from kubecell.kube.dialects.pod import pod_demand
 from kubecell.kube.names import ANNOTATION_GROUP, ANNOTATION_GROUP_MAX, ANNOTATION_GROUP_MIN, ANNOTATION_GROUP_SIZE
@@ -167,9 +168,9 @@ def test_anything_in_a_spec_is_read_or_refused_with_the_typed_error(changes: dic
         assert refused.startswith("ElasticJob")
         return
     for index in range(spec.replicas):  # whatever was read builds valid JSON objects
-        json.dumps(ej.worker_pod(spec, index))
-    json.dumps(ej.rendezvous_pod(spec))
-    json.dumps(ej.rendezvous_service(spec))
+        json.dumps(objects.worker_pod(spec, index))
+    json.dumps(objects.rendezvous_pod(spec))
+    json.dumps(objects.rendezvous_service(spec))
 
 
 @settings(max_examples=200, deadline=None)
@@ -188,13 +189,13 @@ def test_any_template_is_read_or_refused_with_the_typed_error(value: Any) -> Non
             spec = ej.read_elastic_job(obj)
         except ej.ElasticJobSpecError:
             continue
-        json.dumps(ej.worker_pod(spec, 0))
+        json.dumps(objects.worker_pod(spec, 0))
 
 
 # ------------------------------------------------------------------ building
 def test_a_worker_pod_carries_the_torchrun_contract() -> None:
     spec = ej.read_elastic_job(job(batchSize={"min": 32, "max": 256}))
-    pod = ej.worker_pod(spec, 1, run=2)
+    pod = objects.worker_pod(spec, 1, run=2)
     meta = pod["metadata"]
     assert (meta["name"], meta["namespace"]) == ("bert-worker-1", "team-a")
     assert meta["labels"] == {"app": "train", "kubecell.io/elastic-job": "bert", "kubecell.io/elastic-role": "worker",
@@ -222,23 +223,23 @@ def test_a_worker_pod_carries_the_torchrun_contract() -> None:
 
 def test_each_restart_is_a_new_rendezvous_run() -> None:
     spec = ej.read_elastic_job(job())
-    ids = {env_of(ej.worker_pod(spec, 0, run)["spec"]["containers"][0])["PET_RDZV_ID"] for run in (0, 1, 2)}
+    ids = {env_of(objects.worker_pod(spec, 0, run)["spec"]["containers"][0])["PET_RDZV_ID"] for run in (0, 1, 2)}
     assert ids == {"0f6c-uid-0", "0f6c-uid-1", "0f6c-uid-2"}
     with pytest.raises(ValueError, match="run -1"):
-        ej.worker_pod(spec, 0, -1)
+        objects.worker_pod(spec, 0, -1)
 
 
 def test_the_template_decides_its_scheduler_and_restart_policy() -> None:
     spec = ej.read_elastic_job(job(template=template(schedulerName="default-scheduler", restartPolicy="OnFailure")))
-    pod = ej.worker_pod(spec, 0)
+    pod = objects.worker_pod(spec, 0)
     assert (pod["spec"]["schedulerName"], pod["spec"]["restartPolicy"]) == ("default-scheduler", "OnFailure")
 
 
 def test_building_never_changes_the_spec() -> None:
     spec = ej.read_elastic_job(job())
     before = copy.deepcopy(dict(spec.template))
-    ej.worker_pod(spec, 0)["spec"]["containers"][0]["env"].append({"name": "X"})
-    ej.rendezvous_pod(spec)
+    objects.worker_pod(spec, 0)["spec"]["containers"][0]["env"].append({"name": "X"})
+    objects.rendezvous_pod(spec)
     assert spec.template == before
 
 
@@ -247,7 +248,7 @@ def test_the_workers_are_one_threshold_gang_for_kubecells_scheduler() -> None:
     minReplicas (the dialect of kubecell.kube.dialects.kubecell)."""
     spec = ej.read_elastic_job(job(minReplicas=2, replicas=3))
     for index in range(3):
-        pod = ej.worker_pod(spec, index)
+        pod = objects.worker_pod(spec, index)
         pod["metadata"]["uid"] = f"uid-{index}"
         demand = pod_demand(pod)
         assert demand.group is not None
@@ -259,7 +260,7 @@ def test_the_rendezvous_lives_apart_from_every_worker() -> None:
     spec = ej.read_elastic_job(job(rendezvousPort=29500,
                                    template=template(tolerations=[{"key": "gpu", "operator": "Exists"}],
                                                      nodeSelector={"pool": "train"})))
-    service, host = ej.rendezvous_service(spec), ej.rendezvous_pod(spec)
+    service, host = objects.rendezvous_service(spec), objects.rendezvous_pod(spec)
     assert service["metadata"]["name"] == host["metadata"]["name"] == "bert-rdzv"
     assert service["spec"]["selector"] == host["metadata"]["labels"] == {"kubecell.io/elastic-job": "bert",
                                                                          "kubecell.io/elastic-role": "rendezvous"}
@@ -278,8 +279,8 @@ def test_the_rendezvous_lives_apart_from_every_worker() -> None:
 
 
 def test_the_rendezvous_program_serves_a_store_until_sigterm() -> None:
-    compile(ej.RENDEZVOUS_SCRIPT, "<rendezvous>", "exec")
-    assert 'os.environ["KUBECELL_RDZV_PORT"]' in ej.RENDEZVOUS_SCRIPT
+    compile(objects.RENDEZVOUS_SCRIPT, "<rendezvous>", "exec")
+    assert 'os.environ["KUBECELL_RDZV_PORT"]' in objects.RENDEZVOUS_SCRIPT
 
 
 def test_nproc_per_node_defaults_to_the_whole_gpus_asked() -> None:

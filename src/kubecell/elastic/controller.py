@@ -48,6 +48,7 @@ from kubecell.elastic.states import (
 )
 from kubecell.kube.actions import event_body
 from kubecell.kube.clock import rfc3339
+from kubecell.kube.elasticjob_objects import rendezvous_pod, rendezvous_service, worker_pod
 from kubecell.kube.elasticjobs import (
     KIND,
     LABEL_JOB,
@@ -60,9 +61,6 @@ from kubecell.kube.elasticjobs import (
     job_path,
     read_elastic_job,
     rendezvous_name,
-    rendezvous_pod,
-    rendezvous_service,
-    worker_pod,
     worker_selector,
 )
 from kubecell.kube.names import ANNOTATION_GROUP_SIZE
