@@ -301,7 +301,9 @@ def test_kubecells_scheduler_places_the_workers_as_one_gang(testbed: ControlPlan
     start_scheduler(testbed)
     create_job(kube, namespace, "gang", minReplicas=2, maxReplicas=4, replicas=3,
                template=template("kubecell", limits={"nvidia.com/gpu": "1"}))
-    wait_for("three Ready workers", partial(phase_is, kube, namespace, "gang", "Running", 3), STEP)
+    # the scheduler places the three as one gang, then takes idle GPUs for the job up to its maximum
+    wait_for("four Ready workers", partial(phase_is, kube, namespace, "gang", "Running", 4), 2 * STEP)
+    assert get_job(kube, namespace, "gang")["spec"]["replicas"] == 4, "the scheduler raised the target"
     placed = workers(kube, namespace, "gang")
     assert all(p["spec"]["nodeName"] and p["metadata"]["annotations"].get("kubecell.io/allocation")
                for p in placed.values()), "bound by kubecell, with its allocation records"

@@ -267,7 +267,7 @@ and train; also for each resize (a new worker starting, then every worker restar
 
 def test_an_elastic_job_of_two_trains_in_one_world_to_success(job: Job, cluster: tuple[str, str]) -> None:
     _, node = cluster
-    job.create(node, replicas=2, steps=STAGE_1_STEPS, step_seconds=0.1)
+    job.create(node, replicas=2, steps=STAGE_1_STEPS, step_seconds=0.1, gpus=4, vc="speech")  # the node fits 2
     job.wait("the job to succeed", lambda: job.phase() == "Succeeded", START)
     steps = job.steps()
     assert steps, job.diagnosis()
