@@ -60,7 +60,10 @@ class Sized:
     told: set[tuple[str, str]] = field(default_factory=set)
     """(pod uid, problem reason) already told in an Event."""
     raised_to: int | None = None
+    """The target the sizer last raised (while its pods are being made)."""
     raised_at: float = 0.0
+    waiting_since: float | None = None
+    """Since when the job has pods that wait to be bound."""
     last_reason: str = ""
 
 
@@ -83,7 +86,7 @@ class ElasticSizer:
             tracked = state.tracked.get(job.name)
             if tracked is not None and tracked.elastic is not None and job.phase == JobPhase.RUNNING:
                 sized = self._sized(tracked.elastic)
-                sized.raised_to = None
+                sized.raised_to, sized.waiting_since = None, None
                 self._write(sized, job.size, f"shrunk by kubecell to the {job.size} members it keeps"
                             + (f" ({job.resizes[-1]})" if job.resizes else ""))
 
@@ -124,25 +127,34 @@ class ElasticSizer:
         return sized
 
     def _consider(self, state: Tracking, mirror: Mirror, job: Job, ref: ElasticRef, now: float) -> None:
-        engine, tracked = state.engine, state.tracked[job.name]
         sized = self._sized(ref, state, job)
         gpu_type, nodes = self._feed(state, mirror, job, sized, now)
+        decided = self.decide(state, job, sized, gpu_type, nodes, now)
+        if decided is not None and self._write(sized, *decided) and decided[0] > job.size:
+            sized.raised_to, sized.raised_at = decided[0], now
+
+    def decide(self, state: Tracking, job: Job, sized: Sized, gpu_type: str | None, nodes: int,
+               now: float) -> tuple[int, str] | None:
+        """The target to write for running elastic job ``job`` now and why, or None to leave it."""
         size = job.size
-        if tracked.live_pods() > size or (sized.raised_to is not None and sized.raised_to > size):
-            waited = now - sized.raised_at
-            if sized.raised_to is not None and sized.raised_to > size and waited > self.pending_grace_seconds:
-                sized.raised_to = None
-                self._write(sized, size, f"the capacity its target was raised for was taken within "
-                                         f"{self.pending_grace_seconds:g} s: back to the {size} members it runs")
-            return  # pods wait to be bound: the engine grows into them first
-        room = engine.headroom(job.name, now)
-        log.debug("%s: %d members, %d pods, headroom %d", job.name, size, tracked.live_pods(), room)
+        if state.tracked[job.name].live_pods() > size:  # pods wait to be bound: the engine grows into them first
+            if sized.waiting_since is None:
+                sized.waiting_since = now
+            if now - sized.waiting_since <= self.pending_grace_seconds:
+                return None
+            sized.waiting_since, sized.raised_to = None, None
+            return size, (f"its pods waited {self.pending_grace_seconds:g} s for capacity that was taken: back to "
+                          f"the {size} members it runs")
+        sized.waiting_since = None
+        if sized.raised_to is not None and sized.raised_to > size and \
+                now - sized.raised_at <= self.pending_grace_seconds:
+            return None  # raised: its controller has not made the pods yet
+        room = state.engine.headroom(job.name, now)
         if room <= 0:
-            return
+            return None
         choice = choose_growth(size, room, job.spec.members, sized.model, gpu_type, nodes, self.rule)
         sized.last_reason = choice.reason
-        if choice.target > size and self._write(sized, choice.target, choice.reason):
-            sized.raised_to, sized.raised_at = choice.target, now
+        return (choice.target, choice.reason) if choice.target > size else None
 
     def _feed(self, state: Tracking, mirror: Mirror, job: Job, sized: Sized, now: float) -> tuple[str | None, int]:
         """Give the job's model the reports its members' pods wrote since the last cycle; the GPU type and

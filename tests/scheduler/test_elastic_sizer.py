@@ -1,0 +1,137 @@
+"""The scheduler's ElasticJob sizer decides from the engine and the pods, without a cluster: it raises the
+target into what ``Engine.headroom`` offers (all of it before any report, as far as goodput pays once the job
+reports), waits while pods it asked for are being made or bound, gives a raise back when its pods wait past the
+grace period, and lowers the target of a job the engine shrank. Writes are recorded, not sent."""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+from kubecell.core.engine.job import Job
+from kubecell.kube.names import ANNOTATION_STEP_REPORT
+from kubecell.kube.step_reports import build_step_report
+from kubecell.scheduler.elastic import ElasticSizer, Sized
+from tests.core.support import engine, make_nodes
+from tests.scheduler.test_shrink_pods import Loop
+from tests.scheduler.trust_support import pod_body
+
+OWNER = {"apiVersion": "kubecell.io/v1alpha1", "kind": "ElasticJob", "name": "bert", "uid": "job-uid",
+         "controller": True}
+
+
+def worker(index: int, *, vc: str = "b", size: int = 2) -> dict[str, Any]:
+    gang = {"kubecell.io/vc": vc, "kubecell.io/group": "bert", "kubecell.io/group-size": str(size),
+            "kubecell.io/group-min": "1", "kubecell.io/group-max": "4"}
+    body = pod_body("ns", f"bert-worker-{index}", {"nvidia.com/gpu": "4"}, annotations=gang)
+    body["metadata"].update(uid=f"uid-{index}", creationTimestamp="1970-01-01T00:00:00Z", ownerReferences=[OWNER])
+    body["status"] = {"phase": "Pending"}
+    return body
+
+
+class RecordingSizer(ElasticSizer):
+    """The sizer with its API writes recorded (the decisions are the real ones)."""
+
+    def __init__(self) -> None:
+        super().__init__(None, "kubecell", pending_grace_seconds=60.0)  # type: ignore[arg-type]
+        self.written: list[tuple[int, str]] = []
+        self.events: list[tuple[str, str]] = []
+
+    def _write(self, sized: Sized, target: int, reason: str) -> bool:
+        self.written.append((target, reason))
+        return True
+
+    def _event(self, involved: Any, kind: str, reason: str, message: str) -> None:
+        self.events.append((reason, message))
+
+
+def running_job(loop: Loop) -> Job:
+    (name,) = [name for name in loop.state.engine.running if "bert" in name]
+    return loop.state.engine.jobs[name]
+
+
+def hold(loop: Loop, name: str, vc: str, gpus: int) -> None:
+    """A plain pod of ``vc`` asking ``gpus`` GPUs."""
+    body = pod_body("ns", name, {"nvidia.com/gpu": str(gpus)}, annotations={"kubecell.io/vc": vc})
+    body["metadata"].update(uid=f"uid-{name}", creationTimestamp="1970-01-01T00:00:00Z")
+    body["status"] = {"phase": "Pending"}
+    loop.add(body)
+
+
+def test_it_raises_into_idle_gpus_waits_for_the_pods_and_follows_a_shrink() -> None:
+    eng = engine(make_nodes(4), {"a": {"gpus": 16}, "b": {"gpus": 8}}, resize_min_interval_seconds=0)
+    loop, sizer = Loop(eng), RecordingSizer()
+    hold(loop, "b-own", "b", 8)  # b's guarantee is in use: the elastic job borrows
+    loop.cycle(0)
+    loop.add(worker(0), worker(1))
+    loop.cycle(1)
+    job = running_job(loop)
+    assert loop.state.tracked[job.name].elastic is not None, "its pods' controller is an ElasticJob"
+    assert (job.size, job.spec.members) == (2, 4), "started with the pods it has; may grow to its maximum"
+
+    sizer.grow(loop.state, loop.mirror, 2)
+    assert sizer.written[-1][0] == 4
+    assert "no trusted step reports" in sizer.written[-1][1]
+    sizer.grow(loop.state, loop.mirror, 3)
+    assert len(sizer.written) == 1, "raised: it waits for its controller to make the pods"
+
+    loop.add(worker(2, size=4), worker(3, size=4))  # the controller follows
+    assert loop.state.tracked[job.name].live_pods() == 4
+    sizer.grow(loop.state, loop.mirror, 4)
+    assert len(sizer.written) == 1, "pods wait to be bound: the engine grows into them first"
+    loop.cycle(5)
+    assert job.size == 4
+
+    hold(loop, "claim", "a", 8)
+    hold(loop, "claim-2", "a", 8)  # a's two nodes: one is free, the other the job borrowed
+    result = eng.schedule(100)
+    assert [cut.job for cut in result.shrunk] == [job]
+    sizer.shrunk(loop.state, [cut.job for cut in result.shrunk])
+    assert sizer.written[-1][0] == job.size == 2
+    assert "shrunk by kubecell" in sizer.written[-1][1]
+
+
+def test_a_raise_whose_pods_wait_past_the_grace_period_is_given_back() -> None:
+    eng = engine(make_nodes(3), {"a": {"gpus": 8}, "b": {"gpus": 8}}, resize_min_interval_seconds=0)
+    loop, sizer = Loop(eng), RecordingSizer()
+    hold(loop, "b-own", "b", 8)
+    loop.cycle(0)
+    loop.add(worker(0), worker(1))
+    loop.cycle(1)
+    job = running_job(loop)
+    sizer.grow(loop.state, loop.mirror, 2)
+    assert sizer.written[-1][0] == 4, "two more members fit the idle GPUs"
+    hold(loop, "a-own", "a", 8)
+    loop.cycle(3)  # a's guarantee takes the idle node first
+    loop.add(worker(2, size=4), worker(3, size=4))
+    loop.cycle(4)
+    assert job.size == 2, "no room left for the new pods"
+    sizer.grow(loop.state, loop.mirror, 30)
+    assert len(sizer.written) == 1
+    sizer.grow(loop.state, loop.mirror, 100)
+    assert sizer.written[-1][0] == 2
+    assert "waited 60 s" in sizer.written[-1][1]
+
+
+def test_reports_feed_the_model_and_a_forged_one_is_told_once() -> None:
+    eng = engine(make_nodes(4), {"a": {"gpus": 16}, "b": {"gpus": 8}}, resize_min_interval_seconds=0)
+    loop, sizer = Loop(eng), RecordingSizer()
+    loop.add(worker(0), worker(1))
+    loop.cycle(1)
+    job = running_job(loop)
+    good = build_step_report(time=time.time(), replicas=2, nodes=1, local_batch=32, accumulation_steps=1,
+                             step_seconds=0.4, sync_seconds=0.05, grad_sqr=1.0, grad_var=50.0, steps=10)
+    for index, text in ((0, good), (1, '{"v": 1, "stepSeconds": -1}')):
+        uid = f"uid-{index}"
+        body = copy.deepcopy(loop.mirror.pods[uid])
+        body["metadata"]["annotations"][ANNOTATION_STEP_REPORT] = text
+        loop.mirror.pods[uid] = body
+    sizer.grow(loop.state, loop.mirror, time.time())
+    sizer.grow(loop.state, loop.mirror, time.time())
+    tracked = loop.state.tracked[job.name]
+    assert tracked.elastic is not None
+    model = sizer.jobs[tracked.elastic.uid].model
+    assert model is not None
+    assert model.gpu_types == frozenset({"V100M32"})
+    assert [reason for reason, _ in sizer.events] == ["MalformedReport"], "told once, for the forged pod only"
