@@ -77,3 +77,16 @@ def test_smoothing_out_of_range_is_refused() -> None:
         GradientNoise(smoothing=1.0)
     with pytest.raises(ValueError, match="slope_strength"):
         GradientNoise(slope_strength=0.0)
+
+
+def test_prior_answers_until_the_first_report() -> None:
+    assert GradientNoise().phi_at(64) is None
+    noise = GradientNoise(slope_prior=0.5, prior_phi=2.0, prior_bsz=16)
+    assert not noise.known
+    assert noise.phi_at(16) == pytest.approx(2.0)
+    assert noise.phi_at(64) == pytest.approx(4.0)
+    noise.update(1.0, 10.0, global_bsz=16)
+    assert noise.known
+    assert noise.phi_at(16) == pytest.approx(10.0)
+    with pytest.raises(ValueError, match="prior_phi"):
+        GradientNoise(prior_phi=0.0)

@@ -197,3 +197,19 @@ def test_invalid_construction_names_the_field(kwargs: dict[str, object], field: 
     with pytest.raises(InvalidInputError) as error:
         OnlineGoodput(**kwargs)  # type: ignore[arg-type]
     assert error.value.field == field
+
+
+def test_noise_prior_prices_larger_batches_before_any_statistics() -> None:
+    seeds = reports(TRUE, "a100", shapes=((1, 1),))
+    plain = OnlineGoodput(initial_bsz=128, max_bsz=4096, prior=seeds)
+    hopeful = OnlineGoodput(initial_bsz=128, max_bsz=4096, prior=seeds, noise_prior=1.0)
+    assert plain.efficiency(256) == pytest.approx(0.5)
+    assert hopeful.efficiency(256) == pytest.approx(2.0 / (1.0 + 2.0), rel=0.1)
+    assert hopeful.goodput("a100", 1, 4) >= plain.goodput("a100", 1, 4)
+    noisy = OnlineGoodput(initial_bsz=128, max_bsz=4096, prior=seeds, noise_prior=1e4)
+    local, accum = noisy.best_batch("a100", 1, 4)  # type: ignore[misc]
+    assert 4 * local * accum > 1000
+    assert noisy.goodput("a100", 1, 4) > plain.goodput("a100", 1, 4)
+    with pytest.raises(InvalidInputError) as error:
+        OnlineGoodput(initial_bsz=128, max_bsz=4096, noise_prior=-1.0)
+    assert error.value.field == "noise_prior"

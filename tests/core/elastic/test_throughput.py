@@ -9,6 +9,8 @@ from numpy.typing import NDArray
 from kubecell.core.elastic.throughput import (
     FitPriors,
     ThroughputParams,
+    compute_scale,
+    compute_time,
     examples_per_second,
     fit_throughput,
     network_time,
@@ -97,3 +99,40 @@ def test_fit_is_cheap() -> None:
     for _ in range(50):
         fit_throughput(*data)
     assert (time.perf_counter() - start) / 50 < 0.01
+
+
+def _slower_with_replicas(factor: float) -> ThroughputParams:
+    return ThroughputParams(TRUE.alpha_c, TRUE.beta_c, TRUE.alpha_r, TRUE.beta_r, TRUE.alpha_n, TRUE.beta_n,
+                            TRUE.gamma, scale_replicas=(2.0,), scale=(factor,))
+
+
+def test_compute_scale_is_one_for_one_replica_and_flat_beyond_the_reported_counts() -> None:
+    params = ThroughputParams(0.1, 0.01, 0.0, 0.0, 0.0, 0.0, 1.0, scale_replicas=(2.0, 8.0), scale=(1.5, 3.0))
+    scales = compute_scale(params, np.array([1, 2, 4, 8, 64]))
+    assert scales == pytest.approx([1.0, 1.5, 2.25, 3.0, 3.0])
+    assert compute_scale(TRUE, 16) == pytest.approx(1.0)
+
+
+def test_replica_compute_learns_a_slower_multi_replica_compute() -> None:
+    truth = _slower_with_replicas(2.0)
+    data = table(truth)
+    rows = []
+    for nodes, replicas, b, t, _ in zip(*data, strict=True):
+        compute = float(compute_time(truth, b) * compute_scale(truth, replicas))
+        rows.append((nodes, replicas, b, t, t - compute))
+    a = np.array(rows)
+    learned = fit_throughput(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], FitPriors(replica_compute=True))
+    assert learned.alpha_c == pytest.approx(TRUE.alpha_c, rel=1e-6)
+    assert compute_scale(learned, 8) == pytest.approx(2.0, rel=1e-6)
+    for nodes, replicas in ((1, 1), (1, 4), (2, 8)):
+        assert float(step_time(learned, nodes, replicas, 64)) == pytest.approx(
+            float(step_time(truth, nodes, replicas, 64)), rel=1e-3)
+    pollux = fit_throughput(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4])
+    assert float(step_time(pollux, 1, 1, 64)) > 1.2 * float(step_time(truth, 1, 1, 64))
+
+
+def test_replica_compute_never_promises_faster_compute_than_one_replica() -> None:
+    data = table(TRUE)
+    faster = np.where(data[1] > 1, data[4] + 0.3 * (data[3] - data[4]), data[4])  # compute 0.7x alone
+    learned = fit_throughput(data[0], data[1], data[2], data[3], faster, FitPriors(replica_compute=True))
+    assert compute_scale(learned, 4) == pytest.approx(1.0)

@@ -59,14 +59,22 @@ class GradientNoise:
     the slope is the prior; with reports at several, the data.
     """
 
-    def __init__(self, *, smoothing: float = 0.9, slope_prior: float = 0.0, slope_strength: float = 0.25) -> None:
+    def __init__(self, *, smoothing: float = 0.9, slope_prior: float = 0.0, slope_strength: float = 0.25,
+                 prior_phi: float | None = None, prior_bsz: float = 1.0) -> None:
         if not 0.0 <= smoothing < 1.0:
             raise ValueError(f"smoothing {smoothing} must be in [0, 1)")
         if not slope_strength > 0:
             raise ValueError(f"slope_strength {slope_strength} must be positive")
+        if prior_phi is not None and not (math.isfinite(prior_phi) and prior_phi > 0):
+            raise ValueError(f"prior_phi {prior_phi} must be a positive number or None")
         self.smoothing = smoothing
         self.slope_prior = slope_prior
         self.slope_strength = slope_strength
+        self.prior: tuple[float, float] | None = None
+        """``(a, slope)`` of ``log phi`` used until the first report: ``prior_phi`` at ``prior_bsz``, growing with
+        ``slope_prior``. None: no answer before a report (``efficiency`` then reads phi as 0)."""
+        if prior_phi is not None:
+            self.prior = (math.log(prior_phi) - slope_prior * math.log(max(prior_bsz, 1.0)), slope_prior)
         self._s = [0.0] * 5
         """Weighted sums: weight, x, x^2, y, x*y (x = log batch, y = log phi)."""
         self._fit: tuple[float, float] | None = None
@@ -83,6 +91,7 @@ class GradientNoise:
 
     @property
     def known(self) -> bool:
+        """Whether any report was folded in (the prior alone does not count)."""
         return self._s[0] > 0.0
 
     @property
@@ -92,7 +101,7 @@ class GradientNoise:
 
     def _solve(self) -> tuple[float, float] | None:
         if self._s[0] <= 0:
-            return None
+            return self.prior
         if self._fit is None:
             w, sx, sxx, sy, sxy = self._s
             xm, ym = sx / w, sy / w
@@ -103,7 +112,8 @@ class GradientNoise:
         return self._fit
 
     def phi_at(self, global_bsz: float) -> float | None:
-        """The noise ratio expected at ``global_bsz`` (None before any report; within ``[PHI_MIN, PHI_MAX]``)."""
+        """The noise ratio expected at ``global_bsz`` (before any report: the prior, or None without one;
+        within ``[PHI_MIN, PHI_MAX]``)."""
         fit = self._solve()
         if fit is None:
             return None
