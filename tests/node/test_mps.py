@@ -200,3 +200,18 @@ def test_reconcile_starts_what_is_held_and_stops_what_a_previous_agent_left(fake
     assert daemons.reconcile({GPU0: set()}) == []
     assert not daemons.running(GPU0)
     assert daemons.holders == {}
+
+
+def test_a_process_the_daemon_forked_is_not_a_second_daemon(fake: Fake, tmp_path: Path) -> None:
+    """Between fork and exec a child has its parent's command line and environment (the fake's ``sleep``, the
+    real daemon's server): it is the same daemon, not someone else's second one."""
+    proc = tmp_path / "proc"
+    daemons = fake.daemons(proc_root=proc)
+    pipe, _ = daemons.isolation.mps_dirs(GPU0)
+    for pid, parent in ((4100, 1), (4101, 4100), (4200, 1)):
+        entry = proc / str(pid)
+        entry.mkdir(parents=True)
+        (entry / "cmdline").write_bytes(b"\0".join([b"/bin/sh", str(fake.binary).encode(), b"-d", b""]))
+        (entry / "environ").write_bytes(f"CUDA_MPS_PIPE_DIRECTORY={pipe}\0".encode())
+        (entry / "stat").write_text(f"{pid} (sh) S {parent} {pid} {pid} 0 -1 4194560")
+    assert daemons.daemon_pids(GPU0) == [4100, 4200], "the forked child is left out; an unrelated one is not"

@@ -142,10 +142,12 @@ class MpsDaemons:
                                                 for arg in argv):
                     continue
                 if wanted in (entry / "environ").read_bytes().split(b"\0"):
-                    found.append(int(entry.name))
+                    found.append((int(entry.name), _parent(entry)))
             except OSError:  # exited meanwhile, or not ours to read
                 continue
-        return sorted(found)
+        pids = {pid for pid, _ in found}
+        # a process the daemon forked has its command line and environment until it execs: the same daemon
+        return sorted(pid for pid, parent in found if parent not in pids)
 
     def running(self, uuid: str) -> bool:
         return bool(self.daemon_pids(uuid))
@@ -305,3 +307,9 @@ def _tail(path: Path, offset: int, limit: int = 400) -> str:
     except OSError:
         return "(no output)"
     return text[-limit:] if text else "(no output)"
+
+
+def _parent(entry: Path) -> int:
+    """The parent pid in ``/proc/<pid>/stat`` (after the command name, which may hold spaces and parentheses)."""
+    stat = (entry / "stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[1])
