@@ -38,6 +38,7 @@ from kubecell.core.errors import InvalidInputError
 from kubecell.kube import elasticjobs, pods
 from kubecell.kube.actions import event_body
 from kubecell.kube.elasticjobs import ElasticRef
+from kubecell.kube.names import ANNOTATION_STEP_REPORT
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.kube.step_reports import ReportProblem, read_step_report
 from kubecell.scheduler.cluster import Mirror
@@ -57,6 +58,8 @@ class Sized:
     model: OnlineGoodput | None = None
     consumed: dict[str, float] = field(default_factory=dict)
     """Pod uid -> the time of the last report taken from it."""
+    read: dict[str, object] = field(default_factory=dict)
+    """Pod uid -> the annotation text read last (so an unchanged report is not parsed again every cycle)."""
     told: set[tuple[str, str]] = field(default_factory=set)
     """(pod uid, problem reason) already told in an Event."""
     raised_to: int | None = None
@@ -85,7 +88,7 @@ class ElasticSizer:
         for job in shrunk:
             tracked = state.tracked.get(job.name)
             if tracked is not None and tracked.elastic is not None and job.phase == JobPhase.RUNNING:
-                sized = self._sized(tracked.elastic)
+                sized = self._sized(tracked.elastic, state, job)
                 sized.raised_to, sized.waiting_since = None, None
                 self._write(sized, job.size, f"shrunk by kubecell to the {job.size} members it keeps"
                             + (f" ({job.resizes[-1]})" if job.resizes else ""))
@@ -173,6 +176,10 @@ class ElasticSizer:
             pod = mirror.pods.get(uid)
             if pod is None:
                 continue
+            text = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_STEP_REPORT)
+            if text is None or sized.read.get(uid) is text:
+                continue  # no report, or the one already read (the mirror replaces a pod's dict when it changes)
+            sized.read[uid] = text
             read = read_step_report(pod, gpu_type=gpu_type, now=now, max_age_seconds=self.report_max_age_seconds)
             if read is None:
                 continue
