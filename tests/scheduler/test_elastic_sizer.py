@@ -38,6 +38,11 @@ class RecordingSizer(ElasticSizer):
         self.written: list[tuple[int, str]] = []
         self.events: list[tuple[str, str]] = []
 
+    def _get(self, ref: Any) -> dict[str, Any]:
+        return {"metadata": {"name": "bert", "namespace": "ns", "uid": "job-uid"},
+                "spec": {"minReplicas": 1, "maxReplicas": 4, "replicas": 2, "batchSize": {"min": 64, "max": 1024},
+                         "template": {"spec": {"containers": [{"name": "t", "image": "i"}]}}}}
+
     def _write(self, sized: Sized, target: int, reason: str) -> bool:
         self.written.append((target, reason))
         return True
@@ -134,4 +139,5 @@ def test_reports_feed_the_model_and_a_forged_one_is_told_once() -> None:
     model = sizer.jobs[tracked.elastic.uid].model
     assert model is not None
     assert model.gpu_types == frozenset({"V100M32"})
+    assert (model.initial_bsz, model.max_bsz) == (64, 1024), "the job's stated batch range, for Pollux's batch"
     assert [reason for reason, _ in sizer.events] == ["MalformedReport"], "told once, for the forged pod only"

@@ -191,16 +191,31 @@ class ElasticSizer:
             sized.consumed[uid] = read.time
             model = sized.model
             if model is None:
-                report = read.report
-                batch = max(report.local_bsz * report.num_replicas, 1)
+                low, high = self._batch_range(sized, read.report.local_bsz * read.report.num_replicas)
                 try:
-                    model = sized.model = OnlineGoodput(initial_bsz=batch, max_bsz=batch)
+                    model = sized.model = OnlineGoodput(initial_bsz=low, max_bsz=high)
                 except InvalidInputError as error:
                     self._tell(sized, pod, "UntrustedReport", str(error))
                     continue
             if not model.observe(read.report):
                 self._tell(sized, pod, "UntrustedReport", f"step report refused: {model.last_refusal}")
         return gpu_type, len(nodes)
+
+    def _batch_range(self, sized: Sized, observed: int) -> tuple[int, int]:
+        """The global batch range the job's goodput model may choose in: the ElasticJob's ``batchSize`` where
+        it states one (then a larger batch is worth what its gradient noise says, Pollux's adaptive batch),
+        else the batch the job reported, kept (a script that keeps its global batch gains from more workers
+        only by splitting it)."""
+        observed = max(observed, 1)
+        try:
+            spec = elasticjobs.read_elastic_job(self._get(sized.ref))
+        except (ApiError, InvalidInputError) as error:
+            log.info("ElasticJob %s/%s unreadable (%s): its batch is taken as reported", sized.ref.namespace,
+                     sized.ref.name, error)
+            return observed, observed
+        if spec.uid != sized.ref.uid or spec.batch_size is None:
+            return observed, observed
+        return spec.batch_size.min, max(spec.batch_size.max, spec.batch_size.min)
 
     # -- writes -----------------------------------------------------------------------------------------
 
@@ -219,7 +234,7 @@ class ElasticSizer:
         ref = sized.ref
         path = elasticjobs.job_path(ref.namespace, ref.name)
         try:
-            current = self.kube.get(path)
+            current = self._get(ref)
             meta = current.get("metadata") or {}
             if meta.get("uid") != ref.uid:
                 log.warning("ElasticJob %s/%s is not the one its pods name (uid %s): not resized",
@@ -237,6 +252,10 @@ class ElasticSizer:
         self._event(elasticjobs.involved(current), "Normal", "Resize",
                     f"target {spec.replicas} -> {target} workers: {reason}")
         return True
+
+    def _get(self, ref: ElasticRef) -> dict[str, Any]:
+        """The ElasticJob as stored now (raises ``ApiError``)."""
+        return self.kube.get(elasticjobs.job_path(ref.namespace, ref.name))
 
     def _event(self, involved: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
         namespace = str(involved.get("namespace") or "default")
