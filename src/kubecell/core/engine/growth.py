@@ -153,11 +153,13 @@ def _grow_one(session: Session, job: Job, attempt: Attempt) -> bool:
 def headroom(session: Session, job: Job, now: float) -> int:
     """How many more members growth could place for ``job`` now if the driver had a pod for each (its
     ``spare`` ignored): an elastic gang's driver asks before it makes pods (``scheduler.elastic``), so a
-    target it raises is one the cluster can take. The same limits as growth: the class's budget (guarantee
+    target it raises is one the cluster can take now. The same limits as growth: the class's budget (guarantee
     room, borrow limit), the gang's scope and allowed nodes, the VC's bound cells and the cells it may still
-    bind (guaranteed) or the capacity scavenging may use (borrowed). Capacity counts are exact per node for
-    one member shape (``capacity``), so the answer is what one growth could add, not an estimate. A
-    heterogeneous gang, a gang in its resize interval or one that is not running gets 0."""
+    bind (guaranteed) or the capacity scavenging may use (borrowed). The count is exact per node for one
+    member shape (``capacity``), but it is taken over the union of the regions growth tries one at a time and
+    of the cells the VC may bind, so it can exceed what one growth then places: pods made for members that
+    do not fit wait, and the driver gives them back (``scheduler.elastic``). A heterogeneous gang, a gang in
+    its resize interval or one that is not running gets 0."""
     spec = job.spec
     if job.phase != JobPhase.RUNNING or spec.heterogeneous or job.size >= spec.members:
         return 0
