@@ -11,8 +11,9 @@ many pods there should be is this module, after each engine cycle:
   limit, cells, topology, the resize interval) and the job's goodput model says they are worth a restart
   (``core.elastic.resize``), the target is raised; the controller creates the pods, they join the running
   gang (``Intake``) and the engine grows into them in its next cycle.
-* **Give up a raise.** A raised target whose pods still wait after ``pending_grace_seconds`` (the capacity
-  was taken meanwhile) is lowered back to what runs.
+* **Give pods back.** When the job's pods wait to be bound for more than ``pending_grace_seconds`` (the
+  capacity a raise counted on was taken meanwhile, or a replaced worker finds none), the target is lowered
+  to the members it runs; growth raises it again when capacity frees.
 
 The goodput model is fed from the step reports the workers write on their own pods
 (``kubecell.io/step-report``, ``kube.step_reports``). A report is untrusted input: one that cannot be read
