@@ -2,8 +2,8 @@
 
 Layers, from the bottom: ``core`` (pure: model, book, placement, tenancy, engine), then ``inputs`` (readers of
 hand-written files) and ``testing`` (the scenario format), then ``kube`` (the Kubernetes adapter no driver
-owns), then the drivers ``sim``, ``scheduler``, ``node`` and ``elastic`` (the ElasticJob controller), then
-``testbed`` (test infrastructure), then ``cli`` (the composition roots). A package imports only packages of
+owns), then the drivers ``sim``, ``scheduler``, ``node``, ``elastic`` (the ElasticJob controller) and ``profiler``
+(the job history), then ``testbed`` (test infrastructure), then ``cli`` (the composition roots). A package imports only packages of
 lower layers, except that a driver never imports another driver; nothing but ``cli`` imports ``testbed``; and
 no module imports itself back through others (no circles), imports made only for type checking included.
 """
@@ -19,8 +19,8 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "kubecell"
 
 LAYERS = {"core": 0, "inputs": 1, "testing": 1, "kube": 2, "sim": 3, "scheduler": 3, "node": 3, "elastic": 3,
-          "testbed": 4, "cli": 5}
-DRIVERS = {"sim", "scheduler", "node", "elastic"}
+          "profiler": 3, "testbed": 4, "cli": 5}
+DRIVERS = {"sim", "scheduler", "node", "elastic", "profiler"}
 TOP_LEVEL_MODULES = {"__init__", "__main__", "cache"}
 """Modules directly under ``kubecell`` (not a package): ``cache`` is the per-machine cache root, owned by none."""
 
