@@ -3,9 +3,10 @@
 Layers, from the bottom: ``core`` (pure: model, book, placement, tenancy, engine), then ``inputs`` (readers of
 hand-written files) and ``testing`` (the scenario format), then ``kube`` (the Kubernetes adapter no driver
 owns), then the drivers ``sim``, ``scheduler``, ``node``, ``elastic`` (the ElasticJob controller) and ``profiler``
-(the job history), then ``testbed`` (test infrastructure), then ``cli`` (the composition roots). A package imports only packages of
-lower layers, except that a driver never imports another driver; nothing but ``cli`` imports ``testbed``; and
-no module imports itself back through others (no circles), imports made only for type checking included.
+(the job history), then ``testbed`` (test infrastructure), then ``cli`` (the composition roots). A package
+imports only packages of lower layers, except that a driver never imports another driver; nothing but ``cli``
+imports ``testbed``; and no module imports itself back through others (no circles), imports made only for type
+checking included.
 """
 
 from __future__ import annotations
