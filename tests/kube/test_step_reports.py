@@ -144,7 +144,7 @@ HOSTILE: list[tuple[str, object, str, str]] = [
     ("empty", "", "MalformedReport", "not JSON"),
     ("a list", "[1, 2]", "MalformedReport", "[1, 2], not a JSON object"),
     ("a string", '"report"', "MalformedReport", "'report', not a JSON object"),
-    ("repeated key", '{"v": 1, "v": 1}', "MalformedReport", "'v' appears twice"),
+    ("repeated key", '{"v": 1, "v": 1}', "MalformedReport", "has the key 'v' twice (accepted: each key once)"),
     ("a 30-digit integer", json.dumps(wire()).replace('"replicas": 8', '"replicas": ' + "9" * 30),
      "MalformedReport", "has 30 digits"),
     # version

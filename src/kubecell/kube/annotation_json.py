@@ -5,7 +5,6 @@ recurses as deep as the text goes."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 from kubecell.kube.dialects.demand import shown
@@ -47,11 +46,25 @@ def _long_number(raw: Any) -> tuple[tuple[str | int, ...], _LongNumber] | None:
     return None
 
 
-def load_annotation_json(text: object, *, max_chars: int,
-                         object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None) -> Any:
+class _RepeatedKeyError(ValueError):
+    """Raised inside the parser; becomes an ``AnnotationJsonError`` once ``json.loads`` has unwound."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _RepeatedKeyError(key)
+        seen[key] = value
+    return seen
+
+
+def load_annotation_json(text: object, *, max_chars: int, unique_keys: bool = False) -> Any:
     """An annotation's JSON, read with limits: at most ``max_chars`` characters, numbers of at most
     ``MAX_JSON_DIGITS`` digits (Python's ``int`` raises ``ValueError`` beyond 4,300, and no field holds
-    more than int64), nesting only as deep as Python's parser goes.
+    more than int64), nesting only as deep as Python's parser goes. With ``unique_keys``, an object with one
+    key twice is refused: JSON leaves it undefined which copy counts, and parsers disagree, so a reader that
+    trusted one copy could be shown another by the API server's or a client's parser.
 
     Raises ``json.JSONDecodeError`` for text that is not JSON (each caller words it), and
     ``AnnotationJsonError`` for the limits."""
@@ -60,9 +73,11 @@ def load_annotation_json(text: object, *, max_chars: int,
     if len(text) > max_chars:
         raise AnnotationJsonError(f"is {len(text)} characters long", accepted=f"at most {max_chars} characters")
     try:
-        raw = json.loads(text, parse_int=_json_int, object_pairs_hook=object_pairs_hook)
+        raw = json.loads(text, parse_int=_json_int, object_pairs_hook=_unique_keys if unique_keys else None)
     except RecursionError:
         raise AnnotationJsonError("nests deeper than any annotation of kubecell's") from None
+    except _RepeatedKeyError as error:
+        raise AnnotationJsonError(f"has the key {shown(str(error.args[0]))} twice", accepted="each key once") from None
     found = _long_number(raw)
     if found is not None:
         path, number = found

@@ -241,29 +241,14 @@ def _validated(raw: Mapping[str, Any], where: str) -> AllocationRecord:
     return record
 
 
-class _RepeatedKeyError(ValueError):
-    """A JSON object with one key twice (JSON leaves it undefined which one counts)."""
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise _RepeatedKeyError(f"has the key {shown(key)} twice")
-        seen[key] = value
-    return seen
-
-
 def parse_record(text: str, *, pod: str, uid: str | None = None) -> AllocationRecord:
     """Read the annotation of pod ``pod`` (``namespace/name``, for messages); with ``uid``, also check the
     record was written for this very pod and not copied with its manifest from another."""
     where = _where(pod)
     try:
-        raw = load_annotation_json(text, max_chars=MAX_RECORD_CHARS, object_pairs_hook=_unique_keys)
+        raw = load_annotation_json(text, max_chars=MAX_RECORD_CHARS, unique_keys=True)
     except json.JSONDecodeError as error:
         raise RecordError(f"is not JSON ({error.msg} at character {error.pos})", location=where) from None
-    except _RepeatedKeyError as error:
-        raise RecordError(str(error), location=where, accepted="each key once") from None
     except AnnotationJsonError as error:
         path = tuple("*" if isinstance(part, int) else part for part in error.path)
         message = f"{key_path(error.path)}: {error.message}" if error.path else error.message

@@ -170,19 +170,9 @@ def _annotation(pod: Mapping[str, Any]) -> object:
     return annotations.get(ANNOTATION_STEP_REPORT)
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object without repeated keys: parsers disagree on which copy wins, so a repeated key is refused."""
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise _MalformedError(f"the key {shown(key)} appears twice")
-        result[key] = value
-    return result
-
-
 def _parse(text: object) -> dict[str, Any]:
     try:
-        raw = load_annotation_json(text, max_chars=MAX_REPORT_CHARS, object_pairs_hook=_unique_keys)
+        raw = load_annotation_json(text, max_chars=MAX_REPORT_CHARS, unique_keys=True)
     except AnnotationJsonError as error:
         where = " at " + "".join(f"[{part!r}]" for part in error.path) + ":" if error.path else ""
         accepted = f" (accepted: {error.accepted})" if error.accepted else ""
