@@ -141,3 +141,36 @@ def test_reports_feed_the_model_and_a_forged_one_is_told_once() -> None:
     assert model.gpu_types == frozenset({"V100M32"})
     assert (model.initial_bsz, model.max_bsz) == (64, 1024), "the job's stated batch range, for Pollux's batch"
     assert [reason for reason, _ in sizer.events] == ["MalformedReport"], "told once, for the forged pod only"
+
+
+def test_headroom_is_asked_again_only_when_the_cluster_or_the_job_changed_or_after_the_refresh() -> None:
+    eng = engine(make_nodes(3), {"a": {"gpus": 8}, "b": {"gpus": 8}}, resize_min_interval_seconds=0)
+    loop, sizer = Loop(eng), RecordingSizer()
+    asked: list[float] = []
+    real = eng.headroom
+
+    def counted(name: str, now: float) -> int:
+        asked.append(now)
+        return real(name, now)
+
+    eng.headroom = counted  # type: ignore[method-assign]
+    hold(loop, "a-own", "a", 8)
+    hold(loop, "b-own", "b", 8)
+    loop.cycle(0)
+    loop.add(worker(0), worker(1))  # b's guarantee is in use: the job borrows the last node, and no more is idle
+    loop.cycle(1)
+    job = running_job(loop)
+    assert job.size == 2
+    sizer.grow(loop.state, loop.mirror, 2)
+    sizer.grow(loop.state, loop.mirror, 3)
+    sizer.grow(loop.state, loop.mirror, 10)
+    assert asked == [2], "nothing changed: the first answer (no room) stands"
+    assert sizer.written == []
+    sizer.grow(loop.state, loop.mirror, 2 + sizer.headroom_refresh_seconds)
+    assert asked == [2, 2 + sizer.headroom_refresh_seconds], "refreshed after the interval"
+
+    loop.gone("uid-a-own")
+    loop.cycle(40)  # a's pod ended: its GPUs are idle, and the book says so
+    sizer.grow(loop.state, loop.mirror, 41)
+    assert asked[-1] == 41
+    assert sizer.written[-1][0] == 4, "the freed node is offered at once, not after the refresh"

@@ -69,18 +69,28 @@ class Sized:
     waiting_since: float | None = None
     """Since when the job has pods that wait to be bound."""
     last_reason: str = ""
+    room: int = 0
+    room_key: tuple[int, int, float | None] | None = None
+    """(the book's clock, the job's size, when it last resized) when ``room`` was computed."""
+    room_at: float = float("-inf")
 
 
 class ElasticSizer:
     """Moves ElasticJobs' targets after each engine cycle (see the module)."""
 
     def __init__(self, kube: Kube, component: str, *, rule: GrowthRule | None = None,
-                 pending_grace_seconds: float = 120.0, report_max_age_seconds: float = 600.0) -> None:
+                 pending_grace_seconds: float = 120.0, report_max_age_seconds: float = 600.0,
+                 headroom_refresh_seconds: float = 30.0) -> None:
         self.kube = kube
         self.component = component
         self.rule = rule or GrowthRule()
         self.pending_grace_seconds = pending_grace_seconds
         self.report_max_age_seconds = report_max_age_seconds
+        self.headroom_refresh_seconds = headroom_refresh_seconds
+        """How long a job's headroom is reused while no allocation in the cluster and nothing of the job has
+        changed: the sizer runs after every cycle and on idle passes, and ``Engine.headroom`` walks every node
+        in the job's scope; what can still change it without a change of the book (a resize interval that
+        ends, a VC reconfigured) is picked up at the next refresh."""
         self.jobs: dict[str, Sized] = {}
 
     def shrunk(self, state: Tracking, shrunk: Sequence[Job]) -> None:
@@ -153,12 +163,20 @@ class ElasticSizer:
         if sized.raised_to is not None and sized.raised_to > size and \
                 now - sized.raised_at <= self.pending_grace_seconds:
             return None  # raised: its controller has not made the pods yet
-        room = state.engine.headroom(job.name, now)
+        room = self._headroom(state, job, sized, now)
         if room <= 0:
             return None
         choice = choose_growth(size, room, job.spec.members, sized.model, gpu_type, nodes, self.rule)
         sized.last_reason = choice.reason
         return (choice.target, choice.reason) if choice.target > size else None
+
+    def _headroom(self, state: Tracking, job: Job, sized: Sized, now: float) -> int:
+        """``Engine.headroom``, computed again only when the cluster's allocations or the job changed, or
+        ``headroom_refresh_seconds`` passed."""
+        key = (state.engine.book.clock, job.size, job.resized_at)
+        if key != sized.room_key or now - sized.room_at >= self.headroom_refresh_seconds:
+            sized.room, sized.room_key, sized.room_at = state.engine.headroom(job.name, now), key, now
+        return sized.room
 
     def _feed(self, state: Tracking, mirror: Mirror, job: Job, sized: Sized, now: float) -> tuple[str | None, int]:
         """Give the job's model the reports its members' pods wrote since the last cycle; the GPU type and
