@@ -23,6 +23,11 @@ A write goes to the ElasticJob the pod's controller owner reference names, and o
 job exists with that uid: a pod cannot make the scheduler resize someone else's job (nor a job of another
 namespace: owner references are namespaced). Errors are logged and the decision is taken again next time;
 nothing here stops the cycle.
+
+Its API calls are made on the scheduling thread, not through the binder's pool: a shrink's target must be
+lowered before the evictions are sent (the pool keeps no order between writes), and the other calls are rare:
+one GET and one PATCH per resize (at most one per job per resize interval, or per give-back), and one GET per
+job when its model is made (the batch range). Reading reports and asking for headroom make no call.
 """
 
 from __future__ import annotations
