@@ -9,7 +9,6 @@ Every wait is bounded."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,6 @@ from tests.elastic.support import (
     create_job,
     events,
     get_job,
-    install_crd,
     phase_is,
     scale,
     service,
@@ -40,20 +38,6 @@ from tests.elastic.support import (
 )
 from tests.scheduler.deploy_support import kubectl, service_account_kubeconfig
 from tests.support import wait_for
-
-
-@pytest.fixture(scope="module")
-def crd(testbed: ControlPlaneState) -> None:
-    install_crd(testbed)
-
-
-@pytest.fixture
-def controller(testbed: ControlPlaneState, crd: None, namespace: str) -> Iterator[RunningController]:
-    running = RunningController(testbed.admin_kubeconfig, namespace)
-    try:
-        yield running
-    finally:
-        running.close()
 
 
 def reasons(kube: Kube, namespace: str, name: str) -> list[str]:
@@ -161,7 +145,7 @@ def test_absent_replicas_are_defaulted_to_min_through_scale(kube: Kube, namespac
     assert kube.get(f"{ej.job_path(namespace, 'gpt')}/scale")["spec"]["replicas"] == 2
 
 
-def test_the_api_server_refuses_a_scale_outside_the_bounds(kube: Kube, namespace: str, crd: None) -> None:
+def test_the_api_server_refuses_a_scale_outside_the_bounds(kube: Kube, namespace: str, elastic_crd: None) -> None:
     create_job(kube, namespace, "bounded", minReplicas=2, maxReplicas=4, replicas=2)
     for wrong in (5, 1):
         with pytest.raises(ApiError) as refused:
@@ -311,8 +295,8 @@ def test_kubecells_scheduler_places_the_workers_as_one_gang(testbed: ControlPlan
     assert host["spec"]["nodeName"], "the rendezvous host (no GPU, no gang) is placed too"
 
 
-def test_the_shipped_rbac_is_enough_to_run_a_job(testbed: ControlPlaneState, kube: Kube, namespace: str, crd: None,
-                                                 tmp_path: Path) -> None:
+def test_the_shipped_rbac_is_enough_to_run_a_job(testbed: ControlPlaneState, kube: Kube, namespace: str,
+                                                 elastic_crd: None, tmp_path: Path) -> None:
     try:
         kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                            "metadata": {"name": "kubecell-system"}})

@@ -8,11 +8,8 @@ feed the job's goodput model."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from functools import partial
 from typing import Any
-
-import pytest
 
 from kubecell.core.model import make_node
 from kubecell.kube.names import ANNOTATION_STEP_REPORT
@@ -22,27 +19,13 @@ from kubecell.scheduler.scheduler import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.nodes import node_manifest
 from tests.cluster_fixtures import RunningScheduler
-from tests.elastic.support import STEP, RunningController, create_job, get_job, install_crd, template, workers
+from tests.elastic.support import STEP, RunningController, create_job, get_job, template, workers
 from tests.kube.test_virtualclusters import accepted, put
 from tests.scheduler.trust_support import create_pod, pod
 from tests.support import registered_node, wait_for
 
 NODE = "a100-sizing"
 HERE = {"nodeSelector": {"kubernetes.io/hostname": NODE}}
-
-
-@pytest.fixture(scope="module")
-def elastic_crd(testbed: ControlPlaneState) -> None:
-    install_crd(testbed)
-
-
-@pytest.fixture
-def controller(testbed: ControlPlaneState, elastic_crd: None, namespace: str) -> Iterator[RunningController]:
-    running = RunningController(testbed.admin_kubeconfig, namespace)
-    try:
-        yield running
-    finally:
-        running.close()
 
 
 def running_workers(kube: Kube, namespace: str, name: str, count: int) -> dict[int, dict[str, Any]] | None:

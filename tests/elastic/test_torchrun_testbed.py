@@ -49,7 +49,7 @@ from kubecell.testbed.nodes import node_manifest
 from kubecell.testbed.process_env import DEFAULT_PATH
 from kubecell.testbed.process_kubelet import RUNS_LABEL, RUNS_PROCESSES, container_log, running_process_kubelet
 from tests.cluster_fixtures import RunningScheduler
-from tests.elastic.support import RunningController, install_crd
+from tests.elastic.support import RunningController
 from tests.kube.test_virtualclusters import accepted, put
 from tests.scheduler.trust_support import pod_body
 from tests.support import registered_node, wait_for
@@ -71,11 +71,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def elastic_crd(testbed: ControlPlaneState) -> None:
-    install_crd(testbed)
 
 
 @pytest.fixture
