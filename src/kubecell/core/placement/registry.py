@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ from kubecell.core.placement.policies.expected_waste import ExpectedWastePolicy
 from kubecell.core.placement.policies.fgd import FragmentationGradientDescent
 from kubecell.core.placement.policies.utilization import Binpack, Spread
 from kubecell.core.placement.policy import Policy
+from kubecell.core.placement.weighted import WeightedPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,17 +72,52 @@ def policy_summaries() -> dict[str, str]:
 
 def canonical_policy_name(name: str, *, field: str = "policy") -> str:
     """Lower-case a policy name and check it exists; error lists the accepted names. ``field`` names the
-    setting the name came from (the CLI's ``--placement``), so the error points at what to fix."""
+    setting the name came from (the CLI's ``--placement``), so the error points at what to fix.
+
+    ``NAME:WEIGHT+NAME:WEIGHT...`` (a weight may be left out: 1) names a weighted mix of policies
+    (:mod:`kubecell.core.placement.weighted`); its canonical form spells every weight."""
+    if "+" in name or ":" in name:
+        return "+".join(f"{part}:{weight:g}" for part, weight in _weighted_parts(name, field))
     key = _key(name)
     if key not in _FACTORIES:
         raise UnknownPolicyError(
-            f"unknown placement policy {name!r}", field=field, accepted=", ".join(policy_names())
+            f"unknown placement policy {name!r}", field=field,
+            accepted=", ".join(policy_names()) + ", or NAME:WEIGHT+NAME:WEIGHT...",
         )
     return key
 
 
+def _weighted_parts(name: str, field: str) -> list[tuple[str, float]]:
+    parts: list[tuple[str, float]] = []
+    for text in name.split("+"):
+        part, _, weight_text = text.partition(":")
+        if ":" in weight_text or "+" in part:
+            raise UnknownPolicyError(f"{text!r} in {name!r}", field=field, accepted="NAME or NAME:WEIGHT")
+        canonical = canonical_policy_name(part, field=field)
+        if canonical == "random":
+            raise UnknownPolicyError(f"{part.strip()!r} picks a node at random and has no score to weigh",
+                                     field=field, accepted="scoring policies")
+        try:
+            weight = float(weight_text) if weight_text.strip() else 1.0
+        except ValueError:
+            raise UnknownPolicyError(f"weight {weight_text!r} of {part.strip()!r} is not a number", field=field,
+                                     accepted="a finite number above 0") from None
+        if not (math.isfinite(weight) and weight > 0):
+            raise UnknownPolicyError(f"weight {weight_text.strip()!r} of {part.strip()!r}", field=field,
+                                     accepted="a finite number above 0")
+        if any(canonical == seen for seen, _ in parts):
+            raise UnknownPolicyError(f"{canonical!r} appears twice in {name!r}", field=field,
+                                     accepted="each policy once, with its weight")
+        parts.append((canonical, weight))
+    return parts
+
+
 def make_policy(name: str, context: PolicyContext | None = None) -> Policy:
-    factory, _ = _FACTORIES[canonical_policy_name(name)]
+    canonical = canonical_policy_name(name)
+    if ":" in canonical:
+        parts = [(make_policy(part, context), weight) for part, weight in _weighted_parts(canonical, "policy")]
+        return WeightedPolicy(parts, name=canonical)
+    factory, _ = _FACTORIES[canonical]
     return factory(context or PolicyContext())
 
 
