@@ -1,0 +1,1 @@
+"""The revisions, oldest first (Alembic orders them by ``down_revision``, not by file name)."""
