@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from kubecell.core.errors import InvalidInputError
+from kubecell.core.interference.profile import SoloProfile
 from kubecell.core.limits import (
     MAX_CPU_MILLI,
     MAX_GPU_MEMORY_MIB,
@@ -265,6 +266,10 @@ class Request:
     gpu_memory_mib: int = 0
     gpu_models: frozenset[str] | None = None
     topology: TopologyLevel | None = None
+    profile: SoloProfile | None = None
+    """What the workload uses when it runs alone (its history's solo profile), for interference-aware
+    sharing (``placement.colocation``); None: unknown, judged by what it asks for. Not part of ``shape``:
+    no policy score reads it."""
 
     def __post_init__(self) -> None:
         where = f"request {self.name!r}"

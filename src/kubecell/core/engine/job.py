@@ -323,6 +323,7 @@ class JobSpec:
             gpu_models=base.gpu_models,
             topology=self.topology if self.topology is not None and self.topology < TopologyLevel.NODE
             else base.topology,
+            profile=base.profile,
         )
 
 

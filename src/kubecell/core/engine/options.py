@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from kubecell.core.errors import InvalidInputError
+from kubecell.core.interference.admission import AdmissionRule
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,9 @@ class EngineOptions:
     """Guarantees are restored at once by default; priority preemption honours each VC's minRuntime."""
     reservation_timeout_seconds: float = 600.0
     victim_search_regions: int = 8
+    colocation: AdmissionRule | None = None
+    """Interference-aware sharing: a share goes only to a GPU where this rule admits it beside the shares
+    already there (``placement.colocation``). None: shares pack by capacity alone."""
     resize_min_interval_seconds: float = 300.0
     """A running elastic job is neither grown nor shrunk more often than this (no thrash); shrinking it for
     another VC's guarantee is always allowed (a guarantee prevails), growth waits and is retried when the

@@ -24,6 +24,7 @@ from kubecell.core.engine.queue import ClassKey, JobQueue
 from kubecell.core.engine.regions import Region, Regions
 from kubecell.core.engine.reservations import Reservations
 from kubecell.core.model import Node
+from kubecell.core.placement.colocation import ColocationGuard
 from kubecell.core.placement.placer import Placer
 from kubecell.core.placement.policy import Policy
 from kubecell.core.tenancy.config import Tenants, VirtualCluster
@@ -49,6 +50,7 @@ class Session:
         self.tenants = tenants
         self.tenancy = TenancyState(self.forest, tenants, self.book)
         self.placer = Placer(self.book, policy, rng=rng, tie_rank=tie_rank)
+        self.colocation = ColocationGuard(options.colocation) if options.colocation is not None else None
         self.rack_of = domain_ids([(n.zone, n.rack) for n in self.book.nodes])
         self.zone_of = domain_ids([(n.zone,) for n in self.book.nodes])
         self.gangs = GangPlacer(self.book, self.placer, self.rack_of, self.zone_of)
@@ -124,16 +126,22 @@ class Session:
     def filters(self, region: Region, attempt: Attempt) -> tuple[BoolArray | None, BoolArray | None]:
         """The region's GPU and node masks, within the nodes the job may use and without the nodes other
         jobs' reservations hold against it. Every placement, fit test and victim simulation reads its
-        masks here, so a job's node restriction holds wherever a member gets capacity."""
+        masks here, so a job's node restriction holds wherever a member gets capacity. With interference-aware
+        sharing on, a share's GPU mask also leaves out the GPUs where its rule refuses it beside the shares
+        already there (members of one gang are judged against those, not against each other)."""
+        mask = region.mask
+        spec = attempt.job.spec
+        if self.colocation is not None and not spec.heterogeneous and spec.member.is_share:
+            mask = self.colocation.restrict(self.book, spec.member_request(0), mask)
         nodes = region.nodes
         allowed = self.allowed_nodes(attempt.job)
         if allowed is not None:
             nodes = allowed if nodes is None else nodes & allowed
         blocked = self.reservations.blocking(attempt, self.jobs)
         if blocked is None:
-            return region.mask, nodes
+            return mask, nodes
         nodes = ~blocked if nodes is None else nodes & ~blocked
-        return region.mask, nodes
+        return mask, nodes
 
     def fits(self, attempt: Attempt, region: Region, most: int, least: int) -> bool:
         mask, nodes = self.filters(region, attempt)
