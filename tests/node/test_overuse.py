@@ -206,7 +206,7 @@ def test_metrics_per_pod_and_gpu_and_gone_with_the_processes(tmp_path: Path) -> 
     monitor = OveruseMonitor(cast(Kube, RecordingKube()), NODE, backend, lambda: [pod], registry, proc_root=tmp_path)
     backend.set_processes(0, [GpuProcess(100, 2_048, 35)])
     monitor.sample()
-    labels = {"pod": "p", "namespace": "ns", "gpu": GPU0}
+    labels = {"pod": "p", "namespace": "ns", "node": NODE, "gpu": GPU0}
     assert registry.get_sample_value("kubecell_node_gpu_pod_memory_bytes", labels) == 2_048 * 2**20
     assert registry.get_sample_value("kubecell_node_gpu_pod_utilization_ratio", labels) == pytest.approx(0.35)
     backend.set_processes(0, [])
@@ -305,7 +305,7 @@ def test_an_overusing_pod_gets_one_warning_event_with_the_numbers(
     assert "unaccounted" in unaccounted[0]["message"]
     assert registry.get_sample_value("kubecell_node_gpu_overuse_total", {"kind": "memory"}) == 1
     assert registry.get_sample_value("kubecell_node_gpu_overuse_total", {"kind": "unaccounted"}) == 1
-    labels = {"pod": "greedy", "namespace": namespace, "gpu": GPU0}
+    labels = {"pod": "greedy", "namespace": namespace, "node": NODE, "gpu": GPU0}
     assert registry.get_sample_value("kubecell_node_gpu_pod_memory_bytes", labels) == 12_288 * 2**20
     # evict_after_seconds=0: the pod with a record is evicted, the unaccounted one never is
     evicted = kube.get(f"/api/v1/namespaces/{namespace}/pods/greedy")

@@ -21,7 +21,9 @@ What it reports, per pod and kind of overuse, once per *episode* (from the first
 ``calm_samples`` consecutive samples within the share): a Warning Event on the pod (reason ``GPUOveruse``,
 with the numbers and the isolation mode, so ``kubectl describe pod`` says what happened and what was
 enforced), the count ``kubecell_node_gpu_overuse_total{kind}``, and on every sample the gauges
-``kubecell_node_gpu_pod_memory_bytes`` and ``kubecell_node_gpu_pod_utilization_ratio`` per pod and GPU.
+``kubecell_node_gpu_pod_memory_bytes`` and ``kubecell_node_gpu_pod_utilization_ratio`` per pod and GPU
+(labels ``pod``, ``namespace``, ``node``, ``gpu``: the node names where a GPU UUID is, for the profiler and
+for a Prometheus that scrapes the agents without relabelling).
 With ``evict_after_seconds`` set (off by default: a detector that kills work must be opted into), a pod
 still over that long after its episode began is evicted through the Eviction API, so PodDisruptionBudgets
 are honoured; unaccounted pods are never evicted (kubecell does not know what they were promised).
@@ -193,9 +195,9 @@ class OveruseMonitor:
         self.clock = clock
         self.actions = Actions(kube, COMPONENT)
         self.memory_bytes = Gauge("kubecell_node_gpu_pod_memory_bytes", "GPU memory a pod's processes hold on a GPU",
-                                  ["pod", "namespace", "gpu"], registry=registry)
+                                  ["pod", "namespace", "node", "gpu"], registry=registry)
         self.utilization = Gauge("kubecell_node_gpu_pod_utilization_ratio", "SM utilisation of a pod's processes on "
-                                 "a GPU in the last sample (0..1 of the GPU)", ["pod", "namespace", "gpu"],
+                                 "a GPU in the last sample (0..1 of the GPU)", ["pod", "namespace", "node", "gpu"],
                                  registry=registry)
         self.overuse_total = Counter("kubecell_node_gpu_overuse", "Overuse episodes begun, by kind: memory (above "
                                      "the grant), utilization (sustained above the share), unaccounted (a pod "
@@ -209,7 +211,7 @@ class OveruseMonitor:
         """MIG instance UUID -> its GPU's UUID: NVML lists a MIG pod's processes on the GPU, not the instance."""
         """(pod UID, GPU UUID) -> the last ``window`` utilisation samples."""
         self.episodes: dict[tuple[str, Kind], Episode] = {}
-        self._series: set[tuple[str, str, str]] = set()
+        self._series: set[tuple[str, str, str, str]] = set()
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ one pass
@@ -243,13 +245,13 @@ class OveruseMonitor:
 
     def _export(self, usage: Mapping[str, Mapping[str, Usage]], listed: Mapping[str, Mapping[str, Any]]) -> None:
         """Set the per-pod gauges; drop the series of pods and GPUs no longer in use."""
-        series: set[tuple[str, str, str]] = set()
+        series: set[tuple[str, str, str, str]] = set()
         for uid, gpus in usage.items():
             pod = listed.get(uid)
             name, namespace = (pod["metadata"]["name"], pod["metadata"].get("namespace", "default")) if pod \
                 else (f"uid:{uid}", "")
             for gpu, used in gpus.items():
-                labels = (name, namespace, gpu)
+                labels = (name, namespace, self.node, gpu)
                 series.add(labels)
                 self.memory_bytes.labels(*labels).set(used.memory_mib * MIB)
                 self.utilization.labels(*labels).set(min(used.utilization, 100.0) / 100.0)

@@ -1,0 +1,225 @@
+"""A job's profile: for each metric, a distribution per pod and one for the job, from the raw samples in
+Prometheus.
+
+Per metric and pod, the first of the metric's sources (:mod:`kubecell.profiler.sources`) with samples in the
+window is read. A pod has several series where the metric is per GPU or per container; they are **summed**:
+a pod on two GPUs uses the sum of their memory and of their busy time, a pod's CPU is its containers' CPU.
+Series scraped together share timestamps and add up sample by sample; where they do not (cAdvisor stamps each
+container itself), each timestamp of any series takes every series' latest sample at or before it, unless that
+sample is older than the series' gap cap (the series had stopped).
+
+Each sample is weighted by the seconds it stands for (:func:`sample_weights`): the gap to the next sample,
+capped, so that an outage of the exporter or of Prometheus is not counted as hours at the last value seen.
+
+One bad pod never fails the job: a pod without series, with only NaN, or with too few samples becomes a
+:class:`Problem` and the job's distribution pools the others. Prometheus failing (down, refusing the query)
+is no pod's fault and raises :class:`~kubecell.profiler.prometheus.PrometheusError`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+from kubecell.core.errors import KubecellError
+from kubecell.profiler.distribution import Distribution, distribution, pooled
+from kubecell.profiler.prometheus import DEFAULT_CHUNK, Prometheus, Sample
+from kubecell.profiler.sources import METRICS, Metric, Source
+
+DEFAULT_MAX_GAP_FACTOR = 2.0
+"""A sample stands for at most twice the series' usual scrape interval: one missed scrape is still usage."""
+DEFAULT_FALLBACK_INTERVAL = 60.0
+"""Seconds a lone sample stands for (a series of one sample has no interval of its own)."""
+DEFAULT_MIN_SAMPLES = 2
+"""Fewer samples than this make no distribution: one sample says nothing about a spread."""
+PODS_PER_QUERY = 100
+"""Pods named in one selector's regex, so a large job's query stays a bounded size."""
+
+
+def median_interval(timestamps: Sequence[float], fallback: float = DEFAULT_FALLBACK_INTERVAL) -> float:
+    """The median of the gaps between successive samples (sorted, distinct timestamps), or ``fallback``
+    where there is no gap (one sample)."""
+    gaps = sorted(b - a for a, b in pairwise(timestamps))
+    if not gaps:
+        return fallback
+    middle = len(gaps) // 2
+    return gaps[middle] if len(gaps) % 2 else (gaps[middle - 1] + gaps[middle]) / 2
+
+
+def sample_weights(timestamps: Sequence[float], *, max_gap_factor: float = DEFAULT_MAX_GAP_FACTOR,
+                   fallback_interval: float = DEFAULT_FALLBACK_INTERVAL) -> list[float]:
+    """Seconds each sample stands for: the gap to the next one, at most ``max_gap_factor`` times the median
+    gap; the last sample (whose next gap is unknown) the median gap; a lone sample ``fallback_interval``.
+
+    Pure, so a test applies the very same rule to the raw data the series were made from."""
+    if any(b <= a for a, b in pairwise(timestamps)):
+        raise KubecellError("sample weights: timestamps must be strictly increasing")
+    if not timestamps:
+        return []
+    usual = median_interval(timestamps, fallback_interval)
+    cap = max_gap_factor * usual
+    return [min(b - a, cap) for a, b in pairwise(timestamps)] + [usual]
+
+
+def counter_rates(samples: Sequence[Sample]) -> list[Sample]:
+    """Per-second rates of a counter, one per sample after the first, at the later sample's time. A value
+    below the previous one is a reset (the container restarted and its counter began again at 0): the rate
+    over that interval is the new value itself over the interval, the least it can have grown."""
+    rates: list[Sample] = []
+    for (t0, v0), (t1, v1) in pairwise(samples):
+        if t1 > t0:
+            rates.append((t1, ((v1 - v0) if v1 >= v0 else v1) / (t1 - t0)))
+    return rates
+
+
+def summed(series: Sequence[Sequence[Sample]], *, max_gap_factor: float = DEFAULT_MAX_GAP_FACTOR,
+           fallback_interval: float = DEFAULT_FALLBACK_INTERVAL) -> list[Sample]:
+    """The sum of several series (each sorted by time): at each timestamp of any of them, every series'
+    latest sample at or before it that is not older than that series' gap cap. One series is returned as is."""
+    if len(series) == 1:
+        return list(series[0])
+    caps = [max_gap_factor * median_interval([t for t, _ in s], fallback_interval) for s in series]
+    times = sorted({t for s in series for t, _ in s})
+    cursors = [0] * len(series)
+    total: list[Sample] = []
+    for t in times:
+        parts: list[float] = []
+        for i, s in enumerate(series):
+            while cursors[i] + 1 < len(s) and s[cursors[i] + 1][0] <= t:
+                cursors[i] += 1
+            if s and s[cursors[i]][0] <= t and t - s[cursors[i]][0] <= caps[i]:
+                parts.append(s[cursors[i]][1])
+        total.append((t, math.fsum(parts)))
+    return total
+
+
+@dataclass(frozen=True)
+class Job:
+    """The pods of one job (all in ``namespace``) and the window to profile, in unix seconds."""
+
+    namespace: str
+    pods: tuple[str, ...]
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why a pod has no distribution of a metric, or what was dropped from it."""
+
+    pod: str
+    metric: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class PodSeries:
+    """A pod's series of one metric in its canonical unit, the source it came from and each sample's weight."""
+
+    source: str
+    samples: tuple[Sample, ...]
+    weights: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class MetricProfile:
+    """One metric of a job: each pod's series and distribution (pods with a problem left out) and the job's
+    distribution pooled over its pods in the job's order (None where no pod has one)."""
+
+    metric: str
+    unit: str
+    series: Mapping[str, PodSeries]
+    pods: Mapping[str, Distribution]
+    job: Distribution | None
+
+
+@dataclass(frozen=True)
+class Profile:
+    job: Job
+    metrics: Mapping[str, MetricProfile]
+    problems: tuple[Problem, ...]
+
+
+def _batches(pods: Sequence[str]) -> Iterable[tuple[str, ...]]:
+    for i in range(0, len(pods), PODS_PER_QUERY):
+        yield tuple(pods[i:i + PODS_PER_QUERY])
+
+
+def _fetch(client: Prometheus, source: Source, job: Job, pods: Sequence[str],
+           chunk: float) -> dict[str, list[list[Sample]]]:
+    """Pod -> its raw series of ``source`` (sorted by labels), for the pods that have samples in the window."""
+    found: dict[str, list[list[Sample]]] = {}
+    for batch in _batches(pods):
+        for series in client.raw(source.selector(job.namespace, batch), job.start, job.end, chunk=chunk,
+                                 finite=False):
+            pod = series.labels.get(source.pod_label, "")
+            if pod in batch and source.keeps(series.labels) and series.samples:
+                found.setdefault(pod, []).append(list(series.samples))
+    return found
+
+
+def _pod_series(source: Source, raw: Sequence[Sequence[Sample]], pod: str, metric: Metric, *,
+                max_gap_factor: float, fallback_interval: float,
+                problems: list[Problem]) -> list[Sample] | None:
+    """One pod's series in canonical units: NaN dropped (and told), counters turned into rates, summed.
+    None where every sample was NaN (the problem told already)."""
+    clean: list[list[Sample]] = []
+    dropped = total = 0
+    for samples in raw:
+        finite = [(t, v) for t, v in samples if math.isfinite(v)]
+        dropped, total = dropped + len(samples) - len(finite), total + len(samples)
+        if source.kind == "counter":
+            finite = counter_rates(finite)
+        if finite:
+            clean.append([(t, source.canonical(v)) for t, v in finite])
+    if dropped == total:
+        problems.append(Problem(pod, metric.name, f"{source.name}: all {total} samples are NaN or infinite"))
+        return None
+    if dropped:
+        problems.append(Problem(pod, metric.name, f"{source.name}: dropped {dropped} of {total} samples "
+                                                  "(NaN or infinite)"))
+    return summed(clean, max_gap_factor=max_gap_factor, fallback_interval=fallback_interval) if clean else []
+
+
+def collect(client: Prometheus, job: Job, metrics: Sequence[Metric] = METRICS, *, chunk: float = DEFAULT_CHUNK,
+            max_gap_factor: float = DEFAULT_MAX_GAP_FACTOR, fallback_interval: float = DEFAULT_FALLBACK_INTERVAL,
+            min_samples: int = DEFAULT_MIN_SAMPLES) -> Profile:
+    """The profile of ``job`` over its window: per metric, per-pod and pooled distributions, and the pods'
+    problems. Raises :class:`~kubecell.profiler.prometheus.PrometheusError` only when Prometheus fails."""
+    if len(set(job.pods)) != len(job.pods):
+        raise KubecellError(f"job in {job.namespace}: a pod is named twice in {job.pods}")
+    problems: list[Problem] = []
+    profiles: dict[str, MetricProfile] = {}
+    for metric in metrics:
+        chosen: dict[str, tuple[Source, list[list[Sample]]]] = {}
+        for source in metric.sources:
+            left = [pod for pod in job.pods if pod not in chosen]
+            if not left:
+                break
+            for pod, raw in _fetch(client, source, job, left, chunk).items():
+                chosen[pod] = (source, raw)
+        series: dict[str, PodSeries] = {}
+        for pod in job.pods:
+            if pod not in chosen:
+                names = ", ".join(s.name for s in metric.sources)
+                problems.append(Problem(pod, metric.name, f"no samples in the window in any of: {names}"))
+                continue
+            source, raw = chosen[pod]
+            samples = _pod_series(source, raw, pod, metric, max_gap_factor=max_gap_factor,
+                                  fallback_interval=fallback_interval, problems=problems)
+            if samples is None:
+                continue
+            if len(samples) < min_samples:
+                problems.append(Problem(pod, metric.name, f"{source.name}: {len(samples)} sample(s), "
+                                                          f"at least {min_samples} needed"))
+                continue
+            weights = sample_weights([t for t, _ in samples], max_gap_factor=max_gap_factor,
+                                     fallback_interval=fallback_interval)
+            series[pod] = PodSeries(source.name, tuple(samples), tuple(weights))
+        pods = {pod: distribution([v for _, v in s.samples], s.weights) for pod, s in series.items()}
+        job_distribution = pooled(([v for _, v in s.samples], s.weights) for s in series.values()) if series \
+            else None
+        profiles[metric.name] = MetricProfile(metric.name, metric.unit, series, pods, job_distribution)
+    return Profile(job, profiles, tuple(problems))

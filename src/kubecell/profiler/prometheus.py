@@ -1,0 +1,171 @@
+"""A small PromQL client over Prometheus' HTTP API: instant queries, raw samples, series listings.
+
+The profiler needs the samples a series really has, at the times they were taken: ``query_range`` would
+resample every step with the lookback delta (5 min by default), so it repeats a sample across a missed scrape,
+invents samples for the minutes after a pod stopped, and weights every step equally. So raw samples are read
+with a range-vector selector (``metric{...}[1h]``) evaluated as an instant query, one window at a time so that
+no response grows with the job's length; neighbouring windows overlap by a millisecond (Prometheus 2 includes
+the range's left edge, Prometheus 3 does not) and a sample seen twice is kept once.
+
+Every call has a timeout, and every failure (no connection, an HTTP error with Prometheus' ``error`` field, a
+body that is not the API's JSON, a NaN or infinite value where a number was needed) is a
+:class:`PrometheusError` naming the query, so a caller can report it for the job it was profiling.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+from kubecell.core.errors import KubecellError
+
+DEFAULT_TIMEOUT = 10.0
+"""Seconds for connecting and for each read of one call: a local Prometheus answers in milliseconds."""
+DEFAULT_CHUNK = 3600.0
+"""Seconds of samples fetched per query: an hour of 15-s scrapes is 240 samples per series."""
+
+Sample = tuple[float, float]
+"""(unix seconds, value)."""
+
+
+class PrometheusError(KubecellError):
+    """A query Prometheus did not answer, refused, or answered with something that is not a usable number."""
+
+    def __init__(self, url: str, query: str, reason: str) -> None:
+        self.url = url
+        self.query = query
+        self.reason = reason
+        super().__init__(f"prometheus {url}: query {query!r}: {reason}")
+
+
+@dataclass(frozen=True)
+class Series:
+    """One series' labels (``__name__`` included) and its samples, in time order."""
+
+    labels: Mapping[str, str]
+    samples: tuple[Sample, ...]
+
+
+def quote(text: str) -> str:
+    """``text`` as a PromQL string literal (JSON's escapes are a subset of what PromQL accepts)."""
+    return json.dumps(text)
+
+
+def duration(seconds: float) -> str:
+    """A PromQL duration in whole milliseconds (the TSDB's resolution): ``3600000ms``."""
+    millis = round(seconds * 1000)
+    if millis <= 0:
+        raise ValueError(f"a range must be at least 1 ms, got {seconds} s")
+    return f"{millis}ms"
+
+
+class Prometheus:
+    """The HTTP API at ``url`` (``http://host:9090``, a path prefix allowed)."""
+
+    def __init__(self, url: str, *, timeout: float = DEFAULT_TIMEOUT, session: requests.Session | None = None) -> None:
+        if timeout <= 0:
+            raise KubecellError(f"prometheus {url}: timeout must be > 0 seconds, got {timeout}")
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.session = session or requests.Session()
+
+    # ---------------------------------------------------------------------------------------- the API
+    def _call(self, path: str, query: str, form: Sequence[tuple[str, str]]) -> Any:
+        """POST ``form`` to ``/api/v1/<path>`` (a form body: a job's pod regex can be longer than a URL may be)
+        and return the ``data`` of a successful answer."""
+        try:
+            response = self.session.post(f"{self.url}/api/v1/{path}", data=list(form), timeout=self.timeout)
+        except requests.Timeout:
+            raise PrometheusError(self.url, query, f"no answer within {self.timeout} s") from None
+        except requests.RequestException as error:
+            raise PrometheusError(self.url, query, f"cannot reach Prometheus: {error}") from None
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            snippet = response.text[:200].strip()
+            raise PrometheusError(self.url, query, f"HTTP {response.status_code}, not the API's JSON: {snippet!r}")
+        if response.status_code != 200 or body.get("status") != "success":
+            kind, reason = body.get("errorType", "error"), body.get("error", "no error given")
+            raise PrometheusError(self.url, query, f"HTTP {response.status_code}, {kind}: {reason}")
+        if "data" not in body:
+            raise PrometheusError(self.url, query, "a successful answer without data")
+        return body["data"]
+
+    def _number(self, query: str, pair: Any, *, finite: bool) -> Sample:
+        """A ``[<unix seconds>, "<value>"]`` pair; NaN and infinities refused unless ``finite`` is False."""
+        try:
+            at, text = pair
+            value = float(text)
+            sample = (float(at), value)
+        except (TypeError, ValueError):
+            raise PrometheusError(self.url, query, f"malformed sample {pair!r}") from None
+        if finite and not math.isfinite(value):
+            raise PrometheusError(self.url, query, f"value {text} at {at} is not a finite number")
+        return sample
+
+    def _labels(self, query: str, item: Any) -> dict[str, str]:
+        labels = item.get("metric") if isinstance(item, dict) else None
+        if not isinstance(labels, dict):
+            raise PrometheusError(self.url, query, f"malformed result {item!r}")
+        return {str(k): str(v) for k, v in labels.items()}
+
+    def query(self, promql: str, at: float | None = None, *, finite: bool = True) -> list[Series]:
+        """An instant query: a vector gives one single-sample series per element, a scalar one series without
+        labels, a matrix (a range selector) every sample of each series."""
+        form = [("query", promql)] + ([("time", f"{at:.3f}")] if at is not None else [])
+        data = self._call("query", promql, form)
+        kind = data.get("resultType") if isinstance(data, dict) else None
+        result = data.get("result") if isinstance(data, dict) else None
+        if kind == "scalar":
+            return [Series({}, (self._number(promql, result, finite=finite),))]
+        if kind not in ("vector", "matrix") or not isinstance(result, list):
+            raise PrometheusError(self.url, promql, f"result of type {kind!r}, expected a vector, matrix or scalar")
+        found: list[Series] = []
+        for item in result:
+            labels = self._labels(promql, item)
+            pairs = [item.get("value")] if kind == "vector" else item.get("values")
+            if not isinstance(pairs, list):
+                raise PrometheusError(self.url, promql, f"malformed result {item!r}")
+            found.append(Series(labels, tuple(self._number(promql, p, finite=finite) for p in pairs)))
+        return found
+
+    def raw(self, selector: str, start: float, end: float, *, chunk: float = DEFAULT_CHUNK,
+            finite: bool = True) -> list[Series]:
+        """Every sample of the series ``selector`` matches with ``start <= time <= end``, as stored (no
+        resampling, no lookback), sorted by labels and time. ``finite=False`` keeps NaN and infinities for a
+        caller that reports them per series instead of failing the whole query."""
+        if end < start or chunk <= 0:
+            raise PrometheusError(self.url, selector, f"window [{start}, {end}] in chunks of {chunk} s is empty")
+        merged: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], dict[float, float]]] = {}
+        at = start
+        while True:
+            at = min(at + chunk, end)
+            width = min(chunk, at - start) + 0.001  # overlap the previous window (and reach back to ``start``)
+            for series in self.query(f"{selector}[{duration(width)}]", at, finite=finite):
+                key = tuple(sorted(series.labels.items()))
+                _, samples = merged.setdefault(key, (dict(series.labels), {}))
+                for t, v in series.samples:
+                    if start <= t <= end:
+                        samples.setdefault(t, v)
+            if at >= end:
+                break
+        return [Series(labels, tuple(sorted(samples.items()))) for _, (labels, samples) in sorted(merged.items())
+                if samples]
+
+    def series(self, selector: str, start: float | None = None, end: float | None = None) -> list[dict[str, str]]:
+        """The label sets of the series ``selector`` matches (with samples in the blocks overlapping
+        ``[start, end]``, a block's granularity, where given)."""
+        form = [("match[]", selector)]
+        form += [("start", f"{start:.3f}")] if start is not None else []
+        form += [("end", f"{end:.3f}")] if end is not None else []
+        data = self._call("series", selector, form)
+        if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+            raise PrometheusError(self.url, selector, f"malformed series list {str(data)[:200]!r}")
+        return [{str(k): str(v) for k, v in item.items()} for item in data]
