@@ -104,11 +104,17 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def serve(data: Path) -> Iterator[str]:
-    """Prometheus over the TSDB in ``data`` on a free 127.0.0.1 port: yields its base URL once ready."""
+def serve(data: Path, scrape: Sequence[str] = ()) -> Iterator[str]:
+    """Prometheus over the TSDB in ``data`` on a free 127.0.0.1 port: yields its base URL once ready. With
+    ``scrape`` (``127.0.0.1:PORT`` targets), it scrapes them every second, as it would a node agent."""
     prometheus, _ = binaries()
     config = data.parent / f"{data.name}-prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 1m\nscrape_configs: []\n")
+    if scrape:
+        targets = ", ".join(f"'{target}'" for target in scrape)
+        config.write_text("global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n"
+                          f"  - job_name: agents\n    static_configs: [{{targets: [{targets}]}}]\n")
+    else:
+        config.write_text("global:\n  scrape_interval: 1m\nscrape_configs: []\n")
     log_path = data.parent / f"{data.name}-prometheus.log"
     for _attempt in range(3):  # another process may take the free port between the probe and the bind
         port = _free_port()

@@ -32,13 +32,12 @@ from kubecell.kube import virtualclusters
 from kubecell.kube.accepted import CONFIGMAP as ACCEPTED_CONFIGMAP
 from kubecell.kube.accepted import KEY as ACCEPTED_KEY
 from kubecell.kube.accepted import decode
-from kubecell.kube.rest import ApiError, Kube
+from kubecell.kube.rest import ApiError, Kube, list_all
 from kubecell.scheduler.observe.inspect import GpuReport, InspectReport, NodeReport, build_report
 
 TENANTS_NAMESPACE = "kubecell-system"
 TENANTS_CONFIGMAP = "kubecell-tenants"
 TENANTS_KEY = "tenants.yaml"
-PAGE = 500
 LEVELS = "▁▂▃▄▅▆▇█"
 """A GPU's allocated share in eighths; a free GPU is ``FREE``, an unhealthy one ``UNHEALTHY``."""
 FREE = "·"
@@ -57,18 +56,6 @@ def default_kubeconfig() -> Path:
     """As kubectl: the first file of ``$KUBECONFIG``, else ``~/.kube/config``."""
     listed = [part for part in os.environ.get("KUBECONFIG", "").split(os.pathsep) if part]
     return Path(listed[0]) if listed else Path.home() / ".kube" / "config"
-
-
-def list_all(kube: Kube, path: str) -> list[dict[str, Any]]:
-    """Every item of a collection, 500 to a page."""
-    items: list[dict[str, Any]] = []
-    token = ""
-    while True:
-        page = kube.get(path, limit=PAGE, **({"continue": token} if token else {}))
-        items.extend(page.get("items") or [])
-        token = (page.get("metadata") or {}).get("continue") or ""
-        if not token:
-            return items
 
 
 def read_cluster(kube: Kube, *, scheduler: str | None) -> InspectReport:

@@ -28,6 +28,7 @@ from kubecell.cli.inspect import inspect
 from kubecell.cli.node_agent import node_agent
 from kubecell.cli.output import stderr_console, stdout_console
 from kubecell.cli.packing import sim_packing, simulate
+from kubecell.cli.profile import profile_app
 from kubecell.cli.replay import replay_command
 from kubecell.cli.scheduler import extender, scheduler
 from kubecell.cli.testbed import testbed_app
@@ -57,6 +58,7 @@ app.command("node-agent")(node_agent)
 app.command("replay")(replay_command)
 app.command("inspect")(inspect)
 app.command("elastic-controller")(elastic_controller)
+app.add_typer(profile_app, name="profile")
 
 
 @app.command()

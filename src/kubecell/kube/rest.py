@@ -148,6 +148,22 @@ class Kube:
             response.response.release_conn()
 
 
+LIST_PAGE = 500
+"""Items per page when a whole collection is listed (``list_all``): a large cluster is read in bounded pieces."""
+
+
+def list_all(kube: Kube, path: str) -> list[dict[str, Any]]:
+    """Every item of a collection, ``LIST_PAGE`` to a page (the API's ``limit`` and ``continue``)."""
+    items: list[dict[str, Any]] = []
+    token = ""
+    while True:
+        page = kube.get(path, limit=LIST_PAGE, **({"continue": token} if token else {}))
+        items.extend(page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return items
+
+
 def _chunks(response: Any, path: str) -> Iterator[bytes]:
     """The body of a streamed response; a connection that breaks mid-stream is an ``Unavailable`` error."""
     try:

@@ -1,0 +1,150 @@
+"""``kubecell profile``: the profiler's job history: collect it, advise from it, report on it.
+
+``collect`` reads the cluster's pods (grouped into jobs by controller owner or gang), their series from
+Prometheus and saves each job in the history (``--db``: SQLite file by default, ``postgresql://`` for a
+cluster); with ``--every`` it repeats until interrupted or ``--passes`` are done. ``recommend`` prints the
+share each workload family needs; ``report`` writes an HTML page with plots. The profiler's libraries
+(SQLAlchemy, Alembic, psycopg) are the ``profiler`` extra: imported only by these commands.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from kubecell.cli.output import stderr_console, stdout_console
+
+if TYPE_CHECKING:
+    from kubecell.profiler.history import JobHistory
+
+DEFAULT_DB = "sqlite:///kubecell-history.db"
+DbOption = Annotated[str, typer.Option("--db", envvar="KUBECELL_HISTORY", help="The job history: a SQLAlchemy URL "
+                                       "(sqlite:///FILE, postgresql://USER@HOST/DB); env KUBECELL_HISTORY.")]
+
+profile_app = typer.Typer(help="The profiler: what jobs used, kept in a job history, and the requests it advises.",
+                          no_args_is_help=True)
+
+
+def _fail(message: str) -> NoReturn:
+    stderr_console().print(Text.assemble(("error:", "bold red"), f" {message}"), highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _history(db: str) -> JobHistory:
+    """The history at ``db``; the profiler extra may be absent, so it is imported here, not at the top."""
+    try:
+        from kubecell.profiler.history import JobHistory
+    except ImportError as error:
+        _fail(f"the profiler needs its extra: pip install 'kubecell[profiler]' ({error})")
+    return JobHistory.open(db)
+
+
+@profile_app.command("collect")
+def collect(
+    prometheus: Annotated[str, typer.Option(help="Prometheus' base URL, e.g. http://prometheus:9090.")],
+    db: DbOption = DEFAULT_DB,
+    kubeconfig: Annotated[Path | None, typer.Option(
+        help="Kubeconfig (default: $KUBECONFIG, else ~/.kube/config).")] = None,
+    namespace: Annotated[str | None, typer.Option(help="Only this namespace (default: all).")] = None,
+    all_jobs: Annotated[bool, typer.Option("--all-jobs", help="Also jobs that asked for no GPU.")] = False,
+    every: Annotated[float | None, typer.Option(help="Repeat every this many seconds.")] = None,
+    passes: Annotated[int | None, typer.Option(help="With --every: stop after this many passes.")] = None,
+) -> None:
+    """Profile the cluster's jobs from Prometheus into the job history."""
+    from kubernetes.config.config_exception import ConfigException
+
+    from kubecell.cli.inspect import default_kubeconfig
+    from kubecell.kube.rest import ApiError, Kube
+    from kubecell.profiler.jobs import group_pods, list_pods
+    from kubecell.profiler.prometheus import Prometheus, PrometheusError
+    from kubecell.profiler.run import profile_jobs
+
+    if every is not None and every <= 0:
+        _fail(f"--every {every}: give seconds > 0")
+    path = kubeconfig or default_kubeconfig()
+    try:
+        kube = Kube.from_kubeconfig(path, pool=2)
+    except (ConfigException, OSError) as error:
+        _fail(f"cannot read kubeconfig {path}: {error}")
+    history = _history(db)
+    client = Prometheus(prometheus)
+    done = 0
+    try:
+        while True:
+            try:
+                found = group_pods(list_pods(kube, namespace))
+                result = profile_jobs(found, client, history, gpu_only=not all_jobs)
+            except ApiError as error:
+                _fail(f"cannot list pods: {error}")
+            except PrometheusError as error:
+                _fail(str(error))
+            problems = sum(len(record.problems) for record in result.saved)
+            stdout_console().print(f"{len(result.saved)} job(s) saved, {len(result.unchanged)} unchanged, "
+                                   f"{problems} series problem(s) recorded", highlight=False)
+            done += 1
+            if every is None or (passes is not None and done >= passes):
+                return
+            time.sleep(every)
+    finally:
+        history.close()
+        kube.close()
+
+
+@profile_app.command("recommend")
+def recommend(
+    db: DbOption = DEFAULT_DB,
+    namespace: Annotated[str | None, typer.Option(help="Only this namespace.")] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+) -> None:
+    """The GPU share and memory each workload family needs, from its finished jobs."""
+    from kubecell.profiler.recommend import advise
+
+    if output not in ("table", "json"):
+        _fail(f"--output {output!r}: table or json")
+    history = _history(db)
+    try:
+        advice = advise(history.jobs(namespace=namespace, limit=100_000))
+    finally:
+        history.close()
+    if output == "json":
+        sys.stdout.write(json.dumps([{
+            "namespace": a.namespace, "family": a.family, "jobs": a.advice.jobs, "askedGpus": a.asked_gpus,
+            "askedMilli": a.asked_milli, "milli": a.advice.milli, "memoryMiB": a.advice.memory_mib,
+            "savedMilliPerPod": a.saved_milli_per_pod, "jobsWithoutSeries": a.without_series,
+            "reason": a.advice.reason} for a in advice], indent=2) + "\n")
+        return
+    table = Table(title="recommended requests per GPU, from finished jobs", box=box.SIMPLE_HEAD)
+    for column in ("namespace", "family", "jobs", "asked / pod", "share", "GPU memory", "why"):
+        table.add_column(column, overflow="fold")
+    for a in advice:
+        got = a.advice
+        share = "—" if got.milli is None else ("whole GPU" if got.whole_gpu else f"{got.milli} milli")
+        table.add_row(a.namespace, a.family, str(got.jobs), f"{a.asked_gpus} x {a.asked_milli} milli", share,
+                      "—" if got.memory_mib is None else f"{got.memory_mib} MiB", got.reason)
+    stdout_console().print(table)
+
+
+@profile_app.command("report")
+def report(
+    out: Annotated[Path, typer.Option(help="Directory for index.html and its plots (created).")],
+    db: DbOption = DEFAULT_DB,
+    namespace: Annotated[str | None, typer.Option(help="Only this namespace.")] = None,
+) -> None:
+    """An HTML report of the history: per-job use, asked against used per VC and family, recommendations."""
+    from kubecell.profiler.report import write_report
+
+    history = _history(db)
+    try:
+        records = history.jobs(namespace=namespace, limit=100_000)
+    finally:
+        history.close()
+    page = write_report(records, out)
+    stdout_console().print(f"{len(records)} job(s): {page}", highlight=False)

@@ -1,0 +1,179 @@
+"""Which pods make one job, read from Pod objects as the API server returns them.
+
+A job is what its pods' **controller owner** stands for (a Job, a ReplicaSet, an ElasticJob, a PyTorchJob...:
+the owner reference with ``controller: true``), else the **gang** the pods declare (any dialect kubecell's
+scheduler reads: ``kubecell.io/group``, PodGroups, HiveD, ...), else the pod alone. The owner's uid (or the
+gang's or pod's) is the job's key in the history, so the profiler can revisit a running job and replace it.
+
+Everything here is read from objects users write, so nothing is trusted for more than a label: a pod whose
+demand cannot be read is still profiled (the reason is kept as a problem of its job) and its request counts as
+none; a name, an annotation or an image is stored as text, never interpreted. Families are per namespace
+(``recommend``), so a pod named like another team's job cannot move that team's advice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubecell.core.errors import InvalidInputError
+from kubecell.kube import pods as pod_fields
+from kubecell.kube.dialects.pod import pod_demand
+from kubecell.kube.rest import Kube, list_all
+from kubecell.profiler.history import Outcome
+
+ANNOTATION_USER = "kubecell.io/user"
+"""Who the job is for, where the submitter says so; else the pod's service account stands for it."""
+
+
+@dataclass(frozen=True)
+class FoundJob:
+    """One job as its pods show it now."""
+
+    uid: str
+    namespace: str
+    owner_kind: str
+    owner_name: str
+    user: str | None
+    vc: str | None
+    image: str | None
+    pods: tuple[Mapping[str, Any], ...]
+    gpus_per_pod: int
+    milli_gpu_per_pod: int
+    gpu_memory_mib_per_pod: int | None
+    gpu_model_requested: str | None
+    created: datetime
+    started: datetime | None
+    finished: datetime | None
+    outcome: Outcome
+    problems: tuple[str, ...]
+
+    @property
+    def pod_names(self) -> tuple[str, ...]:
+        return tuple(str(pod["metadata"]["name"]) for pod in self.pods)
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(sorted({node for node in (pod_fields.node_of(pod) for pod in self.pods) if node}))
+
+
+def parse_time(value: object) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.astimezone(UTC) if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _controller(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for reference in (pod.get("metadata") or {}).get("ownerReferences") or ():
+        if isinstance(reference, Mapping) and reference.get("controller") is True and reference.get("uid"):
+            return reference
+    return None
+
+
+def finished_at(pod: Mapping[str, Any]) -> datetime | None:
+    """When the pod's last container stopped (None while any runs or where no container says)."""
+    ends = []
+    for status in (pod.get("status") or {}).get("containerStatuses") or ():
+        terminated = ((status or {}).get("state") or {}).get("terminated") if isinstance(status, Mapping) else None
+        moment = parse_time((terminated or {}).get("finishedAt"))
+        if moment is None:
+            return None
+        ends.append(moment)
+    return max(ends) if ends else None
+
+
+def _outcome(phases: list[str]) -> Outcome:
+    if all(phase == "Succeeded" for phase in phases):
+        return Outcome.SUCCEEDED
+    if all(phase in pod_fields.TERMINAL_PHASES for phase in phases):
+        return Outcome.FAILED
+    if any(phase == "Running" for phase in phases):
+        return Outcome.RUNNING
+    if any(phase == "Pending" for phase in phases):
+        return Outcome.PENDING
+    return Outcome.UNKNOWN
+
+
+def _key(pod: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(uid, owner kind, owner name) of the job the pod belongs to."""
+    meta = pod["metadata"]
+    owner = _controller(pod)
+    if owner is not None:
+        return str(owner["uid"])[:128], str(owner.get("kind") or "Unknown"), str(owner.get("name") or "")
+    try:
+        group = pod_demand(pod).group
+    except InvalidInputError:
+        group = None  # told with the job's request below
+    if group is not None:
+        digest = hashlib.sha256(f"{meta.get('namespace', 'default')}/{group.key}".encode()).hexdigest()[:40]
+        return f"gang-{digest}", "Gang", group.key.split("/", 1)[-1]
+    return str(meta["uid"]), "Pod", str(meta["name"])
+
+
+def _request(pod: Mapping[str, Any], problems: list[str]) -> tuple[int, int, int | None, str | None, str | None]:
+    """(GPUs, milli-GPU per GPU, GPU memory MiB, GPU model asked, VC) of one pod, as kubecell reads it."""
+    try:
+        demand = pod_demand(pod)
+    except InvalidInputError as error:
+        problems.append(f"pod {pod['metadata']['name']}: its request cannot be read: {error}")
+        return 0, 0, None, None, None
+    request = demand.request
+    models = ",".join(sorted(request.gpu_models)) if request.gpu_models else None
+    return request.gpu_count, request.gpu_milli, request.gpu_memory_mib or None, models, demand.vc
+
+
+def group_pods(pods: Iterable[Mapping[str, Any]]) -> list[FoundJob]:
+    """The jobs ``pods`` make (see the module), in a stable order (namespace, owner name, uid)."""
+    grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    keys: dict[tuple[str, str], tuple[str, str]] = {}
+    problems: dict[tuple[str, str], list[str]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if not meta.get("name") or not meta.get("uid"):
+            continue
+        namespace = str(meta.get("namespace", "default"))
+        uid, kind, name = _key(pod)
+        slot = (namespace, uid)
+        grouped.setdefault(slot, []).append(pod)
+        keys.setdefault(slot, (kind, name))
+        problems.setdefault(slot, [])
+    jobs = [_job(namespace, uid, *keys[(namespace, uid)], members, problems[(namespace, uid)])
+            for (namespace, uid), members in grouped.items()]
+    return sorted(jobs, key=lambda job: (job.namespace, job.owner_name, job.uid))
+
+
+def _job(namespace: str, uid: str, kind: str, name: str, members: list[Mapping[str, Any]],
+         problems: list[str]) -> FoundJob:
+    members = sorted(members, key=lambda pod: str(pod["metadata"]["name"]))
+    asks = [_request(pod, problems) for pod in members]
+    gpus, milli, memory, model, _ = max(asks, key=lambda ask: (ask[0] * ask[1], ask[2] or 0))
+    vcs = sorted({ask[4] for ask in asks if ask[4]})
+    first = members[0]
+    annotations = (first["metadata"].get("annotations") or {})
+    user = annotations.get(ANNOTATION_USER) or (first.get("spec") or {}).get("serviceAccountName")
+    containers = (first.get("spec") or {}).get("containers") or []
+    image = containers[0].get("image") if containers and isinstance(containers[0], Mapping) else None
+    created = min((parse_time(pod["metadata"].get("creationTimestamp")) for pod in members),
+                  key=lambda moment: moment or datetime.max.replace(tzinfo=UTC)) or datetime.now(UTC)
+    starts = [moment for moment in (parse_time((pod.get("status") or {}).get("startTime")) for pod in members)
+              if moment]
+    phases = [pod_fields.phase(pod) for pod in members]
+    outcome = _outcome(phases)
+    ends = [finished_at(pod) for pod in members]
+    finished = max(end for end in ends if end is not None) \
+        if outcome in (Outcome.SUCCEEDED, Outcome.FAILED) and all(ends) else None
+    return FoundJob(uid, namespace, kind, name, str(user) if user else None, vcs[0] if vcs else None,
+                    str(image) if image else None, tuple(members), gpus, milli, memory, model, created,
+                    min(starts) if starts else None, finished, outcome, tuple(problems))
+
+
+def list_pods(kube: Kube, namespace: str | None = None) -> list[dict[str, Any]]:
+    """Every pod (of ``namespace``, or of all), listed in pages."""
+    return list_all(kube, f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods")

@@ -1,0 +1,142 @@
+"""``kubecell profile`` end to end on real servers: pods on the testbed's API server, the node agent's per-pod
+gauges scraped every second by a real Prometheus, the job history in SQLite. A job made of a controller's pods
+is found, each pod's distribution is what its gauge said, a pod without series is a problem of its job (not an
+error), a forged demand is kept as a problem, a finished job is advised on, and the report is written."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from typer.testing import CliRunner
+
+from kubecell.cli.main import app
+from kubecell.kube.rest import Kube
+from kubecell.profiler.history import JobHistory, Outcome
+from kubecell.testbed.control_plane import ControlPlaneState
+from tests.profiler.prometheus_server import serve
+
+GiB = 2**30
+USE = {"train-0": (0.25, 1 * GiB), "train-1": (0.75, 3 * GiB)}
+
+
+@pytest.fixture
+def agent() -> Iterator[tuple[str, CollectorRegistry]]:
+    """The node agent's two per-pod gauges on a loopback port (what ``node.overuse`` exports)."""
+    registry = CollectorRegistry()
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    try:
+        yield f"127.0.0.1:{server.server_port}", registry
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def pod(name: str, owner: dict[str, Any] | None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "annotations": annotations or {}}
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"schedulerName": "nobody", "containers": [{
+                "name": "c", "image": "registry.example/train:1",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+
+
+def wait_for_samples(url: str, namespace: str, count: int) -> None:
+    deadline = time.monotonic() + 60
+    query = f'count_over_time(kubecell_node_gpu_pod_utilization_ratio{{namespace="{namespace}"}}[5m])'
+    while time.monotonic() < deadline:
+        result = requests.get(f"{url}/api/v1/query", params={"query": query}, timeout=5).json()["data"]["result"]
+        if len(result) == len(USE) and all(float(item["value"][1]) >= count for item in result):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"Prometheus did not scrape {count} samples per pod within 60 s")
+
+
+def finish(kube: Kube, namespace: str, name: str, start: datetime, end: datetime) -> None:
+    stamp = "%Y-%m-%dT%H:%M:%SZ"
+    kube.patch(f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": {
+        "phase": "Succeeded", "startTime": start.strftime(stamp),
+        "containerStatuses": [{"name": "c", "image": "registry.example/train:1", "imageID": "", "ready": False,
+                               "restartCount": 0, "state": {"terminated": {
+                                   "exitCode": 0, "startedAt": start.strftime(stamp),
+                                   "finishedAt": end.strftime(stamp)}}}]}})
+
+
+def test_collect_recommend_and_report_on_real_servers(testbed: ControlPlaneState, kube: Kube, namespace: str,
+                                                      agent: tuple[str, CollectorRegistry], tmp_path: Path) -> None:
+    owner_object = kube.create(f"/api/v1/namespaces/{namespace}/configmaps",
+                               {"metadata": {"name": "train"}, "data": {}})
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "train", "uid": owner_object["metadata"]["uid"],
+             "controller": True}
+    for name in (*USE, "train-2"):
+        kube.create(f"/api/v1/namespaces/{namespace}/pods", pod(name, owner))
+    kube.create(f"/api/v1/namespaces/{namespace}/pods",
+                pod("forged", None, {"kubecell.io/gpu-milli": "1e30", "kubecell.io/vc": "x" * 300}))
+    target, registry = agent
+    util = Gauge("kubecell_node_gpu_pod_utilization_ratio", "", ["pod", "namespace", "node", "gpu"],
+                 registry=registry)
+    memory = Gauge("kubecell_node_gpu_pod_memory_bytes", "", ["pod", "namespace", "node", "gpu"], registry=registry)
+    for name, (ratio, used) in USE.items():
+        util.labels(name, namespace, "n0", f"GPU-{name}").set(ratio)
+        memory.labels(name, namespace, "n0", f"GPU-{name}").set(used)
+    db = f"sqlite:///{tmp_path}/history.db"
+    runner = CliRunner()
+    with serve(tmp_path / "tsdb", scrape=[target]) as url:
+        wait_for_samples(url, namespace, 4)
+        args = ["profile", "collect", "--prometheus", url, "--db", db, "--kubeconfig",
+                str(testbed.admin_kubeconfig), "--namespace", namespace]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert "2 job(s) saved" in result.output, "the ConfigMap's three pods, and the forged pod alone"
+
+        with JobHistory.open(db) as history:
+            job = history.get(owner["uid"])
+            forged = [j for j in history.jobs(namespace=namespace) if j.owner_name == "forged"]
+        assert job is not None
+        assert (job.owner_kind, job.owner_name, job.pod_count, job.gpus_per_pod) == ("ConfigMap", "train", 3, 1)
+        assert job.outcome == Outcome.PENDING
+        for record in job.pods:
+            if record.name in USE:
+                ratio, used = USE[record.name]
+                assert set(record.metrics["gpu_utilization"].deciles) == {ratio}
+                assert set(record.metrics["gpu_memory"].deciles) == {float(used)}
+        assert job.metrics["gpu_utilization"].quantile(0) == 0.25
+        assert job.metrics["gpu_utilization"].quantile(10) == 0.75
+        assert any("train-2" in problem and "no samples" in problem for problem in job.problems)
+        (forged_job,) = forged
+        assert any("cannot be read" in problem for problem in forged_job.problems)
+
+        # The job ends: pods finished an hour after they started. A second pass saves it once more (and the
+        # forged pod, still pending); a third finds the finished job unchanged and reads nothing for it.
+        end = datetime.now(UTC)
+        for name in (*USE, "train-2"):
+            finish(kube, namespace, name, end - timedelta(hours=1), end)
+        assert "2 job(s) saved, 0 unchanged" in runner.invoke(app, args).output
+        assert "1 job(s) saved, 1 unchanged" in runner.invoke(app, args).output
+
+    with JobHistory.open(db) as history:
+        job = history.get(owner["uid"])
+    assert job is not None
+    assert job.outcome == Outcome.SUCCEEDED
+    assert job.seconds == 3600
+
+    advice = json.loads(runner.invoke(app, ["profile", "recommend", "--db", db, "-o", "json"]).output)
+    (train,) = [item for item in advice if item["family"] == "train"]
+    assert train["jobs"] == 1
+    assert train["milli"] is None, "one finished job is not history enough"
+    assert "3 needed" in train["reason"]
+
+    result = runner.invoke(app, ["profile", "report", "--db", db, "--out", str(tmp_path / "report")])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "train" in page
+    assert (tmp_path / "report" / "usage.png").stat().st_size > 1000
