@@ -80,7 +80,7 @@ def test_collect_recommend_and_report_on_real_servers(testbed: ControlPlaneState
     for name in (*USE, "train-2"):
         kube.create(f"/api/v1/namespaces/{namespace}/pods", pod(name, owner))
     kube.create(f"/api/v1/namespaces/{namespace}/pods",
-                pod("forged", None, {"kubecell.io/gpu-milli": "1e30", "kubecell.io/vc": "x" * 300}))
+                pod("forged", None, {"kubecell.io/topology": "bogus", "kubecell.io/vc": "x" * 300}))
     target, registry = agent
     util = Gauge("kubecell_node_gpu_pod_utilization_ratio", "", ["pod", "namespace", "node", "gpu"],
                  registry=registry)
