@@ -92,6 +92,9 @@ class JobSpec:
     and means the job fits nowhere (it waits, saying so); names of unknown nodes never match."""
     groups: tuple[MemberGroup, ...] = ()
     """The member groups; () is one group of ``members`` identical ``member`` requests."""
+    expected_seconds: float | None = None
+    """How long the job is expected to run, from the history of its family (``core.estimates``); None: no
+    history. Read only to order a VC's own waiting jobs (``EngineOptions.queue_order``), never for guarantees."""
     _groups: tuple[MemberGroup, ...] = field(default=(), init=False, repr=False, compare=False)
     _starts: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
     _segments: tuple[Segment, ...] = field(default=(), init=False, repr=False, compare=False)
@@ -117,6 +120,10 @@ class JobSpec:
         if not 1 <= minimum <= self.members:
             raise InvalidInputError(f"minimum {minimum} outside 1..{self.members}", location=where,
                                     field="min_members")
+        if self.expected_seconds is not None and not (math.isfinite(self.expected_seconds)
+                                                      and self.expected_seconds >= 0):
+            raise InvalidInputError(f"expected run time {self.expected_seconds!r}", location=where,
+                                    field="expected_seconds", accepted="None or finite seconds >= 0")
         if self.priority < OPPORTUNISTIC_PRIORITY:
             raise InvalidInputError(f"priority {self.priority}", location=where, field="priority",
                                     accepted=f"{OPPORTUNISTIC_PRIORITY} (opportunistic) or >= 0")

@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.interference.admission import AdmissionRule
 
+QUEUE_ORDERS = ("age", "shortest-expected")
+
 
 @dataclass(frozen=True, slots=True)
 class EngineOptions:
@@ -45,6 +47,12 @@ class EngineOptions:
     """Guarantees are restored at once by default; priority preemption honours each VC's minRuntime."""
     reservation_timeout_seconds: float = 600.0
     victim_search_regions: int = 8
+    queue_order: str = "age"
+    """Inside a VC, among jobs of one priority: ``age`` (first come, first served) or ``shortest-expected``
+    (the job its history says is shortest first, by ``JobSpec.expected_seconds`` in powers of two, age
+    within; a job without history counts as ``UNKNOWN_EXPECTED_SECONDS``). Only the VC's own order changes:
+    fair share between VCs and every guarantee are as before, and starvation reservations keep long jobs
+    from waiting forever."""
     colocation: AdmissionRule | None = None
     """Interference-aware sharing: a share goes only to a GPU where this rule admits it beside the shares
     already there (``placement.colocation``). None: shares pack by capacity alone."""
@@ -52,6 +60,11 @@ class EngineOptions:
     """A running elastic job is neither grown nor shrunk more often than this (no thrash); shrinking it for
     another VC's guarantee is always allowed (a guarantee prevails), growth waits and is retried when the
     interval ends. 0: resize whenever capacity allows."""
+
+    def __post_init__(self) -> None:
+        if self.queue_order not in QUEUE_ORDERS:
+            raise InvalidInputError(f"queue order {self.queue_order!r}", field="queue_order",
+                                    accepted=", ".join(QUEUE_ORDERS))
 
     def with_(self, **changes: object) -> EngineOptions:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -8,7 +8,8 @@ class's wait reason is copied to every member when it changes and otherwise only
 joined since, so every waiting job can say why at no extra cost.
 
 Order: opportunistic work last; between VCs, the lowest weighted dominant share first (fair share
-divides idle capacity); inside a VC, priority, then age. Priority therefore never lets one tenant jump
+divides idle capacity); inside a VC, priority, then age (or, with ``queue_order: shortest-expected``, the
+expected run time its history gives, then age). Priority therefore never lets one tenant jump
 ahead of another (KAI and Kueue: fair share between queues, priority within a queue); with fair
 sharing off (the quota baseline) it is priority, then age, across the whole cluster.
 
@@ -20,6 +21,7 @@ a job starts starving): a time-based rule concerns the class it stopped, so it r
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Iterator
 
@@ -29,9 +31,23 @@ ClassKey = tuple[object, ...]
 _SUBMITTED = "submitted; waiting for the next scheduling cycle"
 
 
+UNKNOWN_EXPECTED_SECONDS = 3600.0
+"""What ``shortest-expected`` ordering assumes of a job without history: an hour, the order of a typical
+median run (Philly, Helios). Neither first (every new family would jump the queue) nor last (it would wait
+for the history it can only get by running)."""
+
+
+def expected_bucket(job: Job) -> int:
+    """The job's expected run time in powers of two of seconds: jobs within a factor of two of each other are
+    equals, so a noisy estimate does not reorder them and identical jobs stay one class."""
+    seconds = job.spec.expected_seconds
+    return math.floor(math.log2(max(UNKNOWN_EXPECTED_SECONDS if seconds is None else seconds, 1.0)))
+
+
 class JobQueue:
-    def __init__(self, max_preemptions: int) -> None:
+    def __init__(self, max_preemptions: int, *, shortest_expected: bool = False) -> None:
         self.max_preemptions = max_preemptions
+        self.shortest_expected = shortest_expected
         self.pending: dict[str, Job] = {}
         self._classes: dict[ClassKey, deque[Job]] = {}
         self._class_of: dict[str, ClassKey] = {}
@@ -48,7 +64,8 @@ class JobQueue:
         if spec.heterogeneous:  # the same class only if every group matches (names too: reasons name them)
             shape = tuple((g.name, g.member.shape, g.count, g.minimum) for g in spec.member_groups)
         return (spec.vc, spec.priority, shape, spec.members, spec.minimum, spec.topology,
-                job.preemptions >= self.max_preemptions, spec.nodes)
+                job.preemptions >= self.max_preemptions, spec.nodes,
+                expected_bucket(job) if self.shortest_expected else 0)
 
     def enqueue(self, job: Job, now: float, *, since: float | None = None) -> None:
         """Add a waiting job; ``since`` keeps the age it had (a failed bind), else it waits from ``now``."""
@@ -136,8 +153,9 @@ class JobQueue:
     def all_classes(self) -> list[ClassKey]:
         return list(self._classes)
 
-    def order_key(self, job: Job, share: Callable[[str], float]) -> tuple[bool, float, int, float, str]:
-        return (job.spec.opportunistic, share(job.vc), -job.spec.priority, job.queued_at or 0.0, job.name)
+    def order_key(self, job: Job, share: Callable[[str], float]) -> tuple[bool, float, int, int, float, str]:
+        expected = expected_bucket(job) if self.shortest_expected else 0
+        return (job.spec.opportunistic, share(job.vc), -job.spec.priority, expected, job.queued_at or 0.0, job.name)
 
     def class_waits(self, key: ClassKey, reason: str) -> None:
         """Every job of a class waits for the same reason. The text goes to every member only when it

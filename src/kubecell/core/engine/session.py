@@ -56,7 +56,7 @@ class Session:
         self.gangs = GangPlacer(self.book, self.placer, self.rack_of, self.zone_of)
         self.regions = Regions(self.book, self.forest, self.tenancy, options, self.rack_of)
         self.admission = Admission(self.book, self.forest, options, self.rack_of, self.zone_of)
-        self.queue = JobQueue(options.max_preemptions)
+        self.queue = JobQueue(options.max_preemptions, shortest_expected=options.queue_order == "shortest-expected")
         self.ledger = UsageLedger(self.book, tenants.names)
         self.reservations = Reservations(self.book, options, self.rack_of)
         self.jobs: dict[str, Job] = {}
