@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from kubecell.cli.service import default_identity, run
-from kubecell.core.engine.options import PRESETS
+from kubecell.core.engine.options import PRESETS, QUEUE_ORDERS
 from kubecell.core.errors import InvalidInputError
+from kubecell.core.interference.admission import RULE_SYNTAX, parse_rule
 from kubecell.core.placement.registry import DEFAULT_POLICY, canonical_policy_name
 from kubecell.kube.leader_label import PodRef
 from kubecell.kube.rest import Kube
@@ -65,6 +66,31 @@ PodNamespace = Annotated[str, typer.Option(envvar="POD_NAMESPACE", help=(
     "The namespace of --pod-name (Downward API; default: the service account's namespace)."))]
 
 
+History = Annotated[str, typer.Option(help=(
+    "The profiler's job history (a SQLAlchemy URL, as 'kubecell profile --db'): each job's family run time and "
+    "solo use, for --queue-order shortest-expected and --colocation. Needs the profiler extra. '' for none."))]
+QueueOrder = Annotated[str, typer.Option(help="Inside a VC: 'age' or 'shortest-expected' (from --history).")]
+Colocation = Annotated[str, typer.Option(help="Which shares may share a GPU: " + RULE_SYNTAX + "; '' packs by "
+                                         "capacity alone.")]
+
+
+def learned(history: str, queue_order: str, colocation: str) -> dict[str, Any]:
+    """The SchedulerOptions fields of the three knowledge options, checked before the cluster is touched."""
+    if queue_order not in QUEUE_ORDERS:
+        raise InvalidInputError(f"--queue-order {queue_order!r}", field="queue-order", accepted=", ".join(QUEUE_ORDERS))
+    fields: dict[str, Any] = {"queue_order": queue_order,
+                              "colocation": parse_rule(colocation, field="colocation") if colocation else None}
+    if history:
+        try:
+            from kubecell.profiler.history import JobHistory
+            from kubecell.profiler.knowledge import HistoryKnowledge
+        except ImportError as error:
+            raise InvalidInputError(f"--history needs the profiler extra ({error})", field="history",
+                                    accepted="pip install 'kubecell[profiler]'") from None
+        fields["knowledge"] = HistoryKnowledge(JobHistory.open(history))
+    return fields
+
+
 def _prepare(tenancy: str, verbose: bool) -> None:
     """What both modes check and set up before they talk to the cluster."""
     if tenancy not in PRESETS:
@@ -86,12 +112,16 @@ def scheduler(
     pod_name: PodName = "",
     pod_namespace: PodNamespace = "",
     release_terminating: ReleaseTerminating = False,
+    history: History = "",
+    queue_order: QueueOrder = "age",
+    colocation: Colocation = "",
     verbose: Verbose = False,
 ) -> None:
     """Run kubecell's scheduler against a cluster (standalone mode, its own schedulerName)."""
     _prepare(tenancy, verbose)
     options = SchedulerOptions(name=name, tenancy=tenancy, placement=canonical_policy_name(placement),
-                               tenants_namespace=tenants_namespace, release_terminating=release_terminating)
+                               tenants_namespace=tenants_namespace, release_terminating=release_terminating,
+                               **learned(history, queue_order, colocation))
     kube = Kube.from_kubeconfig(kubeconfig)
     run(kube, options, listen=_address(listen), leader_elect=leader_elect,
         identity=identity or pod_name or default_identity(), pod=own_pod(pod_name, pod_namespace))
@@ -112,6 +142,9 @@ def extender(
     pod_name: PodName = "",
     pod_namespace: PodNamespace = "",
     release_terminating: ReleaseTerminating = False,
+    history: History = "",
+    queue_order: QueueOrder = "age",
+    colocation: Colocation = "",
     verbose: Verbose = False,
 ) -> None:
     """Serve kube-scheduler as its HTTP extender (filter, prioritize, bind, preempt): the same engine and
@@ -126,7 +159,8 @@ def extender(
     _prepare(tenancy, verbose)
     options = SchedulerOptions(name=names[0], extra_names=tuple(names[1:]), tenancy=tenancy,
                                placement=canonical_policy_name(placement), tenants_namespace=tenants_namespace,
-                               extender=True, release_terminating=release_terminating)
+                               extender=True, release_terminating=release_terminating,
+                               **learned(history, queue_order, colocation))
     kube = Kube.from_kubeconfig(kubeconfig)
     run(kube, options, listen=address, leader_elect=leader_elect, identity=identity or pod_name or default_identity(),
         pod=own_pod(pod_name, pod_namespace))

@@ -290,10 +290,11 @@ class JobHistory:
         return self._load(query, "listing jobs")
 
     def durations(self, family: str | None = None, user: str | None = None, vc: str | None = None,
-                  outcomes: tuple[Outcome, ...] | None = None, limit: int = DEFAULT_LIMIT) -> list[float]:
+                  outcomes: tuple[Outcome, ...] | None = None, limit: int = DEFAULT_LIMIT,
+                  namespace: str | None = None) -> list[float]:
         """Run times in seconds (finished - started) of the finished jobs matching the filters, the most recently
         finished ``limit`` of them, oldest first; ``outcomes`` keeps only jobs that ended so (all when None)."""
-        query = select(JobRow.started, JobRow.finished).where(*_conditions(None, family, user, vc, None))
+        query = select(JobRow.started, JobRow.finished).where(*_conditions(namespace, family, user, vc, None))
         query = query.where(JobRow.started.is_not(None), JobRow.finished.is_not(None))
         if outcomes is not None:
             query = query.where(JobRow.outcome.in_([str(outcome) for outcome in outcomes]))

@@ -32,6 +32,7 @@ from kubecell.scheduler.jobs import (
     job_name,
     job_spec,
 )
+from kubecell.scheduler.knowledge import Knowledge, informed
 from kubecell.scheduler.tracking import Tracking
 
 log = logging.getLogger("kubecell.scheduler")
@@ -99,6 +100,8 @@ class Intake:
         to its extender; the rest it places alone, and kubecell holds them like any foreign pod)."""
         self.release_terminating = release_terminating
         """Free a bound pod's resources when its deletion starts instead of when it is gone (``pods.holds``)."""
+        self.knowledge: Knowledge | None = None
+        """What the job history says of a pod's family (``scheduler.knowledge``); None: nothing."""
         self.node_limit: NodeLimit | None = None
         """A further per-pod limit on the nodes a job may use (``allowed_nodes``), set by a mode that learns
         one the pod's spec does not say: the extender, from kube-scheduler's own filters."""
@@ -383,6 +386,7 @@ class Intake:
             for p, _ in members:
                 self.teller.tell(p, f"cannot be scheduled: {error}", reason="InvalidRequest")
             return False
+        spec = informed(spec, pod, self.knowledge)
         job = state.engine.submit(spec, spec.submit_time)
         isolation_of = {pods.uid(p): d.isolation for p, d in members if d.isolation != demand.isolation}
         tracked = Tracked(name, demand.group.key if demand.group else None, [pods.uid(p) for p, _ in members],

@@ -26,6 +26,7 @@ from kubecell.core.engine.engine import Engine
 from kubecell.core.engine.job import JobPhase
 from kubecell.core.engine.options import PRESETS
 from kubecell.core.errors import KubecellError
+from kubecell.core.interference.admission import AdmissionRule
 from kubecell.core.placement.frag import TypicalPod
 from kubecell.core.placement.registry import DEFAULT_POLICY, PolicyContext, make_policy
 from kubecell.kube import pods, virtualclusters
@@ -38,6 +39,7 @@ from kubecell.scheduler.binder import Binder, Settled
 from kubecell.scheduler.cluster import Mirror, trimmed_node
 from kubecell.scheduler.elastic import ElasticSizer
 from kubecell.scheduler.intake import Intake, Teller
+from kubecell.scheduler.knowledge import Knowledge
 from kubecell.scheduler.nodes import NodeReader
 from kubecell.scheduler.observe.capture import CaptureCache, capture
 from kubecell.scheduler.observe.recorder import Recorder
@@ -89,6 +91,12 @@ class SchedulerOptions:
     profiles whose GPU pods it should place, e.g. ``default-scheduler``)."""
     resize_interval_seconds: float | None = None
     """Least seconds between two resizes of one elastic gang (None: the tenancy preset's, 300 s)."""
+    queue_order: str = "age"
+    """Inside a VC: ``age`` or ``shortest-expected`` (by the run time ``knowledge`` gives; ``EngineOptions``)."""
+    colocation: AdmissionRule | None = None
+    """Interference-aware sharing (``EngineOptions.colocation``); None: shares pack by capacity."""
+    knowledge: Knowledge | None = None
+    """What the job history says of a pod's family (``--history``); None: nothing is known beyond requests."""
     release_terminating: bool = False
     """Free a pod's GPUs when its deletion starts. By default, as kube-scheduler, a terminating pod holds
     them until it is gone, so work that checkpoints on SIGTERM never shares its GPUs with its successor."""
@@ -125,6 +133,7 @@ class Scheduler:
                              default_vc=self.options.default_vc,
                              resources=frozenset(MANAGED_RESOURCES) if extender else None,
                              release_terminating=self.options.release_terminating)
+        self.intake.knowledge = self.options.knowledge
         self.pool = ThreadPoolExecutor(max_workers=BIND_WORKERS, thread_name_prefix="kubecell-write")
         self.settled: queue.SimpleQueue[Settled] = queue.SimpleQueue()
         self.binder = Binder(self.actions, self.mirror, self.pool, self.options.name, self._on_settled,
@@ -384,6 +393,7 @@ class Scheduler:
         preset = PRESETS[o.tenancy]
         if o.resize_interval_seconds is not None:
             preset = dataclasses.replace(preset, resize_min_interval_seconds=o.resize_interval_seconds)
+        preset = dataclasses.replace(preset, queue_order=o.queue_order, colocation=o.colocation)
         engine = Engine(nodes, tenants, preset, forest=forest, placement=policy, tie_rank=ranks)
         self.state = Tracking(engine, views)
         self.node_reader.applied_now(views)

@@ -18,6 +18,7 @@ from kubecell.core.interference import (
     tune_predicted_floor,
     tune_summed_util,
 )
+from kubecell.core.interference.admission import parse_rule
 from tests.core.interference.support import job
 
 GPU = 24576.0
@@ -76,3 +77,21 @@ def test_both_rules_tune_on_the_same_runs() -> None:
     assert predicted is not None
     assert predicted.floor == pytest.approx(PREDICTOR.worst_speed(runs[2]))
     assert [predicted.admits(run, GPU) for run in runs] == [True, True, True, False, False]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("none", NoSharing()),
+    ("Blind", BlindSharing()),
+    ("summed-util:70", SummedUtilThreshold(70.0)),
+    ("predicted:0.8", PredictedSlowdown(InterferencePredictor(), 0.8)),
+    ("predicted:0.9:0.3:0.5", PredictedSlowdown(InterferencePredictor(InterferenceParams(0.3, 0.5)), 0.9)),
+])
+def test_rules_are_read_from_their_configuration_text(text: str, expected: object) -> None:
+    assert parse_rule(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "sometimes", "summed-util", "summed-util:x", "predicted:2", "none:1",
+                                  "predicted:0.8:1", "summed-util:-5"])
+def test_bad_rule_texts_say_what_is_accepted(text: str) -> None:
+    with pytest.raises(InvalidInputError):
+        parse_rule(text)

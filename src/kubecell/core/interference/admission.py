@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kubecell.core.errors import InvalidInputError
-from kubecell.core.interference.predictor import InterferencePredictor
+from kubecell.core.interference.predictor import InterferenceParams, InterferencePredictor
 from kubecell.core.interference.profile import SoloProfile
 
 
@@ -145,3 +145,29 @@ def tune_predicted_floor(
     limit = tune_limit([-predictor.worst_speed(run) for run in runs], [speed < floor for speed in worst_speeds],
                        target_rate)
     return None if limit is None else PredictedSlowdown(predictor, min(1.0, max(0.0, -limit)))
+
+
+RULE_SYNTAX = ("none (no sharing), blind, summed-util:LIMIT (percent, Alnair: 70), or "
+               "predicted:FLOOR[:QUEUEING:BANDWIDTH] (a fraction of solo speed, e.g. 0.8)")
+
+
+def parse_rule(text: str, *, field: str = "colocation") -> AdmissionRule:
+    """An admission rule from its configuration text (``RULE_SYNTAX``); an error names what is accepted."""
+    name, _, rest = text.strip().lower().partition(":")
+    numbers: list[float] = []
+    for part in rest.split(":") if rest else []:
+        try:
+            numbers.append(float(part))
+        except ValueError:
+            raise InvalidInputError(f"{part!r} in {text!r} is not a number", field=field,
+                                    accepted=RULE_SYNTAX) from None
+    if name == "none" and not numbers:
+        return NoSharing()
+    if name == "blind" and not numbers:
+        return BlindSharing()
+    if name == "summed-util" and len(numbers) == 1:
+        return SummedUtilThreshold(numbers[0])
+    if name == "predicted" and len(numbers) in (1, 3):
+        params = InterferenceParams(*numbers[1:]) if len(numbers) == 3 else InterferenceParams()
+        return PredictedSlowdown(InterferencePredictor(params), numbers[0])
+    raise InvalidInputError(f"colocation rule {text!r}", field=field, accepted=RULE_SYNTAX)

@@ -1,0 +1,86 @@
+"""The job history as the scheduler's knowledge (``scheduler.knowledge.Knowledge``): a family's median run time
+and what its jobs used alone, per GPU.
+
+A pod's family is its controller owner's name family (else its own name's) **in its own namespace**: another
+team's jobs, whatever they are named, never change what the scheduler expects of this one. Answers are cached
+per (namespace, family) for ``ttl_seconds``, so the scheduling thread touches the database at most once per
+family and period; a database error is logged and answered with None (no knowledge), never raised into the
+scheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubecell.core.interference.profile import JobKey, SoloProfile
+from kubecell.profiler.history import JobHistory, Outcome, ProfilerStoreError
+from kubecell.profiler.identity import name_family
+from kubecell.profiler.recommend import usage_profile
+
+log = logging.getLogger("kubecell.profiler.knowledge")
+
+MIN_JOBS = 3
+"""Finished jobs a family needs before anything is said of it (as ``core.rightsizing``)."""
+RECENT_JOBS = 50
+
+
+def family_of(pod: Mapping[str, Any]) -> tuple[str, str]:
+    """(namespace, family) of ``pod``: its controller owner's name family, else its own name's."""
+    meta = pod.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    for reference in meta.get("ownerReferences") or ():
+        if isinstance(reference, Mapping) and reference.get("controller") is True and reference.get("name"):
+            name = str(reference["name"])
+            break
+    return str(meta.get("namespace", "default")), name_family(name)
+
+
+class HistoryKnowledge:
+    """Answers from a :class:`JobHistory` (see the module)."""
+
+    def __init__(self, history: JobHistory, *, ttl_seconds: float = 300.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.history = history
+        self.ttl_seconds = ttl_seconds
+        self.clock = clock
+        self._cache: dict[tuple[str, str], tuple[float, float | None, SoloProfile | None]] = {}
+
+    def _answers(self, pod: Mapping[str, Any]) -> tuple[float | None, SoloProfile | None]:
+        key = family_of(pod)
+        now = self.clock()
+        cached = self._cache.get(key)
+        if cached is not None and now - cached[0] < self.ttl_seconds:
+            return cached[1], cached[2]
+        try:
+            expected, profile = self._read(*key)
+        except ProfilerStoreError as error:
+            log.warning("job history unreadable for %s/%s: %s", *key, error)
+            expected, profile = None, None
+        self._cache[key] = (now, expected, profile)
+        return expected, profile
+
+    def _read(self, namespace: str, family: str) -> tuple[float | None, SoloProfile | None]:
+        runs = self.history.durations(namespace=namespace, family=family, limit=RECENT_JOBS,
+                                      outcomes=(Outcome.SUCCEEDED,))
+        expected = float(statistics.median(runs)) if len(runs) >= MIN_JOBS else None
+        jobs = [job for job in self.history.jobs(namespace=namespace, family=family, limit=RECENT_JOBS)
+                if job.outcome in (Outcome.SUCCEEDED, Outcome.FAILED)]
+        profiles = [p for p in (usage_profile(job) for job in jobs) if p is not None]
+        if len(profiles) < MIN_JOBS:
+            return expected, None
+        means = [statistics.fmean(p.gpu_utilization) for p in profiles]  # decile mean: near the time mean
+        util = 100.0 * min(1.0, statistics.median(means))
+        peak = max(p.gpu_memory_mib[-1] for p in profiles)
+        # No memory-controller series is kept: its utilization is taken as the compute's (the conservative side
+        # for a calibrated bandwidth term, and exact where the model's bandwidth term is 0).
+        return expected, SoloProfile(JobKey(f"{namespace}/{family}"), util, util, peak)
+
+    def expected_seconds(self, pod: Mapping[str, Any]) -> float | None:
+        return self._answers(pod)[0]
+
+    def profile(self, pod: Mapping[str, Any]) -> SoloProfile | None:
+        return self._answers(pod)[1]

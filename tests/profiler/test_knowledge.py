@@ -1,0 +1,72 @@
+"""The job history as the scheduler's knowledge: a family's median run time and solo use from its finished jobs
+in the pod's own namespace only; nothing before three jobs; answers cached for a while; a broken history answers
+nothing instead of failing the scheduler."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubecell.profiler.distribution import distribution
+from kubecell.profiler.history import JobHistory, JobRecord, Outcome
+from kubecell.profiler.knowledge import HistoryKnowledge, family_of
+from kubecell.profiler.recommend import MIB
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def finished(namespace: str, name: str, seconds: float, util: float, *, milli: int = 500) -> JobRecord:
+    return JobRecord(uid=f"{namespace}-{name}", namespace=namespace, owner_kind="Job", owner_name=name, created=T0,
+                     gpus_per_pod=1, milli_gpu_per_pod=milli, started=T0, finished=T0 + timedelta(seconds=seconds),
+                     outcome=Outcome.SUCCEEDED,
+                     metrics={"gpu_utilization": distribution([util] * 5),
+                              "gpu_memory": distribution([2000.0 * MIB] * 5)})
+
+
+def pod(namespace: str, owner: str) -> dict[str, Any]:
+    return {"metadata": {"name": f"{owner}-abcde", "namespace": namespace,
+                         "ownerReferences": [{"kind": "Job", "name": owner, "uid": "u", "controller": True}]}}
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> JobHistory:
+    opened = JobHistory.open(f"sqlite:///{tmp_path}/h.db")
+    for i, (seconds, util) in enumerate([(100, 0.2), (200, 0.3), (300, 0.4)]):
+        opened.save(finished("team-a", f"bert-{i}", seconds, util))
+    for i in range(3):  # another team's jobs of the same name family
+        opened.save(finished("team-b", f"bert-{i}", 99_999, 1.0))
+    return opened
+
+
+def test_a_family_in_its_own_namespace(history: JobHistory) -> None:
+    knowledge = HistoryKnowledge(history)
+    assert family_of(pod("team-a", "bert-7")) == ("team-a", "bert")
+    assert knowledge.expected_seconds(pod("team-a", "bert-7")) == 200
+    profile = knowledge.profile(pod("team-a", "bert-7"))
+    assert profile is not None
+    assert profile.gpu_util == pytest.approx(30.0)
+    assert profile.memory_mib == 2000.0
+    assert knowledge.expected_seconds(pod("team-b", "bert-7")) == 99_999, "team b's own history"
+    assert knowledge.expected_seconds(pod("team-c", "bert-7")) is None, "no history in team c"
+
+
+def test_answers_are_cached_for_the_ttl(history: JobHistory) -> None:
+    now = [0.0]
+    knowledge = HistoryKnowledge(history, ttl_seconds=60, clock=lambda: now[0])
+    assert knowledge.expected_seconds(pod("team-a", "gpt-1")) is None
+    for i in range(3):
+        history.save(finished("team-a", f"gpt-{i}", 50, 0.1))
+    assert knowledge.expected_seconds(pod("team-a", "gpt-1")) is None, "cached"
+    now[0] = 61
+    assert knowledge.expected_seconds(pod("team-a", "gpt-1")) == 50
+
+
+def test_a_broken_history_answers_nothing(history: JobHistory, tmp_path: Path) -> None:
+    knowledge = HistoryKnowledge(history)
+    history.close()
+    (tmp_path / "h.db").write_bytes(b"not a database" * 100)
+    assert knowledge.expected_seconds(pod("team-a", "bert-1")) is None
+    assert knowledge.profile(pod("team-a", "bert-1")) is None

@@ -1,0 +1,71 @@
+"""The scheduler takes what the job history knows of a pod's family into the engine's job: the expected run time
+(for ``queue_order: shortest-expected``) and, for a share, the solo profile (for the co-location rule); a pod
+with no history, or a gang of member groups, is submitted as before. The co-location rule then keeps two heavy
+shares apart on the scheduler's own intake path."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kubecell.core.interference import JobKey, SoloProfile, SummedUtilThreshold
+from kubecell.scheduler.knowledge import Knowledge
+from tests.core.support import engine, make_nodes
+from tests.scheduler.test_shrink_pods import Loop
+from tests.scheduler.trust_support import pod_body
+
+
+class Known:
+    """Knowledge by pod name prefix (what a history would say of each family)."""
+
+    def __init__(self, runs: Mapping[str, float], uses: Mapping[str, float]) -> None:
+        self.runs, self.uses = runs, uses
+        self.asked: list[str] = []
+
+    def _family(self, pod: Mapping[str, Any]) -> str:
+        name = str(pod["metadata"]["name"])
+        self.asked.append(name)
+        return name.split("-")[0]
+
+    def expected_seconds(self, pod: Mapping[str, Any]) -> float | None:
+        return self.runs.get(self._family(pod))
+
+    def profile(self, pod: Mapping[str, Any]) -> SoloProfile | None:
+        family = self._family(pod)
+        util = self.uses.get(family)
+        return None if util is None else SoloProfile(JobKey(family), util, util, 1000.0)
+
+
+def share(name: str, milli: int = 400) -> dict[str, Any]:
+    body = pod_body("ns", name, {"kubecell.io/gpu-milli": str(milli), "kubecell.io/gpu-memory": "1000"})
+    body["metadata"].update(uid=f"uid-{name}", creationTimestamp="1970-01-01T00:00:00Z")
+    body["status"] = {"phase": "Pending"}
+    return body
+
+
+def job_of(loop: Loop, pod: str) -> Any:
+    (name,) = [n for n in loop.state.tracked if pod in n]
+    return loop.state.engine.jobs[name]
+
+
+def test_the_history_reaches_the_engine_job_and_a_pod_without_history_is_unchanged() -> None:
+    loop = Loop(engine(make_nodes(1, gpus=2), {"b": {"gpus": 2}}))
+    known: Knowledge = Known({"bert": 1800.0}, {"bert": 70.0})
+    loop.intake.knowledge = known
+    loop.add(share("bert-0"), share("gpt-0"))
+    bert, gpt = job_of(loop, "bert-0"), job_of(loop, "gpt-0")
+    assert bert.spec.expected_seconds == 1800.0
+    assert bert.spec.member.profile == SoloProfile(JobKey("bert"), 70.0, 70.0, 1000.0)
+    assert gpt.spec.expected_seconds is None
+    assert gpt.spec.member.profile is None
+
+
+def test_the_colocation_rule_keeps_heavy_shares_apart_on_the_intake_path() -> None:
+    loop = Loop(engine(make_nodes(1, gpus=2), {"b": {"gpus": 2}}, colocation=SummedUtilThreshold(100)))
+    loop.intake.knowledge = Known({}, {"heavy": 70.0, "light": 20.0})
+    loop.add(share("heavy-0"), share("heavy-1"), share("light-0"))
+    loop.cycle(1)
+    gpus = {pod: loop.state.engine.book.allocations[next(iter(job_of(loop, pod).running_members))].gpu_indices
+            for pod in ("heavy-0", "heavy-1", "light-0")}
+    assert gpus["heavy-0"] != gpus["heavy-1"], "70 % + 70 % is above the limit"
+    assert gpus["light-0"] in (gpus["heavy-0"], gpus["heavy-1"]), "20 % fits beside either"
