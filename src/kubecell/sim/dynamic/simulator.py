@@ -6,9 +6,11 @@ at rate n / members. A preempted or failed job keeps the progress of its last ch
 ``checkpoint_seconds`` of its run) and loses the rest, which is reported as GPU-time lost. A resize is
 work-conserving: an elastic job that grows or shrinks (``CycleResult.grown``, ``CycleResult.shrunk``)
 keeps all the work it has done and runs on at the rate of its new size, so its remaining GPU-work is
-spread over its new member count (elastic training rescales without a restart; no GPU-time is lost). The engine
-runs one scheduling cycle per distinct event time. One bad job never stops a run: the engine rejects
-it with a reason and the simulation counts it.
+spread over its new member count (elastic training rescales without a restart; no GPU-time is lost). With a
+``speed_model`` (``sharing``), jobs sharing a GPU also run at the speed the model gives them beside their
+partners, re-rated work-conservingly whenever a GPU's sharers change; without one a share runs as fast as a
+whole GPU, as before. The engine runs one scheduling cycle per distinct event time. One bad job never stops a
+run: the engine rejects it with a reason and the simulation counts it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from kubecell.core.model import Node
 from kubecell.core.placement.frag import FragmentationMeasure, PodShape, typical_pods
 from kubecell.core.placement.registry import DEFAULT_POLICY, PolicyContext, make_policy
 from kubecell.core.tenancy.config import Tenants
+from kubecell.sim.dynamic.sharing import SharingTracker, SpeedModel
 
 
 class EventKind(IntEnum):
@@ -125,9 +128,11 @@ class DynamicSimulation:
         checkpoint_seconds: float = 1800.0,
         horizon: float | None = None,
         placement: str = DEFAULT_POLICY,
+        speed_model: SpeedModel | None = None,
     ) -> None:
         """``placement`` names the placement policy every member is placed with (FGD is given the
-        workload's typical member shapes in advance, as published; the others need nothing)."""
+        workload's typical member shapes in advance, as published; the others need nothing). ``speed_model``:
+        how fast jobs sharing a GPU run (``sharing``); None, every job runs at full speed."""
         # Fragmentation is measured against the workload's own typical member shapes (by job count).
         typical = typical_pods(
             (PodShape(s.member.cpu_milli or 100, s.member.gpu_milli, s.member.gpu_count,
@@ -150,6 +155,7 @@ class DynamicSimulation:
         self._tokens = 0
         self.records: dict[str, JobRecord] = {}
         self._wake_pushed: float | None = None
+        self.sharing = SharingTracker(speed_model) if speed_model is not None else None
 
     def _push(self, when: float, kind: EventKind, payload: object) -> None:
         self._sequence += 1
@@ -193,6 +199,8 @@ class DynamicSimulation:
             if not only_samples:
                 result = engine.schedule(now)
                 self._apply(result, now)
+                if self.sharing is not None:
+                    self._rerate(now)
                 wake = engine.next_wake()
                 if wake is not None and wake > now and wake != self._wake_pushed:
                     self._wake_pushed = wake
@@ -205,6 +213,8 @@ class DynamicSimulation:
                 self._handle(EventKind.SAMPLE, None, now, samples)
             if not self._work_left():
                 break
+        if self.sharing is not None:
+            self.sharing.finish(now)
         for job in engine.jobs.values():
             record = self.records.get(job.name)
             if record is not None:
@@ -297,8 +307,18 @@ class DynamicSimulation:
             self._progress(job, now)
             self._begin(job, now)
 
+    def _rerate(self, now: float) -> None:
+        """Jobs whose GPU partners changed this cycle keep their progress and run on at their new speed."""
+        assert self.sharing is not None
+        for name in self.sharing.update(self.engine, list(self._runs), now):
+            job = self.engine.jobs[name]
+            self._progress(job, now)
+            self._begin(job, now)
+
     def _rate(self, job: Job) -> float:
-        return job.size / job.spec.members
+        if self.sharing is None:
+            return job.size / job.spec.members
+        return job.size / job.spec.members * self.sharing.speed_of(job.name)
 
     def _progress(self, job: Job, now: float) -> None:
         run = self._runs.get(job.name)

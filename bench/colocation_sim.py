@@ -1,0 +1,111 @@
+"""Interference-aware sharing end to end: one workload of GPU-sharing jobs in the dynamic simulator, five rules.
+
+    python bench/colocation_sim.py [--pairs FILE] [--solo FILE] [--jobs N] [--load X[,Y...]] [--seeds 0,1,2]
+                                   [--gpus-per-node 4] [--nodes 8] [--in-sample] [--holdout-models 3]
+
+Defaults read Lucid's RTX 3090 tables from ``../shared/data/colocation`` (non-commercial licence: read at run
+time, never stored in the product). Co-located jobs run at the measured pair speeds (``PairSpeeds``); the
+rules are no sharing, blind packing, Alnair's 70 % summed-utilization rule, the best summed-utilization
+threshold, and kubecell's predicted-slowdown rule, the last two calibrated on the pairs of the models not
+held out (``--in-sample``: on every pair). See ``kubecell.sim.colocation.experiment`` for the setup.
+
+For each load it prints, per rule, the means over seeds of: average JCT (with the lowest and highest seed's),
+p50 / p99 JCT, makespan, GPU-hours (a GPU holding any job, however many, counts once), the mean speed of jobs
+while sharing, the share of job-time run below 0.8x of solo speed, the share of job-time run shared, and the
+share of shared job-time at measured rather than predicted speeds. Then kubecell's average JCT over each
+rule's, and in how many seeds kubecell's average JCT is below no sharing's, blind's and the 70 % rule's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from kubecell.core.errors import InvalidInputError
+from kubecell.inputs.colocation import load_shared_runs, load_solo_profiles
+from kubecell.sim.colocation.experiment import RULES, ExperimentConfig, ExperimentResult, run_experiment
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "colocation"
+BASELINES = ("no sharing", "blind", "alnair 70 %")
+
+
+def numbers(text: str, kind: type[float] | type[int]) -> list[float] | list[int]:
+    try:
+        values = [kind(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one number")
+    return values
+
+
+def mean(values: list[float]) -> float:
+    finite = [value for value in values if not math.isnan(value)]
+    return statistics.fmean(finite) if finite else math.nan
+
+
+def report(load: float, results: list[ExperimentResult]) -> None:
+    config = results[0].config
+    print(f"\nload {load:g} ({config.jobs} jobs, {config.nodes} x {config.gpus_per_node} GPUs, "
+          f"seeds {', '.join(str(result.config.seed) for result in results)})")
+    for result in results:
+        print(f"  seed {result.config.seed}: {result.calibration.describe()}")
+    print(f"  {'rule':15s} {'avg JCT h (min-max)':>21s} {'p50 h':>6s} {'p99 h':>6s} {'makespan h':>10s} "
+          f"{'GPU-h':>7s} {'speed shared':>12s} {'< 0.8x':>7s} {'shared':>7s} {'measured':>8s}")
+    for rule in RULES:
+        rows = [result.results[rule] for result in results]
+        jct = [row.avg_jct / 3600 for row in rows]
+        p50, p99 = mean([row.p50_jct / 3600 for row in rows]), mean([row.p99_jct / 3600 for row in rows])
+        below, shared = mean([row.below_floor for row in rows]), mean([row.shared_time for row in rows])
+        print(f"  {rule:15s} {mean(jct):7.3f} ({min(jct):5.2f}-{max(jct):5.2f}) {p50:6.2f} {p99:6.2f} "
+              f"{mean([row.makespan / 3600 for row in rows]):10.1f} {mean([row.gpu_hours for row in rows]):7.0f} "
+              f"{mean([row.shared_speed for row in rows]):12.3f} {100 * below:6.1f}% {100 * shared:6.1f}% "
+              f"{100 * mean([row.measured for row in rows]):7.1f}%")
+    print("  kubecell avg JCT / rule's (mean over seeds, min-max):")
+    for rule in RULES[:-1]:
+        ratios = [result.results["kubecell"].avg_jct / result.results[rule].avg_jct for result in results]
+        print(f"    / {rule:15s} {mean(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
+    wins = sum(all(result.results["kubecell"].avg_jct < result.results[rule].avg_jct for rule in BASELINES)
+               for result in results)
+    print(f"  target (kubecell avg JCT below no sharing, blind and 70 %): met in {wins} of {len(results)} seeds")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--pairs", type=Path, default=DATA / "lucid_colocate_pairs.csv")
+    parser.add_argument("--solo", type=Path, default=DATA / "lucid_single_data.csv")
+    parser.add_argument("--jobs", type=int, default=600)
+    parser.add_argument("--load", type=lambda text: numbers(text, float), default=[1.2],
+                        help="offered GPU demand / GPUs; a comma-separated list runs each")
+    parser.add_argument("--seeds", type=lambda text: numbers(text, int), default=[0, 1, 2])
+    parser.add_argument("--nodes", type=int, default=8)
+    parser.add_argument("--gpus-per-node", type=int, default=4)
+    parser.add_argument("--in-sample", action="store_true", help="calibrate the rules on every pair")
+    parser.add_argument("--holdout-models", type=int, default=3, help="models left out of calibration")
+    args = parser.parse_args()
+    for path in (args.pairs, args.solo):
+        if not path.is_file():
+            sys.exit(f"{path}: not found. The Lucid tables live in ../shared/data/colocation next to the "
+                     "repository; pass --pairs and --solo to use other measurements.")
+    try:
+        solos = load_solo_profiles(args.solo)
+        runs = load_shared_runs(args.pairs, solos)
+    except InvalidInputError as error:
+        sys.exit(str(error))
+    started = time.perf_counter()
+    print(f"{len(runs)} measured runs, {len(solos)} solo profiles; calibration "
+          f"{'in-sample (every pair)' if args.in_sample else f'held out: {args.holdout_models} models per seed'}")
+    for load in args.load:
+        results = [run_experiment(runs, solos, ExperimentConfig(
+            nodes=args.nodes, gpus_per_node=args.gpus_per_node, jobs=args.jobs, load=load, seed=seed,
+            in_sample=args.in_sample, holdout_models=args.holdout_models)) for seed in args.seeds]
+        report(load, results)
+    print(f"\nwall time {time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""The dynamic simulator with a speed model: jobs sharing a GPU are re-rated, keeping their progress, when a
+partner joins and again when it leaves; without a model (or with one that never slows anyone) nothing changes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from kubecell.core.engine.job import JobSpec
+from kubecell.core.engine.options import PRESETS
+from kubecell.core.interference import AdmissionRule, BlindSharing, JobKey, NoSharing, SoloProfile
+from kubecell.core.topology import CellForest
+from kubecell.sim.colocation.workload import share_job
+from kubecell.sim.dynamic.sharing import SpeedModel
+from kubecell.sim.dynamic.simulator import DynamicSimulation, SimulationResult
+from tests.core.support import make_nodes, tenants
+
+PROFILE = SoloProfile(JobKey("m"), 50.0, 20.0, 1000.0)
+
+
+class Halves:
+    """Every job beside another on one of its GPUs runs at half speed."""
+
+    def speed(self, job: JobSpec, partners: Sequence[Sequence[JobSpec]]) -> float:
+        return 0.5 if any(partners) else 1.0
+
+
+class Unchanged:
+    def speed(self, job: JobSpec, partners: Sequence[Sequence[JobSpec]]) -> float:
+        return 1.0
+
+
+def simulate(jobs: list[JobSpec], model: SpeedModel | None, *, gpus: int = 1,
+             rule: AdmissionRule | None = None) -> tuple[DynamicSimulation, SimulationResult]:
+    """One node of ``gpus`` GPUs; blind sharing unless ``rule`` says otherwise."""
+    nodes = make_nodes(1, gpus=gpus)
+    simulation = DynamicSimulation(nodes, tenants(CellForest(nodes), {"shared": {"gpus": gpus}}),
+                                   PRESETS["kubecell"].with_(colocation=rule or BlindSharing()), jobs, sample_seconds=0,
+                                   speed_model=model)
+    return simulation, simulation.run()
+
+
+def finishes(result: SimulationResult) -> dict[str, float | None]:
+    return {record.name: record.finish for record in result.records}
+
+
+def test_both_jobs_are_rerated_when_a_partner_joins_and_when_it_leaves() -> None:
+    # x alone 0-50 (50 done); together at 0.5 from 50: x's last 50 take 100 s -> x ends at 150, y has 50 done;
+    # y alone at 1.0 from 150: its last 50 -> 200.
+    jobs = [share_job("x", PROFILE, 0.0, 100.0), share_job("y", PROFILE, 50.0, 100.0)]
+    simulation, result = simulate(jobs, Halves())
+    assert finishes(result) == {"x": pytest.approx(150.0), "y": pytest.approx(200.0)}
+    assert simulation.sharing is not None
+    segments = [(s.job, s.partners, s.speed, s.start, s.end) for s in simulation.sharing.segments]
+    assert sorted(segments) == sorted([("x", ((),), 1.0, 0.0, 50.0), ("x", (("y",),), 0.5, 50.0, 150.0),
+                                       ("y", (("x",),), 0.5, 50.0, 150.0), ("y", ((),), 1.0, 150.0, 200.0)])
+    assert simulation.sharing.gpu_seconds_occupied == pytest.approx(200.0), "one GPU held from 0 to 200"
+
+
+def test_two_jobs_starting_together_share_from_the_start() -> None:
+    jobs = [share_job("x", PROFILE, 0.0, 100.0), share_job("y", PROFILE, 0.0, 100.0)]
+    _, result = simulate(jobs, Halves())
+    assert finishes(result) == {"x": pytest.approx(200.0), "y": pytest.approx(200.0)}
+
+
+def test_jobs_on_separate_gpus_are_not_slowed() -> None:
+    jobs = [share_job("x", PROFILE, 0.0, 100.0), share_job("y", PROFILE, 0.0, 100.0)]
+    simulation, result = simulate(jobs, Halves(), gpus=2, rule=NoSharing())
+    assert finishes(result) == {"x": pytest.approx(100.0), "y": pytest.approx(100.0)}
+    assert simulation.sharing is not None
+    assert simulation.sharing.gpu_seconds_occupied == pytest.approx(200.0)
+
+
+@pytest.mark.parametrize("model", [None, Unchanged()])
+def test_without_slowdown_a_share_runs_as_fast_as_alone(model: SpeedModel | None) -> None:
+    jobs = [share_job("x", PROFILE, 0.0, 100.0), share_job("y", PROFILE, 50.0, 100.0)]
+    simulation, result = simulate(jobs, model)
+    assert finishes(result) == {"x": 100.0, "y": 150.0}
+    assert (simulation.sharing is None) == (model is None)
