@@ -31,7 +31,8 @@ from kubecell.core.placement.registry import (
     policy_summaries,
 )
 
-ALL_POLICIES = ["random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd", "binpack", "spread", "kubecell"]
+ALL_POLICIES = ["random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd", "binpack", "spread", "kubecell",
+                "interference"]
 
 
 def share(name: str = "s", milli: int = 0, memory: int = 0, cpu: int = 0, **kw: Any) -> Request:

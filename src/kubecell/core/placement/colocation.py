@@ -33,17 +33,15 @@ def usage_of(request: Request) -> SoloProfile:
     return SoloProfile(JobKey(request.name), percent, percent, float(request.gpu_memory_mib))
 
 
-class ColocationGuard:
-    """Narrows the GPUs a share may take to those where ``rule`` admits it beside the shares already there."""
+class SharersTable:
+    """(node, GPU) -> the profiles of the shares on it, rebuilt when the book changed (its clock moved or a
+    snapshot was restored), so a decision never reads a stale table."""
 
-    def __init__(self, rule: AdmissionRule) -> None:
-        self.rule = rule
+    def __init__(self) -> None:
         self._key: tuple[int, int] | None = None
         self._sharers: dict[tuple[int, int], list[SoloProfile]] = {}
 
-    def sharers(self, book: AllocationBook) -> dict[tuple[int, int], list[SoloProfile]]:
-        """(node, GPU) -> the profiles of the shares on it; rebuilt when the book changed (its clock moved or
-        a snapshot was restored), so a decision never reads a stale table."""
+    def of(self, book: AllocationBook) -> dict[tuple[int, int], list[SoloProfile]]:
         key = (book.clock, id(book.allocations))
         if key != self._key:
             table: dict[tuple[int, int], list[SoloProfile]] = {}
@@ -54,6 +52,17 @@ class ColocationGuard:
                         table.setdefault((node, gpu), []).append(usage_of(allocation.request))
             self._key, self._sharers = key, table
         return self._sharers
+
+
+class ColocationGuard:
+    """Narrows the GPUs a share may take to those where ``rule`` admits it beside the shares already there."""
+
+    def __init__(self, rule: AdmissionRule) -> None:
+        self.rule = rule
+        self.table = SharersTable()
+
+    def sharers(self, book: AllocationBook) -> dict[tuple[int, int], list[SoloProfile]]:
+        return self.table.of(book)
 
     def restrict(self, book: AllocationBook, request: Request, allowed: BoolArray | None) -> BoolArray | None:
         """``allowed`` (None: every GPU) without the GPUs where ``request``, a share, would break the rule;

@@ -17,6 +17,7 @@ from kubecell.core.placement.policies.baselines import (
 )
 from kubecell.core.placement.policies.expected_waste import ExpectedWastePolicy
 from kubecell.core.placement.policies.fgd import FragmentationGradientDescent
+from kubecell.core.placement.policies.interference import InterferenceScore
 from kubecell.core.placement.policies.utilization import Binpack, Spread
 from kubecell.core.placement.policy import Policy
 from kubecell.core.placement.weighted import WeightedPolicy
@@ -43,6 +44,8 @@ _FACTORIES: dict[str, tuple[PolicyFactory, str]] = {
     "spread": (lambda ctx: Spread(), Spread.summary),
     # Online by design: it ignores ctx.typical_pods and learns the demand from the arrivals.
     "kubecell": (lambda ctx: ExpectedWastePolicy(), ExpectedWastePolicy.summary),
+    # A second opinion to mix with a packing score (``kubecell:1+interference:1``), not a policy on its own.
+    "interference": (lambda ctx: InterferenceScore(), InterferenceScore.summary),
 }
 
 FGD_BASELINES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")
