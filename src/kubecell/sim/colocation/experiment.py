@@ -46,13 +46,17 @@ from kubecell.core.interference import (
     tune_summed_util,
 )
 from kubecell.core.model import Node, make_node
+from kubecell.core.placement.registry import DEFAULT_POLICY
 from kubecell.core.tenancy.config import Tenants, resolve_tenants
 from kubecell.core.topology import CellForest
 from kubecell.sim.colocation.speeds import PairSpeeds
 from kubecell.sim.colocation.workload import VC, WorkloadSpec, make_workload, paired_configurations
 from kubecell.sim.dynamic.simulator import DynamicSimulation
 
-RULES = ("no sharing", "blind", "alnair 70 %", "best threshold", "kubecell")
+RULES = ("no sharing", "blind", "alnair 70 %", "best threshold", "kubecell", "kubecell + score")
+PLACEMENTS = {"kubecell + score": "kubecell:1+interference:1"}
+"""Rules placed with another policy than the default packing one: kubecell's filter with the interference score
+mixed in (an idle GPU is preferred to a busy neighbour, ``core/placement/policies/interference.py``)."""
 GPU_MODEL = "RTX3090"
 
 
@@ -140,7 +144,8 @@ def calibrate(runs: Sequence[SharedRun], solos: Mapping[JobKey, SoloProfile],
                                     target_rate=config.target_rate)
     rules: dict[str, AdmissionRule] = {
         "no sharing": NoSharing(), "blind": BlindSharing(), "alnair 70 %": SummedUtilThreshold(70.0),
-        "best threshold": threshold or NoSharing(), "kubecell": kubecell or NoSharing()}
+        "best threshold": threshold or NoSharing(), "kubecell": kubecell or NoSharing(),
+        "kubecell + score": kubecell or NoSharing()}
     calibration = Calibration(tuple(model for model in models if model not in held), tuple(sorted(held)),
                               len(chosen), threshold.limit if threshold else None, params,
                               kubecell.floor if kubecell else None)
@@ -153,7 +158,7 @@ def simulate(rule_name: str, rule: AdmissionRule, speeds: PairSpeeds, config: Ex
     jobs = make_workload(configurations, workload)
     options = PRESETS["kubecell"].with_(colocation=rule)
     simulation = DynamicSimulation(nodes, tenants, options, jobs, sample_seconds=0,
-                                   speed_model=speeds)
+                                   speed_model=speeds, placement=PLACEMENTS.get(rule_name, DEFAULT_POLICY))
     result = simulation.run()
     tracker = simulation.sharing
     assert tracker is not None
