@@ -19,12 +19,13 @@ import heapq
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 from kubecell.core.engine.engine import CycleResult, Engine
 from kubecell.core.engine.job import Job, JobClass, JobPhase, JobSpec
 from kubecell.core.engine.options import EngineOptions
+from kubecell.core.estimates import DurationHistory
 from kubecell.core.model import Node
 from kubecell.core.placement.frag import FragmentationMeasure, PodShape, typical_pods
 from kubecell.core.placement.registry import DEFAULT_POLICY, PolicyContext, make_policy
@@ -114,6 +115,21 @@ class _Run:
     done_before: float  # work completed before this run segment
 
 
+FAMILY_LABELS = ("family", "application", "model")
+"""The labels that name a job's workload family, in order of preference (trace loaders set ``application``
+for Sia, ``model`` for Philly)."""
+
+
+def family_keys(spec: JobSpec) -> list[tuple[str, ...]]:
+    """The history keys of a job, most specific first: (VC, family, GPUs per job), (VC, family). A job without a
+    family label has none: nothing is expected of it."""
+    labels = dict(spec.labels)
+    family = next((labels[name] for name in FAMILY_LABELS if labels.get(name)), None)
+    if family is None:
+        return []
+    return [(spec.vc, family, str(spec.total_gpu_milli)), (spec.vc, family)]
+
+
 class DynamicSimulation:
     def __init__(
         self,
@@ -129,10 +145,14 @@ class DynamicSimulation:
         horizon: float | None = None,
         placement: str = DEFAULT_POLICY,
         speed_model: SpeedModel | None = None,
+        durations: DurationHistory | None = None,
     ) -> None:
         """``placement`` names the placement policy every member is placed with (FGD is given the
         workload's typical member shapes in advance, as published; the others need nothing). ``speed_model``:
-        how fast jobs sharing a GPU run (``sharing``); None, every job runs at full speed."""
+        how fast jobs sharing a GPU run (``sharing``); None, every job runs at full speed. ``durations``: the
+        job history the simulation keeps as it goes, as a cluster's profiler would: each job is submitted with
+        the run time its family's finished jobs give (``JobSpec.expected_seconds``, for ``queue_order``), and
+        adds its own run time (first start to finish) when it finishes; None: no estimates."""
         # Fragmentation is measured against the workload's own typical member shapes (by job count).
         typical = typical_pods(
             (PodShape(s.member.cpu_milli or 100, s.member.gpu_milli, s.member.gpu_count,
@@ -156,6 +176,7 @@ class DynamicSimulation:
         self.records: dict[str, JobRecord] = {}
         self._wake_pushed: float | None = None
         self.sharing = SharingTracker(speed_model) if speed_model is not None else None
+        self.durations = durations
 
     def _push(self, when: float, kind: EventKind, payload: object) -> None:
         self._sequence += 1
@@ -243,6 +264,8 @@ class DynamicSimulation:
         engine = self.engine
         if kind == EventKind.SUBMIT:
             assert isinstance(payload, JobSpec)
+            if self.durations is not None:
+                payload = replace(payload, expected_seconds=self.durations.estimate(family_keys(payload)))
             job = engine.submit(payload, now)
             vc = engine.tenants.get(payload.vc)
             record = JobRecord(payload.name, payload.vc, payload.total_gpu_milli / 1000, payload.members,
@@ -260,8 +283,12 @@ class DynamicSimulation:
             if run is None or run.token != token:
                 return  # stale: the job was preempted or resized since
             del self._runs[name]
+            job = engine.jobs[name]
             engine.finish(name, now)
-            self.records[name].finish = now
+            record = self.records[name]
+            record.finish = now
+            if self.durations is not None and record.first_start is not None:
+                self.durations.record(family_keys(job.spec), now - record.first_start)
         elif kind == EventKind.NODE:
             assert isinstance(payload, NodeEvent)
             for job in engine.set_node_health(payload.node, payload.healthy, now):
