@@ -14,8 +14,12 @@ import pytest
 from typer.testing import CliRunner
 
 from kubecell.cli.main import app
+from kubecell.cli.scheduler import learned
 from kubecell.core.engine.options import PRESETS
+from kubecell.core.errors import InvalidInputError
+from kubecell.core.interference import SummedUtilThreshold
 from kubecell.core.placement.registry import policy_names
+from kubecell.profiler.knowledge import HistoryKnowledge
 from tests.cli.support import assert_one_line_error, run_main
 
 
@@ -79,3 +83,18 @@ def test_dynamic_tenancy_and_placement_flags(tmp_path: Path, tiny_dynamic: dict[
     code, _, err = run_main(monkeypatch, capsys, *base, "--out", out, "--tenancy", "fgd")
     assert_one_line_error(code, err, "field 'tenancy'", "unknown tenancy preset 'fgd'",
                           "placement policies go to --placement")
+
+
+def test_the_schedulers_knowledge_flags_are_checked_before_the_cluster_is_touched(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="queue-order"):
+        learned("", "sjf", "")
+    with pytest.raises(InvalidInputError, match="colocation"):
+        learned("", "age", "sometimes")
+    with pytest.raises(InvalidInputError, match="--place-by-use needs --history"):
+        learned("", "age", "", place_by_use=True)
+    fields = learned(f"sqlite:///{tmp_path}/h.db", "shortest-expected", "summed-util:100", place_by_use=True)
+    assert fields["queue_order"] == "shortest-expected"
+    assert fields["colocation"] == SummedUtilThreshold(100.0)
+    assert fields["place_by_use"] is True
+    assert isinstance(fields["knowledge"], HistoryKnowledge)
+    fields["knowledge"].history.close()

@@ -49,6 +49,9 @@ def test_a_family_in_its_own_namespace(history: JobHistory) -> None:
     assert profile is not None
     assert profile.gpu_util == pytest.approx(30.0)
     assert profile.memory_mib == 2000.0
+    # per-job p90 0.2, 0.3, 0.4 -> p90 across the three 0.4, +25 % = 500 milli
+    assert knowledge.share_milli(pod("team-a", "bert-7")) == 500
+    assert knowledge.share_milli(pod("team-b", "bert-7")) is None, "team b's jobs need whole GPUs"
     assert knowledge.expected_seconds(pod("team-b", "bert-7")) == 99_999, "team b's own history"
     assert knowledge.expected_seconds(pod("team-c", "bert-7")) is None, "no history in team c"
 

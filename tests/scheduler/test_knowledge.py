@@ -18,8 +18,9 @@ from tests.scheduler.trust_support import pod_body
 class Known:
     """Knowledge by pod name prefix (what a history would say of each family)."""
 
-    def __init__(self, runs: Mapping[str, float], uses: Mapping[str, float]) -> None:
-        self.runs, self.uses = runs, uses
+    def __init__(self, runs: Mapping[str, float], uses: Mapping[str, float],
+                 shares: Mapping[str, int] | None = None) -> None:
+        self.runs, self.uses, self.shares = runs, uses, shares or {}
         self.asked: list[str] = []
 
     def _family(self, pod: Mapping[str, Any]) -> str:
@@ -34,6 +35,9 @@ class Known:
         family = self._family(pod)
         util = self.uses.get(family)
         return None if util is None else SoloProfile(JobKey(family), util, util, 1000.0)
+
+    def share_milli(self, pod: Mapping[str, Any]) -> int | None:
+        return self.shares.get(self._family(pod))
 
 
 def share(name: str, milli: int = 400) -> dict[str, Any]:
@@ -69,3 +73,16 @@ def test_the_colocation_rule_keeps_heavy_shares_apart_on_the_intake_path() -> No
             for pod in ("heavy-0", "heavy-1", "light-0")}
     assert gpus["heavy-0"] != gpus["heavy-1"], "70 % + 70 % is above the limit"
     assert gpus["light-0"] in (gpus["heavy-0"], gpus["heavy-1"]), "20 % fits beside either"
+
+
+def test_place_by_use_places_a_share_at_its_familys_need_never_above_what_it_asked() -> None:
+    loop = Loop(engine(make_nodes(1, gpus=2), {"b": {"gpus": 2}}))
+    loop.intake.knowledge = Known({}, {}, {"idle": 150, "busy": 900})
+    loop.add(share("idle-0", 400), share("busy-0", 400), share("new-0", 400))
+    assert job_of(loop, "idle-0").spec.member.gpu_milli == 400, "off by default"
+    loop.intake.place_by_use = True
+    loop.add(share("idle-1", 400), share("busy-1", 400), share("new-1", 400))
+    assert job_of(loop, "idle-1").spec.member.gpu_milli == 150
+    assert job_of(loop, "idle-1").spec.member.gpu_memory_mib == 1000, "memory is never lowered"
+    assert job_of(loop, "busy-1").spec.member.gpu_milli == 400, "the request is the limit"
+    assert job_of(loop, "new-1").spec.member.gpu_milli == 400, "no advice: as asked"

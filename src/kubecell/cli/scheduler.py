@@ -70,15 +70,21 @@ History = Annotated[str, typer.Option(help=(
     "The profiler's job history (a SQLAlchemy URL, as 'kubecell profile --db'): each job's family run time and "
     "solo use, for --queue-order shortest-expected and --colocation. Needs the profiler extra. '' for none."))]
 QueueOrder = Annotated[str, typer.Option(help="Inside a VC: 'age' or 'shortest-expected' (from --history).")]
+PlaceByUse = Annotated[bool, typer.Option("--place-by-use", help=(
+    "Place a GPU share at the share its family needed (from --history), when less than it asked; the allocation "
+    "record, and so MPS's limit, grants that smaller share."))]
 Colocation = Annotated[str, typer.Option(help="Which shares may share a GPU: " + RULE_SYNTAX + "; '' packs by "
                                          "capacity alone.")]
 
 
-def learned(history: str, queue_order: str, colocation: str) -> dict[str, Any]:
-    """The SchedulerOptions fields of the three knowledge options, checked before the cluster is touched."""
+def learned(history: str, queue_order: str, colocation: str, place_by_use: bool = False) -> dict[str, Any]:
+    """The SchedulerOptions fields of the knowledge options, checked before the cluster is touched."""
+    if place_by_use and not history:
+        raise InvalidInputError("--place-by-use needs --history", field="place-by-use",
+                                accepted="--history URL --place-by-use")
     if queue_order not in QUEUE_ORDERS:
         raise InvalidInputError(f"--queue-order {queue_order!r}", field="queue-order", accepted=", ".join(QUEUE_ORDERS))
-    fields: dict[str, Any] = {"queue_order": queue_order,
+    fields: dict[str, Any] = {"queue_order": queue_order, "place_by_use": place_by_use,
                               "colocation": parse_rule(colocation, field="colocation") if colocation else None}
     if history:
         try:
@@ -115,13 +121,14 @@ def scheduler(
     history: History = "",
     queue_order: QueueOrder = "age",
     colocation: Colocation = "",
+    place_by_use: PlaceByUse = False,
     verbose: Verbose = False,
 ) -> None:
     """Run kubecell's scheduler against a cluster (standalone mode, its own schedulerName)."""
     _prepare(tenancy, verbose)
     options = SchedulerOptions(name=name, tenancy=tenancy, placement=canonical_policy_name(placement),
                                tenants_namespace=tenants_namespace, release_terminating=release_terminating,
-                               **learned(history, queue_order, colocation))
+                               **learned(history, queue_order, colocation, place_by_use))
     kube = Kube.from_kubeconfig(kubeconfig)
     run(kube, options, listen=_address(listen), leader_elect=leader_elect,
         identity=identity or pod_name or default_identity(), pod=own_pod(pod_name, pod_namespace))
@@ -145,6 +152,7 @@ def extender(
     history: History = "",
     queue_order: QueueOrder = "age",
     colocation: Colocation = "",
+    place_by_use: PlaceByUse = False,
     verbose: Verbose = False,
 ) -> None:
     """Serve kube-scheduler as its HTTP extender (filter, prioritize, bind, preempt): the same engine and
@@ -160,7 +168,7 @@ def extender(
     options = SchedulerOptions(name=names[0], extra_names=tuple(names[1:]), tenancy=tenancy,
                                placement=canonical_policy_name(placement), tenants_namespace=tenants_namespace,
                                extender=True, release_terminating=release_terminating,
-                               **learned(history, queue_order, colocation))
+                               **learned(history, queue_order, colocation, place_by_use))
     kube = Kube.from_kubeconfig(kubeconfig)
     run(kube, options, listen=address, leader_elect=leader_elect, identity=identity or pod_name or default_identity(),
         pod=own_pod(pod_name, pod_namespace))

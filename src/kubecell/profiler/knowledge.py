@@ -1,5 +1,5 @@
-"""The job history as the scheduler's knowledge (``scheduler.knowledge.Knowledge``): a family's median run time
-and what its jobs used alone, per GPU.
+"""The job history as the scheduler's knowledge (``scheduler.knowledge.Knowledge``): a family's median run time,
+what its jobs used alone per GPU, and the share it needs (``core.rightsizing``).
 
 A pod's family is its controller owner's name family (else its own name's) **in its own namespace**: another
 team's jobs, whatever they are named, never change what the scheduler expects of this one. Answers are cached
@@ -17,11 +17,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubecell.core.interference.profile import JobKey, SoloProfile
+from kubecell.core.rightsizing import recommend
 from kubecell.profiler.history import JobHistory, Outcome, ProfilerStoreError
 from kubecell.profiler.identity import name_family
 from kubecell.profiler.recommend import usage_profile
 
 log = logging.getLogger("kubecell.profiler.knowledge")
+
+Answers = tuple[float | None, SoloProfile | None, int | None]
+"""(expected run time, solo profile, advised share per GPU) of a family."""
 
 MIN_JOBS = 3
 """Finished jobs a family needs before anything is said of it (as ``core.rightsizing``)."""
@@ -47,23 +51,23 @@ class HistoryKnowledge:
         self.history = history
         self.ttl_seconds = ttl_seconds
         self.clock = clock
-        self._cache: dict[tuple[str, str], tuple[float, float | None, SoloProfile | None]] = {}
+        self._cache: dict[tuple[str, str], tuple[float, Answers]] = {}
 
-    def _answers(self, pod: Mapping[str, Any]) -> tuple[float | None, SoloProfile | None]:
+    def _answers(self, pod: Mapping[str, Any]) -> Answers:
         key = family_of(pod)
         now = self.clock()
         cached = self._cache.get(key)
         if cached is not None and now - cached[0] < self.ttl_seconds:
-            return cached[1], cached[2]
+            return cached[1]
         try:
-            expected, profile = self._read(*key)
+            answers = self._read(*key)
         except ProfilerStoreError as error:
             log.warning("job history unreadable for %s/%s: %s", *key, error)
-            expected, profile = None, None
-        self._cache[key] = (now, expected, profile)
-        return expected, profile
+            answers = (None, None, None)
+        self._cache[key] = (now, answers)
+        return answers
 
-    def _read(self, namespace: str, family: str) -> tuple[float | None, SoloProfile | None]:
+    def _read(self, namespace: str, family: str) -> Answers:
         runs = self.history.durations(namespace=namespace, family=family, limit=RECENT_JOBS,
                                       outcomes=(Outcome.SUCCEEDED,))
         expected = float(statistics.median(runs)) if len(runs) >= MIN_JOBS else None
@@ -71,16 +75,21 @@ class HistoryKnowledge:
                 if job.outcome in (Outcome.SUCCEEDED, Outcome.FAILED)]
         profiles = [p for p in (usage_profile(job) for job in jobs) if p is not None]
         if len(profiles) < MIN_JOBS:
-            return expected, None
+            return expected, None, None
+        advice = recommend(family, profiles)
+        share = advice.milli if advice.milli is not None and not advice.whole_gpu else None
         means = [statistics.fmean(p.gpu_utilization) for p in profiles]  # decile mean: near the time mean
         util = 100.0 * min(1.0, statistics.median(means))
         peak = max(p.gpu_memory_mib[-1] for p in profiles)
         # No memory-controller series is kept: its utilization is taken as the compute's (the conservative side
         # for a calibrated bandwidth term, and exact where the model's bandwidth term is 0).
-        return expected, SoloProfile(JobKey(f"{namespace}/{family}"), util, util, peak)
+        return expected, SoloProfile(JobKey(f"{namespace}/{family}"), util, util, peak), share
 
     def expected_seconds(self, pod: Mapping[str, Any]) -> float | None:
         return self._answers(pod)[0]
 
     def profile(self, pod: Mapping[str, Any]) -> SoloProfile | None:
         return self._answers(pod)[1]
+
+    def share_milli(self, pod: Mapping[str, Any]) -> int | None:
+        return self._answers(pod)[2]

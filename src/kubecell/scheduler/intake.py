@@ -102,6 +102,8 @@ class Intake:
         """Free a bound pod's resources when its deletion starts instead of when it is gone (``pods.holds``)."""
         self.knowledge: Knowledge | None = None
         """What the job history says of a pod's family (``scheduler.knowledge``); None: nothing."""
+        self.place_by_use = False
+        """Place a share at the share its family needs, within what it asked (``knowledge.informed``)."""
         self.node_limit: NodeLimit | None = None
         """A further per-pod limit on the nodes a job may use (``allowed_nodes``), set by a mode that learns
         one the pod's spec does not say: the extender, from kube-scheduler's own filters."""
@@ -386,7 +388,7 @@ class Intake:
             for p, _ in members:
                 self.teller.tell(p, f"cannot be scheduled: {error}", reason="InvalidRequest")
             return False
-        spec = informed(spec, pod, self.knowledge)
+        spec = informed(spec, pod, self.knowledge, place_by_use=self.place_by_use)
         job = state.engine.submit(spec, spec.submit_time)
         isolation_of = {pods.uid(p): d.isolation for p, d in members if d.isolation != demand.isolation}
         tracked = Tracked(name, demand.group.key if demand.group else None, [pods.uid(p) for p, _ in members],

@@ -25,15 +25,31 @@ class Knowledge(Protocol):
     def profile(self, pod: Mapping[str, Any]) -> SoloProfile | None:
         """What a job of this pod's family uses alone, per GPU; None: no history."""
 
+    def share_milli(self, pod: Mapping[str, Any]) -> int | None:
+        """The compute share per GPU this pod's family needs (``core.rightsizing``); None: no advice."""
 
-def informed(spec: JobSpec, pod: Mapping[str, Any], knowledge: Knowledge | None) -> JobSpec:
+
+def informed(spec: JobSpec, pod: Mapping[str, Any], knowledge: Knowledge | None, *,
+             place_by_use: bool = False) -> JobSpec:
     """``spec`` with what ``knowledge`` says of ``pod``'s family. A gang of member groups gets the run time only:
-    a profile describes one shape, and only shares are judged by the co-location rule."""
+    a profile describes one shape, and only shares are judged by the co-location rule.
+
+    ``place_by_use``: a share is placed at the share its family needs when that is less than it asked (never
+    more: the request is the pod's limit). The allocation record then grants the smaller share, and the node
+    agent enforces what the record grants (MPS's thread limit; under accounting only the overuse report): an
+    operator turns this on knowing that a pod which uses more than its family did is held to the family's
+    share. GPU memory is never lowered: running out of it kills a job."""
     if knowledge is None:
         return spec
     expected = knowledge.expected_seconds(pod)
-    profile = knowledge.profile(pod) if not spec.groups and spec.member.is_share else None
-    if expected is None and profile is None:
+    simple_share = not spec.groups and spec.member.is_share
+    profile = knowledge.profile(pod) if simple_share else None
+    milli = knowledge.share_milli(pod) if simple_share and place_by_use else None
+    member = spec.member
+    if profile is not None:
+        member = dataclasses.replace(member, profile=profile)
+    if milli is not None and 0 < milli < member.gpu_milli:
+        member = dataclasses.replace(member, gpu_milli=milli)
+    if expected is None and member is spec.member:
         return spec
-    member = dataclasses.replace(spec.member, profile=profile) if profile is not None else spec.member
     return dataclasses.replace(spec, member=member, expected_seconds=expected)

@@ -97,6 +97,8 @@ class SchedulerOptions:
     """Interference-aware sharing (``EngineOptions.colocation``); None: shares pack by capacity."""
     knowledge: Knowledge | None = None
     """What the job history says of a pod's family (``--history``); None: nothing is known beyond requests."""
+    place_by_use: bool = False
+    """Place a share at its family's advised share, within what it asked (``scheduler.knowledge.informed``)."""
     release_terminating: bool = False
     """Free a pod's GPUs when its deletion starts. By default, as kube-scheduler, a terminating pod holds
     them until it is gone, so work that checkpoints on SIGTERM never shares its GPUs with its successor."""
@@ -134,6 +136,7 @@ class Scheduler:
                              resources=frozenset(MANAGED_RESOURCES) if extender else None,
                              release_terminating=self.options.release_terminating)
         self.intake.knowledge = self.options.knowledge
+        self.intake.place_by_use = self.options.place_by_use
         self.pool = ThreadPoolExecutor(max_workers=BIND_WORKERS, thread_name_prefix="kubecell-write")
         self.settled: queue.SimpleQueue[Settled] = queue.SimpleQueue()
         self.binder = Binder(self.actions, self.mirror, self.pool, self.options.name, self._on_settled,
