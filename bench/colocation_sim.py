@@ -33,7 +33,7 @@ from kubecell.sim.colocation.experiment import RULES, ExperimentConfig, Experime
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "colocation"
 BASELINES = ("no sharing", "blind", "alnair 70 %")
-OURS = ("kubecell", "kubecell + score")
+OURS = ("kubecell", "kubecell + score", "kubecell adaptive")
 
 
 def numbers(text: str, kind: type[float] | type[int]) -> list[float] | list[int]:
@@ -57,14 +57,14 @@ def report(load: float, results: list[ExperimentResult]) -> None:
           f"seeds {', '.join(str(result.config.seed) for result in results)})")
     for result in results:
         print(f"  seed {result.config.seed}: {result.calibration.describe()}")
-    print(f"  {'rule':16s} {'avg JCT h (min-max)':>21s} {'p50 h':>6s} {'p99 h':>6s} {'makespan h':>10s} "
+    print(f"  {'rule':17s} {'avg JCT h (min-max)':>21s} {'p50 h':>6s} {'p99 h':>6s} {'makespan h':>10s} "
           f"{'GPU-h':>7s} {'speed shared':>12s} {'< 0.8x':>7s} {'shared':>7s} {'measured':>8s}")
     for rule in RULES:
         rows = [result.results[rule] for result in results]
         jct = [row.avg_jct / 3600 for row in rows]
         p50, p99 = mean([row.p50_jct / 3600 for row in rows]), mean([row.p99_jct / 3600 for row in rows])
         below, shared = mean([row.below_floor for row in rows]), mean([row.shared_time for row in rows])
-        print(f"  {rule:16s} {mean(jct):7.3f} ({min(jct):5.2f}-{max(jct):5.2f}) {p50:6.2f} {p99:6.2f} "
+        print(f"  {rule:17s} {mean(jct):7.3f} ({min(jct):5.2f}-{max(jct):5.2f}) {p50:6.2f} {p99:6.2f} "
               f"{mean([row.makespan / 3600 for row in rows]):10.1f} {mean([row.gpu_hours for row in rows]):7.0f} "
               f"{mean([row.shared_speed for row in rows]):12.3f} {100 * below:6.1f}% {100 * shared:6.1f}% "
               f"{100 * mean([row.measured for row in rows]):7.1f}%")

@@ -15,6 +15,7 @@ from kubecell.core.interference import (
     JobKey,
     NoSharing,
     PredictedSlowdown,
+    PressureAdaptive,
     SoloProfile,
     SummedUtilThreshold,
 )
@@ -113,3 +114,20 @@ def test_a_share_waits_until_a_gpu_where_the_rule_admits_it_frees(rule: Admissio
     eng.finish("x", 2)
     eng.schedule(3)
     assert eng.jobs["y"].phase == JobPhase.RUNNING
+
+
+def test_a_pressure_adaptive_rule_shares_only_while_other_jobs_queue() -> None:
+    rule = PressureAdaptive(NoSharing(), BlindSharing())
+    alone = engine(make_nodes(1, gpus=1), {"a": {"gpus": 1}}, colocation=rule)
+    alone.submit(share("x"), 0)
+    alone.schedule(1)
+    alone.submit(share("y"), 2)
+    alone.schedule(3)
+    assert alone.jobs["y"].phase == JobPhase.PENDING, "nothing else waits: y does not share, it waits"
+    queued = engine(make_nodes(1, gpus=1), {"a": {"gpus": 1}}, colocation=rule)
+    queued.submit(share("x"), 0)
+    queued.schedule(1)
+    queued.submit(share("y"), 2)
+    queued.submit(share("z", milli=700), 2)
+    queued.schedule(3)
+    assert queued.jobs["y"].phase == JobPhase.RUNNING, "z waits too: y shares x's GPU"

@@ -13,6 +13,7 @@ from kubecell.core.interference import (
     InterferencePredictor,
     NoSharing,
     PredictedSlowdown,
+    PressureAdaptive,
     SummedUtilThreshold,
     tune_limit,
     tune_predicted_floor,
@@ -85,13 +86,14 @@ def test_both_rules_tune_on_the_same_runs() -> None:
     ("summed-util:70", SummedUtilThreshold(70.0)),
     ("predicted:0.8", PredictedSlowdown(InterferencePredictor(), 0.8)),
     ("predicted:0.9:0.3:0.5", PredictedSlowdown(InterferencePredictor(InterferenceParams(0.3, 0.5)), 0.9)),
+    ("summed-util:70/blind", PressureAdaptive(SummedUtilThreshold(70.0), BlindSharing())),
 ])
 def test_rules_are_read_from_their_configuration_text(text: str, expected: object) -> None:
     assert parse_rule(text) == expected
 
 
 @pytest.mark.parametrize("text", ["", "sometimes", "summed-util", "summed-util:x", "predicted:2", "none:1",
-                                  "predicted:0.8:1", "summed-util:-5"])
+                                  "predicted:0.8:1", "summed-util:-5", "none/blind/none", "none/"])
 def test_bad_rule_texts_say_what_is_accepted(text: str) -> None:
     with pytest.raises(InvalidInputError):
         parse_rule(text)

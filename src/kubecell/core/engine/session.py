@@ -132,7 +132,8 @@ class Session:
         mask = region.mask
         spec = attempt.job.spec
         if self.colocation is not None and not spec.heterogeneous and spec.member.is_share:
-            mask = self.colocation.restrict(self.book, spec.member_request(0), mask)
+            queued = len(self.queue.pending) > (attempt.job.name in self.queue.pending)  # others than this job
+            mask = self.colocation.restrict(self.book, spec.member_request(0), mask, queued=queued)
         nodes = region.nodes
         allowed = self.allowed_nodes(attempt.job)
         if allowed is not None:

@@ -102,6 +102,30 @@ class PredictedSlowdown:
         return memory_fits(sharers, gpu_memory_mib) and self.predictor.worst_speed(sharers) >= self.floor
 
 
+@dataclass(frozen=True)
+class PressureAdaptive:
+    """One rule while no other job waits for capacity, another while jobs queue.
+
+    Why: what sharing is worth depends on the load. With GPUs to spare a slowed job gains nothing from sharing,
+    so only pairs that lose (almost) nothing should share; with a queue, a pair that runs at 0.8x each still
+    does 1.6 jobs' work on one GPU while the waiting job would otherwise do none. The engine says which holds at
+    each decision (``placement.colocation``: another job than the one being placed is waiting)."""
+
+    idle: AdmissionRule
+    busy: AdmissionRule
+
+    @property
+    def name(self) -> str:
+        return f"{self.idle.name} while nothing waits, {self.busy.name} while jobs queue"
+
+    def under(self, queued: bool) -> AdmissionRule:
+        return self.busy if queued else self.idle
+
+    def admits(self, sharers: Sequence[SoloProfile], gpu_memory_mib: float) -> bool:
+        """Without knowing the queue: the stricter answer (both rules must admit)."""
+        return self.idle.admits(sharers, gpu_memory_mib) and self.busy.admits(sharers, gpu_memory_mib)
+
+
 def summed_util(sharers: Sequence[SoloProfile]) -> float:
     return sum(profile.gpu_util for profile in sharers)
 
@@ -147,12 +171,18 @@ def tune_predicted_floor(
     return None if limit is None else PredictedSlowdown(predictor, min(1.0, max(0.0, -limit)))
 
 
-RULE_SYNTAX = ("none (no sharing), blind, summed-util:LIMIT (percent, Alnair: 70), or "
-               "predicted:FLOOR[:QUEUEING:BANDWIDTH] (a fraction of solo speed, e.g. 0.8)")
+RULE_SYNTAX = ("none (no sharing), blind, summed-util:LIMIT (percent, Alnair: 70), "
+               "predicted:FLOOR[:QUEUEING:BANDWIDTH] (a fraction of solo speed, e.g. 0.8), or IDLE/BUSY: one "
+               "of those while no other job waits, another while jobs queue (e.g. predicted:0.9/predicted:0.8)")
 
 
 def parse_rule(text: str, *, field: str = "colocation") -> AdmissionRule:
     """An admission rule from its configuration text (``RULE_SYNTAX``); an error names what is accepted."""
+    if "/" in text:
+        idle, _, busy = text.partition("/")
+        if "/" in busy:
+            raise InvalidInputError(f"colocation rule {text!r}", field=field, accepted=RULE_SYNTAX)
+        return PressureAdaptive(parse_rule(idle, field=field), parse_rule(busy, field=field))
     name, _, rest = text.strip().lower().partition(":")
     numbers: list[float] = []
     for part in rest.split(":") if rest else []:

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from kubecell.core.book import AllocationBook, BoolArray
-from kubecell.core.interference.admission import AdmissionRule
+from kubecell.core.interference.admission import AdmissionRule, PressureAdaptive
 from kubecell.core.interference.profile import JobKey, SoloProfile
 from kubecell.core.model import MILLI_PER_GPU, Request
 
@@ -64,11 +64,14 @@ class ColocationGuard:
     def sharers(self, book: AllocationBook) -> dict[tuple[int, int], list[SoloProfile]]:
         return self.table.of(book)
 
-    def restrict(self, book: AllocationBook, request: Request, allowed: BoolArray | None) -> BoolArray | None:
+    def restrict(self, book: AllocationBook, request: Request, allowed: BoolArray | None, *,
+                 queued: bool = True) -> BoolArray | None:
         """``allowed`` (None: every GPU) without the GPUs where ``request``, a share, would break the rule;
-        unchanged for whole-GPU and CPU requests (whole GPUs are never shared)."""
+        unchanged for whole-GPU and CPU requests (whole GPUs are never shared). ``queued``: other jobs wait for
+        capacity (a :class:`PressureAdaptive` rule then applies its ``busy`` rule)."""
         if not request.is_share:
             return allowed
+        rule = self.rule.under(queued) if isinstance(self.rule, PressureAdaptive) else self.rule
         table = self.sharers(book)
         if not table:
             return allowed
@@ -78,6 +81,6 @@ class ColocationGuard:
             if not mask[node, gpu]:
                 continue
             capacity = float(book.gpu_mem_capacity[node, gpu]) or math.inf  # unknown size: memory not judged here
-            if not self.rule.admits([*profiles, own], capacity):
+            if not rule.admits([*profiles, own], capacity):
                 mask[node, gpu] = False
         return mask
