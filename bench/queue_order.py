@@ -2,7 +2,8 @@
 against shortest-expected-first with the run times the simulation's own job history gives (``history``:
 each job is submitted with its family's median so far, and adds its own run time when it finishes, as
 ``kubecell profile collect`` and ``kubecell scheduler --history`` do on a cluster), and against the same order
-given the true run times (``oracle``, the bound no estimate can pass).
+given the true run times (``oracle``, the bound no estimate can pass); ``backfill`` adds EASY backfill by
+history into starvation reservations (``EngineOptions.backfill_margin``).
 
 The workload is synthetic but anchored in a real distribution: no public trace here has job families with their
 run times (the Philly per-VC lists are not in ``../shared/data``), so each of ``--families`` families takes its
@@ -42,7 +43,11 @@ from kubecell.sim.dynamic.simulator import DynamicSimulation
 
 RUNTIMES = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "philly" / "derived_timeseries"
             / "philly_runtime_from_alibaba_nsdi22.csv")
-ORDERS = ("age", "history", "oracle")
+ORDERS = ("age", "history", "backfill", "oracle")
+BACKFILL_MARGIN = 2.0
+"""``backfill``: ``history`` plus EASY backfill into starvation reservations when ``now + 2 x`` the job's
+expected run time is before the region's expected end (within a family, a run is below twice the median about
+80 % of the time at the default spread)."""
 GPU_CHOICES, GPU_WEIGHTS = (1, 2, 4, 8), (0.6, 0.15, 0.15, 0.1)
 NODES, GPUS_PER_NODE = 8, 8
 MAX_RUN_SECONDS = 2 * 86_400.0
@@ -92,8 +97,9 @@ def simulate(order: str, specs: list[JobSpec]) -> Figures:
                        gpu_model="V100M32") for i in range(NODES)]
     half = NODES * GPUS_PER_NODE // 2
     tenants = resolve_tenants({"virtualClusters": {"a": {"gpus": half}, "b": {"gpus": half}}}, CellForest(nodes))
-    options = PRESETS["kubecell"].with_(queue_order="age" if order == "age" else "shortest-expected")
-    history = DurationHistory() if order == "history" else None
+    options = PRESETS["kubecell"].with_(queue_order="age" if order == "age" else "shortest-expected",
+                                        backfill_margin=BACKFILL_MARGIN if order == "backfill" else None)
+    history = DurationHistory() if order in ("history", "backfill") else None
     jobs = [replace(spec, expected_seconds=spec.work) for spec in specs] if order == "oracle" else specs
     simulation = DynamicSimulation(nodes, tenants, options, jobs, sample_seconds=0, durations=history)
     estimated = 0
@@ -149,7 +155,7 @@ def main() -> int:
               f"{statistics.fmean(r.avg_wait for r in rows) / 3600:10.2f} "
               f"{statistics.fmean(r.max_wait for r in rows) / 3600:10.1f} "
               f"{statistics.fmean(r.estimated for r in rows):9.0%}")
-    for order in ("history", "oracle"):
+    for order in ("history", "backfill", "oracle"):
         ratios = [h.avg_jct / a.avg_jct for h, a in zip(results[order], results["age"], strict=True)]
         print(f"  {order} avg JCT / age's: {statistics.fmean(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})"
               + ("" if math.isfinite(statistics.fmean(ratios)) else " (no finished job)"))

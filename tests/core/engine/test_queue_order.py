@@ -82,3 +82,38 @@ def test_the_history_gives_the_median_at_the_most_specific_level_it_knows() -> N
     for seconds in (1, 1, 1):
         history.record([("a", "bert")], seconds)
     assert history.estimate([("a", "bert")]) == 1, "only the last 4 runs count"
+
+
+def backfill_case(margin: float | None, small_expected: float | None,
+                  running_expected: float | None = 1000.0) -> JobPhase:
+    """One 8-GPU node: a 4-GPU job runs (expected to end at 1000 s), an 8-GPU job starves and reserves the
+    node at 100 s, and a 4-GPU job of the same VC arrives at 200 s: does it start on the reserved node?"""
+    eng = engine(make_nodes(1), {"a": {"gpus": 8}}, starvation_seconds=100, backfill_margin=margin)
+    runner = JobSpec(name="running", vc="a", member=Request("running", gpu_count=4, gpu_milli=MILLI_PER_GPU),
+                     expected_seconds=running_expected)
+    eng.submit(runner, 0)
+    eng.schedule(0)
+    eng.submit(job("big", "a", 5000, 1), 1)
+    eng.schedule(1)
+    eng.schedule(150)  # big has starved: it holds the node
+    small = JobSpec(name="small", vc="a", member=Request("small", gpu_count=4, gpu_milli=MILLI_PER_GPU),
+                    expected_seconds=small_expected)
+    eng.submit(small, 200)
+    eng.schedule(200)
+    assert "holding a reservation" in eng.jobs["big"].wait_reason
+    return eng.jobs["small"].phase
+
+
+def test_backfill_lets_a_job_that_ends_before_the_region_drains_start_on_reserved_nodes() -> None:
+    assert backfill_case(None, 300) == JobPhase.PENDING, "no backfill: the reserved node takes no other work"
+    assert backfill_case(1.0, 300) == JobPhase.RUNNING, "200 + 300 <= 1000: it ends before the node drains"
+    assert backfill_case(2.0, 300) == JobPhase.RUNNING, "200 + 2 x 300 <= 1000"
+    assert backfill_case(3.0, 300) == JobPhase.PENDING, "200 + 3 x 300 > 1000: not with that margin"
+    assert backfill_case(1.0, 2000) == JobPhase.PENDING, "it would outlast the running job"
+    assert backfill_case(1.0, None) == JobPhase.PENDING, "no history: no backfill"
+    assert backfill_case(1.0, 300, running_expected=None) == JobPhase.PENDING, "the region's end is unknown"
+
+
+def test_a_backfill_margin_below_one_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="backfill margin"):
+        engine(make_nodes(1), {"a": {"gpus": 8}}, backfill_margin=0.5)

@@ -16,6 +16,7 @@ Every preset shrinks elastic jobs (members above a threshold gang's minimum) bef
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from kubecell.core.errors import InvalidInputError
@@ -53,6 +54,10 @@ class EngineOptions:
     within; a job without history counts as ``UNKNOWN_EXPECTED_SECONDS``). Only the VC's own order changes:
     fair share between VCs and every guarantee are as before, and starvation reservations keep long jobs
     from waiting forever."""
+    backfill_margin: float | None = None
+    """EASY backfill by history: a job may start on nodes held for a starving job when ``now + margin x`` its
+    expected run time is no later than the expected end of every job running there (``Reservations.backfills``;
+    run times from ``JobSpec.expected_seconds``). None: no backfill, reserved nodes take no other work."""
     colocation: AdmissionRule | None = None
     """Interference-aware sharing: a share goes only to a GPU where this rule admits it beside the shares
     already there (``placement.colocation``). None: shares pack by capacity alone."""
@@ -62,6 +67,10 @@ class EngineOptions:
     interval ends. 0: resize whenever capacity allows."""
 
     def __post_init__(self) -> None:
+        if self.backfill_margin is not None and not (math.isfinite(self.backfill_margin)
+                                                     and self.backfill_margin >= 1):
+            raise InvalidInputError(f"backfill margin {self.backfill_margin!r}", field="backfill_margin",
+                                    accepted="None (no backfill) or a finite number >= 1")
         if self.queue_order not in QUEUE_ORDERS:
             raise InvalidInputError(f"queue order {self.queue_order!r}", field="queue_order",
                                     accepted=", ".join(QUEUE_ORDERS))

@@ -37,6 +37,8 @@ class Reservations:
         self.since: dict[str, float] = {}
         self.room: dict[str, int] = {}  # job -> guarantee (milli-GPU) held for it, when its guarantee holds it
         self.version = 0  # bumped whenever a reservation is made or dropped
+        self._shadow_key: tuple[int, int, str] | None = None
+        self._shadow: float | None = None
 
     def __contains__(self, name: object) -> bool:
         return name in self.held
@@ -61,7 +63,7 @@ class Reservations:
 
     def blocking(self, attempt: Attempt, jobs: Mapping[str, Job]) -> BoolArray | None:
         """Nodes ``attempt`` must leave alone: other jobs' reservations, unless it starts guaranteed work
-        and the starving job belongs to another VC."""
+        and the starving job belongs to another VC, or it backfills (``backfills``)."""
         if not self.held:
             return None
         blocked: BoolArray | None = None
@@ -70,8 +72,44 @@ class Reservations:
                 continue
             if attempt.job_class == JobClass.GUARANTEED and jobs[name].vc != attempt.job.vc:
                 continue
+            if self.backfills(attempt, name, jobs):
+                continue
             blocked = nodes.copy() if blocked is None else blocked | nodes
         return blocked
+
+    def backfills(self, attempt: Attempt, name: str, jobs: Mapping[str, Job]) -> bool:
+        """EASY backfill by history (``EngineOptions.backfill_margin``): the job may use the nodes held for
+        ``name`` when, by the run times its history gives, it ends before that region drains: ``now + margin x
+        its expected run time`` is no later than the last expected end of the jobs running there. Unknown if
+        any of them (or the job) has no estimate: then it waits, as without backfill. The margin pays for a
+        median's error: a backfilled job that overruns delays the starving one it was let past."""
+        margin = self.options.backfill_margin
+        expected = attempt.job.spec.expected_seconds
+        if margin is None or expected is None:
+            return False
+        drained = self._drained_by(name, jobs)
+        return drained is not None and attempt.now + margin * expected <= drained
+
+    def _drained_by(self, name: str, jobs: Mapping[str, Job]) -> float | None:
+        """When the jobs running on the nodes held for ``name`` are expected to have ended (None: unknown)."""
+        key = (self.book.clock, self.version, name)
+        if self._shadow_key == key:
+            return self._shadow
+        nodes = self.held[name]
+        book = self.book
+        on_region: set[str] = set()
+        for allocation in book.allocations.values():
+            if nodes[book.index[allocation.node]]:
+                on_region.add(allocation.name.rsplit("/", 1)[0])
+        latest: float | None = 0.0
+        for job_name in on_region:
+            job = jobs.get(job_name)
+            if job is None or job.started_at is None or job.spec.expected_seconds is None:
+                latest = None  # a job another scheduler placed, or one without history: no shadow time
+                break
+            latest = max(latest or 0.0, job.started_at + job.spec.expected_seconds)
+        self._shadow_key, self._shadow = key, latest
+        return latest
 
     def starving_after(self, job: Job) -> float | None:
         """When the job starts starving (None: never, the backstop is off)."""
