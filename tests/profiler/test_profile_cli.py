@@ -1,7 +1,8 @@
 """``kubecell profile`` end to end on real servers: pods on the testbed's API server, the node agent's per-pod
-gauges scraped every second by a real Prometheus, the job history in SQLite. A job made of a controller's pods
-is found, each pod's distribution is what its gauge said, a pod without series is a problem of its job (not an
-error), a forged demand is kept as a problem, a finished job is advised on, and the report is written."""
+gauges scraped every second by a real Prometheus, the job history in SQLite. A job made of a controller's pods is
+found (with only the shipped RBAC's rights), each pod's distribution is what its gauge said, a pod without series
+is a problem of its job (not an error), a forged demand is kept as a problem, a finished job is advised on, and
+the report is written."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +20,13 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from typer.testing import CliRunner
 
 from kubecell.cli.main import app
-from kubecell.kube.rest import Kube
+from kubecell.kube.rest import ApiError, Kube
 from kubecell.profiler.history import JobHistory, Outcome
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.profiler.prometheus_server import serve
+from tests.scheduler.deploy_support import kubectl, service_account_kubeconfig
+
+RBAC = Path(__file__).resolve().parents[2] / "deploy" / "profiler" / "rbac.yaml"
 
 GiB = 2**30
 USE = {"train-0": (0.25, 1 * GiB), "train-1": (0.75, 3 * GiB)}
@@ -71,6 +76,30 @@ def finish(kube: Kube, namespace: str, name: str, start: datetime, end: datetime
                                    "finishedAt": end.strftime(stamp)}}}]}})
 
 
+def shipped_identity(testbed: ControlPlaneState, kube: Kube, tmp_path: Path) -> Path:
+    """A kubeconfig of the profiler's ServiceAccount with deploy/profiler's RBAC applied (least privilege: the
+    command must work with it, and it must be refused what the profiler never does)."""
+    try:
+        kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                           "metadata": {"name": "kubecell-system"}})
+    except ApiError as error:
+        if not error.conflict:
+            raise
+    kubectl(testbed, "apply", "-f", str(RBAC))
+    config = service_account_kubeconfig(testbed, kube, tmp_path / "profiler.kubeconfig", "kubecell-profiler")
+    denied = Kube.from_kubeconfig(config)
+    try:
+        for attempt in (partial(denied.get, "/api/v1/namespaces/kube-system/secrets"),
+                        partial(denied.get, "/api/v1/nodes"),
+                        partial(denied.create, "/api/v1/namespaces/default/configmaps", {"metadata": {"name": "x"}})):
+            with pytest.raises(ApiError) as refused:
+                attempt()
+            assert refused.value.status == 403
+    finally:
+        denied.close()
+    return config
+
+
 def test_collect_recommend_and_report_on_real_servers(testbed: ControlPlaneState, kube: Kube, namespace: str,
                                                       agent: tuple[str, CollectorRegistry], tmp_path: Path) -> None:
     owner_object = kube.create(f"/api/v1/namespaces/{namespace}/configmaps",
@@ -90,10 +119,11 @@ def test_collect_recommend_and_report_on_real_servers(testbed: ControlPlaneState
         memory.labels(name, namespace, "n0", f"GPU-{name}").set(used)
     db = f"sqlite:///{tmp_path}/history.db"
     runner = CliRunner()
+    profiler = shipped_identity(testbed, kube, tmp_path)
     with serve(tmp_path / "tsdb", scrape=[target]) as url:
         wait_for_samples(url, namespace, 4)
-        args = ["profile", "collect", "--prometheus", url, "--db", db, "--kubeconfig",
-                str(testbed.admin_kubeconfig), "--namespace", namespace]
+        args = ["profile", "collect", "--prometheus", url, "--db", db, "--kubeconfig", str(profiler),
+                "--namespace", namespace]
         result = runner.invoke(app, args)
         assert result.exit_code == 0, result.output
         assert "2 job(s) saved" in result.output, "the ConfigMap's three pods, and the forged pod alone"

@@ -52,7 +52,7 @@ def collect(
     prometheus: Annotated[str, typer.Option(help="Prometheus' base URL, e.g. http://prometheus:9090.")],
     db: DbOption = DEFAULT_DB,
     kubeconfig: Annotated[Path | None, typer.Option(
-        help="Kubeconfig (default: $KUBECONFIG, else ~/.kube/config).")] = None,
+        help="Kubeconfig (default: $KUBECONFIG, else ~/.kube/config, else the pod's service account).")] = None,
     namespace: Annotated[str | None, typer.Option(help="Only this namespace (default: all).")] = None,
     all_jobs: Annotated[bool, typer.Option("--all-jobs", help="Also jobs that asked for no GPU.")] = False,
     every: Annotated[float | None, typer.Option(help="Repeat every this many seconds.")] = None,
@@ -70,10 +70,12 @@ def collect(
     if every is not None and every <= 0:
         _fail(f"--every {every}: give seconds > 0")
     path = kubeconfig or default_kubeconfig()
+    in_cluster = kubeconfig is None and not path.is_file()  # in a pod: its service account (deploy/profiler)
     try:
-        kube = Kube.from_kubeconfig(path, pool=2)
+        kube = Kube.from_kubeconfig(None if in_cluster else path, pool=2)
     except (ConfigException, OSError) as error:
-        _fail(f"cannot read kubeconfig {path}: {error}")
+        _fail(f"cannot read kubeconfig {path}: {error}" if not in_cluster else
+              f"no kubeconfig ({path} is absent) and not in a pod: {error}")
     history = _history(db)
     client = Prometheus(prometheus)
     done = 0
