@@ -18,16 +18,19 @@ from kubecell.profiler.recommend import MIB
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
-def finished(namespace: str, name: str, seconds: float, util: float, *, milli: int = 500) -> JobRecord:
+def finished(namespace: str, name: str, seconds: float, util: float, *, milli: int = 500,
+             user: str | None = None) -> JobRecord:
     return JobRecord(uid=f"{namespace}-{name}", namespace=namespace, owner_kind="Job", owner_name=name, created=T0,
+                     user=user,
                      gpus_per_pod=1, milli_gpu_per_pod=milli, started=T0, finished=T0 + timedelta(seconds=seconds),
                      outcome=Outcome.SUCCEEDED,
                      metrics={"gpu_utilization": distribution([util] * 5),
                               "gpu_memory": distribution([2000.0 * MIB] * 5)})
 
 
-def pod(namespace: str, owner: str) -> dict[str, Any]:
+def pod(namespace: str, owner: str, user: str | None = None) -> dict[str, Any]:
     return {"metadata": {"name": f"{owner}-abcde", "namespace": namespace,
+                         "annotations": {"kubecell.io/user": user} if user else {},
                          "ownerReferences": [{"kind": "Job", "name": owner, "uid": "u", "controller": True}]}}
 
 
@@ -73,3 +76,18 @@ def test_a_broken_history_answers_nothing(history: JobHistory, tmp_path: Path) -
     (tmp_path / "h.db").write_bytes(b"not a database" * 100)
     assert knowledge.expected_seconds(pod("team-a", "bert-1")) is None
     assert knowledge.profile(pod("team-a", "bert-1")) is None
+
+
+def test_a_users_own_runs_of_the_family_come_first(history: JobHistory) -> None:
+    for i, seconds in enumerate((1000, 1100, 1200)):
+        history.save(finished("team-a", f"bert-alice-run{i}", seconds, 0.3, user="alice"))
+    knowledge = HistoryKnowledge(history)
+    assert family_of(pod("team-a", "bert-alice-run7")) == ("team-a", "bert-alice")
+    assert knowledge.expected_seconds(pod("team-a", "bert-alice-run7", user="alice")) == 1100
+    assert knowledge.expected_seconds(pod("team-a", "bert-alice-run7", user="bob")) == 1100, \
+        "bob has no runs of his own: the family's (alice's are all there is)"
+    for i, seconds in enumerate((10, 20, 30)):
+        history.save(finished("team-a", f"bert-{i + 10}", seconds, 0.3, user="carol"))
+    fresh = HistoryKnowledge(history)
+    assert fresh.expected_seconds(pod("team-a", "bert-9", user="carol")) == 20, "carol's own runs"
+    assert fresh.expected_seconds(pod("team-a", "bert-9", user="dave")) == 65, "the family's six runs: 10..300"

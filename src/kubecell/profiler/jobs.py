@@ -70,6 +70,14 @@ def parse_time(value: object) -> datetime | None:
     return moment.astimezone(UTC) if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
+def user_of(pod: Mapping[str, Any]) -> str | None:
+    """Who a pod's job is for: ``kubecell.io/user`` where the submitter says so, else its service account."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    user = annotations.get(ANNOTATION_USER) if isinstance(annotations, Mapping) else None
+    user = user or (pod.get("spec") or {}).get("serviceAccountName")
+    return str(user) if user else None
+
+
 def _controller(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     for reference in (pod.get("metadata") or {}).get("ownerReferences") or ():
         if isinstance(reference, Mapping) and reference.get("controller") is True and reference.get("uid"):
@@ -156,8 +164,7 @@ def _job(namespace: str, uid: str, kind: str, name: str, members: list[Mapping[s
     gpus, milli, memory, model, _ = max(asks, key=lambda ask: (ask[0] * ask[1], ask[2] or 0))
     vcs = sorted({ask[4] for ask in asks if ask[4]})
     first = members[0]
-    annotations = (first["metadata"].get("annotations") or {})
-    user = annotations.get(ANNOTATION_USER) or (first.get("spec") or {}).get("serviceAccountName")
+    user = user_of(first)
     containers = (first.get("spec") or {}).get("containers") or []
     image = containers[0].get("image") if containers and isinstance(containers[0], Mapping) else None
     created = min((parse_time(pod["metadata"].get("creationTimestamp")) for pod in members),
@@ -169,7 +176,7 @@ def _job(namespace: str, uid: str, kind: str, name: str, members: list[Mapping[s
     ends = [finished_at(pod) for pod in members]
     finished = max(end for end in ends if end is not None) \
         if outcome in (Outcome.SUCCEEDED, Outcome.FAILED) and all(ends) else None
-    return FoundJob(uid, namespace, kind, name, str(user) if user else None, vcs[0] if vcs else None,
+    return FoundJob(uid, namespace, kind, name, user, vcs[0] if vcs else None,
                     str(image) if image else None, tuple(members), gpus, milli, memory, model, created,
                     min(starts) if starts else None, finished, outcome, tuple(problems))
 

@@ -2,7 +2,9 @@
 what its jobs used alone per GPU, and the share it needs (``core.rightsizing``).
 
 A pod's family is its controller owner's name family (else its own name's) **in its own namespace**: another
-team's jobs, whatever they are named, never change what the scheduler expects of this one. Answers are cached
+team's jobs, whatever they are named, never change what the scheduler expects of this one. A run time comes from
+the user's own runs of the family where there are enough of them (``kubecell.io/user``, else the service
+account), else from the family's. Answers are cached
 per (namespace, family) for ``ttl_seconds``, so the scheduling thread touches the database at most once per
 family and period; a database error is logged and answered with None (no knowledge), never raised into the
 scheduler.
@@ -20,6 +22,7 @@ from kubecell.core.interference.profile import JobKey, SoloProfile
 from kubecell.core.rightsizing import recommend
 from kubecell.profiler.history import JobHistory, Outcome, ProfilerStoreError
 from kubecell.profiler.identity import name_family
+from kubecell.profiler.jobs import user_of
 from kubecell.profiler.recommend import usage_profile
 
 log = logging.getLogger("kubecell.profiler.knowledge")
@@ -51,10 +54,10 @@ class HistoryKnowledge:
         self.history = history
         self.ttl_seconds = ttl_seconds
         self.clock = clock
-        self._cache: dict[tuple[str, str], tuple[float, Answers]] = {}
+        self._cache: dict[tuple[str, str, str | None], tuple[float, Answers]] = {}
 
     def _answers(self, pod: Mapping[str, Any]) -> Answers:
-        key = family_of(pod)
+        key = (*family_of(pod), user_of(pod))
         now = self.clock()
         cached = self._cache.get(key)
         if cached is not None and now - cached[0] < self.ttl_seconds:
@@ -62,15 +65,19 @@ class HistoryKnowledge:
         try:
             answers = self._read(*key)
         except ProfilerStoreError as error:
-            log.warning("job history unreadable for %s/%s: %s", *key, error)
+            log.warning("job history unreadable for %s/%s: %s", key[0], key[1], error)
             answers = (None, None, None)
         self._cache[key] = (now, answers)
         return answers
 
-    def _read(self, namespace: str, family: str) -> Answers:
-        runs = self.history.durations(namespace=namespace, family=family, limit=RECENT_JOBS,
-                                      outcomes=(Outcome.SUCCEEDED,))
-        expected = float(statistics.median(runs)) if len(runs) >= MIN_JOBS else None
+    def _read(self, namespace: str, family: str, user: str | None) -> Answers:
+        expected = None
+        for who in ((user, None) if user else (None,)):  # the user's own runs of the family first
+            runs = self.history.durations(namespace=namespace, family=family, user=who, limit=RECENT_JOBS,
+                                          outcomes=(Outcome.SUCCEEDED,))
+            if len(runs) >= MIN_JOBS:
+                expected = float(statistics.median(runs))
+                break
         jobs = [job for job in self.history.jobs(namespace=namespace, family=family, limit=RECENT_JOBS)
                 if job.outcome in (Outcome.SUCCEEDED, Outcome.FAILED)]
         profiles = [p for p in (usage_profile(job) for job in jobs) if p is not None]
