@@ -36,7 +36,7 @@ from tests.elastic.support import (
     template,
     workers,
 )
-from tests.scheduler.deploy_support import kubectl, service_account_kubeconfig
+from tests.scheduler.deploy_support import ensure_namespace, kubectl, service_account_kubeconfig
 from tests.support import wait_for
 
 
@@ -297,12 +297,7 @@ def test_kubecells_scheduler_places_the_workers_as_one_gang(testbed: ControlPlan
 
 def test_the_shipped_rbac_is_enough_to_run_a_job(testbed: ControlPlaneState, kube: Kube, namespace: str,
                                                  elastic_crd: None, tmp_path: Path) -> None:
-    try:
-        kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                           "metadata": {"name": "kubecell-system"}})
-    except ApiError as error:
-        if not error.conflict:
-            raise
+    ensure_namespace(kube)
     kubectl(testbed, "apply", "-f", str(DEPLOY / "rbac.yaml"))
     try:
         config = service_account_kubeconfig(testbed, kube, tmp_path / "sa.kubeconfig", "kubecell-elastic-controller")

@@ -15,7 +15,6 @@ import os
 import pwd
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -27,6 +26,8 @@ from typing import Any
 
 import psycopg
 import pytest
+
+from kubecell.testbed.processes import free_port
 
 START_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 30
@@ -45,13 +46,6 @@ def server_binaries() -> Path:
             return Path(directory)
     pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl, postgres) under /usr/lib/postgresql/*/bin or on "
                 "PATH: install Debian's postgresql package to run the PostgreSQL half of these tests")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -22,6 +21,8 @@ from typing import Literal
 
 import pytest
 import requests
+
+from kubecell.testbed.processes import free_port
 
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
@@ -87,12 +88,6 @@ def backfill(openmetrics: Path, data: Path) -> None:
                              f"{done.stderr[-2000:]}{done.stdout[-2000:]}")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _stop(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         process.terminate()
@@ -117,7 +112,7 @@ def serve(data: Path, scrape: Sequence[str] = ()) -> Iterator[str]:
         config.write_text("global:\n  scrape_interval: 1m\nscrape_configs: []\n")
     log_path = data.parent / f"{data.name}-prometheus.log"
     for _attempt in range(3):  # another process may take the free port between the probe and the bind
-        port = _free_port()
+        port = free_port()
         url = f"http://127.0.0.1:{port}"
         with log_path.open("wb") as log:
             process = subprocess.Popen(

@@ -19,7 +19,7 @@ from kubecell.profiler.distribution import Distribution, distribution
 from kubecell.profiler.history import JobHistory, JobRecord, Outcome, PodRecord, ProfilerStoreError
 from kubecell.profiler.store.migrate import head_revision
 from kubecell.profiler.store.schema import VERSION_TABLE, Base
-from tests.profiler.postgres import free_port
+from kubecell.testbed.processes import free_port
 
 T0 = datetime(2026, 11, 24, 15, 30, 0, 123456, tzinfo=UTC)
 

@@ -24,7 +24,7 @@ from kubecell.kube.rest import ApiError, Kube
 from kubecell.profiler.history import JobHistory, Outcome
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.profiler.prometheus_server import serve
-from tests.scheduler.deploy_support import kubectl, service_account_kubeconfig
+from tests.scheduler.deploy_support import ensure_namespace, kubectl, service_account_kubeconfig
 
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "profiler" / "rbac.yaml"
 
@@ -79,12 +79,7 @@ def finish(kube: Kube, namespace: str, name: str, start: datetime, end: datetime
 def shipped_identity(testbed: ControlPlaneState, kube: Kube, tmp_path: Path) -> Path:
     """A kubeconfig of the profiler's ServiceAccount with deploy/profiler's RBAC applied (least privilege: the
     command must work with it, and it must be refused what the profiler never does)."""
-    try:
-        kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                           "metadata": {"name": "kubecell-system"}})
-    except ApiError as error:
-        if not error.conflict:
-            raise
+    ensure_namespace(kube)
     kubectl(testbed, "apply", "-f", str(RBAC))
     config = service_account_kubeconfig(testbed, kube, tmp_path / "profiler.kubeconfig", "kubecell-profiler")
     denied = Kube.from_kubeconfig(config)

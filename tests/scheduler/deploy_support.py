@@ -59,6 +59,15 @@ def clear_virtualclusters(kube: Kube) -> None:
     wait_for("the VirtualClusters to be gone", lambda: not kube.get(virtualclusters.PATH)["items"])
 
 
+def ensure_namespace(kube: Kube, name: str = NAMESPACE) -> None:
+    """The namespace exists (created unless an earlier test did)."""
+    try:
+        kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    except ApiError as error:
+        if not error.conflict:
+            raise
+
+
 def service_account_kubeconfig(testbed: ControlPlaneState, kube: Kube, path: Path,
                                account: str = SERVICE_ACCOUNT, *, namespace: str = NAMESPACE) -> Path:
     """A kubeconfig holding a token the TokenRequest API issued for the ServiceAccount: the identity a
