@@ -3,10 +3,12 @@ and end from its pods; and pods users wrote badly still land in a job with the r
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from kubecell.profiler.history import Outcome
+from kubecell.profiler.history import JobHistory, Outcome
 from kubecell.profiler.jobs import group_pods
+from kubecell.profiler.run import profile_jobs
 
 
 def pod(name: str, *, namespace: str = "ns", owner: str | None = None, annotations: dict[str, str] | None = None,
@@ -60,3 +62,35 @@ def test_a_pod_users_wrote_badly_still_lands_in_a_job_with_the_reason() -> None:
     (job,) = group_pods([forged, nameless])
     assert job.gpus_per_pod == 0
     assert any("cannot be read" in problem for problem in job.problems)
+
+
+def test_a_user_annotation_the_history_cannot_keep_falls_back_to_the_service_account() -> None:
+    for stated in ("u" * 300, "alice\x00", ""):
+        body = pod("x", annotations={"kubecell.io/user": stated})
+        body["spec"]["serviceAccountName"] = "trainer"
+        (job,) = group_pods([body])
+        assert job.user == "trainer"
+        assert any("kubecell.io/user" in problem for problem in job.problems)
+    (kept,) = group_pods([pod("y", annotations={"kubecell.io/user": "alice"})])
+    assert kept.user == "alice"
+    assert kept.problems == ()
+
+
+class NoSeries:
+    """A Prometheus with no series at all (every pod becomes a problem, nothing raises)."""
+
+    def raw(self, *args: Any, **kwargs: Any) -> list[Any]:
+        return []
+
+
+def test_a_job_the_history_would_refuse_is_reported_and_the_pass_goes_on(tmp_path: Path) -> None:
+    bad = pod("bad")
+    bad["spec"]["containers"][0]["image"] = "img\x00:1"  # text PostgreSQL cannot store
+    jobs = group_pods([bad, pod("good")])
+    with JobHistory.open(f"sqlite:///{tmp_path}/h.db") as history:
+        result = profile_jobs(jobs, NoSeries(), history)  # type: ignore[arg-type]
+        assert [record.owner_name for record in result.saved] == ["good"]
+        ((uid, why),) = result.refused
+        assert uid == "uid-ns-bad"
+        assert "NUL" in why
+        assert history.get("uid-ns-good") is not None

@@ -91,6 +91,8 @@ def collect(
             problems = sum(len(record.problems) for record in result.saved)
             stdout_console().print(f"{len(result.saved)} job(s) saved, {len(result.unchanged)} unchanged, "
                                    f"{problems} series problem(s) recorded", highlight=False)
+            for uid, why in result.refused:
+                stderr_console().print(f"warning: job {uid} not saved: {why}", highlight=False, markup=False)
             done += 1
             if every is None or (passes is not None and done >= passes):
                 return

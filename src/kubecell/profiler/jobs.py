@@ -24,6 +24,7 @@ from kubecell.kube import pods as pod_fields
 from kubecell.kube.dialects.pod import pod_demand
 from kubecell.kube.rest import Kube, list_all
 from kubecell.profiler.history import Outcome
+from kubecell.profiler.store.schema import KEY_LENGTH
 
 ANNOTATION_USER = "kubecell.io/user"
 """Who the job is for, where the submitter says so; else the pod's service account stands for it."""
@@ -71,11 +72,25 @@ def parse_time(value: object) -> datetime | None:
 
 
 def user_of(pod: Mapping[str, Any]) -> str | None:
-    """Who a pod's job is for: ``kubecell.io/user`` where the submitter says so, else its service account."""
+    """Who a pod's job is for: ``kubecell.io/user`` where the submitter says so, else its service account. The
+    annotation is the submitter's text: one the history could not keep as a key (longer than it keeps, or with
+    control characters) counts as not given (``user_problem`` says why), so it can never stop a pass."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    user = annotations.get(ANNOTATION_USER) if isinstance(annotations, Mapping) else None
+    stated = annotations.get(ANNOTATION_USER) if isinstance(annotations, Mapping) else None
+    user = stated if stated is not None and user_problem(stated) is None else None
     user = user or (pod.get("spec") or {}).get("serviceAccountName")
     return str(user) if user else None
+
+
+def user_problem(stated: object) -> str | None:
+    """Why a ``kubecell.io/user`` value is refused, or None."""
+    if not isinstance(stated, str) or not stated:
+        return f"{ANNOTATION_USER} is not a name"
+    if len(stated) > KEY_LENGTH:
+        return f"{ANNOTATION_USER} is {len(stated)} characters; at most {KEY_LENGTH} are kept"
+    if not stated.isprintable():
+        return f"{ANNOTATION_USER} holds control characters"
+    return None
 
 
 def _controller(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -165,6 +180,10 @@ def _job(namespace: str, uid: str, kind: str, name: str, members: list[Mapping[s
     vcs = sorted({ask[4] for ask in asks if ask[4]})
     first = members[0]
     user = user_of(first)
+    stated = (first["metadata"].get("annotations") or {}).get(ANNOTATION_USER)
+    refused = user_problem(stated) if stated is not None else None
+    if refused is not None:
+        problems.append(f"pod {first['metadata']['name']}: {refused}; its service account stands for the user")
     containers = (first.get("spec") or {}).get("containers") or []
     image = containers[0].get("image") if containers and isinstance(containers[0], Mapping) else None
     created = min((parse_time(pod["metadata"].get("creationTimestamp")) for pod in members),

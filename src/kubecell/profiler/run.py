@@ -16,17 +16,19 @@ from datetime import UTC, datetime
 
 from kubecell.kube import pods as pod_fields
 from kubecell.profiler.collect import Job, collect
-from kubecell.profiler.history import JobHistory, JobRecord, Outcome, PodRecord
+from kubecell.profiler.history import JobHistory, JobRecord, Outcome, PodRecord, ProfilerStoreError
 from kubecell.profiler.jobs import FoundJob, finished_at, parse_time
 from kubecell.profiler.prometheus import Prometheus
 
 
 @dataclass(frozen=True)
 class Pass:
-    """What one pass did: jobs saved, jobs skipped as already complete, and the problems told per job."""
+    """What one pass did: jobs saved, jobs skipped as already complete, and jobs the history refused (their
+    uid and why: text their pods carry that it cannot keep), which the next pass tries again."""
 
     saved: tuple[JobRecord, ...]
     unchanged: tuple[str, ...]
+    refused: tuple[tuple[str, str], ...] = ()
 
 
 def record_of(job: FoundJob, client: Prometheus, now: datetime) -> JobRecord:
@@ -62,6 +64,7 @@ def profile_jobs(jobs: Iterable[FoundJob], client: Prometheus, history: JobHisto
     now = now or datetime.now(UTC)
     saved: list[JobRecord] = []
     unchanged: list[str] = []
+    refused: list[tuple[str, str]] = []
     for job in jobs:
         if gpu_only and job.gpus_per_pod <= 0 and not job.problems:
             continue  # a job whose request cannot be read may hold GPUs: profiled, with its problems
@@ -70,7 +73,11 @@ def profile_jobs(jobs: Iterable[FoundJob], client: Prometheus, history: JobHisto
             if known is not None and known.finished == job.finished and len(known.pods) == len(job.pods):
                 unchanged.append(job.uid)
                 continue
-        record = record_of(job, client, now)
+        try:
+            record = record_of(job, client, now)  # a record the history would refuse fails here, before I/O
+        except ProfilerStoreError as error:
+            refused.append((job.uid, str(error)))
+            continue
         history.save(record)
         saved.append(record)
-    return Pass(tuple(saved), tuple(unchanged))
+    return Pass(tuple(saved), tuple(unchanged), tuple(refused))
