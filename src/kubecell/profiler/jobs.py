@@ -21,6 +21,7 @@ from typing import Any
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.kube import pods as pod_fields
+from kubecell.kube.dialects.demand import PodDemand
 from kubecell.kube.dialects.pod import pod_demand
 from kubecell.kube.rest import Kube, list_all
 from kubecell.profiler.history import Outcome
@@ -124,28 +125,35 @@ def _outcome(phases: list[str]) -> Outcome:
     return Outcome.UNKNOWN
 
 
-def _key(pod: Mapping[str, Any]) -> tuple[str, str, str]:
+Demand = PodDemand | InvalidInputError
+"""A pod read once by ``pod_demand``, or why it cannot be."""
+
+
+def _demand(pod: Mapping[str, Any]) -> Demand:
+    try:
+        return pod_demand(pod)
+    except InvalidInputError as error:
+        return error
+
+
+def _key(pod: Mapping[str, Any], demand: Demand) -> tuple[str, str, str]:
     """(uid, owner kind, owner name) of the job the pod belongs to."""
     meta = pod["metadata"]
     owner = _controller(pod)
     if owner is not None:
         return str(owner["uid"])[:128], str(owner.get("kind") or "Unknown"), str(owner.get("name") or "")
-    try:
-        group = pod_demand(pod).group
-    except InvalidInputError:
-        group = None  # told with the job's request below
+    group = demand.group if isinstance(demand, PodDemand) else None  # an unreadable one: told with its request
     if group is not None:
         digest = hashlib.sha256(f"{meta.get('namespace', 'default')}/{group.key}".encode()).hexdigest()[:40]
         return f"gang-{digest}", "Gang", group.key.split("/", 1)[-1]
     return str(meta["uid"]), "Pod", str(meta["name"])
 
 
-def _request(pod: Mapping[str, Any], problems: list[str]) -> tuple[int, int, int | None, str | None, str | None]:
+def _request(pod: Mapping[str, Any], demand: Demand,
+             problems: list[str]) -> tuple[int, int, int | None, str | None, str | None]:
     """(GPUs, milli-GPU per GPU, GPU memory MiB, GPU model asked, VC) of one pod, as kubecell reads it."""
-    try:
-        demand = pod_demand(pod)
-    except InvalidInputError as error:
-        problems.append(f"pod {pod['metadata']['name']}: its request cannot be read: {error}")
+    if isinstance(demand, InvalidInputError):
+        problems.append(f"pod {pod['metadata']['name']}: its request cannot be read: {demand}")
         return 0, 0, None, None, None
     request = demand.request
     models = ",".join(sorted(request.gpu_models)) if request.gpu_models else None
@@ -154,7 +162,7 @@ def _request(pod: Mapping[str, Any], problems: list[str]) -> tuple[int, int, int
 
 def group_pods(pods: Iterable[Mapping[str, Any]]) -> list[FoundJob]:
     """The jobs ``pods`` make (see the module), in a stable order (namespace, owner name, uid)."""
-    grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    grouped: dict[tuple[str, str], list[tuple[Mapping[str, Any], Demand]]] = {}
     keys: dict[tuple[str, str], tuple[str, str]] = {}
     problems: dict[tuple[str, str], list[str]] = {}
     for pod in pods:
@@ -162,9 +170,10 @@ def group_pods(pods: Iterable[Mapping[str, Any]]) -> list[FoundJob]:
         if not meta.get("name") or not meta.get("uid"):
             continue
         namespace = str(meta.get("namespace", "default"))
-        uid, kind, name = _key(pod)
+        demand = _demand(pod)  # read once: it names the gang and the request
+        uid, kind, name = _key(pod, demand)
         slot = (namespace, uid)
-        grouped.setdefault(slot, []).append(pod)
+        grouped.setdefault(slot, []).append((pod, demand))
         keys.setdefault(slot, (kind, name))
         problems.setdefault(slot, [])
     jobs = [_job(namespace, uid, *keys[(namespace, uid)], members, problems[(namespace, uid)])
@@ -172,10 +181,11 @@ def group_pods(pods: Iterable[Mapping[str, Any]]) -> list[FoundJob]:
     return sorted(jobs, key=lambda job: (job.namespace, job.owner_name, job.uid))
 
 
-def _job(namespace: str, uid: str, kind: str, name: str, members: list[Mapping[str, Any]],
+def _job(namespace: str, uid: str, kind: str, name: str, read: list[tuple[Mapping[str, Any], Demand]],
          problems: list[str]) -> FoundJob:
-    members = sorted(members, key=lambda pod: str(pod["metadata"]["name"]))
-    asks = [_request(pod, problems) for pod in members]
+    read = sorted(read, key=lambda item: str(item[0]["metadata"]["name"]))
+    members = [pod for pod, _ in read]
+    asks = [_request(pod, demand, problems) for pod, demand in read]
     gpus, milli, memory, model, _ = max(asks, key=lambda ask: (ask[0] * ask[1], ask[2] or 0))
     vcs = sorted({ask[4] for ask in asks if ask[4]})
     first = members[0]
