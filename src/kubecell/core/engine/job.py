@@ -31,6 +31,7 @@ turns it into a node mask once per job (``Session.allowed_nodes``), so an unrest
 from __future__ import annotations
 
 import math
+import reprlib
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -92,6 +93,10 @@ class JobSpec:
     and means the job fits nowhere (it waits, saying so); names of unknown nodes never match."""
     groups: tuple[MemberGroup, ...] = ()
     """The member groups; () is one group of ``members`` identical ``member`` requests."""
+    gpus: frozenset[tuple[str, int]] | None = None
+    """The only GPUs (node name, GPU index on that node) this job's members may take: what a DRA claim's
+    device selectors left of the devices the nodes publish, evaluated by the driver; None: any GPU. It also
+    limits the nodes (to those with such a GPU). An empty set is valid: the job fits nowhere and says so."""
     expected_seconds: float | None = None
     """How long the job is expected to run, from the history of its family (``core.estimates``); None: no
     history. Read only to order a VC's own waiting jobs (``EngineOptions.queue_order``), never for guarantees."""
@@ -108,6 +113,11 @@ class JobSpec:
                                        or not all(isinstance(n, str) and n for n in self.nodes)):
             raise InvalidInputError(f"node restriction {self.nodes!r}", location=where, field="nodes",
                                     accepted="None (any node) or a frozenset of non-empty node names")
+        if self.gpus is not None and (not isinstance(self.gpus, frozenset) or not all(
+                isinstance(g, tuple) and len(g) == 2 and isinstance(g[0], str) and g[0] and isinstance(g[1], int)
+                and g[1] >= 0 for g in self.gpus)):
+            raise InvalidInputError(f"GPU restriction {reprlib.repr(self.gpus)}", location=where, field="gpus",
+                                    accepted="None (any GPU) or a frozenset of (node name, GPU index >= 0)")
         if not self.vc:
             raise InvalidInputError("job has no virtual cluster", location=where, field="vc",
                                     accepted="the name of a VC from the tenant configuration")
@@ -181,7 +191,7 @@ class JobSpec:
     def gang(cls, name: str, vc: str, groups: Sequence[MemberGroup], *, min_members: int | None = None,
              priority: int = 0, topology: TopologyLevel | None = None, submit_time: float = 0.0,
              work: float = 0.0, labels: tuple[tuple[str, str], ...] = (),
-             nodes: frozenset[str] | None = None) -> JobSpec:
+             nodes: frozenset[str] | None = None, gpus: frozenset[tuple[str, int]] | None = None) -> JobSpec:
         """A gang of member groups; ``member`` and ``members`` come from the groups. ``min_members`` (the
         total minimum) defaults to the sum of the group minimums (at least 1): with every group's minimum
         equal to its count the gang is all-or-nothing."""
@@ -190,7 +200,7 @@ class JobSpec:
             min_members = max(1, sum(g.minimum for g in checked))
         return cls(name=name, vc=vc, member=checked[0].member, members=sum(g.count for g in checked),
                    min_members=min_members, priority=priority, topology=topology, submit_time=submit_time,
-                   work=work, labels=labels, nodes=nodes, groups=checked)
+                   work=work, labels=labels, nodes=nodes, groups=checked, gpus=gpus)
 
     # ------------------------------------------------------------------ groups and the fill order
     @property
@@ -373,6 +383,8 @@ class Job:
     (``Engine.limit_growth``): growth adds no more. None: its whole headcount."""
     node_mask: BoolArray | None = field(default=None, repr=False, compare=False)
     """``spec.nodes`` as a read-only mask over the book's nodes, made on first use (``Session.allowed_nodes``)."""
+    gpu_mask: BoolArray | None = field(default=None, repr=False, compare=False)
+    """``spec.gpus`` as a read-only GPU mask, made on first use (``Session.allowed_gpus``)."""
 
     @property
     def name(self) -> str:

@@ -91,10 +91,14 @@ class Session:
         return self.effective_guarantee(vc) - usage.guaranteed_milli - usage.admitted_milli + own - held
 
     def allowed_nodes(self, job: Job) -> BoolArray | None:
-        """The nodes the job may use (``JobSpec.nodes``) as a read-only node mask; None: any node. Made once
-        per job and shared by jobs with the same set (pods of one deployment), so an unrestricted job
-        costs one attribute test and a restricted one an ``&`` per filter."""
-        names = job.spec.nodes
+        """The nodes the job may use (``JobSpec.nodes``, and the nodes of ``JobSpec.gpus``) as a read-only node
+        mask; None: any node. Made once per job and shared by jobs with the same set (pods of one deployment),
+        so an unrestricted job costs one attribute test and a restricted one an ``&`` per filter."""
+        spec = job.spec
+        names = spec.nodes
+        if spec.gpus is not None:
+            holders = frozenset(node for node, _ in spec.gpus)
+            names = holders if names is None else names & holders
         if names is None:
             return None
         if job.node_mask is None:
@@ -109,6 +113,23 @@ class Session:
                 self._node_masks[names] = mask
             job.node_mask = mask
         return job.node_mask
+
+    def allowed_gpus(self, job: Job) -> BoolArray | None:
+        """``JobSpec.gpus`` as a read-only GPU mask (nodes x GPU slots), made on first use; None: any GPU.
+        Indices past a node's GPUs, and unknown nodes, match nothing."""
+        gpus = job.spec.gpus
+        if gpus is None:
+            return None
+        if job.gpu_mask is None:
+            book = self.book
+            mask = np.zeros((book.size, book.max_gpus), np.bool_)
+            for node, gpu in gpus:
+                row = book.index.get(node)
+                if row is not None and gpu < book.max_gpus:
+                    mask[row, gpu] = True
+            mask.flags.writeable = False
+            job.gpu_mask = mask
+        return job.gpu_mask
 
     def members_on(self, job: Job, nodes: BoolArray) -> int:
         """How many of a running job's members sit on the ``nodes`` (what evicting it frees there)."""
@@ -128,12 +149,16 @@ class Session:
         jobs' reservations hold against it. Every placement, fit test and victim simulation reads its
         masks here, so a job's node restriction holds wherever a member gets capacity. With interference-aware
         sharing on, a share's GPU mask also leaves out the GPUs where its rule refuses it beside the shares
-        already there (members of one gang are judged against those, not against each other)."""
+        already there (members of one gang are judged against those, not against each other); a job limited to
+        some GPUs (``JobSpec.gpus``, a DRA claim's selectors) gets only those."""
         mask = region.mask
         spec = attempt.job.spec
         if self.colocation is not None and not spec.heterogeneous and spec.member.is_share:
             queued = len(self.queue.pending) > (attempt.job.name in self.queue.pending)  # others than this job
             mask = self.colocation.restrict(self.book, spec.member_request(0), mask, queued=queued)
+        gpus = self.allowed_gpus(attempt.job)
+        if gpus is not None:
+            mask = gpus if mask is None else mask & gpus
         nodes = region.nodes
         allowed = self.allowed_nodes(attempt.job)
         if allowed is not None:
