@@ -114,3 +114,27 @@ def test_pod_resources_messages_carry_the_upstream_field_names() -> None:
     assert pb2.GetPodResourcesRequest(pod_name="p", pod_namespace="ns").pod_namespace == "ns"
     assert hasattr(api.grpc, "PodResourcesListerStub")
     assert protos.podresources() is api  # loaded once per process
+
+
+def test_dra_and_registration_services_carry_the_names_the_kubelet_dials() -> None:
+    dra = protos.dra()
+    registration = protos.pluginregistration()
+    assert dra.pb2.DESCRIPTOR.services_by_name["DRAPlugin"].full_name == "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin"
+    assert registration.pb2.DESCRIPTOR.services_by_name["Registration"].full_name == "pluginregistration.Registration"
+    for name in ("DRAPluginStub", "DRAPluginServicer", "add_DRAPluginServicer_to_server"):
+        assert hasattr(dra.grpc, name)
+    for name in ("RegistrationStub", "RegistrationServicer", "add_RegistrationServicer_to_server"):
+        assert hasattr(registration.grpc, name)
+    pb2 = dra.pb2
+    device = pb2.Device(request_names=["gpu"], pool_name="n1", device_name="gpu-0",
+                        cdi_device_ids=["gpu.kubecell.io/claim=x"], share_id="s")
+    assert device.HasField("share_id")
+    assert not pb2.Device().HasField("share_id")
+    response = pb2.NodePrepareResourcesResponse(claims={"uid": pb2.NodePrepareResourceResponse(devices=[device])})
+    assert response.claims["uid"].devices[0].cdi_device_ids == ["gpu.kubecell.io/claim=x"]
+    claim = pb2.Claim(namespace="ns", uid="uid", name="c")
+    assert pb2.NodeUnprepareResourcesRequest(claims=[claim]).claims[0].uid == "uid"
+    info = registration.pb2.PluginInfo(type="DRAPlugin", name="gpu.kubecell.io", endpoint="/x/dra.sock",
+                                       supported_versions=["v1.DRAPlugin"])
+    assert list(info.supported_versions) == ["v1.DRAPlugin"]
+    assert registration.pb2.RegistrationStatus(plugin_registered=True).plugin_registered

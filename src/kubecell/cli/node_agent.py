@@ -16,6 +16,9 @@ from kubecell.kube.inventory_schema import IsolationMode
 from kubecell.kube.names import ISOLATION_MODES
 from kubecell.kube.rest import Kube
 from kubecell.node.deviceplugin import DEVICE_PLUGIN_DIR
+from kubecell.node.dra.cdi import CDI_DIR
+from kubecell.node.dra.plugin import PLUGIN_DIR as DRA_PLUGIN_DIR
+from kubecell.node.dra.plugin import REGISTRY_DIR as DRA_REGISTRY_DIR
 from kubecell.node.inventory import DEFAULT_INTERVAL
 from kubecell.node.nvml import GpuBackend
 from kubecell.node.podresources import POD_RESOURCES_SOCKET
@@ -41,6 +44,15 @@ def node_agent(
     mps_binary: Annotated[str, typer.Option(help="The MPS control binary.")] = "nvidia-cuda-mps-control",
     metrics_listen: Annotated[str, typer.Option(help="HOST:PORT of the agent's /metrics ('' for none).")] = (
         "0.0.0.0:10260"),
+    dra: Annotated[bool, typer.Option("--dra", help="Also be the DRA driver gpu.kubecell.io: publish the GPUs as "
+                                                    "ResourceSlices and serve the kubelet's DRA plugin.")] = False,
+    dra_plugin_dir: Annotated[Path, typer.Option(help="The DRA plugin's directory (its socket, the prepared-claims "
+                                                      "checkpoint), as this process sees it.")] = DRA_PLUGIN_DIR,
+    dra_registry_dir: Annotated[Path, typer.Option(help="The kubelet's plugin registration directory, as this "
+                                                        "process sees it.")] = DRA_REGISTRY_DIR,
+    dra_advertised_dir: Annotated[Path | None, typer.Option(
+        help="The DRA plugin's directory as the kubelet sees it (default: --dra-plugin-dir).")] = None,
+    cdi_dir: Annotated[Path, typer.Option(help="Where prepared claims' CDI specs are written.")] = CDI_DIR,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Publish this node's GPUs and serve the kubelet's device plugin API from the scheduler's records."""
@@ -76,6 +88,8 @@ def node_agent(
     options = AgentOptions(node=node_name, isolation=cast(tuple[IsolationMode, ...], modes),
                            device_plugin_dir=device_plugin_dir, pod_resources=pod_resources_socket,
                            interval=interval, proc_root=proc_root, evict_after_seconds=evict_after,
-                           mps_binary=mps_binary, metrics=metrics)
+                           mps_binary=mps_binary, metrics=metrics, dra=dra, dra_plugin_dir=dra_plugin_dir,
+                           dra_registry_dir=dra_registry_dir, dra_advertised_dir=dra_advertised_dir or dra_plugin_dir,
+                           cdi_dir=cdi_dir)
     kube = Kube.from_kubeconfig(kubeconfig or os.environ.get("KUBECONFIG"))
     NodeAgent(kube, backend, options).run(stop)

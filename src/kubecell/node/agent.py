@@ -7,7 +7,8 @@ the kubelet's device plugin API for ``kubecell.io/gpu`` (a device per GPU UUID) 
 ``kubecell.io/gpu-milli`` (1000 slots per GPU) with health following the inventory: a GPU hit by a
 critical XID becomes Unhealthy in ``ListAndWatch`` and unhealthy in the annotation, so neither the
 kubelet nor the scheduler hands it out. ``Allocate`` is answered from the allocation record
-(``kubecell.node.allocator``), never by guessing.
+(``kubecell.node.allocator``), never by guessing. With ``dra`` it is also the DRA driver
+``gpu.kubecell.io`` (``kubecell.node.dra``): the GPUs as a ResourceSlice, and the kubelet's DRA plugin.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from kubecell.kube.records import AllocationRecord
 from kubecell.kube.rest import Kube
 from kubecell.node.allocator import RecordAllocator
 from kubecell.node.deviceplugin import DEVICE_PLUGIN_DIR, Device, DeviceFeed, DevicePlugin, milli_devices
+from kubecell.node.dra.cdi import CDI_DIR
+from kubecell.node.dra.plugin import PLUGIN_DIR, REGISTRY_DIR, DraDriver, PluginPaths
 from kubecell.node.inventory import DEFAULT_INTERVAL, InventoryPublisher
 from kubecell.node.isolation import MPS_ROOT, NodeIsolation
 from kubecell.node.mps import MPS_CONTROL, MpsDaemons, mps_holders
@@ -58,6 +61,16 @@ class AgentOptions:
     settle_seconds: float = 30.0
     """How often pods admitted without an acknowledgement are looked for (at start, then this often: one
     LIST of the node's pods, rare PodResources reads)."""
+    dra: bool = False
+    """Also be the DRA driver ``gpu.kubecell.io``: publish ResourceSlices and serve the kubelet's DRA plugin."""
+    dra_plugin_dir: Path = PLUGIN_DIR
+    """Where the DRA socket and the prepared-claims checkpoint are (as this process sees the path)."""
+    dra_registry_dir: Path = REGISTRY_DIR
+    """The kubelet's plugin registration directory (as this process sees it)."""
+    dra_advertised_dir: Path = PLUGIN_DIR
+    """``dra_plugin_dir`` as the kubelet sees it (the endpoint given to the kubelet)."""
+    cdi_dir: Path = CDI_DIR
+    """Where prepared claims' CDI specs are written (the container runtime's CDI directory)."""
 
 
 def devices_of(inventory: NodeInventory) -> list[Device]:
@@ -117,6 +130,13 @@ class NodeAgent:
                                       proc_root=options.proc_root, evict_after_seconds=options.evict_after_seconds)
         Gauge("kubecell_node_allocation_mismatches", "Pods the kubelet's PodResources showed with other devices "
               "than the agent served", registry=self.registry).set_function(lambda: self.allocator.mismatches)
+        self.modes = modes
+        """The isolation modes this agent can give (``mps`` only where it holds)."""
+        self.dra = DraDriver(kube, options.node, paths=PluginPaths(options.dra_plugin_dir, options.dra_registry_dir,
+                                                                   options.dra_advertised_dir),
+                             cdi_dir=options.cdi_dir, isolation=lambda: NodeIsolation(self.modes, options.mps_root),
+                             acquire=self._prepare, release=self.mps.release,
+                             interval=options.interval) if options.dra else None
         self.plugins = [DevicePlugin(RESOURCE_GPU, self.whole, self.allocator, directory=options.device_plugin_dir),
                         DevicePlugin(RESOURCE_GPU_MILLI, self.milli, self.allocator,
                                      directory=options.device_plugin_dir)]
@@ -129,6 +149,8 @@ class NodeAgent:
         self.allocator.isolation = NodeIsolation(tuple(inventory.isolation), self.options.mps_root)
         self.whole.publish(gpus)
         self.milli.publish(milli_devices(shareable_devices(inventory), self.options.milli_unit))
+        if self.dra is not None:
+            self.dra.follow(inventory)
         unhealthy = [d.id for d in gpus if not d.healthy]
         log.info("node %s: %d GPU(s)%s", self.options.node, len(gpus),
                  f", unhealthy: {', '.join(unhealthy)}" if unhealthy else "")
@@ -154,7 +176,10 @@ class NodeAgent:
                     log.warning("acknowledging admitted pods failed: %s", error)
             if "mps" in self.allocator.isolation.modes:
                 try:
-                    self.mps.reconcile(mps_holders(api_pods(self.kube, self.options.node)(), self.options.node))
+                    holders = mps_holders(api_pods(self.kube, self.options.node)(), self.options.node)
+                    for uuid, held in (self.dra.mps_holders() if self.dra is not None else {}).items():
+                        holders.setdefault(uuid, set()).update(held)  # claims prepared through DRA hold too
+                    self.mps.reconcile(holders)
                 except (KubecellError, OSError) as error:
                     log.warning("MPS housekeeping failed: %s", error)
             if stop.wait(self.options.housekeeping_seconds):
@@ -175,10 +200,14 @@ class NodeAgent:
                             ready_timeout, self.publisher.last_error or "no error reported")
             for plugin in self.plugins:
                 plugin.start()
+            if self.dra is not None:
+                self.dra.start()
             for worker in workers:
                 worker.start()
             stop.wait()
         finally:
+            if self.dra is not None:
+                self.dra.stop()
             for plugin in self.plugins:
                 plugin.stop()
             self.publisher.stop()

@@ -1,9 +1,13 @@
 """Python stubs of the kubelet's gRPC APIs, generated from the upstream ``api.proto`` files on first use.
 
-The device plugin API (``deviceplugin/v1beta1``) and the PodResources API (``podresources/v1``) are
-defined by ``k8s.io/kubelet``; the kubelet speaks exactly what those files say, so kubecell compiles
-them with ``grpcio-tools`` instead of hand-writing messages that could drift. Nothing generated is
-committed: the two files come from the local Go module cache (present wherever the testbed was built)
+The device plugin API (``deviceplugin/v1beta1``), the PodResources API (``podresources/v1``), the DRA
+kubelet plugin API (``dra/v1``: ``NodePrepareResources``/``NodeUnprepareResources``) and the plugin
+registration API the kubelet's plugin watcher calls (``pluginregistration/v1``: ``GetInfo``) are defined
+by ``k8s.io/kubelet``; the kubelet speaks exactly what those files say, so kubecell compiles them with
+``grpcio-tools`` instead of hand-writing messages that could drift. The gRPC service names come from the
+files' own ``package`` lines (``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``, ``pluginregistration.Registration``),
+which is what the kubelet dials, whatever directory we compile them in. Nothing generated is
+committed: the files come from the local Go module cache (present wherever the testbed was built)
 or from the Go module proxy, checked against SHA-256 digests recorded here, and are compiled once per
 machine into ``<cache>/protos/<version>/<stamp>/``. The stamp hashes the proto files and the versions
 of protoc (grpcio-tools), protobuf and grpcio, because generated code refuses to load under an older
@@ -74,7 +78,12 @@ DEVICEPLUGIN = ProtoFile("pkg/apis/deviceplugin/v1beta1/api.proto",
                          "b780bfeac99c93c231dc165ce417f4da88481eececa0c65eeb90f5f2e9b5b65b", "deviceplugin.v1beta1")
 PODRESOURCES = ProtoFile("pkg/apis/podresources/v1/api.proto",
                          "b261f07b951c6ae807c90a3137475733a105c085d3fee62ac62199e0d986c823", "podresources.v1")
-PROTO_FILES = (DEVICEPLUGIN, PODRESOURCES)
+DRA = ProtoFile("pkg/apis/dra/v1/api.proto",
+                "b3066ad7f6abcfd0003c47b06ceb801d76997d78d6be505597478d3905b9cc57", "dra.v1")
+PLUGINREGISTRATION = ProtoFile("pkg/apis/pluginregistration/v1/api.proto",
+                               "7a67a0000a1a167c155286834bc9ccb489f8bcdb394e006daba270189c272afa",
+                               "pluginregistration.v1")
+PROTO_FILES = (DEVICEPLUGIN, PODRESOURCES, DRA, PLUGINREGISTRATION)
 
 
 class ProtoUnavailable(KubecellError):  # noqa: N818 - reads as a state, like TestbedUnavailable
@@ -119,7 +128,7 @@ def _checked(proto: ProtoFile, data: bytes, origin: str) -> bytes:
 
 
 def sources_from_mod_cache(mod_cache: Path) -> dict[ProtoFile, bytes] | None:
-    """The two protos from an extracted module in the Go module cache, or None where it is not there."""
+    """The protos from an extracted module in the Go module cache, or None where it is not there."""
     root = mod_cache / f"{KUBELET_MODULE}@{KUBELET_VERSION}"
     paths = {proto: root / proto.upstream for proto in PROTO_FILES}
     if not all(path.is_file() for path in paths.values()):
@@ -128,7 +137,7 @@ def sources_from_mod_cache(mod_cache: Path) -> dict[ProtoFile, bytes] | None:
 
 
 def sources_from_zip(data: bytes, origin: str) -> dict[ProtoFile, bytes]:
-    """The two protos from the module zip the Go proxy serves, after checking the zip's SHA-256."""
+    """The protos from the module zip the Go proxy serves, after checking the zip's SHA-256."""
     digest = hashlib.sha256(data).hexdigest()
     if digest != MODULE_ZIP_SHA256:
         raise ProtoUnavailable(f"{origin}: SHA-256 {digest} is not the recorded {MODULE_ZIP_SHA256} of "
@@ -283,3 +292,15 @@ def deviceplugin() -> Api:
 def podresources() -> Api:
     """The PodResources API v1 (``PodResourcesLister``: List, Get, GetAllocatableResources)."""
     return _api(PODRESOURCES)
+
+
+@functools.cache
+def dra() -> Api:
+    """The DRA kubelet plugin API v1: the ``DRAPlugin`` service (``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``)."""
+    return _api(DRA)
+
+
+@functools.cache
+def pluginregistration() -> Api:
+    """The kubelet's plugin registration API v1: ``pluginregistration.Registration``, served by the plugin."""
+    return _api(PLUGINREGISTRATION)

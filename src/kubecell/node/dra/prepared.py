@@ -1,0 +1,364 @@
+"""``NodePrepareResources`` and ``NodeUnprepareResources`` of ``gpu.kubecell.io``, and their checkpoint.
+
+Preparing a claim means: GET the ResourceClaim (the kubelet sends namespace, name and UID only), check that
+it is the object the kubelet means (same UID) and that it is allocated; take the results of this driver,
+which must all be in this node's pool; look each device up in the current inventory (a device the node
+does not have, or one of an unhealthy GPU, fails the claim); give each request of the claim what the device
+plugin path gives a container holding the same GPUs (:func:`kubecell.node.isolation.container_allocation`
+on an allocation record built from the claim, so the environment cannot drift between the two paths);
+write the CDI spec (:mod:`.cdi`); remember the claim in the checkpoint; answer each device with its CDI id.
+
+How a claim becomes a record, per request:
+
+* a MIG instance: isolation ``mig``, the instance's UUID (a request of several instances is refused,
+  as on the device plugin path: CUDA sees one MIG device per process);
+* a GPU whose consumed ``compute`` is 1000 (or that has no consumed capacity: a scheduler without
+  consumable capacity allocates it whole): a whole GPU, its memory the GPU's;
+* otherwise a share: ``milli`` = the consumed compute, ``memoryMiB`` = the consumed memory (MiB, rounded
+  up), in ``mps`` isolation when the node runs MPS and the request is one GPU (``CUDA_MPS_*`` limits from
+  the consumed capacity, the agent's MPS daemon for that GPU held by the claim until it is unprepared),
+  else ``accounting``.
+
+Every problem is that claim's error string in the answer, never an exception out of the RPC: the kubelet
+retries a failed claim and fails only that pod's start. A restarted agent reads the checkpoint (JSON,
+written with a rename), so a repeated Prepare answers as before without the API, and Unprepare removes what
+an earlier process wrote. Unpreparing an unknown claim succeeds (the kubelet may repeat it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubecell.core.errors import KubecellError
+from kubecell.kube import dra_names as names
+from kubecell.kube.dialects.resources import parse_quantity
+from kubecell.kube.inventory_schema import NodeInventory
+from kubecell.kube.records import AllocationRecord, GpuGrant
+from kubecell.kube.rest import ApiError, Kube
+from kubecell.node.dra import cdi
+from kubecell.node.dra.slices import MILLI_PER_GPU, PublishedDevice, all_devices
+from kubecell.node.isolation import NodeIsolation, container_allocation
+
+log = logging.getLogger("kubecell.node.dra")
+
+CHECKPOINT_VERSION = 1
+MIB = 1 << 20
+
+
+class PrepareError(KubecellError):
+    """Why one claim cannot be prepared; its message is the claim's error in the kubelet's answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    """A claim as the kubelet names it."""
+
+    namespace: str
+    uid: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedDevice:
+    """One device of a prepared claim, as answered to the kubelet."""
+
+    request_names: tuple[str, ...]
+    pool: str
+    device: str
+    cdi_ids: tuple[str, ...]
+    share_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"requestNames": list(self.request_names), "poolName": self.pool,
+                               "deviceName": self.device, "cdiDeviceIDs": list(self.cdi_ids)}
+        if self.share_id is not None:
+            out["shareID"] = self.share_id
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PreparedDevice:
+        share = data.get("shareID")
+        return cls(tuple(data["requestNames"]), str(data["poolName"]), str(data["deviceName"]),
+                   tuple(data["cdiDeviceIDs"]), None if share is None else str(share))
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedClaim:
+    """A claim this node prepared: its devices and the GPUs whose MPS daemon it holds."""
+
+    ref: ClaimRef
+    devices: tuple[PreparedDevice, ...]
+    mps_gpus: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"namespace": self.ref.namespace, "name": self.ref.name,
+                "devices": [d.to_json() for d in self.devices], "mpsGPUs": list(self.mps_gpus)}
+
+    @classmethod
+    def from_json(cls, uid: str, data: dict[str, Any]) -> PreparedClaim:
+        return cls(ClaimRef(str(data["namespace"]), uid, str(data["name"])),
+                   tuple(PreparedDevice.from_json(d) for d in data["devices"]), tuple(data.get("mpsGPUs") or ()))
+
+
+@dataclass
+class Checkpoint:
+    """The prepared claims by UID, in one JSON file replaced atomically on every change."""
+
+    path: Path
+    claims: dict[str, PreparedClaim] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> Checkpoint:
+        """The checkpoint at ``path``; none yet is empty, and an unreadable one is set aside (``.corrupt``)
+        and empty (its claims' CDI files stay; Unprepare of an unknown claim still removes its file)."""
+        try:
+            raw = json.loads(path.read_text())
+            if raw.get("version") != CHECKPOINT_VERSION:
+                raise ValueError(f"version {raw.get('version')!r}, expected {CHECKPOINT_VERSION}")
+            claims = {uid: PreparedClaim.from_json(uid, data) for uid, data in raw["claims"].items()}
+        except FileNotFoundError:
+            return cls(path)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            log.error("DRA checkpoint %s cannot be read (%s); setting it aside and starting empty", path, error)
+            path.replace(path.with_suffix(".corrupt"))
+            return cls(path)
+        return cls(path, claims)
+
+    def save(self) -> None:
+        cdi.atomic_write_json(self.path, {"version": CHECKPOINT_VERSION,
+                                          "claims": {uid: c.to_json() for uid, c in sorted(self.claims.items())}},
+                              mode=0o600)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocated:
+    """One allocation result of this driver and the device it names."""
+
+    request: str
+    device: PublishedDevice
+    share_id: str | None
+    consumed: dict[str, Any]
+
+
+def _ceil(value: Any, unit: int, what: str) -> int:
+    try:
+        return math.ceil(parse_quantity(value) / unit)
+    except ValueError as error:
+        raise PrepareError(f"consumed {what} {value!r}: {error}") from None
+
+
+def grant_of(allocated: Allocated) -> GpuGrant:
+    """The GPU (or MIG instance) one result holds, with its share (see the module docstring)."""
+    device = allocated.device
+    if device.is_mig:
+        return GpuGrant(index=device.gpu.index, uuid=device.uuid, milli=MILLI_PER_GPU, memory_mib=device.memory_mib)
+    consumed = allocated.consumed
+    compute = consumed.get(names.CAPACITY_COMPUTE)
+    milli = MILLI_PER_GPU if compute is None else min(MILLI_PER_GPU, max(1, _ceil(compute, 1, "compute")))
+    if milli >= MILLI_PER_GPU:
+        return GpuGrant(index=device.gpu.index, uuid=device.uuid, milli=MILLI_PER_GPU, memory_mib=device.memory_mib)
+    memory = consumed.get(names.CAPACITY_MEMORY)
+    memory_mib = 0 if memory is None else min(device.memory_mib, _ceil(memory, MIB, "memory"))
+    return GpuGrant(index=device.gpu.index, uuid=device.uuid, milli=milli, memory_mib=memory_mib)
+
+
+def request_record(claim: ClaimRef, node: str, members: Sequence[Allocated], modes: Iterable[str]) -> AllocationRecord:
+    """The allocation record of one request of a claim: what the device plugin path would serve."""
+    if len({m.device.is_mig for m in members}) > 1:
+        raise PrepareError(f"request {members[0].request} holds both MIG instances and whole GPUs")
+    grants: dict[str, GpuGrant] = {}
+    for member in members:  # a share allocated twice on one GPU (count > 1) is one grant of the sum
+        grant = grant_of(member)
+        before = grants.get(grant.uuid)
+        if before is not None:
+            grant = grant.model_copy(update={"milli": min(MILLI_PER_GPU, before.milli + grant.milli),
+                                             "memory_mib": before.memory_mib + grant.memory_mib})
+        grants[grant.uuid] = grant
+    gpus = list(grants.values())
+    if members[0].device.is_mig:
+        isolation = "mig"
+    elif gpus[0].milli < MILLI_PER_GPU and len(gpus) == 1 and "mps" in modes:
+        isolation = "mps"
+    else:
+        isolation = "accounting"
+    return AllocationRecord(
+        allocation_id=claim.uid, pod_uid=claim.uid, attempt=0, node=node, gpus=gpus, cpu_milli=0, memory_mib=0,
+        isolation=isolation, job=f"{claim.namespace}/{claim.name}", vc=claim.namespace, job_class="guaranteed",
+        member=0, batch=1, scheduler=f"{names.DRIVER} (DRA)", created_at=datetime.now(UTC))
+
+
+def memory_by_uuid(inventory: NodeInventory) -> dict[str, int]:
+    memory = {gpu.uuid: gpu.memory_mib for gpu in inventory.gpus}
+    memory.update({m.uuid: m.memory_mib for gpu in inventory.gpus for m in gpu.mig_instances})
+    return memory
+
+
+class ClaimPreparer:
+    """Prepares and unprepares this node's claims (thread-safe: the kubelet may call concurrently).
+
+    ``inventory`` returns the agent's latest inventory (None before discovery); ``modes`` the isolation modes
+    the agent gives whole GPUs and shares (``mig`` is added for instances); ``acquire`` is called with an
+    ``mps`` record before it is answered (the MPS daemon must run), ``release`` with (GPU UUID, holder) when
+    a claim holding it is unprepared."""
+
+    def __init__(self, kube: Kube, node: str, *, cdi_dir: Path, checkpoint: Checkpoint,
+                 inventory: Callable[[], NodeInventory | None], isolation: Callable[[], NodeIsolation],
+                 acquire: Callable[[AllocationRecord], None] | None = None,
+                 release: Callable[[str, str], None] | None = None) -> None:
+        self.kube = kube
+        self.node = node
+        self.cdi_dir = cdi_dir
+        self.checkpoint = checkpoint
+        self.inventory = inventory
+        self.isolation = isolation
+        self.acquire = acquire
+        self.release = release
+        self.lock = threading.Lock()
+
+    # ------------------------------------------------------------------ the two calls
+    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PreparedClaim | str]:
+        """Claim UID -> its prepared devices, or the error string for that claim."""
+        answers: dict[str, PreparedClaim | str] = {}
+        with self.lock:
+            for ref in claims:
+                try:
+                    answers[ref.uid] = self._prepare(ref)
+                except (KubecellError, OSError) as error:
+                    log.warning("prepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, error)
+                    answers[ref.uid] = str(error)
+        return answers
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        """Claim UID -> "" (done, also for a claim never prepared here) or the error string."""
+        answers: dict[str, str] = {}
+        with self.lock:
+            for ref in claims:
+                try:
+                    self._unprepare(ref)
+                    answers[ref.uid] = ""
+                except (KubecellError, OSError) as error:
+                    log.warning("unprepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, error)
+                    answers[ref.uid] = str(error)
+        return answers
+
+    def mps_holders(self) -> dict[str, set[str]]:
+        """GPU UUID -> the claims holding its MPS daemon (merged into the agent's MPS housekeeping)."""
+        holders: dict[str, set[str]] = {}
+        with self.lock:
+            for uid, claim in self.checkpoint.claims.items():
+                for uuid in claim.mps_gpus:
+                    holders.setdefault(uuid, set()).add(uid)
+        return holders
+
+    # ------------------------------------------------------------------ one claim
+    def _prepare(self, ref: ClaimRef) -> PreparedClaim:
+        known = self.checkpoint.claims.get(ref.uid)
+        if known is not None and cdi.spec_path(self.cdi_dir, ref.uid).is_file():
+            return known  # prepared before (maybe by an earlier agent): the same answer
+        claim = self._claim(ref)
+        inventory = self.inventory()
+        if inventory is None:
+            raise PrepareError(f"node {self.node}: the GPU inventory is not discovered yet")
+        by_request: dict[str, list[Allocated]] = {}
+        for allocated in self._allocated(claim, inventory):
+            by_request.setdefault(allocated.request, []).append(allocated)
+        isolation = self.isolation()
+        node_isolation = NodeIsolation((*isolation.modes, "mig"), isolation.mps_root)
+        memory = memory_by_uuid(inventory)
+        devices: list[cdi.CdiDevice] = []
+        answers: list[PreparedDevice] = []
+        mps: list[tuple[str, str]] = []
+        try:
+            for request, members in by_request.items():
+                record = request_record(ref, self.node, members, isolation.modes)
+                edits = container_allocation(record, node_isolation, memory)
+                if record.isolation == "mps" and self.acquire is not None:
+                    self.acquire(record)
+                    mps += [(gpu.uuid, ref.uid) for gpu in record.gpus]
+                for member in members:
+                    name = base = cdi.device_name(ref.uid, request, member.device.name)
+                    k = 1
+                    while any(d.name == name for d in devices):
+                        name, k = f"{base}-{k}", k + 1
+                    device = cdi.CdiDevice(name, edits)
+                    devices.append(device)
+                    answers.append(PreparedDevice((request.split("/", 1)[0],), self.node, member.device.name,
+                                                  (device.qualified,), member.share_id))
+            cdi.write_spec(self.cdi_dir, ref.uid, cdi.claim_spec(devices))
+            prepared = PreparedClaim(ref, tuple(answers), tuple(sorted({uuid for uuid, _ in mps})))
+            self.checkpoint.claims[ref.uid] = prepared
+            self.checkpoint.save()
+        except BaseException:  # nothing half-done stays: no spec, no entry, no MPS hold
+            self.checkpoint.claims.pop(ref.uid, None)
+            cdi.remove_spec(self.cdi_dir, ref.uid)
+            self._release(mps)
+            raise
+        log.info("prepared %s/%s (%s): %s", ref.namespace, ref.name, ref.uid,
+                 ", ".join(f"{d.device}{' share ' + d.share_id if d.share_id else ''}" for d in answers))
+        return prepared
+
+    def _claim(self, ref: ClaimRef) -> dict[str, Any]:
+        path = f"/apis/{names.API_GROUP_VERSION}/namespaces/{ref.namespace}/resourceclaims/{ref.name}"
+        try:
+            claim = self.kube.get(path)
+        except ApiError as error:
+            raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name}: {error}") from None
+        uid = claim.get("metadata", {}).get("uid")
+        if uid != ref.uid:
+            raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name} has UID {uid}, not {ref.uid} (deleted and "
+                               "created again?)")
+        return claim
+
+    def _allocated(self, claim: dict[str, Any], inventory: NodeInventory) -> list[Allocated]:
+        where = f"ResourceClaim {claim['metadata'].get('namespace')}/{claim['metadata'].get('name')}"
+        allocation = (claim.get("status") or {}).get("allocation")
+        if not allocation:
+            raise PrepareError(f"{where} is not allocated")
+        results = [r for r in ((allocation.get("devices") or {}).get("results") or [])
+                   if r.get("driver") == names.DRIVER]
+        if not results:
+            raise PrepareError(f"{where} holds no device of {names.DRIVER}")
+        elsewhere = sorted({str(r.get("pool")) for r in results if r.get("pool") != self.node})
+        if elsewhere:
+            raise PrepareError(f"{where} holds {names.DRIVER} devices of pool(s) {', '.join(elsewhere)}, not of "
+                               f"this node's pool {self.node}")
+        table = {device.name: device for device in all_devices(inventory)}
+        out = []
+        for result in results:
+            device = table.get(str(result.get("device")))
+            if device is None:
+                raise PrepareError(f"{where}: node {self.node} has no device {result.get('device')} (the GPUs or "
+                                   "their MIG layout changed since it was allocated)")
+            if not device.healthy:
+                raise PrepareError(f"{where}: device {device.name} (GPU {device.gpu.index}, {device.gpu.uuid}) is "
+                                   "unhealthy")
+            share = result.get("shareID")
+            out.append(Allocated(str(result.get("request", "")), device, None if share is None else str(share),
+                                 dict(result.get("consumedCapacity") or {})))
+        return out
+
+    def _unprepare(self, ref: ClaimRef) -> None:
+        known = self.checkpoint.claims.pop(ref.uid, None)
+        cdi.remove_spec(self.cdi_dir, ref.uid)
+        if known is None:
+            return
+        self.checkpoint.save()
+        self._release([(uuid, ref.uid) for uuid in known.mps_gpus])
+        log.info("unprepared %s/%s (%s)", ref.namespace, ref.name, ref.uid)
+
+    def _release(self, held: Iterable[tuple[str, str]]) -> None:
+        if self.release is None:
+            return
+        for uuid, holder in held:
+            try:
+                self.release(uuid, holder)
+            except KubecellError as error:  # the housekeeping stops a daemon nobody holds anyway
+                log.warning("releasing the MPS daemon of %s for %s: %s", uuid, holder, error)

@@ -1,0 +1,1 @@
+"""Tests of the node agent's DRA driver, gpu.kubecell.io."""
