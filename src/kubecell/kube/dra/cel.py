@@ -1,0 +1,319 @@
+"""DRA device selectors: compiled once, checked and bounded, evaluated against published devices.
+
+A selector is a CEL expression over one variable, ``device``, as kube-scheduler declares it
+(``k8s.io/dynamic-resource-allocation/cel``, with the ``DRAConsumableCapacity`` gate on as in 1.37)::
+
+    device.driver                       # "gpu.kubecell.io"
+    device.attributes["gpu.kubecell.io"].model == "A100-SXM4-40GB"
+    device.capacity["gpu.kubecell.io"].memory.compareTo(quantity("10Gi")) >= 0
+    device.allowMultipleAllocations     # whether the device can be shared
+
+``attributes`` and ``capacity`` map a domain to a map of names; a domain the device does not have reads
+as an empty map (so ``device.attributes["other.io"].x`` fails on ``x``, as upstream). Version attributes are
+semantic versions (``.isGreaterThan(semver("1.2.3"))``), capacities quantities.
+
+The library is cel-python (pure Python, RE2 regular expressions as cel-go has). ``compile_selector``
+parses, then ``cel_check`` refuses what Kubernetes or kubecell would not run (a ``SelectorError`` naming
+the reason and position: syntax, an undeclared or unimplemented function, a result that cannot be bool,
+nesting, an estimated cost above 1,000,000) and keeps up to ``COMPILE_CACHE`` expressions (LRU). Input is
+bounded first: ``CELSelectorExpressionMaxLength`` (10 KiB of UTF-8), as the API server checks.
+
+Evaluation is bounded too: every step of cel-python's evaluator, and every 10 characters or elements of a
+value it produces, spends one unit of ``MAX_COST``; a selector that spends them all fails with "actual
+cost limit exceeded", as cel-go's run-time limit does. A selector that fails on a device (a missing
+attribute, a wrong type, a result that is not a bool) raises ``SelectorError(kind="runtime")``: the
+stock allocator treats such an error as fatal for the allocation it is computing (``selectorsMatch``
+returns "CEL runtime error"), so callers must not read it as "no match". Results are memoized per
+(expression, device content), ``RESULT_CACHE`` of them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any
+
+import lark
+from celpy.celparser import CELParseError, CELParser
+from celpy.celtypes import BoolType, IntType, ListType, MapType, StringType
+from celpy.evaluation import Activation, CELEvalError, Evaluator
+
+from kubecell.core.errors import InvalidInputError
+from kubecell.kube.dra.cel_check import MAX_COST, check
+from kubecell.kube.dra.cel_library import FUNCTIONS, SETS
+from kubecell.kube.dra.cel_tree import CheckError, Node, compact, ident_name
+from kubecell.kube.dra.cel_types import Quantity, Semver
+
+MAX_EXPRESSION_BYTES = 10 * 1024
+"""``resourceapi.CELSelectorExpressionMaxLength``: the API server refuses longer selectors."""
+COMPILE_CACHE = 1024
+RESULT_CACHE = 65_536
+
+Scalar = int | bool | str | Semver
+AttributeValue = Scalar | tuple[Scalar, ...]
+"""A device attribute as CEL sees it: int, bool, string, version (``Semver``), or a list of one of them."""
+
+
+class SelectorError(InvalidInputError):
+    """A selector kubecell refuses or that failed on a device. ``kind`` is one of ``length``, ``syntax``,
+    ``undeclared``, ``unsupported``, ``type``, ``depth``, ``cost`` (refused when compiled) or ``runtime``
+    (failed on one device); ``reason`` says why, with the position when it has one."""
+
+    def __init__(self, kind: str, reason: str, expression: str) -> None:
+        shown = expression if len(expression) <= 120 else expression[:117] + "..."
+        super().__init__(reason, location=f"CEL selector {shown!r}")
+        self.kind = kind
+        self.reason = reason
+        self.expression = expression
+
+
+@dataclass(frozen=True, slots=True)
+class CelDevice:
+    """What a selector sees of one device. Names are fully qualified (``gpu.kubecell.io/model``); hashable,
+    so results can be memoized by content. Build it with ``CelDevice.of``."""
+
+    driver: str
+    attributes: tuple[tuple[str, AttributeValue], ...] = ()
+    capacity: tuple[tuple[str, Decimal], ...] = ()
+    allow_multiple_allocations: bool = False
+    _value: list[MapType] = field(default_factory=list, compare=False, hash=False, repr=False)
+
+    @staticmethod
+    def of(driver: str, attributes: Mapping[str, AttributeValue] | None = None,
+           capacity: Mapping[str, Decimal] | None = None, *, allow_multiple_allocations: bool = False) -> CelDevice:
+        """A device of ``driver``; names without a domain take the driver's, as in a ResourceSlice."""
+        def qualified(name: str) -> str:
+            return name if "/" in name else f"{driver}/{name}"
+        return CelDevice(driver, tuple(sorted((qualified(k), v) for k, v in (attributes or {}).items())),
+                         tuple(sorted((qualified(k), v) for k, v in (capacity or {}).items())),
+                         allow_multiple_allocations)
+
+    def cel_value(self) -> MapType:
+        """The ``device`` variable (built once per device)."""
+        if not self._value:
+            self._value.append(MapType({
+                StringType("driver"): StringType(self.driver),
+                StringType("allowMultipleAllocations"): BoolType(self.allow_multiple_allocations),
+                StringType("attributes"): _by_domain((name, _cel(value)) for name, value in self.attributes),
+                StringType("capacity"): _by_domain((name, Quantity(value)) for name, value in self.capacity),
+            }))
+        return self._value[0]
+
+
+class _Domains(MapType):
+    """``device.attributes`` and ``device.capacity``: an unknown domain reads as an empty map."""
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str) and not dict.__contains__(self, key):
+            return MapType()
+        return super().__getitem__(key)
+
+
+def _by_domain(items: Any) -> _Domains:
+    domains: dict[str, dict[Any, Any]] = {}
+    for name, value in items:
+        domain, _, ident = name.partition("/")
+        domains.setdefault(domain, {})[StringType(ident)] = value
+    return _Domains({StringType(domain): MapType(names) for domain, names in domains.items()})
+
+
+def _cel(value: AttributeValue) -> Any:
+    if isinstance(value, tuple):
+        return ListType(_cel(item) for item in value)
+    if isinstance(value, bool):
+        return BoolType(value)
+    if isinstance(value, int):
+        return IntType(value)
+    if isinstance(value, str):
+        return StringType(value)
+    return value
+
+
+class _CostExceededError(Exception):
+    """Raised inside the evaluator when a selector has spent ``MAX_COST``."""
+
+
+class _Budget:
+    __slots__ = ("left",)
+
+    def __init__(self, units: int) -> None:
+        self.left = units
+
+
+class _Evaluator(Evaluator):
+    """cel-python's evaluator with a cost budget, ``cel.bind`` and ``sets.*`` (which it lacks)."""
+
+    def __init__(self, ast: Node, activation: Activation, budget: _Budget) -> None:
+        super().__init__(ast, activation)
+        self.budget = budget
+
+    def sub_evaluator(self, ast: Node) -> Evaluator:
+        return _Evaluator(ast, self.activation, self.budget)
+
+    def _visit_tree(self, tree: Node) -> Any:
+        budget = self.budget
+        budget.left -= 1
+        result = super()._visit_tree(tree)
+        if isinstance(result, (str, bytes, list, dict)):
+            budget.left -= len(result) // 10
+        if budget.left < 0:
+            raise _CostExceededError
+        return result
+
+    def member_dot_arg(self, tree: Node) -> Any:
+        namespace = ident_name(tree.children[0])
+        if namespace in ("cel", "sets") and not self._is_variable(namespace):
+            name = str(tree.children[1])
+            args = tree.children[2].children
+            if namespace == "cel":
+                return self._bind(args)
+            values = [self.visit(arg) for arg in args]
+            for value in values:
+                if isinstance(value, CELEvalError):
+                    return value
+            try:
+                return SETS[name](*values)
+            except TypeError as problem:
+                return CELEvalError("no such overload", TypeError, problem.args)
+        return super().member_dot_arg(tree)
+
+    def _is_variable(self, name: str) -> bool:
+        try:
+            self.activation.resolve_variable(name)
+        except KeyError:
+            return False
+        return True
+
+    def _bind(self, args: list[Node]) -> Any:
+        variable = ident_name(args[0])
+        value = self.visit(args[1])
+        if isinstance(value, CELEvalError) or variable is None:
+            return value
+        try:
+            return self.sub_evaluator(args[2]).evaluate({variable: value})
+        except CELEvalError as problem:
+            return problem
+
+
+_PARSER = CELParser(tree_class=lark.Tree)
+_ACTIVATION = Activation(functions=FUNCTIONS)
+_RESULTS: OrderedDict[tuple[str, CelDevice], bool | SelectorError] = OrderedDict()
+_RESULTS_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Selector:
+    """A compiled selector: ``matches(device)`` is True, False, or raises ``SelectorError(kind="runtime")``."""
+
+    expression: str
+    estimated_cost: int
+    tree: Node = field(repr=False)
+
+    def matches(self, device: CelDevice) -> bool:
+        key = (self.expression, device)
+        with _RESULTS_LOCK:
+            known = _RESULTS.get(key)
+            if known is not None:
+                _RESULTS.move_to_end(key)
+        if known is None:
+            known, keep = self._evaluate(device)
+            if keep:
+                with _RESULTS_LOCK:
+                    _RESULTS[key] = known
+                    if len(_RESULTS) > RESULT_CACHE:
+                        _RESULTS.popitem(last=False)
+        if isinstance(known, SelectorError):
+            raise known
+        return known
+
+    def _evaluate(self, device: CelDevice) -> tuple[bool | SelectorError, bool]:
+        """The result and whether it depends on the device alone (a recursion error depends on the stack)."""
+        def failed(reason: str) -> SelectorError:
+            return SelectorError("runtime", f"failed on device {_name_of(device)}: {reason}", self.expression)
+        try:
+            result = _Evaluator(self.tree, _ACTIVATION, _Budget(MAX_COST)).evaluate(
+                {"device": device.cel_value()})
+        except CELEvalError as problem:
+            return failed(_runtime_reason(problem)), True
+        except _CostExceededError:
+            return failed(f"actual cost limit exceeded (limit {MAX_COST})"), True
+        except RecursionError:
+            return failed("nested too deeply to evaluate"), False
+        except Exception as problem:  # cel-python raises plain exceptions for some ill-typed values
+            return failed(f"{type(problem).__name__}: {problem}"[:300]), True
+        if not isinstance(result, BoolType):
+            return failed(f"must evaluate to bool, not {_type_name(result)}"), True
+        return bool(result), True
+
+
+def _runtime_reason(problem: CELEvalError) -> str:
+    """cel-go's words for the usual failures: "no such key: x" with the hint upstream adds to it."""
+    reason = str(problem.args[0]) if problem.args else "evaluation error"
+    if "no such key" in reason or "no such member" in reason:
+        detail = problem.args[2] if len(problem.args) > 2 else None
+        key = detail[0] if isinstance(detail, tuple) and detail else None
+        if key is None and "'" in reason:
+            key = reason.split("'")[1]
+        return (f"no such key: {str(key)[:64] if key is not None else '?'}. consider using has() or 'in' to "
+                "guard the check for optional fields (CEL optional chaining is not supported by kubecell)")
+    return reason[:300]
+
+
+def _name_of(device: CelDevice) -> str:
+    uuid = dict(device.attributes).get(f"{device.driver}/uuid")
+    return f"{device.driver} {uuid if uuid is not None else '(no uuid)'}"
+
+
+def _type_name(value: Any) -> str:
+    names = {BoolType: "bool", IntType: "int", StringType: "string", ListType: "list", MapType: "map",
+             Quantity: "Quantity", Semver: "Semver"}
+    for kind, name in names.items():
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+@lru_cache(maxsize=COMPILE_CACHE)
+def _compile(expression: str) -> Selector | SelectorError:
+    size = len(expression.encode("utf-8", "surrogatepass"))
+    if size > MAX_EXPRESSION_BYTES:
+        return SelectorError("length", f"is {size} bytes long; Kubernetes accepts at most {MAX_EXPRESSION_BYTES}",
+                             expression)
+    try:
+        tree = _PARSER.parse(expression)
+    except CELParseError as problem:
+        where = f" at line {problem.line}, column {problem.column}" if problem.line else ""
+        hint = " (optional syntax '.?' and '[?' is not supported by kubecell)" if (
+            ".?" in expression or "[?" in expression) else ""
+        return SelectorError("syntax", f"syntax error{where}{hint}: {str(problem.args[0]).strip()[:300]}",
+                             expression)
+    except Exception as problem:  # the lexer refuses some inputs with its own errors
+        return SelectorError("syntax", f"syntax error: {type(problem).__name__}: {problem}"[:300], expression)
+    try:
+        tree = compact(tree)
+        info = check(tree)
+    except CheckError as problem:
+        return SelectorError(problem.kind, str(problem), expression)
+    except RecursionError:
+        return SelectorError("depth", "nested too deeply", expression)
+    return Selector(expression, info.cost, tree)
+
+
+def compile_selector(expression: str) -> Selector:
+    """The compiled selector, from a cache of ``COMPILE_CACHE`` expressions; raises ``SelectorError`` for a
+    selector kubecell refuses (the refusal is cached too)."""
+    if not isinstance(expression, str):
+        raise SelectorError("syntax", f"a selector is a string, not {type(expression).__name__}", repr(expression))
+    compiled = _compile(expression)
+    if isinstance(compiled, SelectorError):
+        raise compiled
+    return compiled
+
+
+def device_matches(expression: str, device: CelDevice) -> bool:
+    """Whether ``device`` matches the selector; raises ``SelectorError`` when it is refused or fails."""
+    return compile_selector(expression).matches(device)
