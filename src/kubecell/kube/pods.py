@@ -97,13 +97,14 @@ def record_of(pod: Mapping[str, Any]) -> AllocationRecord | None:
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 _META_KEPT = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "labels")
 _SPEC_KEPT = ("schedulerName", "nodeName", "priority", "nodeSelector", "tolerations", "overhead", "resources",
-              "schedulingGates")
+              "schedulingGates", "resourceClaims")
 
 
 def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
     """What the scheduler reads of a pod, and nothing else: who schedules it, where it runs, what it asks
     for (containers' resources, annotations and labels of every dialect, node constraints), its controller
-    owner reference (an ElasticJob's workers are resized through it), its phase.
+    owner reference (an ElasticJob's workers are resized through it), its DRA ResourceClaims (and the names of
+    those made from templates), its phase.
 
     Managed fields, container commands, environments, images, volumes and status details are most of a
     pod's size; a scheduler mirroring 50,000 pods keeps only this, as kube-scheduler's informers drop
@@ -127,7 +128,8 @@ def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
     if spec.get("initContainers"):
         kept_spec["initContainers"] = [_container(c) for c in spec["initContainers"]]
     status = pod.get("status") or {}
-    return {"metadata": kept_meta, "spec": kept_spec, "status": {"phase": status["phase"]} if "phase" in status else {}}
+    kept_status = {key: status[key] for key in ("phase", "resourceClaimStatuses") if key in status}
+    return {"metadata": kept_meta, "spec": kept_spec, "status": kept_status}
 
 
 def _container(container: Mapping[str, Any]) -> dict[str, Any]:

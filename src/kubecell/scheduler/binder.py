@@ -24,8 +24,10 @@ from kubecell.core.errors import KubecellError
 from kubecell.core.model import Allocation
 from kubecell.kube import pods
 from kubecell.kube.actions import Actions, EventSink, retry
+from kubecell.kube.claim_writes import ClaimConflict
 from kubecell.kube.records import AllocationRecord, record_for
 from kubecell.kube.rest import ApiError
+from kubecell.scheduler.claims import ClaimBroker, ClaimUse
 from kubecell.scheduler.cluster import Mirror
 from kubecell.scheduler.gate import BindItem, NodeGate
 from kubecell.scheduler.jobs import Tracked
@@ -102,6 +104,10 @@ class Binder:
         self.in_flight: set[Future[Outcome]] = set()
         self.release_terminating = False
         """Terminating pods hold nothing (``pods.holds``): a preemptor need not wait for them to be gone."""
+        self.claims: ClaimBroker | None = None
+        """Writes the DRA claims' allocations of the pods that have claims (None: claims are not read)."""
+        self.claim_plans: dict[str, list[tuple[ClaimUse, dict[str, Any]]]] = {}
+        """Pod uid -> its claims' allocations as decided, written just before its Binding (``_bind_one``)."""
 
     def evict(self, state: Tracking, job: Job, reason: str) -> set[str]:
         """Evict the pods holding the job's members; returns their uids (its preemptor waits for them)."""
@@ -342,11 +348,16 @@ class Binder:
             for index, uid in pairs:
                 pod = self.mirror.pods[uid]
                 allocation = allocated[index]
-                planned.append((index, uid, pod, record_for(
+                record = record_for(
                     allocation, state.views[allocation.node], pod=pods.key(pod), pod_uid=uid,
                     attempt=job.preemptions, job=job.name, vc=job.vc, job_class=job.job_class or JobClass.BORROWED,
                     member=index, scheduler=self.scheduler_name, created_at=created, batch=len(new),
-                    isolation=tracked.isolation_for(uid))))
+                    isolation=tracked.isolation_for(uid))
+                if self.claims is not None:
+                    claimed = self.claims.plan(pod, record, state.views)
+                    if claimed:
+                        self.claim_plans[uid] = claimed
+                planned.append((index, uid, pod, record))
         except (KubecellError, KeyError) as error:
             self.requeue(state, job.name, str(error))
             return None
@@ -385,16 +396,38 @@ class Binder:
     def _bind_one(self, item: tuple[str, str, dict[str, Any], str, AllocationRecord | None]
                   ) -> tuple[str, str, bool, ApiError | None]:
         name, uid, pod, node, record = item
+        claimed = self.claim_plans.get(uid, [])
+        if claimed and self.claims is not None:  # the claims' allocations go before the Binding
+            try:
+                broker = self.claims
+                retry("allocate claims", lambda: broker.allocate(pod, claimed))
+            except ClaimConflict as conflict:
+                return name, uid, record is not None, ApiError(409, "Conflict", str(conflict))
+            except ApiError as error:
+                return name, uid, record is not None, error
         try:
             retry("bind", lambda: self.actions.bind(pod, node, record))
         except ApiError as error:
             if not (error.conflict and self.actions.bound_to(pod, node)):
+                if claimed and self.claims is not None:
+                    self._take_back(pod, claimed)
                 return name, uid, record is not None, error
             log.info("%s was already bound to %s (an earlier bind whose answer was lost)", pods.key(pod), node)
+            self.claim_plans.pop(uid, None)
             return name, uid, record is not None, None
+        self.claim_plans.pop(uid, None)
         if self.scheduled_events:
             self.announce.scheduled(pod, node)
         return name, uid, record is not None, None
+
+    def _take_back(self, pod: dict[str, Any], claimed: list[tuple[ClaimUse, dict[str, Any]]]) -> None:
+        """A Binding refused after the pod's claims were allocated: the claims are free again (else the next
+        look at the pod does it, ``ClaimBroker.apply``)."""
+        assert self.claims is not None
+        try:
+            self.claims.take_back(pod, claimed)
+        except (ApiError, KubecellError) as error:
+            log.warning("claims of %s not taken back (%s); the next look at the pod does it", pods.key(pod), error)
 
     def bind_reserved_when_victims_are_gone(self, state: Tracking) -> bool:
         ready: list[tuple[str, dict[str, AllocationRecord]]] = []

@@ -31,6 +31,15 @@ class Mirror:
     """Uids of the pods added, modified or deleted since the scheduler last took them (``take_changed``):
     what a step has to look at, so that a step's cost follows the change, not the cluster."""
     groups_changed: bool = False
+    claims: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """ResourceClaims by ``<namespace>/<name>`` (Dynamic Resource Allocation; empty where the API is off)."""
+    deviceclasses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    slices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """ResourceSlices by name: the devices the nodes' DRA drivers publish."""
+    claims_changed: dict[str, None] = field(default_factory=dict)
+    """Keys of the claims changed since ``take_claims_changed`` (a pod waiting for its claim looks again)."""
+    devices_version: int = 0
+    """Counts changes of slices and device classes: what was read from them is read again after one."""
 
     def take_changed(self) -> tuple[dict[str, None], bool]:
         """The pods changed (in the order they first changed) and whether any PodGroup did, since the
@@ -39,8 +48,23 @@ class Mirror:
         self.changed, self.groups_changed = {}, False
         return changed, groups
 
+    def take_claims_changed(self) -> dict[str, None]:
+        changed, self.claims_changed = self.claims_changed, {}
+        return changed
+
     def apply(self, event: Event) -> str:
         """Apply one event; returns what kind of change it was (to decide between a rebuild and a cycle)."""
+        if event.kind == "resourceclaims":
+            if event.type == "SYNC":
+                self.claims_changed.update(dict.fromkeys(self.claims))
+                self.claims_changed.update(dict.fromkeys(claim_key(obj) for obj in event.objects))
+            else:
+                self.claims_changed[claim_key(event.obj)] = None
+            return self._apply(self.claims, event, claim_key)
+        if event.kind in ("resourceslices", "deviceclasses"):
+            self.devices_version += 1
+            store = self.slices if event.kind == "resourceslices" else self.deviceclasses
+            return self._apply(store, event, lambda o: str(o["metadata"]["name"]))
         if event.kind == "nodes":
             return self._apply(self.nodes, event, lambda o: str(o["metadata"]["name"]))
         if event.kind == "pods":
@@ -93,6 +117,11 @@ class Mirror:
         return merged
 
 
+def claim_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+
+
 def node_view_safe(obj: Mapping[str, Any]) -> NodeView:
     """The node as the engine holds it. A cordoned or NotReady node keeps its hardware (``node``) with
     ``excluded`` saying why nothing new lands there: its running pods still hold their GPUs, and closing it
@@ -125,6 +154,14 @@ def hardware(view: NodeView) -> tuple[Any, ...]:
         return (view.name, None, view.excluded)
     return (view.name, dataclasses.replace(node, labels={}), view.uuids, view.isolation, view.serial_binds,
             view.gpu_note)
+
+
+def without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """An object without its managed fields (what scheduling never reads; as client-go's informers drop them)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
 
 
 def trimmed_node(node: dict[str, Any]) -> dict[str, Any]:

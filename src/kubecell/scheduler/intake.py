@@ -22,6 +22,7 @@ from kubecell.kube.actions import Actions, retry
 from kubecell.kube.dialects import DemandError, PodDemand, pod_demand
 from kubecell.kube.elasticjobs import elastic_owner
 from kubecell.kube.inventory import NodeView
+from kubecell.scheduler.claims import ClaimBroker, ClaimsPending
 from kubecell.scheduler.cluster import Mirror
 from kubecell.scheduler.jobs import (
     Tracked,
@@ -110,6 +111,10 @@ class Intake:
         self.generations: dict[str, int] = {}
         """Gang key -> how many jobs were formed under it (job names stay unique across re-formations);
         also pod uid -> how many times a pod alone was made a new job (``renew``)."""
+        self.claims: ClaimBroker | None = None
+        """Reads pods' DRA ResourceClaims (None: the scheduler ignores claims, as before DRA)."""
+        self.claim_waiters: dict[str, set[str]] = {}
+        """Claim key -> uids of the pods waiting for that claim to be created (from their template)."""
         self.record_warnings: dict[str, str] = {}
         """Pod uid -> the last Warning Event about its allocation record (``restore``): told once, not at every
         rebuild."""
@@ -128,6 +133,11 @@ class Intake:
                 if uid not in state.pod_job and self.ours(pod) and not pods.node_of(pod):
                     changed[uid] = None
         dirty = False
+        claims_changed = self.mirror.take_claims_changed()
+        for key in claims_changed:
+            changed.update(dict.fromkeys(self.claim_waiters.pop(key, ())))
+        if self.claims is not None and claims_changed:
+            dirty |= self.claims.hold_foreign(state, claims_changed, self.ours)
         for name in dict.fromkeys(state.pod_job[uid] for uid in changed if uid in state.pod_job):
             dirty |= self._check_job(state, name, changed, now)
         for uid in changed:
@@ -271,6 +281,12 @@ class Intake:
                 pod_groups = self.mirror.all_podgroups()
             try:
                 demand = pod_demand(pod, pod_groups=pod_groups)
+                if self.claims is not None:
+                    demand = self.claims.apply(pod, demand, state.views)
+            except ClaimsPending as waiting:
+                self.claim_waiters.setdefault(waiting.key, set()).add(uid)
+                self.teller.tell(pod, str(waiting), reason="WaitingForResourceClaim", event=False)
+                continue
             except DemandError as error:
                 self.teller.tell(pod, str(error), reason="InvalidRequest")
                 continue

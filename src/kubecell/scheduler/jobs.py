@@ -85,12 +85,13 @@ def job_name(demand: PodDemand, pod: Mapping[str, Any], generation: int) -> str:
 
 
 def job_spec(name: str, demand: PodDemand, members: int, minimum: int | None, vc: str, submitted: float,
-             nodes: frozenset[str] | None = None) -> JobSpec:
+             nodes: frozenset[str] | None = None, gpus: frozenset[tuple[str, int]] | None = None) -> JobSpec:
     """The engine's job for ``members`` pods that each ask for ``demand.request``.
 
     A topology level inside a node (nvlink, numa) constrains each member's own GPUs; a level at or above
     the node (node, rack, zone) constrains where the whole gang goes. ``nodes`` are the only nodes its
-    pods may use (their selectors, node affinity and tolerations; None: any)."""
+    pods may use (their selectors, node affinity and tolerations; None: any); ``gpus`` the only GPUs (None:
+    the demand's own, what its DRA claims' selectors accept)."""
     base = demand.request
     level = base.topology
     inside_node = level is not None and level < TopologyLevel.NODE
@@ -100,7 +101,8 @@ def job_spec(name: str, demand: PodDemand, members: int, minimum: int | None, vc
     topology = level if members > 1 and not inside_node else None
     priority = OPPORTUNISTIC_PRIORITY if demand.opportunistic else max(demand.priority, 0)
     return JobSpec(name=name, vc=vc, member=member, members=members, min_members=minimum, priority=priority,
-                   topology=topology, submit_time=submitted, nodes=nodes)
+                   topology=topology, submit_time=submitted, nodes=nodes,
+                   gpus=gpus if gpus is not None else demand.devices)
 
 
 def gang_disagreement(key: str, members: Sequence[tuple[Mapping[str, Any], PodDemand]], default_vc: str) -> str | None:
@@ -189,9 +191,10 @@ def gang_spec(name: str, members: Sequence[tuple[Mapping[str, Any], PodDemand]],
     by_shape: dict[tuple[Any, ...], list[tuple[Mapping[str, Any], PodDemand]]] = {}
     for pod, demand in members:
         by_shape.setdefault(_shape(demand), []).append((pod, demand))
+    gpus = common_devices([demand for _, demand in members])
     if len(by_shape) == 1:
         demand = members[0][1]
-        return job_spec(name, demand, size, minimum, vc, submitted, nodes), {}
+        return job_spec(name, demand, size, minimum, vc, submitted, nodes, gpus), {}
     levels = {d.request.topology for _, d in members
               if d.request.topology is not None and d.request.topology >= TopologyLevel.NODE}
     if len(levels) > 1:
@@ -228,5 +231,12 @@ def gang_spec(name: str, members: Sequence[tuple[Mapping[str, Any], PodDemand]],
     first = members[0][1]
     priority = OPPORTUNISTIC_PRIORITY if first.opportunistic else max(first.priority, 0)
     spec = JobSpec.gang(name, vc, groups, min_members=min(total, size), priority=priority, topology=gang_level,
-                        submit_time=submitted, nodes=nodes)
+                        submit_time=submitted, nodes=nodes, gpus=gpus)
     return spec, positions
+
+
+def common_devices(demands: Sequence[PodDemand]) -> frozenset[tuple[str, int]] | None:
+    """The GPUs every member's DRA claims accept (the engine keeps one GPU restriction per job, so a GPU any
+    member's selectors refuse is refused to all); None when no member's claims narrow anything."""
+    narrowed = [d.devices for d in demands if d.devices is not None]
+    return frozenset.intersection(*narrowed) if narrowed else None

@@ -36,7 +36,8 @@ from kubecell.kube.names import MANAGED_RESOURCES
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.kube.watch import Collection, Event, Watcher
 from kubecell.scheduler.binder import Binder, Settled
-from kubecell.scheduler.cluster import Mirror, trimmed_node
+from kubecell.scheduler.claims import ClaimBroker
+from kubecell.scheduler.cluster import Mirror, trimmed_node, without_managed_fields
 from kubecell.scheduler.elastic import ElasticSizer
 from kubecell.scheduler.intake import Intake, Teller
 from kubecell.scheduler.knowledge import Knowledge
@@ -141,6 +142,11 @@ class Scheduler:
         self.settled: queue.SimpleQueue[Settled] = queue.SimpleQueue()
         self.binder = Binder(self.actions, self.mirror, self.pool, self.options.name, self._on_settled,
                              scheduled_events=not extender)
+        self.claims = ClaimBroker(self.mirror, kube)
+        """DRA: pods' ResourceClaims read for the engine and allocated before their Bindings; claims others
+        allocated on kubecell's devices held (``scheduler.claims``)."""
+        self.intake.claims = self.claims
+        self.binder.claims = self.claims
         self.elastic = ElasticSizer(kube, self.options.name)
         """Moves ElasticJobs' targets after each cycle (``scheduler.elastic``)."""
         self.before_cycle: Callable[[], bool] | None = None
@@ -234,6 +240,8 @@ class Scheduler:
         found += [Collection(kind, path, optional=True) for kind, path in PODGROUP_APIS]
         found.append(Collection("virtualclusters", virtualclusters.PATH, optional=True,
                                 transform=virtualclusters.trimmed))
+        found += [Collection(kind, f"/apis/resource.k8s.io/v1/{kind}", optional=True, transform=without_managed_fields)
+                  for kind in ("resourceclaims", "resourceslices", "deviceclasses")]
         return found
 
     def run(self, *, sync_timeout: float = 60.0) -> None:
@@ -407,6 +415,7 @@ class Scheduler:
         for ghost in chosen.ghosts:
             engine.hold_lost_node(ghost.name)
         self.mirror.changed.update(dict.fromkeys(self.mirror.pods))  # a new engine looks at every pod once
+        self.mirror.claims_changed.update(dict.fromkeys(self.mirror.claims))  # and holds others' claims again
         self.dirty = True
         log.info("rebuilt: %d nodes, %d VCs, %d running jobs", len(nodes), len(tenants.vcs), len(engine.running))
 

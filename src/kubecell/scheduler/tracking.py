@@ -36,6 +36,8 @@ class Tracking:
     """Pod uid -> the name of the job it belongs to."""
     external: dict[str, str] = field(default_factory=dict)
     """Uid of a pod another scheduler bound -> the engine allocation that holds its resources."""
+    external_claims: dict[str, str] = field(default_factory=dict)
+    """Key of a ResourceClaim someone else allocated on kubecell's devices -> the engine allocation holding them."""
     waiting_victims: dict[str, set[str]] = field(default_factory=dict)
     """A RESERVED job -> uids of its victims' pods that still exist (it binds once they are gone)."""
     gathering: dict[str, dict[str, tuple[dict[str, Any], PodDemand]]] = field(default_factory=dict)

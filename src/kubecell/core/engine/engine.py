@@ -271,9 +271,9 @@ class Engine:
         allocation records); see ``restore``. Raises InvalidInputError, changing nothing, if it cannot."""
         return restore_job(self.session, spec, members, job_class, started_at=started_at, preemptions=preemptions)
 
-    def hold_external(self, request: Request, node: str) -> Allocation:
+    def hold_external(self, request: Request, node: str, gpus: tuple[int, ...] | None = None) -> Allocation:
         """Capacity held by work another scheduler placed (see ``restore.hold_external``)."""
-        return hold_external(self.session, request, node)
+        return hold_external(self.session, request, node, gpus)
 
     def release_external(self, name: str) -> None:
         release_external(self.session, name)

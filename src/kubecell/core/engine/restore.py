@@ -80,12 +80,13 @@ def restore_job(session: Session, spec: JobSpec, members: Sequence[RunningMember
     return job
 
 
-def hold_external(session: Session, request: Request, node: str) -> Allocation:
+def hold_external(session: Session, request: Request, node: str, gpus: tuple[int, ...] | None = None) -> Allocation:
     """Hold capacity that work another scheduler placed occupies (a pod kube-scheduler bound asking for
     ``nvidia.com/gpu``): its whole GPUs, the lowest-numbered free ones (the device plugin, not the
-    scheduler, picked them, so which ones is unknown; what is known is how many are gone). The engine
-    never evicts it and charges it to no VC. Raises InvalidInputError, changing nothing, if the node cannot
-    hold it (then the cluster is oversubscribed by someone else, and kubecell must not add to it)."""
+    scheduler, picked them, so which ones is unknown; what is known is how many are gone), or exactly
+    ``gpus`` where the allocation names them (a DRA claim's devices). The engine never evicts it and
+    charges it to no VC. Raises InvalidInputError, changing nothing, if the node cannot hold it (then the
+    cluster is oversubscribed by someone else, and kubecell must not add to it)."""
     book = session.book
     where = f"external work {request.name!r}"
     if request.name in book.allocations:
@@ -98,7 +99,11 @@ def hold_external(session: Session, request: Request, node: str) -> Allocation:
     # a device plugin hands out healthy GPUs: those are the likeliest to be the ones taken
     free = sorted((g for g in range(book.nodes[index].gpu_count) if untouched[g]),
                   key=lambda g: (not book.gpu_healthy[row, g], g))
-    gpus = tuple(free[: request.gpu_count]) if request.gpu_count else ()
+    if gpus is None:
+        gpus = tuple(free[: request.gpu_count]) if request.gpu_count else ()
+    elif len(gpus) != request.gpu_count or any(not 0 <= g < book.nodes[index].gpu_count for g in gpus):
+        raise InvalidInputError(f"names GPUs {list(gpus)} of node {node!r} for {request.gpu_count} GPU(s)",
+                                location=where)
     try:
         allocation = book.allocate(request, index, gpus, adopt=True)  # it runs there, open node or not
     except AllocationError as error:

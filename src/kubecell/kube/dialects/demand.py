@@ -119,6 +119,9 @@ class PodDemand:
     priority: int
     isolation: Isolation
     dialects: tuple[str, ...]
+    devices: frozenset[tuple[str, int]] | None = None
+    """The only GPUs (node, GPU index) its DRA ResourceClaims' selectors accept; None: any (no claims, or
+    selectors that narrow nothing). Set by the scheduler, which sees the published devices; no dialect sets it."""
 
     @property
     def opportunistic(self) -> bool:

@@ -1,0 +1,115 @@
+"""Writing a ResourceClaim's allocation, and taking it back, the way kube-scheduler's DRA plugin does.
+
+kube-scheduler allocates a claim in two writes before the pod's Binding: the claim gets the finalizer
+``resource.kubernetes.io/delete-protection`` (so it cannot vanish while allocated), then its status gets
+``allocation`` and ``reservedFor`` (the pod). When the last consumer is gone, kube-controller-manager's
+resourceclaim controller removes it from ``reservedFor``, clears ``allocation`` and drops the finalizer,
+for claims allocated by any scheduler; kubecell relies on that for pods that ended, and takes back itself
+only what it wrote for a pod that was never bound (a failed Binding, or a crash between the claim's write
+and the Binding, found after a restart).
+
+Every write is a PUT with the resourceVersion just read: a claim someone else changed in between makes the
+write fail with a conflict instead of overwriting their allocation, so a device is never allocated twice.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from kubecell.core.errors import KubecellError
+from kubecell.kube.rest import ApiError, Kube
+
+FINALIZER = "resource.kubernetes.io/delete-protection"
+"""``k8s.io/api/resource/v1.Finalizer``: set on every claim a scheduler allocates."""
+
+
+class ClaimConflict(KubecellError):  # noqa: N818 - a state the claim is in, as ApiError.conflict
+    """The claim is not as the decision found it: replaced, deleted, or allocated by someone else."""
+
+
+def claim_path(namespace: str, name: str) -> str:
+    return f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
+
+
+def consumer(pod: Mapping[str, Any]) -> dict[str, str]:
+    """The pod as a ``reservedFor`` entry (``ResourceClaimConsumerReference``)."""
+    meta = pod["metadata"]
+    return {"resource": "pods", "name": str(meta["name"]), "uid": str(meta["uid"])}
+
+
+def _devices(allocation: Mapping[str, Any] | None) -> list[tuple[str, str, str, str]]:
+    results = ((allocation or {}).get("devices") or {}).get("results") or []
+    return sorted((str(r.get("request")), str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
+                  for r in results if isinstance(r, Mapping))
+
+
+def allocate(kube: Kube, namespace: str, name: str, uid: str, allocation: Mapping[str, Any],
+             pod: Mapping[str, Any]) -> None:
+    """Allocate the claim to the pod: the finalizer, then ``status.allocation`` and ``reservedFor``.
+
+    Idempotent for the same decision (a retry after a lost answer finds the claim allocated to these devices
+    and reserved for this pod, and writes nothing). Raises ``ClaimConflict`` for a claim replaced (other uid),
+    deleted, or allocated otherwise; ``ApiError`` for the API server's own errors (a 409 among them)."""
+    path = claim_path(namespace, name)
+    try:
+        current = kube.get(path)
+    except ApiError as error:
+        if error.not_found:
+            raise ClaimConflict(f"ResourceClaim {namespace}/{name} is gone") from None
+        raise
+    meta = current.get("metadata") or {}
+    if meta.get("uid") != uid:
+        raise ClaimConflict(f"ResourceClaim {namespace}/{name} was replaced (uid {meta.get('uid')}, decided "
+                            f"for {uid})")
+    if meta.get("deletionTimestamp"):
+        raise ClaimConflict(f"ResourceClaim {namespace}/{name} is being deleted")
+    status = current.get("status") or {}
+    me = consumer(pod)
+    if status.get("allocation"):
+        reserved = [r for r in status.get("reservedFor") or [] if isinstance(r, Mapping)]
+        if _devices(status["allocation"]) == _devices(allocation) and any(r.get("uid") == me["uid"] for r in reserved):
+            return
+        raise ClaimConflict(f"ResourceClaim {namespace}/{name} is already allocated "
+                            f"({', '.join(d[3] for d in _devices(status['allocation']))})")
+    if FINALIZER not in (meta.get("finalizers") or []):
+        current = copy.deepcopy(current)
+        current["metadata"]["finalizers"] = [*(meta.get("finalizers") or []), FINALIZER]
+        current = kube.replace(path, current)
+    current = copy.deepcopy(current)
+    current["status"] = {**(current.get("status") or {}), "allocation": dict(allocation), "reservedFor": [me]}
+    kube.replace(f"{path}/status", current)
+
+
+def release(kube: Kube, namespace: str, name: str, uid: str, pod_uid: str) -> bool:
+    """Take back the claim's reservation for pod ``pod_uid`` (a pod kubecell allocated it for but never
+    bound); with no consumer left the allocation is cleared and the finalizer dropped, as the resourceclaim
+    controller does. Returns whether anything was written; a claim gone or replaced needs nothing."""
+    path = claim_path(namespace, name)
+    try:
+        current = kube.get(path)
+    except ApiError as error:
+        if error.not_found:
+            return False
+        raise
+    meta = current.get("metadata") or {}
+    status = current.get("status") or {}
+    reserved = [r for r in status.get("reservedFor") or [] if isinstance(r, Mapping)]
+    if meta.get("uid") != uid or not status.get("allocation"):
+        return False
+    remaining = [r for r in reserved if r.get("uid") != pod_uid]
+    if len(remaining) == len(reserved) and reserved:
+        return False  # reserved for others only: not ours to take back
+    current = copy.deepcopy(current)
+    current["status"] = {**status, "reservedFor": remaining}
+    if not remaining:
+        current["status"].pop("allocation", None)
+        current["status"].pop("reservedFor", None)
+    current = kube.replace(f"{path}/status", current)
+    finalizers = (current.get("metadata") or {}).get("finalizers") or []
+    if not remaining and FINALIZER in finalizers:
+        current = copy.deepcopy(current)
+        current["metadata"]["finalizers"] = [f for f in finalizers if f != FINALIZER]
+        kube.replace(path, current)
+    return True

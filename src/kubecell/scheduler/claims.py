@@ -1,0 +1,323 @@
+"""Pods that ask for GPUs through DRA ResourceClaims, in the scheduler: read into the engine's request,
+allocated in their claims before the Binding, and claims others allocated held.
+
+A pod's claims of kubecell's device classes become the GPU part of its ``PodDemand`` (whole GPUs, one share
+by ``capacity.requests``, or MIG instances) and ``PodDemand.devices``, the GPUs its selectors accept, by
+UUID as the node's inventory names them. From there it is an ordinary pod: the same engine places it with
+its gang, VC guarantee, borrowing and preemption, and its allocation record is written in the same order.
+The claims are written after the record and before the Binding (``ClaimBroker.allocate``, in the binder's
+writer threads), so a crash in between leaves a claim allocated for an unbound pod, which the next look at
+that pod takes back (``take_back``) before placing it again.
+
+Only devices the nodes publish AND the node's inventory confirms count (``Devices``): a slice that names a
+UUID the node's inventory does not list, or a node another node's agent published for, gives nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubecell.core.errors import InvalidInputError, KubecellError
+from kubecell.core.model import MILLI_PER_GPU, Request
+from kubecell.kube import claim_writes, pods
+from kubecell.kube.dialects import DemandError, PodDemand
+from kubecell.kube.dra.allocation import allocated_devices, allocation_status
+from kubecell.kube.dra.claims import ClaimDemand, ClaimError, claim_demand, pod_claims
+from kubecell.kube.dra.slices import PublishedDevice, published_devices
+from kubecell.kube.inventory import NodeView
+from kubecell.kube.records import AllocationRecord
+from kubecell.kube.rest import Kube
+from kubecell.scheduler.cluster import Mirror
+from kubecell.scheduler.tracking import Tracking
+
+log = logging.getLogger("kubecell.scheduler")
+
+
+DEMAND_CACHE = 4096
+"""Claims whose reading is kept (``ClaimBroker._demand``); the cache starts over when full."""
+
+
+class ClaimsPending(KubecellError):  # noqa: N818 - a state the pod is in, like a gang still forming
+    """A claim the pod names does not exist yet (made from a template by kube-controller-manager)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(message)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimUse:
+    """One of a pod's claims for kubecell's devices, and what it asks for."""
+
+    key: str
+    namespace: str
+    name: str
+    uid: str
+    demand: ClaimDemand
+
+
+@dataclass(frozen=True, slots=True)
+class Devices:
+    """The devices kubecell may allocate: published in a slice and confirmed by the node's inventory."""
+
+    by_uuid: dict[tuple[str, str], PublishedDevice]
+    slot: dict[tuple[str, str], int]
+    """(node, UUID) -> the GPU's index in the engine's node (for a MIG node: the instance's)."""
+    problems: tuple[str, ...]
+    listed: tuple[PublishedDevice, ...]
+
+
+def confirmed_devices(slices: Sequence[Mapping[str, Any]], views: Mapping[str, NodeView]) -> Devices:
+    """Published devices whose node's inventory lists the same UUID; the rest is a problem said once."""
+    devices, problems = published_devices(slices)
+    found = list(problems)
+    by_uuid: dict[tuple[str, str], PublishedDevice] = {}
+    slot: dict[tuple[str, str], int] = {}
+    listed = []
+    for device in devices:
+        view = views.get(device.node)
+        if view is None or view.node is None or device.uuid not in view.uuids:
+            found.append(f"ResourceSlice device {device.node}/{device.name} names GPU {device.uuid}, which node "
+                         f"{device.node}'s inventory does not list: left out")
+            continue
+        by_uuid[device.node, device.uuid] = device
+        slot[device.node, device.uuid] = view.uuids.index(device.uuid)
+        listed.append(device)
+    return Devices(by_uuid, slot, tuple(found), tuple(listed))
+
+
+class ClaimBroker:
+    """Reads pods' claims for the engine, and writes and takes back the claims' allocations."""
+
+    def __init__(self, mirror: Mirror, kube: Kube) -> None:
+        self.mirror = mirror
+        self.kube = kube
+        self._devices: tuple[tuple[int, int], Devices] | None = None
+        self.problems_told: set[str] = set()
+        self._demands: dict[tuple[str, str, int, int], ClaimDemand] = {}
+
+    # ------------------------------------------------------------------ reading
+    def devices(self, views: Mapping[str, NodeView]) -> Devices:
+        """The confirmed devices, read again after a change of the slices or of the nodes' views."""
+        version = (self.mirror.devices_version, id(views))
+        if self._devices is None or self._devices[0] != version:
+            devices = confirmed_devices(list(self.mirror.slices.values()), views)
+            for problem in devices.problems:
+                if problem not in self.problems_told:
+                    self.problems_told.add(problem)
+                    log.warning("%s", problem)
+            self._devices = (version, devices)
+        return self._devices[1]
+
+    def _demand(self, claim: Mapping[str, Any], devices: Devices) -> ClaimDemand:
+        """``claim_demand``, kept per claim version and devices version: the selectors are evaluated over every
+        published device, which a pod read again (a gang re-formed, a rebuild) should not pay twice."""
+        meta = claim.get("metadata") or {}
+        key = (str(meta.get("uid")), str(meta.get("resourceVersion")), self.mirror.devices_version, id(devices))
+        found = self._demands.get(key)
+        if found is None:
+            if len(self._demands) >= DEMAND_CACHE:
+                self._demands.clear()
+            found = self._demands[key] = claim_demand(claim, self.mirror.deviceclasses, devices.listed)
+        return found
+
+    def uses(self, pod: Mapping[str, Any], views: Mapping[str, NodeView]) -> list[ClaimUse]:
+        """The pod's claims with what each asks for; raises ``ClaimsPending`` for a claim not created yet and
+        ``DemandError`` for one kubecell cannot allocate (the reason is the pod's Event)."""
+        where = pods.key(pod)
+        try:
+            named = pod_claims(pod, self.mirror.claims)
+        except ClaimError as error:
+            raise DemandError(where, "spec.resourceClaims", str(error), field="resourceClaims") from None
+        uses = []
+        devices = self.devices(views)
+        for entry in named:
+            if entry.claim is None:
+                raise ClaimsPending(entry.key, f"waiting for ResourceClaim {entry.key} ({entry.reason})")
+            claim = entry.claim
+            meta = claim.get("metadata") or {}
+            try:
+                demand = self._demand(claim, devices)
+            except ClaimError as error:
+                raise DemandError(where, f"spec.resourceClaims[{entry.pod_claim}]", str(error),
+                                  field="resourceClaims") from None
+            uses.append(ClaimUse(entry.key, str(meta.get("namespace", "")), str(meta.get("name", "")),
+                                 str(meta.get("uid", "")), demand))
+        return uses
+
+    def apply(self, pod: Mapping[str, Any], demand: PodDemand, views: Mapping[str, NodeView]) -> PodDemand:
+        """The pod's demand with the GPUs its claims ask for; the demand itself for a pod without claims.
+        Raises ``ClaimsPending`` or ``DemandError``."""
+        if not (pod.get("spec") or {}).get("resourceClaims"):
+            return demand
+        where = pods.key(pod)
+        uses = self.uses(pod, views)
+        if not uses:
+            return demand
+        if demand.request.wants_gpu:
+            raise DemandError(where, "spec.resourceClaims", "asks for GPUs both by ResourceClaim and by extended "
+                              "resource or annotation", field="resourceClaims",
+                              accepted="one way: claims of kubecell's device classes, or resources")
+        self._take_back_stale(pod, uses)
+        count = sum(use.demand.count for use in uses)
+        shares = [use for use in uses if use.demand.milli < MILLI_PER_GPU or use.demand.memory_mib]
+        migs = {use.demand.mig for use in uses}
+        if shares and (len(shares) > 1 or count > 1):
+            raise DemandError(where, "spec.resourceClaims", f"asks for {count} devices of which {len(shares)} "
+                              "by capacity", field="resourceClaims",
+                              accepted="whole GPUs (no capacity requests), or one share of one GPU")
+        if len(migs) > 1:
+            raise DemandError(where, "spec.resourceClaims", "asks for MIG instances and whole GPUs at once",
+                              field="resourceClaims", accepted="claims of one kind of device per pod")
+        base = demand.request
+        milli = shares[0].demand.milli if shares else MILLI_PER_GPU
+        memory = shares[0].demand.memory_mib if shares else 0
+        try:
+            request = Request(base.name, cpu_milli=base.cpu_milli, memory_mib=base.memory_mib, gpu_count=count,
+                              gpu_milli=milli, gpu_memory_mib=memory, topology=base.topology)
+        except Exception as error:
+            raise DemandError(where, "spec.resourceClaims", str(error), field="resourceClaims") from None
+        allowed = self._allowed(uses, views)
+        isolation = "mig" if True in migs else demand.isolation
+        return dataclasses.replace(demand, request=request, isolation=isolation, devices=allowed,
+                                   dialects=(*demand.dialects, "dra"))
+
+    def _allowed(self, uses: Sequence[ClaimUse], views: Mapping[str, NodeView]) -> frozenset[tuple[str, int]]:
+        """The GPUs (node, index) every claim of the pod accepts, among the confirmed devices (the engine keeps
+        one GPU restriction per pod, so each GPU it gives must suit every claim)."""
+        devices = self.devices(views)
+        accepted = None
+        for use in uses:
+            mine = {(d.node, devices.slot[d.node, d.uuid]) for d in devices.listed
+                    if use.demand.allowed is None or d.uuid in use.demand.allowed}
+            accepted = mine if accepted is None else accepted & mine
+        return frozenset(accepted or ())
+
+    def _take_back_stale(self, pod: Mapping[str, Any], uses: Sequence[ClaimUse]) -> None:
+        """A claim allocated for this very pod while it is unbound: kubecell's own write whose Binding never
+        came (a crash in between, or a failed Binding). Taken back, so the pod is placed afresh. A claim
+        allocated for another pod is not this pod's to use: refused (a claim is given to one pod)."""
+        uid = pods.uid(pod)
+        for use in uses:
+            claim = self.mirror.claims.get(use.key) or {}
+            status = claim.get("status") or {}
+            if not status.get("allocation"):
+                continue
+            consumers = [r for r in status.get("reservedFor") or [] if isinstance(r, Mapping)]
+            others = [r for r in consumers if r.get("uid") != uid]
+            if others:
+                names = ", ".join(str(r.get("name")) for r in others[:3])
+                raise DemandError(pods.key(pod), f"ResourceClaim {use.key}", f"is allocated and reserved for pod(s) "
+                                  f"{names}; kubecell gives a claim to one pod", field="resourceClaims",
+                                  accepted="a claim (or claim template) per pod")
+            claim_writes.release(self.kube, use.namespace, use.name, use.uid, uid)
+            log.info("%s: took back ResourceClaim %s, allocated for it but never bound", pods.key(pod), use.key)
+
+    # ------------------------------------------------------------------ writing
+    def plan(self, pod: Mapping[str, Any], record: AllocationRecord,
+             views: Mapping[str, NodeView]) -> list[tuple[ClaimUse, dict[str, Any]]]:
+        """Each claim's ``status.allocation`` for the GPUs the record gives the pod (in the record's order:
+        the first claim takes the first GPUs). Raises ``DemandError`` when the devices are no longer
+        published as the pod was placed (the decision goes back to the queue)."""
+        if not (pod.get("spec") or {}).get("resourceClaims"):
+            return []
+        uses = self.uses(pod, views)
+        devices = self.devices(views)
+        grants = list(record.gpus)
+        plans = []
+        for use in uses:
+            taken, grants = grants[:use.demand.count], grants[use.demand.count:]
+            picks = []
+            for grant in taken:
+                device = devices.by_uuid.get((record.node, grant.uuid))
+                if device is None:
+                    raise DemandError(pods.key(pod), f"ResourceClaim {use.key}", f"GPU {grant.uuid} of node "
+                                      f"{record.node} is no longer published", field="resourceClaims")
+                picks.append(device)
+            plans.append((use, allocation_status(use.demand, record.node, picks)))
+        return plans
+
+    def allocate(self, pod: Mapping[str, Any], plans: Sequence[tuple[ClaimUse, dict[str, Any]]]) -> None:
+        """Write the planned allocations (a writer thread, before the pod's Binding)."""
+        for use, allocation in plans:
+            claim_writes.allocate(self.kube, use.namespace, use.name, use.uid, allocation, pod)
+
+    def take_back(self, pod: Mapping[str, Any], plans: Sequence[tuple[ClaimUse, dict[str, Any]]]) -> None:
+        """Take back what ``allocate`` wrote for a pod whose Binding failed."""
+        for use, _ in plans:
+            claim_writes.release(self.kube, use.namespace, use.name, use.uid, pods.uid(pod))
+
+    # ------------------------------------------------------------------ claims others allocated
+    def hold_foreign(self, state: Tracking, keys: Mapping[str, None],
+                     ours: Callable[[Mapping[str, Any]], bool]) -> bool:
+        """Hold the devices of the claims ``keys`` that someone else allocated on kubecell's devices (the stock
+        kube-scheduler, for a pod it places), exactly where they are, and free them when the claim is no
+        longer allocated; claims reserved for a pod kubecell places (``ours``) are held by that pod's job.
+        Returns whether the engine changed."""
+        engine, dirty = state.engine, False
+        for key in keys:
+            where = self._foreign(key, state, ours)
+            held = state.external_claims.get(key)
+            if held is not None and (where is None or where[0] != held):
+                engine.release_external(state.external_claims.pop(key))
+                dirty = True
+                held = None
+            if where is None or held is not None:
+                continue
+            _name, node, request, gpus = where
+            try:
+                state.external_claims[key] = engine.hold_external(request, node, gpus).name
+                dirty = True
+            except InvalidInputError as error:
+                log.warning("cannot hold ResourceClaim %s allocated by another scheduler: %s", key, error)
+        return dirty
+
+    def _foreign(self, key: str, state: Tracking, ours: Callable[[Mapping[str, Any]], bool]
+                 ) -> tuple[str, str, Request, tuple[int, ...]] | None:
+        """(hold name, node, request, GPU indices) for a claim allocated by someone else on devices kubecell
+        knows; None otherwise."""
+        claim = self.mirror.claims.get(key)
+        if claim is None:
+            return None
+        status = claim.get("status") or {}
+        if not status.get("allocation"):
+            return None
+        for consumer in status.get("reservedFor") or []:
+            if not isinstance(consumer, Mapping):
+                continue
+            pod = self.mirror.pods.get(str(consumer.get("uid")))
+            if pod is not None and ours(pod):
+                return None
+        try:
+            taken = allocated_devices(claim)
+        except ClaimError as error:
+            log.warning("ResourceClaim %s: unreadable allocation (%s); not held", key, error)
+            return None
+        devices = self.devices(state.views)
+        by_name = {(d.node, d.name): d for d in devices.listed}
+        slots: list[int] = []
+        node = ""
+        shares: list[tuple[int, int]] = []
+        for result in taken:
+            device = by_name.get((result.node, result.device))
+            if device is None:
+                continue  # another driver's device, or one no longer published
+            if node and result.node != node:
+                log.warning("ResourceClaim %s: devices on several nodes; held on %s only", key, node)
+                continue
+            node = result.node
+            slots.append(devices.slot[device.node, device.uuid])
+            shares.append((result.compute_milli, result.memory_mib))
+        if not slots:
+            return None
+        uid = str((claim.get("metadata") or {}).get("uid", ""))[:8]
+        name = f"claim:{key}@{uid}"
+        if len(slots) == 1 and 0 < shares[0][0] < MILLI_PER_GPU:  # one share: held as the share it is
+            request = Request(name, gpu_count=1, gpu_milli=shares[0][0], gpu_memory_mib=shares[0][1])
+        else:  # whole GPUs (or several shares, held whole: kubecell cannot see how the rest is split)
+            request = Request(name, gpu_count=len(slots), gpu_milli=MILLI_PER_GPU)
+        return name, node, request, tuple(sorted(set(slots)))
