@@ -288,3 +288,27 @@ def test_a_claim_kube_scheduler_allocated_is_held_on_its_exact_gpu(
     assert mine["spec"].get("nodeName") != node, "GPU 6 of that node was given twice"
     kube.delete(f"/api/v1/namespaces/{namespace}/pods/theirs", gracePeriodSeconds=0)
     wait_for("the hold released once the controller deallocates the claim", lambda: not held(), 60)
+
+
+def test_a_restarted_scheduler_restores_claim_pods_from_their_records(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, dra_nodes: list[str],
+        start_scheduler: type[RunningScheduler]) -> None:
+    first = start_scheduler(testbed)
+    make_template(kube, namespace, "two", [request("gpus", count=2)])
+    make_claim(kube, namespace, "quarter", [request("g", dra_names.CLASS_GPU_SHARE, capacity={"compute": "250"})])
+    claim_pod(kube, namespace, "whole", template="two")
+    claim_pod(kube, namespace, "share", claim="quarter")
+    before = {name: recorded(wait_for(f"{name} bound", partial(placed, kube, namespace, name)))
+              for name in ("whole", "share")}
+    first.close()
+    second = start_scheduler(testbed)
+    engine = second.scheduler.engine
+    assert engine is not None
+    restored = sorted((a.node, sorted(a.gpu_indices)) for job in engine.running.values() for a in
+                      (engine.book.allocations[m] for m in job.running_members) if job.name.startswith(namespace))
+    assert restored == sorted((node, sorted(index for index, _, _, _ in gpus)) for node, gpus in before.values())
+    assert not any(a.name.startswith("external:") and namespace in a.name for a in engine.book.allocations.values())
+    assert not [e for name in ("whole", "share") for e in events_of(kube, namespace, name) if "does not use" in e]
+    for name in ("whole", "share"):
+        pod = get_pod(kube, namespace, name)
+        assert claimed_devices(kube, pod)[1] == sorted(f"gpu-{i}" for i, _, _, _ in before[name][1])

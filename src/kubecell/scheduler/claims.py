@@ -151,7 +151,8 @@ class ClaimBroker:
 
     def apply(self, pod: Mapping[str, Any], demand: PodDemand, views: Mapping[str, NodeView]) -> PodDemand:
         """The pod's demand with the GPUs its claims ask for; the demand itself for a pod without claims.
-        Raises ``ClaimsPending`` or ``DemandError``."""
+        For a pod not bound yet, a claim allocated for it is taken back first (kubecell's own write whose
+        Binding never came). Raises ``ClaimsPending`` or ``DemandError``."""
         if not (pod.get("spec") or {}).get("resourceClaims"):
             return demand
         where = pods.key(pod)
@@ -162,7 +163,8 @@ class ClaimBroker:
             raise DemandError(where, "spec.resourceClaims", "asks for GPUs both by ResourceClaim and by extended "
                               "resource or annotation", field="resourceClaims",
                               accepted="one way: claims of kubecell's device classes, or resources")
-        self._take_back_stale(pod, uses)
+        if not pods.node_of(pod):
+            self._take_back_stale(pod, uses)
         count = sum(use.demand.count for use in uses)
         shares = [use for use in uses if use.demand.milli < MILLI_PER_GPU or use.demand.memory_mib]
         migs = {use.demand.mig for use in uses}

@@ -31,15 +31,18 @@ from typing import Any
 
 from kubecell.core.engine.job import Job, JobClass, JobSpec
 from kubecell.core.engine.restore import RunningMember
-from kubecell.core.errors import InvalidInputError
+from kubecell.core.errors import InvalidInputError, KubecellError
 from kubecell.kube import pods
 from kubecell.kube.actions import Actions, retry
+from kubecell.kube.claim_writes import ClaimConflict
 from kubecell.kube.dialects import DemandError, PodDemand, pod_demand
 from kubecell.kube.elasticjobs import elastic_owner
+from kubecell.kube.inventory import NodeView
 from kubecell.kube.names import ANNOTATION_ALLOCATION
 from kubecell.kube.records import AllocationRecord, RecordError
 from kubecell.kube.rest import ApiError
 from kubecell.kube.trust import disagreement
+from kubecell.scheduler.claims import ClaimsPending
 from kubecell.scheduler.cluster import Mirror
 from kubecell.scheduler.gate import NodeGate
 from kubecell.scheduler.intake import Intake, isolation_nodes
@@ -75,6 +78,7 @@ class Restorer:
         self.gate = gate
         self.names = names
         self._gangs: dict[str, list[tuple[dict[str, Any], PodDemand]]] = {}
+        self._views: Mapping[str, NodeView] = {}
         self._adopted: dict[str, tuple[list[str], dict[str, int], dict[str, int],
                                        list[tuple[dict[str, Any], PodDemand]]]] = {}
         """Job name -> (its pods' uids, their member groups, each recorded pod's member index, its pods)."""
@@ -83,6 +87,7 @@ class Restorer:
         """Every pod with a record it can believe is restored; the rest are held or rolled back (see the
         module docstring). One pod or job that cannot be read never stops the others."""
         by_job: dict[str, list[Member]] = {}
+        self._views = state.views
         pod_groups = self.mirror.all_podgroups()
         for pod in list(self.mirror.pods.values()):
             if not pods.ours(pod, self.names) or pods.ended(pod):
@@ -128,7 +133,7 @@ class Restorer:
                 continue  # bound without a record kubecell believes: held where it runs, never a free member
             else:
                 try:
-                    demand = pod_demand(pod, pod_groups=pod_groups)
+                    demand = self._demand(pod, pod_groups)
                 except Exception:  # told when intake reads it; it is no member of the gang meanwhile
                     continue
             if demand.group is not None and demand.group.key in found:
@@ -154,8 +159,8 @@ class Restorer:
         if record is None:
             return None
         try:
-            demand = pod_demand(pod, pod_groups=pod_groups)
-        except DemandError as error:
+            demand = self._demand(pod, pod_groups)
+        except (DemandError, ClaimsPending) as error:
             self._distrust(pod, f"allocation record {record.allocation_id} cannot be checked: {error}")
             return None
         problem = disagreement(pod, record, demand, default_vc=self.intake.default_vc)
@@ -163,6 +168,12 @@ class Restorer:
             self._distrust(pod, f"allocation record {record.allocation_id} {problem}")
             return None
         return Member(pod, record, demand)
+
+    def _demand(self, pod: dict[str, Any], pod_groups: Mapping[tuple[str, str], Mapping[str, Any]]) -> PodDemand:
+        """What the pod asks for, its DRA claims included (a record is checked against the claims' GPUs)."""
+        demand = pod_demand(pod, pod_groups=pod_groups)
+        claims = self.intake.claims
+        return claims.apply(pod, demand, self._views) if claims is not None else demand
 
     def _distrust(self, pod: dict[str, Any], why: str) -> None:
         """A record kubecell does not believe: a bound pod is held where it runs (by ``Intake``, as another
@@ -310,6 +321,18 @@ class Restorer:
             self._roll_back(member.pod, f"allocation record {member.record.allocation_id} not carried out: {why}; "
                                         "the record was removed and the pod is scheduled again")
 
+    def _allocate_claims(self, member: Member) -> None:
+        """Before a rolled-forward Binding, the pod's DRA claims are allocated as its record says (a claim
+        written before the crash is found as it should be and left alone)."""
+        claims = self.intake.claims
+        if claims is None:
+            return
+        try:
+            plans = claims.plan(member.pod, member.record, self._views)
+        except KubecellError as error:
+            raise ClaimConflict(str(error)) from None
+        retry("allocate claims", lambda: claims.allocate(member.pod, plans))
+
     def _finish(self, state: Tracking, name: str, bound: list[Member], unbound: list[Member]) -> None:
         """Track the restored job, and bind the members whose records were all written before a crash."""
         members = [*bound, *unbound]
@@ -332,7 +355,14 @@ class Restorer:
             tracked.bound.add(pods.uid(member.pod))
         for member in unbound:
             try:
+                self._allocate_claims(member)
                 retry("bind", lambda m=member: self.actions.bind(m.pod, m.record.node))
+            except ClaimConflict as conflict:
+                self._undo(state, name, [m for m in unbound if pods.uid(m.pod) not in tracked.bound],
+                           f"its claims cannot be allocated ({conflict})")
+                for uid in state.untrack(name):
+                    self.mirror.changed[uid] = None
+                return
             except ApiError as error:
                 if error.unavailable:
                     raise
