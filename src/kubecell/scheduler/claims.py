@@ -16,6 +16,7 @@ UUID the node's inventory does not list, or a node another node's agent publishe
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,8 +45,12 @@ DEMAND_CACHE = 4096
 class ClaimsPending(KubecellError):  # noqa: N818 - a state the pod is in, like a gang still forming
     """A claim the pod names does not exist yet (made from a template by kube-controller-manager)."""
 
-    def __init__(self, key: str, message: str) -> None:
+    def __init__(self, key: str, message: str, *, told: bool) -> None:
         self.key = key
+        self.told = told
+        """Worth telling the pod: a claim it names directly is missing (a user's mistake, perhaps). A claim
+        from a template is made within moments by kube-controller-manager; like kube-scheduler, which does
+        not even queue such a pod, kubecell writes nothing for it meanwhile."""
         super().__init__(message)
 
 
@@ -98,7 +103,10 @@ class ClaimBroker:
         self.kube = kube
         self._devices: tuple[tuple[int, int], Devices] | None = None
         self.problems_told: set[str] = set()
-        self._demands: dict[tuple[str, str, int, int], ClaimDemand] = {}
+        self._demands: dict[tuple[str, int, int], ClaimDemand] = {}
+        self._allowed_sets: dict[tuple[tuple[frozenset[str] | None, ...], int], frozenset[tuple[str, int]]] = {}
+        """The GPUs claims accept, kept per their accepted UUIDs (one object per claim spec, so the pods of one
+        template share one set, and the engine one mask for it)."""
 
     # ------------------------------------------------------------------ reading
     def devices(self, views: Mapping[str, NodeView]) -> Devices:
@@ -114,16 +122,18 @@ class ClaimBroker:
         return self._devices[1]
 
     def _demand(self, claim: Mapping[str, Any], devices: Devices) -> ClaimDemand:
-        """``claim_demand``, kept per claim version and devices version: the selectors are evaluated over every
-        published device, which a pod read again (a gang re-formed, a rebuild) should not pay twice."""
+        """``claim_demand``, kept per claim spec and devices version: the selectors are evaluated over every
+        published device, which the claims of one template (all alike) should not pay for each pod."""
         meta = claim.get("metadata") or {}
-        key = (str(meta.get("uid")), str(meta.get("resourceVersion")), self.mirror.devices_version, id(devices))
+        spec = json.dumps(claim.get("spec"), sort_keys=True, default=str)
+        key = (spec, self.mirror.devices_version, id(devices))
         found = self._demands.get(key)
+        name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         if found is None:
             if len(self._demands) >= DEMAND_CACHE:
                 self._demands.clear()
             found = self._demands[key] = claim_demand(claim, self.mirror.deviceclasses, devices.listed)
-        return found
+        return found if found.claim == name else dataclasses.replace(found, claim=name)
 
     def uses(self, pod: Mapping[str, Any], views: Mapping[str, NodeView]) -> list[ClaimUse]:
         """The pod's claims with what each asks for; raises ``ClaimsPending`` for a claim not created yet and
@@ -135,9 +145,12 @@ class ClaimBroker:
             raise DemandError(where, "spec.resourceClaims", str(error), field="resourceClaims") from None
         uses = []
         devices = self.devices(views)
+        direct = {e.get("name") for e in (pod.get("spec") or {}).get("resourceClaims") or []
+                  if isinstance(e, Mapping) and e.get("resourceClaimName")}
         for entry in named:
             if entry.claim is None:
-                raise ClaimsPending(entry.key, f"waiting for ResourceClaim {entry.key} ({entry.reason})")
+                raise ClaimsPending(entry.key, f"waiting for ResourceClaim {entry.key} ({entry.reason})",
+                                    told=entry.pod_claim in direct)
             claim = entry.claim
             meta = claim.get("metadata") or {}
             try:
@@ -192,12 +205,19 @@ class ClaimBroker:
         """The GPUs (node, index) every claim of the pod accepts, among the confirmed devices (the engine keeps
         one GPU restriction per pod, so each GPU it gives must suit every claim)."""
         devices = self.devices(views)
+        key = (tuple(use.demand.allowed for use in uses), id(devices))
+        known = self._allowed_sets.get(key)
+        if known is not None:
+            return known
         accepted = None
         for use in uses:
             mine = {(d.node, devices.slot[d.node, d.uuid]) for d in devices.listed
                     if use.demand.allowed is None or d.uuid in use.demand.allowed}
             accepted = mine if accepted is None else accepted & mine
-        return frozenset(accepted or ())
+        if len(self._allowed_sets) >= DEMAND_CACHE:
+            self._allowed_sets.clear()
+        found = self._allowed_sets[key] = frozenset(accepted or ())
+        return found
 
     def _take_back_stale(self, pod: Mapping[str, Any], uses: Sequence[ClaimUse]) -> None:
         """A claim allocated for this very pod while it is unbound: kubecell's own write whose Binding never
@@ -246,7 +266,8 @@ class ClaimBroker:
     def allocate(self, pod: Mapping[str, Any], plans: Sequence[tuple[ClaimUse, dict[str, Any]]]) -> None:
         """Write the planned allocations (a writer thread, before the pod's Binding)."""
         for use, allocation in plans:
-            claim_writes.allocate(self.kube, use.namespace, use.name, use.uid, allocation, pod)
+            claim_writes.allocate(self.kube, use.namespace, use.name, use.uid, allocation, pod,
+                                  seen=self.mirror.claims.get(use.key))
 
     def take_back(self, pod: Mapping[str, Any], plans: Sequence[tuple[ClaimUse, dict[str, Any]]]) -> None:
         """Take back what ``allocate`` wrote for a pod whose Binding failed."""

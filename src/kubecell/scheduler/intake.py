@@ -285,7 +285,8 @@ class Intake:
                     demand = self.claims.apply(pod, demand, state.views)
             except ClaimsPending as waiting:
                 self.claim_waiters.setdefault(waiting.key, set()).add(uid)
-                self.teller.tell(pod, str(waiting), reason="WaitingForResourceClaim", event=False)
+                if waiting.told:
+                    self.teller.tell(pod, str(waiting), reason="WaitingForResourceClaim", event=False)
                 continue
             except DemandError as error:
                 self.teller.tell(pod, str(error), reason="InvalidRequest")

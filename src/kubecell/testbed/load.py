@@ -8,6 +8,7 @@ import statistics
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,23 @@ def pod(name: str, namespace: str, scheduler: str) -> dict[str, Any]:
                                                    "limits": {"nvidia.com/gpu": "1"}}}]}}
 
 
-def measure(kube: Kube, scheduler: str, namespace: str, count: int, clients: int, timeout: float) -> dict[str, float]:
-    """Create ``count`` pods for ``scheduler``; return pods/s and latency percentiles (seconds)."""
+def claim_pod(name: str, namespace: str, scheduler: str, template: str = "gpu") -> dict[str, Any]:
+    """A pod that asks for its GPU through a ResourceClaim made from the template ``template`` (DRA)."""
+    body = pod(name, namespace, scheduler)
+    container = body["spec"]["containers"][0]
+    container["resources"] = {"requests": container["resources"]["requests"], "claims": [{"name": "gpu"}]}
+    body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
+    return body
+
+
+def measure(kube: Kube, scheduler: str, namespace: str, count: int, clients: int, timeout: float,
+            *, make: Callable[[str, str, str], dict[str, Any]] = pod,
+            prepare: Callable[[str], None] | None = None) -> dict[str, float]:
+    """Create ``count`` pods (``make``: name, namespace, scheduler -> body) for ``scheduler``; return pods/s and
+    latency percentiles (seconds). ``prepare`` runs once the namespace exists (a claim template to create)."""
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    if prepare is not None:
+        prepare(namespace)
     created: dict[str, float] = {}
     bound: dict[str, float] = {}
     listed = kube.get(f"/api/v1/namespaces/{namespace}/pods")
@@ -53,7 +68,7 @@ def measure(kube: Kube, scheduler: str, namespace: str, count: int, clients: int
     def create(i: int) -> None:
         name = f"p{i:06d}"
         created[name] = time.monotonic()
-        kube.create(f"/api/v1/namespaces/{namespace}/pods", pod(name, namespace, scheduler))
+        kube.create(f"/api/v1/namespaces/{namespace}/pods", make(name, namespace, scheduler))
 
     with ThreadPoolExecutor(max_workers=clients) as pool:
         list(pool.map(create, range(count)))

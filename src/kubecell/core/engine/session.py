@@ -33,6 +33,8 @@ from kubecell.core.topology import CellForest
 
 NODE_MASK_CACHE = 4096
 """Distinct node sets whose masks are kept for jobs still to come (forgotten all at once when full)."""
+GPU_MASK_CACHE = 256
+"""The same for GPU sets (``JobSpec.gpus``); fewer, as a GPU mask is eight or more times a node mask's size."""
 
 
 def domain_ids(labels: Sequence[tuple[str, ...]]) -> IntArray:
@@ -68,6 +70,7 @@ class Session:
         self.admitted: dict[str, int] = {}  # quota policy: job -> quota milli it holds while unplaced
         self.victim_backoff: dict[ClassKey, tuple[float, tuple[int, int, int]]] = {}
         self._node_masks: dict[frozenset[str], BoolArray] = {}  # JobSpec.nodes -> its node mask
+        self._gpu_masks: dict[frozenset[tuple[str, int]], BoolArray] = {}  # JobSpec.gpus -> its GPU mask
 
     # ------------------------------------------------------------------ shared queries
     def share(self, vc: str) -> float:
@@ -115,19 +118,25 @@ class Session:
         return job.node_mask
 
     def allowed_gpus(self, job: Job) -> BoolArray | None:
-        """``JobSpec.gpus`` as a read-only GPU mask (nodes x GPU slots), made on first use; None: any GPU.
-        Indices past a node's GPUs, and unknown nodes, match nothing."""
+        """``JobSpec.gpus`` as a read-only GPU mask (nodes x GPU slots), made on first use and shared by jobs with
+        the same set (the pods of one claim template); None: any GPU. Indices past a node's GPUs, and unknown
+        nodes, match nothing."""
         gpus = job.spec.gpus
         if gpus is None:
             return None
         if job.gpu_mask is None:
-            book = self.book
-            mask = np.zeros((book.size, book.max_gpus), np.bool_)
-            for node, gpu in gpus:
-                row = book.index.get(node)
-                if row is not None and gpu < book.max_gpus:
-                    mask[row, gpu] = True
-            mask.flags.writeable = False
+            mask = self._gpu_masks.get(gpus)
+            if mask is None:
+                book = self.book
+                mask = np.zeros((book.size, book.max_gpus), np.bool_)
+                for node, gpu in gpus:
+                    row = book.index.get(node)
+                    if row is not None and gpu < book.max_gpus:
+                        mask[row, gpu] = True
+                mask.flags.writeable = False
+                if len(self._gpu_masks) >= GPU_MASK_CACHE:
+                    self._gpu_masks.clear()
+                self._gpu_masks[gpus] = mask
             job.gpu_mask = mask
         return job.gpu_mask
 

@@ -354,8 +354,7 @@ def claim_demand(claim: Mapping[str, Any], classes: Mapping[str, Mapping[str, An
     if count > 1 and first.milli < 1000:
         raise ClaimError(f"asks for {count} shares of GPUs; a share is one device", "spec.devices.requests",
                          claim=where, accepted="one share per claim (count 1), or whole GPUs")
-    narrowed = any(request.selectors or request.capacity for request in requests) or any(
-        device.taints or device.node in node_errors for device in devices)
+    narrowed = len(first.allowed) < len({device.uuid for device in devices})  # the class's selectors count too
     consumed = {uuid: amounts for ask in asks for uuid, amounts in ask.consumed.items()}
     return ClaimDemand(key, tuple(asks), count, first.milli, first.memory_mib, first.mig,
                        first.allowed if narrowed else None, consumed, config, dict(node_errors))
