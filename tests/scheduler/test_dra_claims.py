@@ -312,3 +312,31 @@ def test_a_restarted_scheduler_restores_claim_pods_from_their_records(
     for name in ("whole", "share"):
         pod = get_pod(kube, namespace, name)
         assert claimed_devices(kube, pod)[1] == sorted(f"gpu-{i}" for i, _, _, _ in before[name][1])
+
+
+def test_a_slice_published_for_another_node_is_left_out_and_told(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, dra_nodes: list[str],
+        start_scheduler: type[RunningScheduler]) -> None:
+    """A slice naming a node that does not own it (an agent publishing for a node not its own): its devices
+    are never allocated, and the slice gets a Warning Event saying why."""
+    (victim,) = gpu_nodes(kube, 1, skip=len(dra_nodes))   # a node without slices of its own
+    running = start_scheduler(testbed)
+    with published(kube, [victim]) as (forged,):
+        owner = kube.get(f"/api/v1/nodes/{dra_nodes[0]}")["metadata"]
+        forged["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": owner["name"],
+                                                   "uid": owner["uid"]}]
+        kube.replace(f"/apis/resource.k8s.io/v1/resourceslices/{forged['metadata']['name']}", forged)
+
+        def told() -> list[str]:
+            return [e["message"] for e in kube.get("/api/v1/namespaces/default/events")["items"]
+                    if e.get("reason") == "UntrustedResourceSlice"
+                    and e["involvedObject"].get("name") == forged["metadata"]["name"]]
+        make_claim(kube, namespace, "there", [request("g", selectors=[f"{ATTR}.index == 3"])])
+        claim_pod(kube, namespace, "there", claim="there")
+        pod = wait_for("the claim placed on a trusted node", partial(placed, kube, namespace, "there"))
+        assert pod["spec"]["nodeName"] in dra_nodes
+        (message,) = wait_for("a Warning Event on the forged slice", told)
+        assert "is not the Node that owns it" in message
+        state = running.scheduler.state
+        assert state is not None
+        assert not [d for d in running.scheduler.claims.devices(state.views).listed if d.node == victim]

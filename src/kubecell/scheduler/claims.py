@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,13 +26,14 @@ from typing import Any
 from kubecell.core.errors import InvalidInputError, KubecellError
 from kubecell.core.model import MILLI_PER_GPU, Request
 from kubecell.kube import claim_writes, pods
+from kubecell.kube.actions import event_body
 from kubecell.kube.dialects import DemandError, PodDemand
 from kubecell.kube.dra.allocation import allocated_devices, allocation_status
 from kubecell.kube.dra.claims import ClaimDemand, ClaimError, claim_demand, pod_claims
 from kubecell.kube.dra.slices import PublishedDevice, published_devices
 from kubecell.kube.inventory import NodeView
 from kubecell.kube.records import AllocationRecord
-from kubecell.kube.rest import Kube
+from kubecell.kube.rest import ApiError, Kube
 from kubecell.scheduler.cluster import Mirror
 from kubecell.scheduler.tracking import Tracking
 
@@ -116,8 +118,11 @@ class ClaimBroker:
             devices = confirmed_devices(list(self.mirror.slices.values()), views)
             for problem in devices.problems:
                 if problem not in self.problems_told:
+                    if len(self.problems_told) >= DEMAND_CACHE:
+                        self.problems_told.clear()
                     self.problems_told.add(problem)
                     log.warning("%s", problem)
+                    self._warn_on_slice(problem)
             self._devices = (version, devices)
         return self._devices[1]
 
@@ -134,6 +139,23 @@ class ClaimBroker:
                 self._demands.clear()
             found = self._demands[key] = claim_demand(claim, self.mirror.deviceclasses, devices.listed)
         return found if found.claim == name else dataclasses.replace(found, claim=name)
+
+    def _warn_on_slice(self, problem: str) -> None:
+        """A Warning Event on the ResourceSlice a problem names (``UntrustedResourceSlice``), once: whoever
+        publishes slices sees why kubecell leaves theirs out. Problems of no one slice are logged only."""
+        named = re.match(r"ResourceSlice (\S+): ", problem)
+        found = self.mirror.slices.get(named.group(1)) if named else None
+        if found is None:
+            return
+        meta = found.get("metadata") or {}
+        involved = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "name": meta.get("name"),
+                    "uid": meta.get("uid")}
+        body = event_body(involved, "default", event_type="Warning", reason="UntrustedResourceSlice",
+                          message=problem[:1000], component="kubecell", action="Scheduling")
+        try:
+            self.kube.create("/api/v1/namespaces/default/events", body)
+        except ApiError as error:
+            log.warning("cannot record the Event on ResourceSlice %s: %s", meta.get("name"), error)
 
     def uses(self, pod: Mapping[str, Any], views: Mapping[str, NodeView]) -> list[ClaimUse]:
         """The pod's claims with what each asks for; raises ``ClaimsPending`` for a claim not created yet and
