@@ -230,6 +230,8 @@ class Binder:
             self.sink.dropped(name)
         tracked = state.tracked.get(name)
         if tracked is not None:
+            for uid in tracked.pod_uids:
+                self.claim_plans.pop(uid, None)  # decided again, and planned again, from scratch
             self.gate.forget(state, set(tracked.pod_uids))
             tracked.members.clear()
             tracked.bound.clear()

@@ -103,19 +103,23 @@ class ClaimBroker:
     def __init__(self, mirror: Mirror, kube: Kube) -> None:
         self.mirror = mirror
         self.kube = kube
-        self._devices: tuple[tuple[int, int], Devices] | None = None
+        self._devices: tuple[int, Mapping[str, NodeView], Devices] | None = None
+        """(devices version, the views they were confirmed against, the devices): the views are held, not their
+        id, so a new engine's views are never mistaken for the old."""
         self.problems_told: set[str] = set()
-        self._demands: dict[tuple[str, int, int], ClaimDemand] = {}
-        self._allowed_sets: dict[tuple[tuple[frozenset[str] | None, ...], int], frozenset[tuple[str, int]]] = {}
+        self._demands: dict[tuple[str, int], ClaimDemand] = {}
+        self._allowed_sets: dict[tuple[frozenset[str] | None, ...], frozenset[tuple[str, int]]] = {}
         """The GPUs claims accept, kept per their accepted UUIDs (one object per claim spec, so the pods of one
         template share one set, and the engine one mask for it)."""
 
     # ------------------------------------------------------------------ reading
     def devices(self, views: Mapping[str, NodeView]) -> Devices:
         """The confirmed devices, read again after a change of the slices or of the nodes' views."""
-        version = (self.mirror.devices_version, id(views))
-        if self._devices is None or self._devices[0] != version:
+        cached = self._devices
+        if cached is None or cached[0] != self.mirror.devices_version or cached[1] is not views:
             devices = confirmed_devices(list(self.mirror.slices.values()), views)
+            self._demands.clear()  # what was read against the devices before is read again
+            self._allowed_sets.clear()
             for problem in devices.problems:
                 if problem not in self.problems_told:
                     if len(self.problems_told) >= DEMAND_CACHE:
@@ -123,15 +127,16 @@ class ClaimBroker:
                     self.problems_told.add(problem)
                     log.warning("%s", problem)
                     self._warn_on_slice(problem)
-            self._devices = (version, devices)
-        return self._devices[1]
+            self._devices = (self.mirror.devices_version, views, devices)
+            return devices
+        return cached[2]
 
     def _demand(self, claim: Mapping[str, Any], devices: Devices) -> ClaimDemand:
         """``claim_demand``, kept per claim spec and devices version: the selectors are evaluated over every
         published device, which the claims of one template (all alike) should not pay for each pod."""
         meta = claim.get("metadata") or {}
         spec = json.dumps(claim.get("spec"), sort_keys=True, default=str)
-        key = (spec, self.mirror.devices_version, id(devices))
+        key = (spec, self.mirror.devices_version)
         found = self._demands.get(key)
         name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         if found is None:
@@ -227,7 +232,7 @@ class ClaimBroker:
         """The GPUs (node, index) every claim of the pod accepts, among the confirmed devices (the engine keeps
         one GPU restriction per pod, so each GPU it gives must suit every claim)."""
         devices = self.devices(views)
-        key = (tuple(use.demand.allowed for use in uses), id(devices))
+        key = tuple(use.demand.allowed for use in uses)
         known = self._allowed_sets.get(key)
         if known is not None:
             return known
