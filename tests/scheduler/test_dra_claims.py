@@ -19,7 +19,7 @@ from kubecell.kube.rest import Kube
 from kubecell.scheduler.scheduler import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.cluster_fixtures import RunningScheduler
-from tests.scheduler.dra_support import (
+from tests.dra_support import (
     apply_device_classes,
     claim_of,
     claim_pod,

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubecell.core.errors import KubecellError
+from kubecell.kube.dra.allocation import reserved_for
 from kubecell.kube.rest import ApiError, Kube
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
@@ -31,12 +32,6 @@ class ClaimConflict(KubecellError):  # noqa: N818 - a state the claim is in, as 
 
 def claim_path(namespace: str, name: str) -> str:
     return f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
-
-
-def consumer(pod: Mapping[str, Any]) -> dict[str, str]:
-    """The pod as a ``reservedFor`` entry (``ResourceClaimConsumerReference``)."""
-    meta = pod["metadata"]
-    return {"resource": "pods", "name": str(meta["name"]), "uid": str(meta["uid"])}
 
 
 def _devices(allocation: Mapping[str, Any] | None) -> list[tuple[str, str, str, str]]:
@@ -81,7 +76,7 @@ def _allocate(kube: Kube, namespace: str, name: str, uid: str, allocation: Mappi
     if meta.get("deletionTimestamp"):
         raise ClaimConflict(f"ResourceClaim {namespace}/{name} is being deleted")
     status = current.get("status") or {}
-    me = consumer(pod)
+    me = reserved_for(pod)
     if status.get("allocation"):
         reserved = [r for r in status.get("reservedFor") or [] if isinstance(r, Mapping)]
         if _devices(status["allocation"]) == _devices(allocation) and any(r.get("uid") == me["uid"] for r in reserved):

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 pytest.importorskip("grpc", reason="tests/node needs the `node` extra: pip install -e '.[dev,node]' (grpcio)")
 pytest.importorskip("grpc_tools", reason="tests/node needs the `node` extra: pip install -e '.[dev,node]' "
@@ -32,12 +31,12 @@ from kubecell.node.agent import AgentOptions, NodeAgent
 from kubecell.node.dra import cdi
 from kubecell.node.fake_nvml import FakeNvml, example_path
 from kubecell.testbed.real_kubelet import TAINT_KEY, RealKubelet
+from tests.dra_support import apply_device_classes, make_claim, make_template, request, results
 from tests.node.test_real_kubelet import WAIT, _settled, real_kubelet
 from tests.support import wait_for
 
 __all__ = ["real_kubelet"]  # the module-scoped fixture: this module gets a kubelet of its own
 
-DEVICE_CLASSES = Path(__file__).resolve().parents[3] / "deploy" / "dra" / "deviceclasses.yaml"
 RESOURCE = "/apis/resource.k8s.io/v1"
 
 
@@ -47,18 +46,7 @@ def device_classes(real_kubelet: RealKubelet, kube: Kube) -> Iterator[list[str]]
     served = kube.get(RESOURCE)
     assert {r["name"] for r in served["resources"]} >= {"resourceslices", "resourceclaims", "deviceclasses",
                                                         "resourceclaimtemplates"}
-    created = []
-    for document in yaml.safe_load_all(DEVICE_CLASSES.read_text()):
-        name = document["metadata"]["name"]
-        try:
-            kube.create(f"{RESOURCE}/deviceclasses", document)
-        except ApiError as error:
-            if not error.conflict:
-                raise
-            current = kube.get(f"{RESOURCE}/deviceclasses/{name}")
-            document["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-            kube.replace(f"{RESOURCE}/deviceclasses/{name}", document)
-        created.append(name)
+    created = apply_device_classes(kube)
     assert sorted(created) == sorted([names.CLASS_GPU, names.CLASS_GPU_SHARE, names.CLASS_MIG])
     try:
         yield created
@@ -129,24 +117,10 @@ def mig(real_kubelet: RealKubelet, kube: Kube, tmp_path: Path, device_classes: l
         yield running
 
 
-def claim_spec(device_class: str, *, compute: str | None = None, selector: str | None = None) -> dict[str, Any]:
-    exactly: dict[str, Any] = {"deviceClassName": device_class}
-    if compute is not None:
-        exactly["capacity"] = {"requests": {names.CAPACITY_COMPUTE: compute}}
-    if selector is not None:
-        exactly["selectors"] = [{"cel": {"expression": selector}}]
-    return {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}
-
-
-def make_template(kube: Kube, namespace: str, name: str, spec: dict[str, Any]) -> None:
-    kube.create(f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates", {
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name},
-        "spec": {"spec": spec}})
-
-
-def make_claim(kube: Kube, namespace: str, name: str, spec: dict[str, Any]) -> None:
-    kube.create(f"{RESOURCE}/namespaces/{namespace}/resourceclaims", {
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name}, "spec": spec})
+def claim_spec(device_class: str, *, compute: str | None = None, selector: str | None = None) -> list[dict[str, Any]]:
+    """The requests of a one-device claim named ``gpu``."""
+    return [request("gpu", device_class, capacity={names.CAPACITY_COMPUTE: compute} if compute is not None else None,
+                    selectors=[selector] if selector is not None else ())]
 
 
 def make_pod(kube: Kube, namespace: str, name: str, claims: dict[str, dict[str, str]],
@@ -175,8 +149,9 @@ def claims_of(kube: Kube, namespace: str, pod: str) -> dict[str, dict[str, Any]]
 
 
 def results_of(claim: dict[str, Any]) -> list[dict[str, Any]]:
-    results: list[dict[str, Any]] = claim["status"]["allocation"]["devices"]["results"]
-    return results
+    found = results(claim)
+    assert found, f"claim {claim['metadata']['name']} is not allocated"
+    return found
 
 
 def running(kube: Kube, namespace: str, name: str) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""Helpers of the DRA tests on the session's testbed: ResourceSlices for some of its nodes (as the node agent
-publishes them, from their inventory annotations), kubecell's DeviceClasses, and pods with claims."""
+"""Helpers of the DRA tests on the session's testbed (the node agent's on the real kubelet, the scheduler's on
+the bundled nodes): kubecell's DeviceClasses, ResourceSlices for some nodes (as the node agent publishes
+them, from their inventory annotations), claims, templates and pods with claims."""
 
 from __future__ import annotations
 
@@ -17,14 +18,17 @@ from kubecell.kube.records import parse_record
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.dra.slices import node_slices
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DEVICE_CLASSES = ROOT / "deploy" / "dra" / "deviceclasses.yaml"
 RESOURCE = "/apis/resource.k8s.io/v1"
 
 
-def apply_device_classes(kube: Kube) -> None:
+def apply_device_classes(kube: Kube) -> list[str]:
+    """Create (or replace) the shipped DeviceClasses; returns their names."""
+    created = []
     for document in yaml.safe_load_all(DEVICE_CLASSES.read_text()):
         name = document["metadata"]["name"]
+        created.append(name)
         try:
             kube.create(f"{RESOURCE}/deviceclasses", document)
         except ApiError as error:
@@ -33,6 +37,7 @@ def apply_device_classes(kube: Kube) -> None:
             current = kube.get(f"{RESOURCE}/deviceclasses/{name}")
             kube.replace(f"{RESOURCE}/deviceclasses/{name}", {**document, "metadata": {
                 **document["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}})
+    return created
 
 
 @contextlib.contextmanager
