@@ -101,10 +101,14 @@ def dashboard(testbed: ControlPlaneState, kube: Kube, start_scheduler: type[Runn
             publisher.close()
 
 
-def map_cells(driver: Any) -> set[Cell]:
-    """What the map trace holds: (node, GPU, milli) of every cell with a share taken."""
+def map_cells(driver: Any) -> set[Cell] | None:
+    """What the map trace holds: (node, GPU, milli) of every cell with a share taken; None while the page has
+    not drawn the map yet (a probe polled from the page's first moment must not fail on a plot not there)."""
     data = driver.execute_script(
-        "const t = document.getElementById('map').data[0]; return {x: t.x, y: t.y, c: t.customdata};")
+        "const m = document.getElementById('map'); const t = m && m.data && m.data[0];"
+        " return t ? {x: t.x, y: t.y, c: t.customdata} : null;")
+    if data is None:
+        return None
     return {(node, int(data["x"][col]), int(milli)) for node, row in zip(data["y"], data["c"], strict=True)
             for col, milli in enumerate(row) if milli}
 
