@@ -19,8 +19,6 @@ Loopback only; everything is stopped at the end.
 from __future__ import annotations
 
 import argparse
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +33,7 @@ from kubecell.kube.names import ANNOTATION_INVENTORY
 from kubecell.kube.rest import Kube
 from kubecell.node.dra.slices import node_slices
 from kubecell.testbed import testbed
-from kubecell.testbed.load import claim_pod, free_port, measure, wait_ready
+from kubecell.testbed.load import alternating_rounds, claim_pod, measure, print_comparison, start_kubecell
 
 ROOT = Path(__file__).resolve().parents[1]
 RESOURCE = "/apis/resource.k8s.io/v1"
@@ -109,39 +107,26 @@ def main() -> None:
                            controller_manager=True, log=lambda line: print(line, file=sys.stderr)).state
         kube = Kube.from_kubeconfig(state.admin_kubeconfig, pool=args.clients + 4)
         devices = publish(kube)
-        port = free_port()
-        ours = subprocess.Popen([sys.executable, "-m", "kubecell.cli.main", "scheduler", "--kubeconfig",
-                                 state.admin_kubeconfig, "--no-leader-elect", "--listen", f"127.0.0.1:{port}"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        ours = start_kubecell(state.admin_kubeconfig)
         try:
-            wait_ready(port, 300.0)
-            runs: dict[str, list[dict[str, float]]] = {"default-scheduler": [], "kubecell": []}
-            for round_ in range(args.repeat):  # alternate who goes first: the second runs on a fuller cluster
-                order = list(runs) if round_ % 2 == 0 else list(reversed(runs))
-                for name in order:
-                    namespace = f"bench-{name}-{round_}"
-                    make = claim_pod if args.claims == "template" else direct_pod(kube)
-                    runs[name].append(measure(kube, name, namespace, args.pods, args.clients, args.timeout,
-                                              make=make, prepare=lambda ns: template(kube, ns)))
-                    clear(kube, namespace)
-            results = {name: {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
-                       for name, rounds in runs.items()}
+            make = claim_pod if args.claims == "template" else direct_pod(kube)
+
+            def one_round(name: str, round_: int) -> dict[str, float]:
+                namespace = f"bench-{name}-{round_}"
+                figures = measure(kube, name, namespace, args.pods, args.clients, args.timeout, make=make,
+                                  prepare=lambda ns: template(kube, ns))
+                clear(kube, namespace)
+                return figures
+            results = alternating_rounds(args.repeat, one_round)
         finally:
             ours.terminate()
             ours.wait(timeout=30)
             kube.close()
             testbed.down(Path(scratch))
-    base, mine = results["default-scheduler"], results["kubecell"]
     source = "from a template" if args.claims == "template" else "created by the client before the pod"
     print(f"{args.nodes} nodes x 8 GPUs as {devices} DRA devices, {args.pods} pods with one whole-GPU claim each "
           f"({source}), {args.clients} client threads, median of {args.repeat} round(s)")
-    print(f"{'scheduler':20} {'bound':>7} {'pods/s':>8} {'p50 s':>8} {'p99 s':>8}")
-    for name, result in results.items():
-        print(f"{name:20} {result['bound']:7.0f} {result['pods_per_second']:8.1f} {result['p50']:8.3f} "
-              f"{result['p99']:8.3f}")
-    print(f"kubecell / kube-scheduler: pods/s {mine['pods_per_second'] / base['pods_per_second']:.2f}x, "
-          f"p99 {mine['p99'] / base['p99']:.2f}x")
-
+    print_comparison(results)
 
 if __name__ == "__main__":
     main()

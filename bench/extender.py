@@ -48,7 +48,7 @@ from kubecell.scheduler.scheduler import Scheduler, SchedulerOptions
 from kubecell.testbed import testbed
 from kubecell.testbed.build import ensure_binaries
 from kubecell.testbed.control_plane import ControlPlane
-from kubecell.testbed.load import free_port, measure, wait_ready
+from kubecell.testbed.load import free_port, measure, print_comparison, wait_ready
 from kubecell.testbed.nodes import node_manifest, synthetic_cluster
 
 ASKS = ({"kubecell.io/gpu-milli": "500"}, {"kubecell.io/gpu-milli": "250"}, {"kubecell.io/gpu": "1"},
@@ -146,14 +146,9 @@ def end_to_end(nodes: int, pods: int, clients: int, timeout: float) -> None:
             kube.close()
             testbed.down(Path(scratch))
     print(f"{nodes} nodes x 8 GPUs, {pods} whole-GPU pods (nvidia.com/gpu: 1), {clients} client threads")
-    print(f"{'path':42} {'bound':>7} {'pods/s':>8} {'p50 s':>8} {'p99 s':>8}")
-    labels = {"extender": "kube-scheduler + kubecell extender", "scheduler": "kubecell scheduler"}
-    for mode, result in results.items():
-        print(f"{labels[mode]:42} {result['bound']:7.0f} {result['pods_per_second']:8.1f} {result['p50']:8.3f} "
-              f"{result['p99']:8.3f}")
-    ext, alone = results["extender"], results["scheduler"]
-    print(f"extender / scheduler: pods/s {ext['pods_per_second'] / alone['pods_per_second']:.2f}x, "
-          f"p99 {ext['p99'] / alone['p99']:.2f}x")
+    print_comparison(results, labels={"extender": "kube-scheduler + kubecell extender",
+                                      "scheduler": "kubecell scheduler"},
+                     ratio=("extender", "scheduler"), ratio_label="extender / scheduler", heading="path")
 
 
 def main() -> None:

@@ -17,15 +17,13 @@ Needs Go for the first testbed build (cached afterwards). Loopback only; everyth
 from __future__ import annotations
 
 import argparse
-import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from kubecell.kube.rest import Kube
 from kubecell.testbed import testbed
-from kubecell.testbed.load import fill, free_port, measure, memory_kib, wait_ready
+from kubecell.testbed.load import alternating_rounds, fill, measure, memory_kib, print_comparison, start_kubecell
 
 
 def main() -> None:
@@ -42,23 +40,16 @@ def main() -> None:
         state = testbed.up("synthetic", nodes=args.nodes, directory=Path(scratch), kube_scheduler=True,
                            log=lambda line: print(line, file=sys.stderr)).state
         kube = Kube.from_kubeconfig(state.admin_kubeconfig, pool=args.clients + 4)
-        port = free_port()
-        ours = subprocess.Popen([sys.executable, "-m", "kubecell.cli.main", "scheduler", "--kubeconfig",
-                                 state.admin_kubeconfig, "--no-leader-elect", "--listen", f"127.0.0.1:{port}"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        ours = start_kubecell(state.admin_kubeconfig)
         filled: tuple[float, int, int] | None = None
         try:
-            wait_ready(port, 300.0)  # kubecell has listed the cluster and run a cycle before its pods arrive
-            runs: dict[str, list[dict[str, float]]] = {"default-scheduler": [], "kubecell": []}
-            for round_ in range(args.repeat):  # alternate who goes first: the second runs on a fuller cluster
-                order = list(runs) if round_ % 2 == 0 else list(reversed(runs))
-                for name in order:
-                    namespace = f"bench-{name}-{round_}"
-                    runs[name].append(measure(kube, name, namespace, args.pods, args.clients, args.timeout))
-                    if round_ < args.repeat - 1:
-                        testbed.clear_pods(kube, namespace)
-            results = {name: {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
-                       for name, rounds in runs.items()}
+            def one_round(name: str, round_: int) -> dict[str, float]:
+                namespace = f"bench-{name}-{round_}"
+                figures = measure(kube, name, namespace, args.pods, args.clients, args.timeout)
+                if round_ < args.repeat - 1:
+                    testbed.clear_pods(kube, namespace)
+                return figures
+            results = alternating_rounds(args.repeat, one_round)
             rss_kib, _ = memory_kib(ours.pid)
             if args.fill > 2 * args.pods:
                 last = f"bench-kubecell-{args.repeat - 1}"
@@ -69,15 +60,9 @@ def main() -> None:
             ours.wait(timeout=30)
             kube.close()
             testbed.down(Path(scratch))
-    base, mine = results["default-scheduler"], results["kubecell"]
     print(f"{args.nodes} nodes x 8 GPUs, {args.pods} whole-GPU pods, {args.clients} client threads, "
           f"median of {args.repeat} round(s) alternating which scheduler goes first")
-    print(f"{'scheduler':20} {'bound':>7} {'pods/s':>8} {'p50 s':>8} {'p99 s':>8}")
-    for name, result in results.items():
-        print(f"{name:20} {result['bound']:7.0f} {result['pods_per_second']:8.1f} {result['p50']:8.3f} "
-              f"{result['p99']:8.3f}")
-    print(f"kubecell / kube-scheduler: pods/s {mine['pods_per_second'] / base['pods_per_second']:.2f}x, "
-          f"p99 {mine['p99'] / base['p99']:.2f}x; kubecell scheduler RSS {rss_kib / 1024:.0f} MiB")
+    print_comparison(results, f"; kubecell scheduler RSS {rss_kib / 1024:.0f} MiB")
     if filled is not None:
         seconds, now_kib, peak_kib = filled
         print(f"filled to {args.fill} pods ({args.fill - 2 * args.pods} quarter-GPU shares created and bound in "

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import socket
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -125,3 +127,48 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def start_kubecell(kubeconfig: str, *, timeout: float = 300.0) -> subprocess.Popen[bytes]:
+    """``kubecell scheduler`` as a separate process (as in a cluster), once it has listed the cluster and run a
+    cycle, so that its pods never arrive before it can see them. The caller terminates it."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "kubecell.cli.main", "scheduler", "--kubeconfig", kubeconfig,
+                                "--no-leader-elect", "--listen", f"127.0.0.1:{port}"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_ready(port, timeout)
+    except BaseException:
+        process.terminate()
+        raise
+    return process
+
+
+SCHEDULERS = ("default-scheduler", "kubecell")
+
+
+def alternating_rounds(repeat: int, run: Callable[[str, int], dict[str, float]]) -> dict[str, dict[str, float]]:
+    """``run(scheduler, round)`` for both schedulers, ``repeat`` rounds alternating who goes first (the second
+    runs on a fuller cluster); the median of each figure per scheduler."""
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in SCHEDULERS}
+    for round_ in range(repeat):
+        for name in SCHEDULERS if round_ % 2 == 0 else reversed(SCHEDULERS):
+            runs[name].append(run(name, round_))
+    return {name: {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+            for name, rounds in runs.items()}
+
+
+def print_comparison(results: dict[str, dict[str, float]], note: str = "", *,
+                     labels: dict[str, str] | None = None, ratio: tuple[str, str] = ("kubecell", "default-scheduler"),
+                     ratio_label: str = "kubecell / kube-scheduler", heading: str = "scheduler") -> None:
+    """The table of ``measure``'s figures per run (``labels``: how each is named in the table), and the ratios
+    of run ``ratio[0]`` to run ``ratio[1]``; ``note`` ends the last line."""
+    labels = labels or {name: name for name in results}
+    width = max(20, *(len(label) for label in labels.values()))
+    print(f"{heading:{width}} {'bound':>7} {'pods/s':>8} {'p50 s':>8} {'p99 s':>8}")
+    for name, result in results.items():
+        print(f"{labels[name]:{width}} {result['bound']:7.0f} {result['pods_per_second']:8.1f} {result['p50']:8.3f} "
+              f"{result['p99']:8.3f}")
+    mine, base = results[ratio[0]], results[ratio[1]]
+    print(f"{ratio_label}: pods/s {mine['pods_per_second'] / base['pods_per_second']:.2f}x, "
+          f"p99 {mine['p99'] / base['p99']:.2f}x{note}")

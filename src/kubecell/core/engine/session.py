@@ -9,7 +9,8 @@ reject) happens here, so the ledger, the queue, the book and the bindings move t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from kubecell.core.topology import CellForest
 
 NODE_MASK_CACHE = 4096
 """Distinct node sets whose masks are kept for jobs still to come (forgotten all at once when full)."""
+K = TypeVar("K", bound=Hashable)
 GPU_MASK_CACHE = 256
 """The same for GPU sets (``JobSpec.gpus``); fewer, as a GPU mask is eight or more times a node mask's size."""
 
@@ -42,6 +44,19 @@ def domain_ids(labels: Sequence[tuple[str, ...]]) -> IntArray:
     ids: dict[tuple[str, ...], int] = {}
     return np.array([ids.setdefault(label, len(ids)) if label[-1] else -1 for label in labels], np.int64)
 
+
+
+def shared_mask(cache: dict[K, BoolArray], key: K, limit: int, build: Callable[[K], BoolArray]) -> BoolArray:
+    """The read-only mask for ``key`` from ``cache``, built on first use (jobs with equal restrictions share one;
+    the cache starts over when it holds ``limit``)."""
+    mask = cache.get(key)
+    if mask is None:
+        mask = build(key)
+        mask.flags.writeable = False
+        if len(cache) >= limit:
+            cache.clear()
+        cache[key] = mask
+    return mask
 
 class Session:
     def __init__(self, nodes: Sequence[Node], tenants: Tenants, options: EngineOptions, forest: CellForest | None,
@@ -105,17 +120,14 @@ class Session:
         if names is None:
             return None
         if job.node_mask is None:
-            mask = self._node_masks.get(names)
-            if mask is None:
-                mask = np.zeros(self.book.size, np.bool_)
-                index = self.book.index
-                mask[[index[name] for name in names if name in index]] = True
-                mask.flags.writeable = False
-                if len(self._node_masks) >= NODE_MASK_CACHE:
-                    self._node_masks.clear()
-                self._node_masks[names] = mask
-            job.node_mask = mask
+            job.node_mask = shared_mask(self._node_masks, names, NODE_MASK_CACHE, self._node_mask)
         return job.node_mask
+
+    def _node_mask(self, names: frozenset[str]) -> BoolArray:
+        mask = np.zeros(self.book.size, np.bool_)
+        index = self.book.index
+        mask[[index[name] for name in names if name in index]] = True
+        return mask
 
     def allowed_gpus(self, job: Job) -> BoolArray | None:
         """``JobSpec.gpus`` as a read-only GPU mask (nodes x GPU slots), made on first use and shared by jobs with
@@ -125,20 +137,17 @@ class Session:
         if gpus is None:
             return None
         if job.gpu_mask is None:
-            mask = self._gpu_masks.get(gpus)
-            if mask is None:
-                book = self.book
-                mask = np.zeros((book.size, book.max_gpus), np.bool_)
-                for node, gpu in gpus:
-                    row = book.index.get(node)
-                    if row is not None and gpu < book.max_gpus:
-                        mask[row, gpu] = True
-                mask.flags.writeable = False
-                if len(self._gpu_masks) >= GPU_MASK_CACHE:
-                    self._gpu_masks.clear()
-                self._gpu_masks[gpus] = mask
-            job.gpu_mask = mask
+            job.gpu_mask = shared_mask(self._gpu_masks, gpus, GPU_MASK_CACHE, self._gpu_mask)
         return job.gpu_mask
+
+    def _gpu_mask(self, gpus: frozenset[tuple[str, int]]) -> BoolArray:
+        book = self.book
+        mask = np.zeros((book.size, book.max_gpus), np.bool_)
+        for node, gpu in gpus:
+            row = book.index.get(node)
+            if row is not None and gpu < book.max_gpus:
+                mask[row, gpu] = True
+        return mask
 
     def members_on(self, job: Job, nodes: BoolArray) -> int:
         """How many of a running job's members sit on the ``nodes`` (what evicting it frees there)."""

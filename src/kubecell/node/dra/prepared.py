@@ -44,7 +44,7 @@ from kubecell.kube.inventory_schema import NodeInventory
 from kubecell.kube.records import AllocationRecord, GpuGrant
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.dra import cdi
-from kubecell.node.dra.slices import MILLI_PER_GPU, PublishedDevice, all_devices
+from kubecell.node.dra.slices import MILLI_PER_GPU, NodeDevice, all_devices
 from kubecell.node.isolation import NodeIsolation, container_allocation
 
 log = logging.getLogger("kubecell.node.dra")
@@ -143,7 +143,7 @@ class Allocated:
     """One allocation result of this driver and the device it names."""
 
     request: str
-    device: PublishedDevice
+    device: NodeDevice
     share_id: str | None
     consumed: dict[str, Any]
 

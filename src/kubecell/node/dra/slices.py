@@ -72,7 +72,7 @@ COMPUTE_POLICY: dict[str, Any] = {"default": str(MILLI_PER_GPU),
 
 
 @dataclass(frozen=True, slots=True)
-class PublishedDevice:
+class NodeDevice:
     """One device of the slice and what it stands for: a whole GPU, or one MIG instance of ``gpu``."""
 
     name: str
@@ -105,12 +105,12 @@ def mig_device_name(index: int, start: int) -> str:
     return f"gpu-{index}-mig-{start}"
 
 
-def all_devices(inventory: NodeInventory) -> list[PublishedDevice]:
+def all_devices(inventory: NodeInventory) -> list[NodeDevice]:
     """Every device the inventory describes, healthy or not, in index (then placement) order."""
-    devices: list[PublishedDevice] = []
+    devices: list[NodeDevice] = []
     for gpu in sorted(inventory.gpus, key=lambda g: g.index):
         if gpu.mig_mode != "enabled":
-            devices.append(PublishedDevice(gpu_device_name(gpu.index), gpu))
+            devices.append(NodeDevice(gpu_device_name(gpu.index), gpu))
             continue
         used: set[str] = set()
         for instance in sorted(gpu.mig_instances, key=lambda m: (m.start, m.uuid)):
@@ -119,11 +119,11 @@ def all_devices(inventory: NodeInventory) -> list[PublishedDevice]:
             while name in used:  # two instances at one placement: impossible on hardware, kept unique anyway
                 name, k = f"{base}-{k}", k + 1
             used.add(name)
-            devices.append(PublishedDevice(name, gpu, instance))
+            devices.append(NodeDevice(name, gpu, instance))
     return devices
 
 
-def published_devices(inventory: NodeInventory) -> list[PublishedDevice]:
+def healthy_devices(inventory: NodeInventory) -> list[NodeDevice]:
     """The devices the slice carries: those of healthy GPUs."""
     return [device for device in all_devices(inventory) if device.healthy]
 
@@ -158,7 +158,7 @@ def _int(value: int) -> dict[str, int]:
     return {"int": value}
 
 
-def device_entry(device: PublishedDevice, nvlink_group: int | None = None) -> dict[str, Any]:
+def device_entry(device: NodeDevice, nvlink_group: int | None = None) -> dict[str, Any]:
     """The ``spec.devices[]`` entry of one device (exact ``resource.k8s.io/v1`` field names)."""
     gpu = device.gpu
     attributes: dict[str, Any] = {names.ATTR_UUID: _string(device.uuid), names.ATTR_INDEX: _int(gpu.index)}
@@ -193,7 +193,7 @@ def device_entries(inventory: NodeInventory) -> list[dict[str, Any]]:
     """The ``spec.devices`` of the node's pool, all slices together."""
     groups = nvlink_groups(inventory.gpus)
     return [device_entry(device, None if device.is_mig else groups.get(device.gpu.index))
-            for device in published_devices(inventory)]
+            for device in healthy_devices(inventory)]
 
 
 def slice_name(node: str, part: int = 0) -> str:
