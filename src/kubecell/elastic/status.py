@@ -1,0 +1,82 @@
+"""An ElasticJob's status as the controller reads and writes it: the phase, counts and conditions.
+
+Why a module of its own: the status is the controller's memory across restarts, and anyone with status rights
+may edit it, so reading it is a small parser of untrusted input (every field checked, bounded, defaulted),
+kept apart from the reconcile loop that acts on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubecell.elastic import workers as readers
+from kubecell.elastic.states import Phase
+
+CONDITION_ACCEPTED = "Accepted"
+"""True when the spec can be run; False with reason InvalidSpec and the problem as its message."""
+CONDITION_AVAILABLE = "Available"
+"""True while at least minReplicas workers are Ready (training can proceed). Its reason and message are the
+phase's; its lastTransitionTime starts the rendezvous deadline when it turns False."""
+OUR_CONDITIONS = (CONDITION_ACCEPTED, CONDITION_AVAILABLE)
+MAX_COUNT = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class StatusView:
+    """The job's status as the controller wrote it (read defensively: anyone with status rights may edit it)."""
+
+    phase: Phase = Phase.PENDING
+    reason: str = ""
+    message: str = ""
+    restarts: int = 0
+    target: int = 0
+    observed_generation: int = -1
+    last_resize: str | None = None
+    last_resize_at: float | None = None
+    unavailable_since: float | None = None
+    """When ``Available`` turned False (None while True or never written)."""
+    conditions: tuple[Mapping[str, Any], ...] = ()
+
+
+def count(value: Any, most: int = MAX_COUNT) -> int:
+    """A count the API server stores (status fields, generation); 0 for anything else."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= most else 0
+
+
+def read_status(obj: Mapping[str, Any]) -> StatusView:
+    status = obj.get("status")
+    if not isinstance(status, Mapping):
+        return StatusView()
+    try:
+        phase = Phase(status.get("phase") or Phase.PENDING)
+    except ValueError:
+        phase = Phase.PENDING
+    conditions = tuple(c for c in status.get("conditions") or [] if isinstance(c, Mapping))
+    available = next((c for c in conditions if c.get("type") == CONDITION_AVAILABLE), None)
+    reason = message = ""
+    unavailable_since = None
+    if available is not None:
+        reason = str(available.get("reason") or "")[:1024]
+        message = str(available.get("message") or "")[:32768]
+        if available.get("status") != "True":
+            unavailable_since = readers.parse_time(available.get("lastTransitionTime"))
+    generation = status.get("observedGeneration")
+    last = status.get("lastResizeTime")
+    return StatusView(phase=phase, reason=reason, message=message, restarts=count(status.get("restarts")),
+                      target=count(status.get("targetReplicas")),
+                      observed_generation=generation if isinstance(generation, int) else -1,
+                      last_resize=last if isinstance(last, str) and readers.parse_time(last) is not None else None,
+                      last_resize_at=readers.parse_time(last), unavailable_since=unavailable_since,
+                      conditions=conditions)
+
+
+def condition(kind: str, true: bool, reason: str, message: str, generation: int,
+              previous: tuple[Mapping[str, Any], ...], now: str) -> dict[str, Any]:
+    """A ``metav1.Condition``; its transition time moves only when its status does."""
+    status = "True" if true else "False"
+    before = next((c for c in previous if c.get("type") == kind), None)
+    since = before.get("lastTransitionTime") if before is not None and before.get("status") == status else None
+    return {"type": kind, "status": status, "observedGeneration": generation,
+            "lastTransitionTime": since or now, "reason": reason, "message": message[:32768]}
