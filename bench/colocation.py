@@ -24,6 +24,14 @@ same-model heavy). With ``any``, a pair whose models fall in two groups is evalu
 calibrations; counts are summed over folds, so "admitted" counts pair-evaluations. Nothing of the
 evaluation pairs is used to tune either rule. The in-sample figures (calibrated and evaluated on every pair)
 are printed for reference only.
+
+Ranking apart from calibration: the tuned rules stand or fall by two things, how well their score *ranks*
+pairs (safe ones first) on models never seen, and where tuning puts the limit. The section "ranking on the
+evaluated pairs" separates the first: for each fold it takes each score (summed solo utilization, lower
+first; the fold's calibrated predictor's worst speed, higher first) and counts how many evaluated pairs the
+best limit *for those very pairs* would admit at a given bad rate (an oracle operating point, so no rule
+could do better with that score), summed over folds. Equal counts there mean the predictor's extra
+admissions above come from calibration, not from knowing better which pairs are safe.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from kubecell.core.interference import (
     SoloProfile,
     SummedUtilThreshold,
     fit,
+    summed_util,
     tune_predicted_floor,
     tune_summed_util,
 )
@@ -76,11 +85,39 @@ class Case:
         return frozenset(job.model for job in self.run.jobs)
 
 
+RANKING_RATES = (0.005, 0.01, 0.02, 0.03)
+"""Bad rates at which the ranking section compares the scores' best admissions."""
+BY_UTIL, BY_PREDICTION = "summed solo utilization", "kubecell predicted worst speed"
+
+
+def best_admitted(scores: Sequence[float], bad: Sequence[bool], rate: float) -> int:
+    """The most pairs any limit on ``scores`` (lower = admitted first; ties together) admits at a bad rate
+    <= ``rate`` over these pairs."""
+    order = sorted(range(len(scores)), key=lambda index: scores[index])
+    best = bad_count = 0
+    for position, index in enumerate(order):
+        bad_count += bool(bad[index])
+        last_of_ties = position + 1 == len(order) or scores[order[position + 1]] > scores[index]
+        if last_of_ties and bad_count <= rate * (position + 1):
+            best = position + 1
+    return best
+
+
 @dataclass
 class Evaluation:
     tallies: dict[str, Tally] = field(default_factory=lambda: {name: Tally() for name in RULES})
     evaluated: int = 0
     notes: list[str] = field(default_factory=list)
+    ranking: dict[str, list[int]] = field(default_factory=lambda: {name: [0] * len(RANKING_RATES)
+                                                                   for name in (BY_UTIL, BY_PREDICTION)})
+
+    def rank(self, predictor: InterferencePredictor, cases: Sequence[Case], floor: float) -> None:
+        bad = [case.run.worst_speed() < floor for case in cases]
+        scores = {BY_UTIL: [summed_util(case.sharers) for case in cases],
+                  BY_PREDICTION: [-predictor.worst_speed(case.sharers) for case in cases]}
+        for name, values in scores.items():
+            for index, rate in enumerate(RANKING_RATES):
+                self.ranking[name][index] += best_admitted(values, bad, rate)
 
     def count(self, rules: dict[str, AdmissionRule | None], cases: Sequence[Case], floor: float,
               gpu_memory_mib: float) -> None:
@@ -95,7 +132,7 @@ class Evaluation:
 
 
 def tuned_rules(calibration: Sequence[Case], floor: float, target_rate: float) -> tuple[
-        dict[str, AdmissionRule | None], str]:
+        dict[str, AdmissionRule | None], InterferencePredictor, str]:
     """Every rule, with the threshold, the fit and the floors tuned on ``calibration`` only."""
     runs = [case.sharers for case in calibration]
     worst = [case.run.worst_speed() for case in calibration]
@@ -110,7 +147,7 @@ def tuned_rules(calibration: Sequence[Case], floor: float, target_rate: float) -
     rules: dict[str, AdmissionRule | None] = {
         RULES[0]: NoSharing(), RULES[1]: BlindSharing(), RULES[2]: SummedUtilThreshold(70.0), RULES[3]: threshold,
         RULES[4]: kubecell, RULES[5]: defaults}
-    return rules, note
+    return rules, InterferencePredictor(params), note
 
 
 def folds_of(cases: Sequence[Case], folds: int, seed: int) -> list[list[str]]:
@@ -131,8 +168,9 @@ def held_out(cases: Sequence[Case], floor: float, target_rate: float, groups: Se
             evaluated = [case for case in cases if case.models & hidden]
         else:
             evaluated = [case for case in cases if case.models <= hidden]
-        rules, note = tuned_rules(calibration, floor, target_rate)
+        rules, predictor, note = tuned_rules(calibration, floor, target_rate)
         evaluation.count(rules, evaluated, floor, gpu_memory_mib)
+        evaluation.rank(predictor, evaluated, floor)
         evaluation.notes.append(f"held out {', '.join(group)}: {len(calibration)} calibration pairs, "
                                 f"{len(evaluated)} evaluated; {note}")
     return evaluation
@@ -140,8 +178,9 @@ def held_out(cases: Sequence[Case], floor: float, target_rate: float, groups: Se
 
 def in_sample(cases: Sequence[Case], floor: float, target_rate: float, gpu_memory_mib: float) -> Evaluation:
     evaluation = Evaluation()
-    rules, note = tuned_rules(cases, floor, target_rate)
+    rules, predictor, note = tuned_rules(cases, floor, target_rate)
     evaluation.count(rules, cases, floor, gpu_memory_mib)
+    evaluation.rank(predictor, cases, floor)
     evaluation.notes.append(note)
     return evaluation
 
@@ -160,6 +199,13 @@ def report(title: str, evaluation: Evaluation, floor: float) -> None:
         print(f"  kubecell admitted / best threshold admitted = {ratio:.3f}; rate below {floor:g}x "
               f"{'no higher' if no_worse else 'HIGHER'} than the threshold's; target (>= 1.15 at no higher rate) "
               f"{'met' if ratio >= 1.15 and no_worse else 'NOT met'}")
+    print("  ranking on the evaluated pairs: most pairs the best limit for them admits, at a bad rate of")
+    print(f"  {'score':44s} " + " ".join(f"{f'<= {100 * rate:g} %':>8s}" for rate in RANKING_RATES))
+    for name, counts in evaluation.ranking.items():
+        print(f"  {name:44s} " + " ".join(f"{count:8d}" for count in counts))
+    ratios = (mine / theirs if theirs else float("nan")
+              for mine, theirs in zip(evaluation.ranking[BY_PREDICTION], evaluation.ranking[BY_UTIL], strict=True))
+    print(f"  {'kubecell / summed utilization':44s} " + " ".join(f"{ratio:8.3f}" for ratio in ratios))
 
 
 def load(pairs: Path, solo: Path) -> list[Case]:
