@@ -1,0 +1,98 @@
+"""How much of a difference in the elastic simulator's Table 3 figures is noise: the same policy on copies of the
+workloads whose arrival times are moved by a few seconds.
+
+    python bench/elastic_noise.py [--workload DIR] [--policy kubecell] [--repeats 5] [--jitter 30] [--seed 0]
+
+Why: a round-based elastic policy is chaotic. One decision taken a round earlier or later (a job arriving at
+107 s instead of 125 s is first seen at 120 s instead of 180 s) changes who gets which GPUs, and the whole
+run diverges from there. A difference between two policies, or between a policy and a published figure,
+means something only when it is larger than the spread of these copies. Copy 0 is the workload as it is; copy
+``r`` moves every arrival later by a uniform random amount in ``[0, --jitter]`` seconds (seed ``--seed + r``),
+which is below the resolution at which the traces were recorded for any user-visible purpose.
+
+For each trace family it prints every copy's average JCT, pooled p99 JCT and mean makespan (hours), their mean
+and standard deviation over the copies, Sia's published figures (Table 3), and in how many copies the policy
+is below each of them. ``--workload`` defaults to ``../shared/data/sia-sosp23-workloads`` (see its SOURCE.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from kubecell.core.errors import InvalidInputError
+from kubecell.sim.elastic.metrics import PAPER_TABLE3
+from kubecell.sim.elastic.policies import policy_spec
+from kubecell.sim.elastic.runner import ElasticInputs, load_inputs, run_elastic
+from kubecell.sim.elastic.workload import Workload
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "sia-sosp23-workloads"
+FIGURES = (("avg JCT h", "avg_jct_hours"), ("p99 JCT h", "p99_jct_hours"), ("makespan h", "makespan_hours"))
+
+
+def jittered(workload: Workload, jitter: float, rng: random.Random) -> Workload:
+    """The workload with every arrival moved later by up to ``jitter`` seconds (arrival order kept sorted)."""
+    jobs = [dataclasses.replace(job, submitted=job.submitted + rng.uniform(0.0, jitter)) for job in workload.jobs]
+    jobs.sort(key=lambda job: job.submitted)
+    return dataclasses.replace(workload, jobs=tuple(jobs))
+
+
+def number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expected a number in the run's figures, got {value!r}")
+    return float(value)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--workload", type=Path, default=DATA)
+    parser.add_argument("--policy", default="kubecell")
+    parser.add_argument("--repeats", type=int, default=5, help="copies, the first one unmoved")
+    parser.add_argument("--jitter", type=float, default=30.0, help="largest move of an arrival, seconds")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if args.repeats < 2 or args.jitter < 0:
+        parser.error("--repeats must be at least 2 and --jitter at least 0")
+    if not args.workload.exists():
+        print(f"{args.workload}: not found. The Sia workloads live in ../shared/data/sia-sosp23-workloads next to "
+              "the repository (see its SOURCE.md); pass --workload to use others.", file=sys.stderr)
+        return 2
+    try:
+        inputs = load_inputs(args.workload)
+        spec = policy_spec(args.policy)
+    except InvalidInputError as error:
+        print(str(error), file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    per_copy: list[dict[str, dict[str, float]]] = []
+    for copy in range(args.repeats):
+        rng = random.Random(args.seed + copy)
+        workloads = inputs.workloads if copy == 0 else tuple(jittered(w, args.jitter, rng) for w in inputs.workloads)
+        run = run_elastic(ElasticInputs(workloads, inputs.apps, inputs.nodes, inputs.cluster, inputs.models), [spec])
+        per_copy.append({family: {key: number(by_policy[spec.name][key]) for _, key in FIGURES}
+                         for family, by_policy in run.families.items()})
+        print(f"copy {copy}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+    print(f"{spec.name} on {args.workload}, {args.repeats} copies (copy 0 unmoved, arrivals moved by up to "
+          f"{args.jitter:g} s), seed {args.seed}")
+    for family in sorted(per_copy[0]):
+        print(f"\n{family}")
+        print(f"  {'':12s} " + " ".join(f"{f'copy {c}':>8s}" for c in range(args.repeats)) +
+              f" {'mean':>8s} {'std':>7s} {'paper: Sia':>10s} {'below it':>9s}")
+        for label, key in FIGURES:
+            values = [copy[family][key] for copy in per_copy]
+            paper = PAPER_TABLE3.get(family, {}).get("Sia", {}).get(key)
+            below = f"{sum(value < paper for value in values)} of {len(values)}" if paper is not None else "-"
+            print(f"  {label:12s} " + " ".join(f"{value:8.3f}" for value in values) +
+                  f" {statistics.fmean(values):8.3f} {statistics.stdev(values):7.3f} "
+                  f"{(f'{paper:.2f}' if paper is not None else '-'):>10s} {below:>9s}")
+    print(f"\nwall time {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
