@@ -53,6 +53,7 @@ from kubecell.core.interference import (
     SummedUtilThreshold,
     fit,
     summed_util,
+    tune_limit,
     tune_predicted_floor,
     tune_summed_util,
 )
@@ -92,15 +93,9 @@ BY_UTIL, BY_PREDICTION = "summed solo utilization", "kubecell predicted worst sp
 
 def best_admitted(scores: Sequence[float], bad: Sequence[bool], rate: float) -> int:
     """The most pairs any limit on ``scores`` (lower = admitted first; ties together) admits at a bad rate
-    <= ``rate`` over these pairs."""
-    order = sorted(range(len(scores)), key=lambda index: scores[index])
-    best = bad_count = 0
-    for position, index in enumerate(order):
-        bad_count += bool(bad[index])
-        last_of_ties = position + 1 == len(order) or scores[order[position + 1]] > scores[index]
-        if last_of_ties and bad_count <= rate * (position + 1):
-            best = position + 1
-    return best
+    <= ``rate`` over these pairs: ``tune_limit``'s limit, tuned on the evaluated pairs themselves."""
+    limit = tune_limit(scores, bad, rate)
+    return 0 if limit is None else sum(score <= limit for score in scores)
 
 
 @dataclass
