@@ -34,16 +34,15 @@ from kubecell.core.topology import CellForest
 
 NODE_MASK_CACHE = 4096
 """Distinct node sets whose masks are kept for jobs still to come (forgotten all at once when full)."""
-K = TypeVar("K", bound=Hashable)
 GPU_MASK_CACHE = 256
 """The same for GPU sets (``JobSpec.gpus``); fewer, as a GPU mask is eight or more times a node mask's size."""
+K = TypeVar("K", bound=Hashable)
 
 
 def domain_ids(labels: Sequence[tuple[str, ...]]) -> IntArray:
     """Dense ids for labelled domains; -1 for a node without the label (it belongs to no such domain)."""
     ids: dict[tuple[str, ...], int] = {}
     return np.array([ids.setdefault(label, len(ids)) if label[-1] else -1 for label in labels], np.int64)
-
 
 
 def shared_mask(cache: dict[K, BoolArray], key: K, limit: int, build: Callable[[K], BoolArray]) -> BoolArray:
@@ -57,6 +56,7 @@ def shared_mask(cache: dict[K, BoolArray], key: K, limit: int, build: Callable[[
             cache.clear()
         cache[key] = mask
     return mask
+
 
 class Session:
     def __init__(self, nodes: Sequence[Node], tenants: Tenants, options: EngineOptions, forest: CellForest | None,
