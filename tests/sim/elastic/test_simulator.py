@@ -193,3 +193,39 @@ def test_kubecell_policy_runs_every_job_to_completion(setup: tuple[Workload, dic
     result = simulate(workload, apps, NODES, POLICIES["kubecell"])
     assert all(r.completion is not None for r in result.records)
     assert all(0 <= s.allocated_gpus <= 16 for s in result.samples)
+
+
+@pytest.mark.parametrize("name", ["kubecell-true-noise", "kubecell-oracle"])
+def test_diagnostic_runs_finish_every_job(setup: tuple[Workload, dict[str, ApplicationModel]], name: str) -> None:
+    """The runs that split the online model's gap (bench/elastic_gap.py) drive the same policy to the end."""
+    if not POLICIES[name].available():
+        pytest.skip("kubecell's elastic policy (core/elastic/allocator.py) is not in this build")
+    workload, apps = setup
+    result = simulate(workload, apps, NODES, POLICIES[name])
+    assert all(r.completion is not None for r in result.records)
+    assert all(0 <= s.allocated_gpus <= 16 for s in result.samples)
+
+
+def test_true_noise_reads_the_validation_curves_and_learns_throughput(
+        setup: tuple[Workload, dict[str, ApplicationModel]]) -> None:
+    """``online-true-noise`` keeps learning the throughput from reports, but its noise is the truth at the
+    job's epoch, whatever the reports say."""
+    pytest.importorskip("kubecell.core.elastic.goodput")
+    from kubecell.core.elastic.goodput import OnlineGoodput
+    from kubecell.core.elastic.types import StepReport
+    from kubecell.sim.elastic.estimates import online_estimate
+
+    _, apps = setup
+    app = apps["cifar10"]
+    epoch = [0]
+    model = online_estimate(app, kinds_of(NODES), true_noise_epoch=lambda: epoch[0])
+    assert isinstance(model, OnlineGoodput)
+    for e in (0, app.epochs // 2, app.epochs - 1):
+        epoch[0] = e
+        for size in (app.init_bsz, (app.init_bsz + app.max_bsz) / 2, app.max_bsz):
+            sqr, var = app.grad_stats(size, e)
+            assert model.noise.phi_at(size) == pytest.approx(var / sqr, rel=1e-12)
+    before = model.noise.phi_at(app.init_bsz)
+    assert model.observe(StepReport("t4", 1, 4, 32, 0.5, 0.1, grad_sqr=1.0, grad_var=1e6))
+    assert model.noise.phi_at(app.init_bsz) == before      # a report's statistics change nothing
+    assert model.max_observed_replicas("t4") == 4          # its times are learned

@@ -1,15 +1,18 @@
 """What a simulated job tells its policy about itself: a goodput estimate per job.
 
-Two kinds, chosen by the policy's registry entry (``policies.PolicySpec.estimate``):
+Three kinds, chosen by the policy's registry entry (``policies.PolicySpec.estimate``):
 
 - ``online``: kubecell's ``OnlineGoodput`` (``core/elastic/goodput.py``), seeded with the application's 1-GPU
   seed profiles and fed one ``StepReport`` per round the job runs, as a real job would report. It knows only
   what the job has measured, like Pollux's and Sia's agents.
+- ``online-true-noise``: the same, except that the gradient noise is read from the validation curves at the
+  job's current epoch (``true_noise.TrueNoise``): a diagnostic that splits the online model's error into its
+  throughput half and its noise half.
 - ``oracle``: the ground truth itself (this simulator's tables). Gavel is given the true throughput of every
   job on every GPU type (Sia's ``GavelPolicy.predict_throughput`` reads the tables), so the rigid baseline
   is too; at a fixed batch (TunedJobs) it is that batch's goodput, otherwise the best over candidate batches.
 
-Both answer ``goodput(gpu_type, num_nodes, num_replicas)`` for an even spread of the replicas over the nodes.
+All answer ``goodput(gpu_type, num_nodes, num_replicas)`` for an even spread of the replicas over the nodes.
 """
 
 from __future__ import annotations
@@ -105,11 +108,18 @@ def seed_reports(app: ApplicationModel, kinds: Sequence[GpuKind]) -> list[StepRe
             for row in app.seeds if row.gpu_type in by_seed]
 
 
-def online_estimate(app: ApplicationModel, kinds: Sequence[GpuKind]) -> JobEstimate:
+def online_estimate(app: ApplicationModel, kinds: Sequence[GpuKind], *,
+                    true_noise_epoch: Callable[[], int] | None = None) -> JobEstimate:
     """kubecell's ``OnlineGoodput`` for one job, seeded with the 1-GPU profiles, told the application's batch
-    limits (imported here, so runs of other policies do not depend on it)."""
+    limits (imported here, so runs of other policies do not depend on it). With ``true_noise_epoch``, its
+    gradient noise is the application's true one at that epoch (``online-true-noise``)."""
     from kubecell.core.elastic.goodput import OnlineGoodput
 
     max_local: Mapping[str, int] = {kind.gpu_type: app.max_local_bsz[kind.gpu_type] for kind in kinds}
-    return OnlineGoodput(initial_bsz=app.init_bsz, max_bsz=app.max_bsz, max_local_bsz=max_local,
-                         prior=seed_reports(app, kinds))
+    model = OnlineGoodput(initial_bsz=app.init_bsz, max_bsz=app.max_bsz, max_local_bsz=max_local,
+                          prior=seed_reports(app, kinds))
+    if true_noise_epoch is not None:
+        from kubecell.sim.elastic.true_noise import TrueNoise
+
+        model.noise = TrueNoise(app, true_noise_epoch)
+    return model

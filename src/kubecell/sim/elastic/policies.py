@@ -19,7 +19,7 @@ from kubecell.core.errors import InvalidInputError
 from kubecell.sim.elastic.gavel import ROUND_SECONDS as GAVEL_ROUND_SECONDS
 from kubecell.sim.elastic.gavel import GavelPolicy
 
-Estimate = Literal["oracle", "online"]
+Estimate = Literal["oracle", "online", "online-true-noise"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +126,14 @@ POLICIES: dict[str, PolicySpec] = {
     "kubecell": PolicySpec("kubecell", "kubecell's elastic policy: sizes and places every job on goodput estimated "
                            "online from its step reports", _kubecell, tuned_jobs=False, estimate="online",
                            requires="kubecell.core.elastic.allocator"),
+    "kubecell-true-noise": PolicySpec(
+        "kubecell-true-noise", "diagnostic: kubecell's policy with the throughput learned online but the true "
+        "gradient noise", _kubecell, tuned_jobs=False, estimate="online-true-noise",
+        requires="kubecell.core.elastic.allocator"),
+    "kubecell-oracle": PolicySpec(
+        "kubecell-oracle", "diagnostic: kubecell's policy given every job's true goodput (the bound a perfect "
+        "goodput model reaches)", _kubecell, tuned_jobs=False, estimate="oracle",
+        requires="kubecell.core.elastic.allocator"),
     "rigid": PolicySpec("rigid", "FIFO with backfill at the workload's GPU count and batch (TunedJobs), never resized;"
                         " stands for Gavel+TunedJobs", RigidPolicy, tuned_jobs=True, estimate="oracle"),
     "gavel": PolicySpec("gavel", "Gavel+TunedJobs as Sia runs it: max-sum-throughput LP over true throughputs every "

@@ -116,6 +116,8 @@ class ElasticSimulator:
     def _estimate(self, job: SimJob) -> JobEstimate:
         if self.spec.estimate == "online":
             return online_estimate(job.app, self.kinds)
+        if self.spec.estimate == "online-true-noise":
+            return online_estimate(job.app, self.kinds, true_noise_epoch=lambda: job.epoch)
         fixed = job.spec.batch_size if self.spec.tuned_jobs else None
         return OracleGoodput(job.app, fixed_batch=fixed, epoch=lambda: job.epoch)
 
@@ -200,7 +202,7 @@ class ElasticSimulator:
         arrived = 0
         active: list[SimJob] = []
         now = 0.0
-        online = self.spec.estimate == "online"
+        online = self.spec.estimate != "oracle"
         while True:
             for job in active:
                 if job.running:
