@@ -59,18 +59,13 @@ def main() -> int:
         print(f"\n{family}: {jobs} jobs; avg JCT h per application, and its share of the family's avg JCT gap")
         print(f"  {'application':12s} {'jobs':>5s} " + " ".join(f"{name:>20s}" for name in RUNS) +
               f" {'online-oracle':>14s} {'of it: noise':>13s}")
-        totals = [0.0, 0.0]
-        for app in sorted(jct[family]):
-            sums = [sum(jct[family][app][name]) for name in RUNS]
-            count = len(jct[family][app][RUNS[0]])
+        rows = {app: [sum(jct[family][app][name]) for name in RUNS] for app in sorted(jct[family])}
+        rows["all"] = [sum(sums[i] for sums in rows.values()) for i in range(len(RUNS))]
+        for app, sums in rows.items():
+            count = jobs if app == "all" else len(jct[family][app][RUNS[0]])
             gap, noise = (sums[0] - sums[2]) / jobs, (sums[0] - sums[1]) / jobs
-            totals[0] += gap
-            totals[1] += noise
             print(f"  {app:12s} {count:5d} " + " ".join(f"{value / count:20.3f}" for value in sums) +
                   f" {gap:+14.4f} {noise:+13.4f}")
-        figures = [run.families[family][name]["avg_jct_hours"] for name in RUNS]
-        print(f"  {'all':12s} {jobs:5d} " + " ".join(f"{float(str(value)):20.3f}" for value in figures) +
-              f" {totals[0]:+14.4f} {totals[1]:+13.4f}")
     print(f"\nwall time {time.perf_counter() - started:.0f} s")
     return 0
 
