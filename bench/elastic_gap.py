@@ -24,9 +24,9 @@ from pathlib import Path
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.sim.elastic.policies import policy_spec
-from kubecell.sim.elastic.runner import load_inputs, run_elastic
+from kubecell.sim.elastic.runner import run_elastic
+from sia_inputs import DATA, load_or_explain
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "sia-sosp23-workloads"
 RUNS = ("kubecell", "kubecell-true-noise", "kubecell-oracle")
 
 
@@ -34,12 +34,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--workload", type=Path, default=DATA)
     args = parser.parse_args()
-    if not args.workload.exists():
-        print(f"{args.workload}: not found. The Sia workloads live in ../shared/data/sia-sosp23-workloads next to "
-              "the repository (see its SOURCE.md); pass --workload to use others.", file=sys.stderr)
+    inputs = load_or_explain(args.workload)
+    if inputs is None:
         return 2
     try:
-        inputs = load_inputs(args.workload)
         specs = [policy_spec(name) for name in RUNS]
     except InvalidInputError as error:
         print(str(error), file=sys.stderr)

@@ -28,10 +28,10 @@ from pathlib import Path
 from kubecell.core.errors import InvalidInputError
 from kubecell.sim.elastic.metrics import PAPER_TABLE3
 from kubecell.sim.elastic.policies import policy_spec
-from kubecell.sim.elastic.runner import ElasticInputs, load_inputs, run_elastic
+from kubecell.sim.elastic.runner import ElasticInputs, run_elastic
 from kubecell.sim.elastic.workload import Workload
+from sia_inputs import DATA, load_or_explain
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "sia-sosp23-workloads"
 FIGURES = (("avg JCT h", "avg_jct_hours"), ("p99 JCT h", "p99_jct_hours"), ("makespan h", "makespan_hours"))
 
 
@@ -58,12 +58,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.repeats < 2 or args.jitter < 0:
         parser.error("--repeats must be at least 2 and --jitter at least 0")
-    if not args.workload.exists():
-        print(f"{args.workload}: not found. The Sia workloads live in ../shared/data/sia-sosp23-workloads next to "
-              "the repository (see its SOURCE.md); pass --workload to use others.", file=sys.stderr)
+    inputs = load_or_explain(args.workload)
+    if inputs is None:
         return 2
     try:
-        inputs = load_inputs(args.workload)
         spec = policy_spec(args.policy)
     except InvalidInputError as error:
         print(str(error), file=sys.stderr)
