@@ -103,3 +103,23 @@ def test_rigid_completes_philly_workload_1() -> None:
     avg = figures["avg_jct_hours"]
     assert isinstance(avg, float)
     assert 0.3 < avg < 10  # Sia's Gavel+TunedJobs: 1.9 h on Philly
+
+
+def test_oracle_answers_follow_the_epoch(apps: dict[str, ApplicationModel]) -> None:
+    """The oracle keeps its answers for the epoch a job is in (a policy asks the same shapes every round) and
+    answers afresh once the job has moved on, as an oracle that never saw the earlier epoch would."""
+    from kubecell.sim.elastic.estimates import OracleGoodput
+
+    app = apps["yolov3"]
+    epoch = [0]
+    oracle = OracleGoodput(app, epoch=lambda: epoch[0])
+    shapes = [("t4", 1, 1), ("t4", 2, 8), ("a100", 1, 8), ("rtx2080ti", 2, 16)]
+    answers = []
+    for e in (0, app.epochs // 2, 0):
+        epoch[0] = e
+        fresh = OracleGoodput(app, epoch=lambda e=e: e)  # type: ignore[misc]
+        answers.append([oracle.goodput(*shape) for shape in shapes])
+        assert answers[-1] == [fresh.goodput(*shape) for shape in shapes]
+        assert [oracle.best_batch(*shape) for shape in shapes] == [fresh.best_batch(*shape) for shape in shapes]
+    assert answers[0] != answers[1]
+    assert answers[0] == answers[2]

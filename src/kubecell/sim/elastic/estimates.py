@@ -60,15 +60,28 @@ class OracleGoodput:
         self.app = app
         self.fixed_batch = fixed_batch
         self.epoch = epoch
+        self._answers: dict[tuple[str, tuple[int, ...]], tuple[Batch | None, float]] = {}
+        """Answers of the current epoch (a policy asks the same shapes many times per round)."""
+        self._answers_epoch: int | None = None
 
     def observe(self, report: StepReport) -> bool:
         return False
 
     def _batch(self, gpu_type: str, placement: Sequence[int]) -> tuple[Batch | None, float]:
+        epoch = self.epoch()
+        if epoch != self._answers_epoch:
+            self._answers.clear()
+            self._answers_epoch = epoch
+        key = (gpu_type, tuple(placement))
+        answer = self._answers.get(key)
+        if answer is None:
+            answer = self._answers[key] = self._search(gpu_type, placement, epoch)
+        return answer
+
+    def _search(self, gpu_type: str, placement: Sequence[int], epoch: int) -> tuple[Batch | None, float]:
         app = self.app
         if gpu_type not in app.throughput or not placement:
             return None, 0.0
-        epoch = self.epoch()
         if self.fixed_batch is not None:
             batch = app.fixed_batch(gpu_type, placement, self.fixed_batch)
             return batch, app.goodput(gpu_type, placement, batch, epoch) if batch else 0.0
