@@ -49,6 +49,7 @@ from kubecell.elastic.states import (
 from kubecell.elastic.status import (
     CONDITION_ACCEPTED,
     CONDITION_AVAILABLE,
+    MAX_GENERATION,
     OUR_CONDITIONS,
     StatusView,
     condition,
@@ -248,7 +249,7 @@ class ElasticController:
             return  # the job comes back through the watch with spec.replicas set
         workers, pods_by_index, host, runs = self._observe(key, uid, expect)
         stale = frozenset(index for index, run in runs.items() if run != previous.restarts)
-        generation = count(meta.get("generation"), 2**63 - 1)
+        generation = count(meta.get("generation"), MAX_GENERATION)
         phase = previous.phase
         if spec is None:
             observation = Observation(target=0, min_replicas=0, workers=workers, previous_target=previous.target,

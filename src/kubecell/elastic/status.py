@@ -21,6 +21,9 @@ CONDITION_AVAILABLE = "Available"
 phase's; its lastTransitionTime starts the rendezvous deadline when it turns False."""
 OUR_CONDITIONS = (CONDITION_ACCEPTED, CONDITION_AVAILABLE)
 MAX_COUNT = 2**31 - 1
+MAX_GENERATION = 2**63 - 1
+MAX_CONDITIONS = 16
+"""The CRD's ``maxItems`` for ``status.conditions``: more than that was not written through the schema."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +56,9 @@ def read_status(obj: Mapping[str, Any]) -> StatusView:
         phase = Phase(status.get("phase") or Phase.PENDING)
     except ValueError:
         phase = Phase.PENDING
-    conditions = tuple(c for c in status.get("conditions") or [] if isinstance(c, Mapping))
+    listed = status.get("conditions")
+    conditions = tuple(c for c in (listed if isinstance(listed, list | tuple) else ())[:MAX_CONDITIONS]
+                       if isinstance(c, Mapping))
     available = next((c for c in conditions if c.get("type") == CONDITION_AVAILABLE), None)
     reason = message = ""
     unavailable_since = None
@@ -66,7 +71,7 @@ def read_status(obj: Mapping[str, Any]) -> StatusView:
     last = status.get("lastResizeTime")
     return StatusView(phase=phase, reason=reason, message=message, restarts=count(status.get("restarts")),
                       target=count(status.get("targetReplicas")),
-                      observed_generation=generation if isinstance(generation, int) else -1,
+                      observed_generation=count(generation, MAX_GENERATION) if generation is not None else -1,
                       last_resize=last if isinstance(last, str) and readers.parse_time(last) is not None else None,
                       last_resize_at=readers.parse_time(last), unavailable_since=unavailable_since,
                       conditions=conditions)
@@ -78,5 +83,7 @@ def condition(kind: str, true: bool, reason: str, message: str, generation: int,
     status = "True" if true else "False"
     before = next((c for c in previous if c.get("type") == kind), None)
     since = before.get("lastTransitionTime") if before is not None and before.get("status") == status else None
+    if not isinstance(since, str) or readers.parse_time(since) is None:
+        since = None  # an edited time that the schema would refuse is not written back
     return {"type": kind, "status": status, "observedGeneration": generation,
             "lastTransitionTime": since or now, "reason": reason, "message": message[:32768]}
