@@ -9,6 +9,8 @@ import copy
 import time
 from typing import Any
 
+import pytest
+
 from kubecell.core.engine.job import Job
 from kubecell.kube.names import ANNOTATION_STEP_REPORT
 from kubecell.kube.step_reports import build_step_report
@@ -174,3 +176,37 @@ def test_headroom_is_asked_again_only_when_the_cluster_or_the_job_changed_or_aft
     sizer.grow(loop.state, loop.mirror, 41)
     assert asked[-1] == 41
     assert sizer.written[-1][0] == 4, "the freed node is offered at once, not after the refresh"
+
+
+@pytest.mark.parametrize(("sync_seconds", "grad_var", "grows"), [(0.01, 500.0, True), (0.39, 0.01, False)])
+def test_a_job_that_reports_is_sized_by_the_simulators_allocator(sync_seconds: float, grad_var: float,
+                                                                  grows: bool) -> None:
+    """Once a job's reports give it a goodput model, how far it grows is the allocator's decision (the rule the
+    simulator measures), with the allocator's reason on the Resize: a job whose step is mostly compute grows
+    into the room; one whose step is almost all synchronisation, with a gradient too clean for a larger batch,
+    keeps its members (before any report, both would take the room)."""
+    eng = engine(make_nodes(4), {"a": {"gpus": 16}, "b": {"gpus": 8}}, resize_min_interval_seconds=0)
+    loop, sizer = Loop(eng), RecordingSizer()
+    hold(loop, "b-own", "b", 8)  # b's guarantee is in use: the elastic job borrows a's idle GPUs
+    loop.cycle(0)
+    loop.add(worker(0), worker(1))
+    loop.cycle(1)
+    job = running_job(loop)
+    report = build_step_report(time=time.time(), replicas=2, nodes=1, local_batch=32, accumulation_steps=1,
+                               step_seconds=0.4, sync_seconds=sync_seconds, grad_sqr=1.0, grad_var=grad_var,
+                               steps=10)
+    for uid in ("uid-0", "uid-1"):
+        body = copy.deepcopy(loop.mirror.pods[uid])
+        body["metadata"]["annotations"][ANNOTATION_STEP_REPORT] = report
+        loop.mirror.pods[uid] = body
+    sizer.grow(loop.state, loop.mirror, time.time())
+    tracked = loop.state.tracked[job.name]
+    assert tracked.elastic is not None
+    assert sizer.jobs[tracked.elastic.uid].model is not None
+    reason = sizer.explain(tracked.elastic.uid)
+    if grows:
+        assert sizer.written == [(4, reason)], sizer.written
+        assert reason.startswith("grown 2->4"), reason
+    else:
+        assert sizer.written == [], sizer.written
+        assert reason.startswith("kept 2"), reason

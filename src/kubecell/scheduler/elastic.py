@@ -8,9 +8,11 @@ many pods there should be is this module, after each engine cycle:
   higher priority), the target becomes the members it kept, so the controller does not recreate the
   workers the shrink evicted (they would only wait for capacity that is gone).
 * **Grow.** When the engine says more members would fit now (``Engine.headroom``: guarantee room, borrow
-  limit, cells, topology, the resize interval) and the job's goodput model says they are worth a restart
-  (``core.elastic.resize``), the target is raised; the controller creates the pods, they join the running
-  gang (``Intake``) and the engine grows into them in its next cycle.
+  limit, cells, topology, the resize interval), the jobs that have a goodput model are sized together by the
+  allocator the simulator measures (``core.elastic.targets``: how far each grows, and whose growth is worth
+  more when several want the same idle GPUs); a job that has not reported yet takes the room. The target is
+  raised; the controller creates the pods, they join the running gang (``Intake``) and the engine grows into
+  them in its next cycle.
 * **Give pods back.** When the job's pods wait to be bound for more than ``pending_grace_seconds`` (the
   capacity a raise counted on was taken meanwhile, or a replaced worker finds none), the target is lowered
   to the members it runs; growth raises it again when capacity frees.
@@ -33,12 +35,14 @@ job when its model is made (the batch range). Reading reports and asking for hea
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubecell.core.elastic.allocator import KubecellElasticPolicy
 from kubecell.core.elastic.goodput import OnlineGoodput
-from kubecell.core.elastic.resize import GrowthRule, choose_growth
+from kubecell.core.elastic.targets import GrowthCandidate, plan_growth
 from kubecell.core.engine.job import Job, JobPhase
 from kubecell.core.errors import InvalidInputError
 from kubecell.kube import elasticjobs, pods
@@ -83,12 +87,16 @@ class Sized:
 class ElasticSizer:
     """Moves ElasticJobs' targets after each engine cycle (see the module)."""
 
-    def __init__(self, kube: Kube, component: str, *, rule: GrowthRule | None = None,
-                 pending_grace_seconds: float = 120.0, report_max_age_seconds: float = 600.0,
-                 headroom_refresh_seconds: float = 30.0) -> None:
+    def __init__(self, kube: Kube, component: str, *, policy: KubecellElasticPolicy | None = None,
+                 restart_seconds: float = 30.0, pending_grace_seconds: float = 120.0,
+                 report_max_age_seconds: float = 600.0, headroom_refresh_seconds: float = 30.0) -> None:
         self.kube = kube
         self.component = component
-        self.rule = rule or GrowthRule()
+        self.policy = policy or KubecellElasticPolicy()
+        """The simulator's allocator with its defaults; one instance, as it keeps restart counts and prices."""
+        self.restart_seconds = restart_seconds
+        """What a resize costs a job: every worker restarts and reloads its checkpoint (torchrun's rendezvous
+        plus a checkpoint load; Sia measures 25-250 s per restart on its models)."""
         self.pending_grace_seconds = pending_grace_seconds
         self.report_max_age_seconds = report_max_age_seconds
         self.headroom_refresh_seconds = headroom_refresh_seconds
@@ -113,6 +121,7 @@ class ElasticSizer:
         """Feed every running elastic job's model its new reports and raise the targets worth raising."""
         engine = state.engine
         live: set[str] = set()
+        candidates: dict[str, tuple[Sized, Job, GrowthCandidate]] = {}
         for name, tracked in list(state.tracked.items()):
             if tracked.elastic is None:
                 continue
@@ -122,11 +131,31 @@ class ElasticSizer:
                 log.debug("%s: %s", name, job.phase if job is not None else "gone")
                 continue
             try:
-                self._consider(state, mirror, job, tracked.elastic, now)
+                candidate = self._consider(state, mirror, job, tracked.elastic, now)
             except (InvalidInputError, ValueError, KeyError) as error:  # one job's bad input costs that job
                 log.warning("cannot size %s: %s", name, error)
+                continue
+            if candidate is not None:
+                candidates[name] = candidate
         for uid in [uid for uid in self.jobs if uid not in live]:
             del self.jobs[uid]
+        if candidates:
+            self._plan(candidates, now)
+
+    def _plan(self, candidates: Mapping[str, tuple[Sized, Job, GrowthCandidate]], now: float) -> None:
+        """Size the jobs that have a goodput model together, and raise the targets the allocator grows."""
+        try:
+            choices = plan_growth(self.policy, now, [candidate for _, _, candidate in candidates.values()])
+        except (InvalidInputError, ValueError) as error:  # a model that answers nonsense: nobody grows this pass
+            log.warning("cannot size elastic jobs: %s", error)
+            return
+        for name, (sized, job, _) in candidates.items():
+            choice = choices.get(name)
+            if choice is None:
+                continue
+            sized.last_reason = choice.reason
+            if choice.target > job.size and self._write(sized, choice.target, choice.reason):
+                sized.raised_to, sized.raised_at = choice.target, now
 
     def explain(self, uid: str) -> str:
         sized = self.jobs.get(uid)
@@ -145,16 +174,23 @@ class ElasticSizer:
                             "this shape at once; the job grows only as far as capacity allows")
         return sized
 
-    def _consider(self, state: Tracking, mirror: Mirror, job: Job, ref: ElasticRef, now: float) -> None:
+    def _consider(self, state: Tracking, mirror: Mirror, job: Job, ref: ElasticRef,
+                  now: float) -> tuple[Sized, Job, GrowthCandidate] | None:
+        """Write what one job's own state decides (give pods back, take the room before any report); a job
+        with a goodput model is returned to be sized with the others."""
         sized = self._sized(ref, state, job)
         gpu_type, nodes = self._feed(state, mirror, job, sized, now)
         decided = self.decide(state, job, sized, gpu_type, nodes, now)
+        if isinstance(decided, GrowthCandidate):
+            return sized, job, decided
         if decided is not None and self._write(sized, *decided) and decided[0] > job.size:
             sized.raised_to, sized.raised_at = decided[0], now
+        return None
 
     def decide(self, state: Tracking, job: Job, sized: Sized, gpu_type: str | None, nodes: int,
-               now: float) -> tuple[int, str] | None:
-        """The target to write for running elastic job ``job`` now and why, or None to leave it."""
+               now: float) -> tuple[int, str] | GrowthCandidate | None:
+        """The target to write for running elastic job ``job`` now and why, None to leave it, or the job as a
+        candidate for the allocator (it has a goodput model and room to grow)."""
         size = job.size
         if state.tracked[job.name].live_pods() > size:  # pods wait to be bound: the engine grows into them first
             if sized.waiting_since is None:
@@ -169,11 +205,37 @@ class ElasticSizer:
                 now - sized.raised_at <= self.pending_grace_seconds:
             return None  # raised: its controller has not made the pods yet
         room = self._headroom(state, job, sized, now)
-        if room <= 0:
+        most = min(job.spec.members, size + room)
+        if most <= size:
             return None
-        choice = choose_growth(size, room, job.spec.members, sized.model, gpu_type, nodes, self.rule)
-        sized.last_reason = choice.reason
-        return (choice.target, choice.reason) if choice.target > size else None
+        model = sized.model
+        if model is None or gpu_type is None or not _positive(model.goodput(gpu_type, max(nodes, 1), size)):
+            # Idle GPUs help nobody, and members above the minimum are the first a claim takes back, so taking
+            # them costs other tenants nothing but the claim's shrink.
+            sized.last_reason = (f"no trusted step reports yet: takes the idle capacity ({size} -> {most} members; "
+                                 "members above its minimum are the first a claim takes back)")
+            return most, sized.last_reason
+        return self._candidate(state, job, sized, gpu_type, room, now)
+
+    def _candidate(self, state: Tracking, job: Job, sized: Sized, gpu_type: str, room: int,
+                   now: float) -> GrowthCandidate:
+        """The job as the allocator sees it: its members' nodes, its room, how many members a node holds, and
+        its attained service (members times the seconds of its current run: what LAS orders by)."""
+        book = state.engine.book
+        where = [allocation.node for allocation in state.engine.allocations_of(job.name)]
+        per_member = job.spec.member.gpu_count
+        if per_member > 0:
+            slots = max((int(book.gpu_count[book.index[node]]) // per_member for node in where), default=1)
+        else:  # CPU members: as many per node as the job runs on its fullest node
+            slots = max((where.count(node) for node in where), default=1)
+        started = job.started_at if job.started_at is not None else now
+        assert sized.model is not None
+        return GrowthCandidate(
+            name=job.name, gpu_type=gpu_type, nodes=tuple(where), room=room,
+            minimum=job.spec.min_members or job.spec.members, maximum=job.spec.members,
+            submitted=job.spec.submit_time, attained_member_seconds=job.size * max(now - started, 0.0),
+            last_resize=job.resized_at, restart_seconds=self.restart_seconds, estimate=sized.model,
+            node_slots=max(slots, 1))
 
     def _headroom(self, state: Tracking, job: Job, sized: Sized, now: float) -> int:
         """``Engine.headroom``, computed again only when the cluster's allocations or the job changed, or
@@ -289,3 +351,7 @@ class ElasticSizer:
             self.kube.create(f"/api/v1/namespaces/{namespace}/events", body)
         except ApiError as error:
             log.warning("cannot write Event %s: %s", reason, error)
+
+
+def _positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0.0

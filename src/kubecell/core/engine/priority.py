@@ -39,11 +39,13 @@ def preempt_lower_priority(session: Session, attempt: Attempt, vc: VirtualCluste
     total = session.effective_guarantee(vc) / 1000
     held = session.reservations.room_held(vc.name, session.jobs, job) / 1000
     for_starving = f"; {held:g} GPUs of it are held for a starving job of the VC" if held else ""
+    need = job.min_milli - session.guarantee_room(vc, job)
     if not session.ledger.has_guaranteed_below(vc.name, spec.priority):
+        if _shrink_peers(session, attempt, vc, need):
+            return True
         attempt.reason = (f"VC {vc.name} guarantee in use ({used:g} of {total:g} GPUs) "
                           f"by work of equal or higher priority{for_starving}")
         return False
-    need = job.min_milli - session.guarantee_room(vc, job)
     eligible: list[Job] = []
     protected_until: float | None = None
     for other in (session.jobs[name] for name in session.ledger.guaranteed_jobs(vc.name)):
@@ -92,7 +94,44 @@ def preempt_lower_priority(session: Session, attempt: Attempt, vc: VirtualCluste
     return True
 
 
-def _shrink_first(session: Session, attempt: Attempt, vc: VirtualCluster, eligible: list[Job], need: int) -> bool:
+def _shrink_peers(session: Session, attempt: Attempt, vc: VirtualCluster, need: int) -> bool:
+    """Start the job by taking back members that elastic jobs of its own VC and priority grew above their
+    minimums, never more (no job of equal priority is downgraded or evicted for it).
+
+    Why: members above a minimum were taken from idle capacity (growth), and a teammate's job that needs its
+    minimum is worth more than a grown job's extra speed. Without this, an elastic job that grew into its VC's
+    whole guarantee would keep every later job of the VC waiting until it finished. The same guards hold as
+    for any shrink: outside the victim's resize interval and minRuntime, newest members first, and only if the
+    simulation says the job then fits; the job it starts is not shrunk back in turn, since growth never takes
+    members from a running job."""
+    spec = attempt.job.spec
+    interval = session.options.resize_min_interval_seconds
+    peers: list[Job] = []
+    soonest: float | None = None
+    for name in session.ledger.guaranteed_jobs(vc.name):
+        other = session.jobs[name]
+        if other is attempt.job or other.spec.priority != spec.priority or not shrinkable(other):
+            continue
+        started = other.started_at if other.started_at is not None else attempt.now
+        until = max(started + vc.min_runtime_seconds,
+                    other.resized_at + interval if other.resized_at is not None else started)
+        if attempt.now >= until:
+            peers.append(other)
+        else:
+            soonest = until if soonest is None else min(soonest, until)
+    if soonest is not None:  # a peer that may not give members back yet may later: try again then
+        session.queue.wake_later(attempt.job, soonest)
+    # the most served first (members times seconds of the current run), as the simulator's allocator orders
+    # jobs by least attained service: a long-running grown job gives back before one that just started
+    peers.sort(key=lambda j: (-j.size * (attempt.now - (j.started_at if j.started_at is not None else attempt.now)),
+                              j.name))
+    return _shrink_first(session, attempt, vc, peers, need,
+                         f"its members above the minimum given back to {attempt.job.name} (VC {vc.name}, equal "
+                         "priority)")
+
+
+def _shrink_first(session: Session, attempt: Attempt, vc: VirtualCluster, eligible: list[Job], need: int,
+                  why: str = "") -> bool:
     """Start the job by shrinking eligible elastic jobs only, if their members above the minimums free
     ``need`` GPU units of the guarantee and the room the job then fits in (simulated on the book)."""
     job = attempt.job
@@ -119,7 +158,7 @@ def _shrink_first(session: Session, attempt: Attempt, vc: VirtualCluster, eligib
     if plan is None:
         return False
     for victim, names in plan.shrunk:
-        session.shrink(victim, names, attempt, f"preempted by higher-priority {job.name} (VC {vc.name})")
+        session.shrink(victim, names, attempt, why or f"preempted by higher-priority {job.name} (VC {vc.name})")
     if start_guaranteed(session, attempt, vc, session.guarantee_room(vc, job)):
         return True
     attempt.reason = "waiting for capacity freed by shrinking"  # pragma: no cover - the simulation said it fits

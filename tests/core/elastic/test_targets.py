@@ -1,0 +1,92 @@
+"""How far running elastic jobs grow into the capacity the engine offers, decided by the simulator's
+allocator: to where the speedup flattens, only when the gain pays for the restart, never past a job's own room
+or maximum, never below what it runs, and the idle slots of a type shared between the jobs that want them."""
+
+from __future__ import annotations
+
+from kubecell.core.elastic.allocator import KubecellElasticPolicy
+from kubecell.core.elastic.targets import GrowthCandidate, plan_growth
+
+NOW = 10_000.0
+
+
+class Curve:
+    """Goodput that scales perfectly up to ``knee`` replicas and by ``beyond`` per replica past it (nodes
+    ignored); nothing on a type other than ``gpu_type``."""
+
+    def __init__(self, knee: int, beyond: float = 0.0, gpu_type: str = "A100") -> None:
+        self.knee, self.beyond, self.gpu_type = knee, beyond, gpu_type
+
+    def goodput(self, gpu_type: str, num_nodes: int, num_replicas: int) -> float:
+        if gpu_type != self.gpu_type:
+            return 0.0
+        return 10.0 * min(num_replicas, self.knee) + self.beyond * max(num_replicas - self.knee, 0)
+
+
+def job(name: str, curve: Curve, *, size: int = 2, room: int = 6, maximum: int = 8, attained: float = 0.0,
+        last_resize: float | None = 0.0, restart: float = 30.0, node: str = "n1", slots: int = 8) -> GrowthCandidate:
+    return GrowthCandidate(name=name, gpu_type=curve.gpu_type, nodes=(node,) * size, room=room, minimum=1,
+                           maximum=maximum, submitted=0.0, attained_member_seconds=attained,
+                           last_resize=last_resize, restart_seconds=restart, estimate=curve, node_slots=slots)
+
+
+def test_it_grows_to_where_the_speedup_flattens() -> None:
+    choice = plan_growth(KubecellElasticPolicy(), NOW, [job("a", Curve(knee=4))])["a"]
+    assert choice.target == 4
+    assert "grown 2->4" in choice.reason
+
+
+def test_never_past_its_room_or_its_maximum() -> None:
+    policy = KubecellElasticPolicy()
+    assert plan_growth(policy, NOW, [job("a", Curve(knee=16), room=1)])["a"].target == 3
+    assert plan_growth(policy, NOW, [job("b", Curve(knee=16), maximum=3)])["b"].target == 3
+    assert plan_growth(policy, NOW, [job("c", Curve(knee=16), room=0)])["c"].target == 2
+
+
+def test_never_below_what_it_runs() -> None:
+    """Shrinking is the engine's (a claim, a priority); a job past its knee keeps its members."""
+    choice = plan_growth(KubecellElasticPolicy(), NOW, [job("a", Curve(knee=2), size=6, room=2)])["a"]
+    assert choice.target == 6
+    assert choice.reason.startswith("kept 6: the allocator would run it on 2"), choice.reason
+
+
+def test_a_gain_that_does_not_pay_for_the_restart_is_not_taken() -> None:
+    # 4 -> 8 members: +20 % goodput, each added member worth a fifth of one before the knee (above the
+    # allocator's 10 % bar), but a 250 s restart priced over 900 s needs about +28 %
+    choice = plan_growth(KubecellElasticPolicy(), NOW, [job("a", Curve(knee=4, beyond=2.0), size=4, room=4,
+                                                            restart=250.0)])["a"]
+    assert choice.target == 4
+    assert "restart would cost" in choice.reason
+    cheap = plan_growth(KubecellElasticPolicy(), NOW, [job("a", Curve(knee=4, beyond=2.0), size=4, room=4,
+                                                           restart=1.0)])["a"]
+    assert cheap.target == 8
+
+
+def test_a_job_resized_a_moment_ago_is_kept() -> None:
+    choice = plan_growth(KubecellElasticPolicy(), NOW, [job("a", Curve(knee=8), last_resize=NOW - 10)])["a"]
+    assert choice.target == 2
+    assert "minimum interval" in choice.reason
+
+
+def test_jobs_share_the_idle_slots_and_the_least_served_grows_first() -> None:
+    """Two jobs of one type, each told 4 members fit: the allocator hands out the 4 idle slots once, first to
+    the job with less attained service (least-attained-service order, as in the simulator)."""
+    fresh = job("fresh", Curve(knee=16), room=4, node="n1")
+    old = job("old", Curve(knee=16), room=4, node="n2", attained=50 * 3600.0)
+    choices = plan_growth(KubecellElasticPolicy(), NOW, [old, fresh])
+    added = {name: choice.target - 2 for name, choice in choices.items()}
+    assert sum(added.values()) <= 4, added
+    assert added["fresh"] == 4, added
+    assert added["old"] == 0, added
+
+
+def test_types_are_sized_apart_even_on_one_node() -> None:
+    """A node may run CPU members of one job and GPU members of another: each grows in its own type."""
+    gpu = job("gpu", Curve(knee=4), node="n1")
+    cpu = job("cpu", Curve(knee=4, gpu_type="cpu"), node="n1")
+    choices = plan_growth(KubecellElasticPolicy(), NOW, [gpu, cpu])
+    assert (choices["gpu"].target, choices["cpu"].target) == (4, 4)
+
+
+def test_no_candidates_no_decision() -> None:
+    assert plan_growth(KubecellElasticPolicy(), NOW, []) == {}
