@@ -46,6 +46,7 @@ def test_a_job_is_read_with_its_defaults() -> None:
     assert (spec.min_replicas, spec.max_replicas, spec.replicas, spec.replicas_stated) == (1, 4, 2, True)
     assert (spec.max_restarts, spec.rendezvous_port, spec.rendezvous_timeout_seconds) == (3, 29400, 900)
     assert (spec.termination_grace_period_seconds, spec.nproc_per_node, spec.batch_size) == (30, 4, None)
+    assert spec.restart_seconds is None, "the scheduler's default"
 
 
 def test_absent_replicas_mean_min_replicas_until_defaulted() -> None:
@@ -56,11 +57,12 @@ def test_absent_replicas_mean_min_replicas_until_defaulted() -> None:
 def test_stated_fields_win_over_defaults() -> None:
     spec = ej.read_elastic_job(job(maxRestarts=0, rendezvousPort=1234, nprocPerNode=2, rendezvousTimeoutSeconds=60,
                                    terminationGracePeriodSeconds=120, batchSize={"min": 32, "max": 512},
-                                   template=template(terminationGracePeriodSeconds=5)))
+                                   restartSeconds=250, template=template(terminationGracePeriodSeconds=5)))
     assert (spec.max_restarts, spec.rendezvous_port, spec.nproc_per_node, spec.rendezvous_timeout_seconds) == (
         0, 1234, 2, 60)
     assert spec.termination_grace_period_seconds == 120
     assert spec.batch_size == ej.BatchSize(32, 512)
+    assert spec.restart_seconds == 250
     from_template = ej.read_elastic_job(job(template=template(terminationGracePeriodSeconds=5)))
     assert from_template.termination_grace_period_seconds == 5
 
@@ -97,6 +99,9 @@ HOSTILE = [
     ("port above 65535", job(rendezvousPort=70000), "spec.rendezvousPort", "outside 1..65535"),
     ("timeout too short", job(rendezvousTimeoutSeconds=1), "spec.rendezvousTimeoutSeconds", "outside 10..86400"),
     ("grace too long", job(terminationGracePeriodSeconds=10**9), "spec.terminationGracePeriodSeconds", "outside"),
+    ("restart negative", job(restartSeconds=-1), "spec.restartSeconds", "outside 0..86400"),
+    ("restart a day and more", job(restartSeconds=86401), "spec.restartSeconds", "outside 0..86400"),
+    ("restart a boolean", job(restartSeconds=True), "spec.restartSeconds", "True"),
     ("batch min above max", job(batchSize={"min": 64, "max": 8}), "spec.batchSize", "min 64 is above max 8"),
     ("batch not a mapping", job(batchSize=[1, 2]), "spec.batchSize", "not a mapping"),
     ("batch without max", job(batchSize={"min": 1}), "spec.batchSize.max", "is missing"),
@@ -153,7 +158,7 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
                                                                                 max_size=4), max_leaves=20)
 FIELDS = ["minReplicas", "maxReplicas", "replicas", "template", "maxRestarts", "rendezvousPort",
-          "rendezvousTimeoutSeconds", "nprocPerNode", "batchSize", "terminationGracePeriodSeconds"]
+          "rendezvousTimeoutSeconds", "nprocPerNode", "batchSize", "terminationGracePeriodSeconds", "restartSeconds"]
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -35,15 +35,16 @@ def worker(index: int, *, vc: str = "b", size: int = 2) -> dict[str, Any]:
 class RecordingSizer(ElasticSizer):
     """The sizer with its API writes recorded (the decisions are the real ones)."""
 
-    def __init__(self) -> None:
+    def __init__(self, **spec: Any) -> None:
         super().__init__(None, "kubecell", pending_grace_seconds=60.0)  # type: ignore[arg-type]
         self.written: list[tuple[int, str]] = []
         self.events: list[tuple[str, str]] = []
+        self.spec = spec
 
     def _get(self, ref: Any) -> dict[str, Any]:
         return {"metadata": {"name": "bert", "namespace": "ns", "uid": "job-uid"},
                 "spec": {"minReplicas": 1, "maxReplicas": 4, "replicas": 2, "batchSize": {"min": 64, "max": 1024},
-                         "template": {"spec": {"containers": [{"name": "t", "image": "i"}]}}}}
+                         "template": {"spec": {"containers": [{"name": "t", "image": "i"}]}}, **self.spec}}
 
     def _write(self, sized: Sized, target: int, reason: str) -> bool:
         self.written.append((target, reason))
@@ -178,15 +179,18 @@ def test_headroom_is_asked_again_only_when_the_cluster_or_the_job_changed_or_aft
     assert sizer.written[-1][0] == 4, "the freed node is offered at once, not after the refresh"
 
 
-@pytest.mark.parametrize(("sync_seconds", "grad_var", "grows"), [(0.01, 500.0, True), (0.39, 0.01, False)])
+@pytest.mark.parametrize(("sync_seconds", "grad_var", "restart", "grows"),
+                         [(0.01, 500.0, None, True), (0.39, 0.01, None, False), (0.01, 500.0, 86400, False)])
 def test_a_job_that_reports_is_sized_by_the_simulators_allocator(sync_seconds: float, grad_var: float,
-                                                                  grows: bool) -> None:
+                                                                  restart: int | None, grows: bool) -> None:
     """Once a job's reports give it a goodput model, how far it grows is the allocator's decision (the rule the
     simulator measures), with the allocator's reason on the Resize: a job whose step is mostly compute grows
     into the room; one whose step is almost all synchronisation, with a gradient too clean for a larger batch,
-    keeps its members (before any report, both would take the room)."""
+    keeps its members, and so does one whose ElasticJob says a restart costs a day (before any report, all
+    would take the room)."""
     eng = engine(make_nodes(4), {"a": {"gpus": 16}, "b": {"gpus": 8}}, resize_min_interval_seconds=0)
-    loop, sizer = Loop(eng), RecordingSizer()
+    loop = Loop(eng)
+    sizer = RecordingSizer() if restart is None else RecordingSizer(restartSeconds=restart)
     hold(loop, "b-own", "b", 8)  # b's guarantee is in use: the elastic job borrows a's idle GPUs
     loop.cycle(0)
     loop.add(worker(0), worker(1))

@@ -61,6 +61,8 @@ MAX_MAX_RESTARTS = 1000
 MAX_GRACE_SECONDS = 86400
 MAX_NPROC_PER_NODE = 1024
 MAX_BATCH_SIZE = 2**31 - 1
+MAX_RESTART_SECONDS = 86400
+"""A restart longer than a day is a typo; the sizer would never resize such a job anyway."""
 MIN_RENDEZVOUS_TIMEOUT = 10
 MAX_RENDEZVOUS_TIMEOUT = 86400
 MAX_CONTAINERS = 64
@@ -119,6 +121,9 @@ class ElasticJobSpec:
     termination_grace_period_seconds: int
     nproc_per_node: int
     batch_size: BatchSize | None
+    restart_seconds: int | None = None
+    """What one resize costs the job (its workers restart, rendezvous and load the checkpoint), as its owner
+    states it; None: the scheduler's default. The sizer weighs every resize against it."""
 
     @property
     def key(self) -> str:
@@ -410,7 +415,10 @@ def read_elastic_job(obj: Any) -> ElasticJobSpec:
             raise ElasticJobSpecError(f"min {smallest} is above max {largest}", location=where,
                                       field="spec.batchSize", accepted="min <= max")
         batch_size = BatchSize(smallest, largest)
+    restart = None if spec.get("restartSeconds") is None else _int_field(spec, "restartSeconds", where, 0,
+                                                                         MAX_RESTART_SECONDS, None)
     return ElasticJobSpec(namespace=namespace, name=name, uid=uid, generation=generation, min_replicas=low,
                           max_replicas=high, replicas=replicas, replicas_stated=stated, template=template,
                           max_restarts=max_restarts, rendezvous_port=port, rendezvous_timeout_seconds=timeout,
-                          termination_grace_period_seconds=grace, nproc_per_node=nproc, batch_size=batch_size)
+                          termination_grace_period_seconds=grace, nproc_per_node=nproc, batch_size=batch_size,
+                          restart_seconds=restart)

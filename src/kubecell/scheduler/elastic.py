@@ -42,7 +42,7 @@ from typing import Any
 
 from kubecell.core.elastic.allocator import KubecellElasticPolicy
 from kubecell.core.elastic.goodput import OnlineGoodput
-from kubecell.core.elastic.targets import GrowthCandidate, plan_growth
+from kubecell.core.elastic.targets import GrowthCandidate, engine_candidate, plan_targets, take_the_room
 from kubecell.core.engine.job import Job, JobPhase
 from kubecell.core.errors import InvalidInputError
 from kubecell.kube import elasticjobs, pods
@@ -78,6 +78,8 @@ class Sized:
     waiting_since: float | None = None
     """Since when the job has pods that wait to be bound."""
     last_reason: str = ""
+    restart_seconds: int | None = None
+    """What a resize costs the job, as its ElasticJob states (``spec.restartSeconds``; None: the default)."""
     room: int = 0
     room_key: tuple[int, int, float | None] | None = None
     """(the book's clock, the job's size, when it last resized) when ``room`` was computed."""
@@ -87,16 +89,17 @@ class Sized:
 class ElasticSizer:
     """Moves ElasticJobs' targets after each engine cycle (see the module)."""
 
-    def __init__(self, kube: Kube, component: str, *, policy: KubecellElasticPolicy | None = None,
-                 restart_seconds: float = 30.0, pending_grace_seconds: float = 120.0,
-                 report_max_age_seconds: float = 600.0, headroom_refresh_seconds: float = 30.0) -> None:
+    def __init__(self, kube: Kube, component: str, *, restart_seconds: float = 30.0,
+                 pending_grace_seconds: float = 120.0, report_max_age_seconds: float = 600.0,
+                 headroom_refresh_seconds: float = 30.0) -> None:
         self.kube = kube
         self.component = component
-        self.policy = policy or KubecellElasticPolicy()
-        """The simulator's allocator with its defaults; one instance, as it keeps restart counts and prices."""
+        self.policies: dict[str, KubecellElasticPolicy] = {}
+        """The simulator's allocator, one per VC (each keeps restart counts and prices between passes)."""
         self.restart_seconds = restart_seconds
-        """What a resize costs a job: every worker restarts and reloads its checkpoint (torchrun's rendezvous
-        plus a checkpoint load; Sia measures 25-250 s per restart on its models)."""
+        """What a resize costs a job whose ElasticJob states no ``restartSeconds``: every worker restarts and
+        reloads its checkpoint (torchrun's rendezvous plus a checkpoint load; Sia measures 25-250 s per restart
+        on its models)."""
         self.pending_grace_seconds = pending_grace_seconds
         self.report_max_age_seconds = report_max_age_seconds
         self.headroom_refresh_seconds = headroom_refresh_seconds
@@ -143,9 +146,11 @@ class ElasticSizer:
             self._plan(candidates, now)
 
     def _plan(self, candidates: Mapping[str, tuple[Sized, Job, GrowthCandidate]], now: float) -> None:
-        """Size the jobs that have a goodput model together, and raise the targets the allocator grows."""
+        """Size the jobs that have a goodput model together: raise the targets the allocator grows, and lower
+        those whose members it gives to other jobs of their VC (their controllers delete the newest workers;
+        the engine then grows the others into the capacity freed)."""
         try:
-            choices = plan_growth(self.policy, now, [candidate for _, _, candidate in candidates.values()])
+            choices = plan_targets(self.policies, now, [candidate for _, _, candidate in candidates.values()])
         except (InvalidInputError, ValueError) as error:  # a model that answers nonsense: nobody grows this pass
             log.warning("cannot size elastic jobs: %s", error)
             return
@@ -154,7 +159,9 @@ class ElasticSizer:
             if choice is None:
                 continue
             sized.last_reason = choice.reason
-            if choice.target > job.size and self._write(sized, choice.target, choice.reason):
+            if choice.target == job.size or not self._write(sized, choice.target, choice.reason):
+                continue
+            if choice.target > job.size:
                 sized.raised_to, sized.raised_at = choice.target, now
 
     def explain(self, uid: str) -> str:
@@ -206,36 +213,16 @@ class ElasticSizer:
             return None  # raised: its controller has not made the pods yet
         room = self._headroom(state, job, sized, now)
         most = min(job.spec.members, size + room)
-        if most <= size:
-            return None
         model = sized.model
         if model is None or gpu_type is None or not _positive(model.goodput(gpu_type, max(nodes, 1), size)):
-            # Idle GPUs help nobody, and members above the minimum are the first a claim takes back, so taking
-            # them costs other tenants nothing but the claim's shrink.
-            sized.last_reason = (f"no trusted step reports yet: takes the idle capacity ({size} -> {most} members; "
-                                 "members above its minimum are the first a claim takes back)")
-            return most, sized.last_reason
-        return self._candidate(state, job, sized, gpu_type, room, now)
-
-    def _candidate(self, state: Tracking, job: Job, sized: Sized, gpu_type: str, room: int,
-                   now: float) -> GrowthCandidate:
-        """The job as the allocator sees it: its members' nodes, its room, how many members a node holds, and
-        its attained service (members times the seconds of its current run: what LAS orders by)."""
-        book = state.engine.book
-        where = [allocation.node for allocation in state.engine.allocations_of(job.name)]
-        per_member = job.spec.member.gpu_count
-        if per_member > 0:
-            slots = max((int(book.gpu_count[book.index[node]]) // per_member for node in where), default=1)
-        else:  # CPU members: as many per node as the job runs on its fullest node
-            slots = max((where.count(node) for node in where), default=1)
-        started = job.started_at if job.started_at is not None else now
-        assert sized.model is not None
-        return GrowthCandidate(
-            name=job.name, gpu_type=gpu_type, nodes=tuple(where), room=room,
-            minimum=job.spec.min_members or job.spec.members, maximum=job.spec.members,
-            submitted=job.spec.submit_time, attained_member_seconds=job.size * max(now - started, 0.0),
-            last_resize=job.resized_at, restart_seconds=self.restart_seconds, estimate=sized.model,
-            node_slots=max(slots, 1))
+            if most <= size:
+                return None
+            choice = take_the_room(size, most)
+            sized.last_reason = choice.reason
+            return choice.target, choice.reason
+        # with or without room: it may grow with what other jobs of its VC give up, or be the one that gives
+        restart = self.restart_seconds if sized.restart_seconds is None else float(sized.restart_seconds)
+        return engine_candidate(state.engine, job, gpu_type, room, model, restart, now)
 
     def _headroom(self, state: Tracking, job: Job, sized: Sized, now: float) -> int:
         """``Engine.headroom``, computed again only when the cluster's allocations or the job changed, or
@@ -291,7 +278,7 @@ class ElasticSizer:
         """The global batch range the job's goodput model may choose in: the ElasticJob's ``batchSize`` where
         it states one (then a larger batch is worth what its gradient noise says, Pollux's adaptive batch),
         else the batch the job reported, kept (a script that keeps its global batch gains from more workers
-        only by splitting it)."""
+        only by splitting it). The restart cost the ElasticJob states is read on the way."""
         observed = max(observed, 1)
         try:
             spec = elasticjobs.read_elastic_job(self._get(sized.ref))
@@ -299,7 +286,10 @@ class ElasticSizer:
             log.info("ElasticJob %s/%s unreadable (%s): its batch is taken as reported", sized.ref.namespace,
                      sized.ref.name, error)
             return observed, observed
-        if spec.uid != sized.ref.uid or spec.batch_size is None:
+        if spec.uid != sized.ref.uid:
+            return observed, observed
+        sized.restart_seconds = spec.restart_seconds
+        if spec.batch_size is None:
             return observed, observed
         return spec.batch_size.min, max(spec.batch_size.max, spec.batch_size.min)
 

@@ -87,3 +87,19 @@ def test_another_vc_or_a_lower_priority_never_takes_members_this_way() -> None:
     assert result.shrunk == []
     assert eng.jobs["elastic"].size == 8
     check_engine(eng)
+
+
+def test_a_job_whose_model_a_grown_job_filled_takes_back_though_the_guarantee_has_room() -> None:
+    """The VC's guarantee has room on another model, so nothing is "full"; the job asks for the model a grown
+    job of its VC filled, and takes its minimum back from it."""
+    nodes = make_nodes(1, model="A100", prefix="a") + make_nodes(1, model="V100M32", prefix="v")
+    eng = engine(nodes, {"a": {"cells": {"A100x8/node": 1, "V100M32x8/node": 1}}}, resize_min_interval_seconds=0.0)
+    eng.submit(whole("elastic", "a", 1, members=8, min_members=1, models=["A100"]), 0)
+    eng.schedule(0)
+    assert eng.jobs["elastic"].size == 8
+    eng.submit(whole("new", "a", 2, models=["A100"]), 10)
+    result = eng.schedule(10)
+    assert eng.jobs["new"].phase in (JobPhase.RUNNING, JobPhase.RESERVED), eng.explain("new")
+    assert [(cut.job.name, len(cut.members)) for cut in result.shrunk] == [("elastic", 2)]
+    assert result.evicted == []
+    check_engine(eng)

@@ -3,6 +3,7 @@ clear error, rigid jobs are never resized, and every job finishes."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -195,7 +196,7 @@ def test_kubecell_policy_runs_every_job_to_completion(setup: tuple[Workload, dic
     assert all(0 <= s.allocated_gpus <= 16 for s in result.samples)
 
 
-@pytest.mark.parametrize("name", ["kubecell-true-noise", "kubecell-oracle"])
+@pytest.mark.parametrize("name", ["kubecell-true-noise", "kubecell-oracle", "kubecell-engine"])
 def test_diagnostic_runs_finish_every_job(setup: tuple[Workload, dict[str, ApplicationModel]], name: str) -> None:
     """The runs that split the online model's gap (bench/elastic_gap.py) drive the same policy to the end."""
     if not POLICIES[name].available():
@@ -204,6 +205,33 @@ def test_diagnostic_runs_finish_every_job(setup: tuple[Workload, dict[str, Appli
     result = simulate(workload, apps, NODES, POLICIES[name])
     assert all(r.completion is not None for r in result.records)
     assert all(0 <= s.allocated_gpus <= 16 for s in result.samples)
+
+
+def test_the_cluster_path_keeps_each_job_on_one_type_and_grows_through_the_engine(
+        setup: tuple[Workload, dict[str, ApplicationModel]]) -> None:
+    """``kubecell-engine`` decides through the core engine as a cluster does: every job stays on the GPU type it
+    was given, and jobs grow past their minimum as the engine binds what the allocator sized into its
+    headroom (the engine's own reasons say so)."""
+    if not POLICIES["kubecell-engine"].available():
+        pytest.skip("kubecell's elastic policy (core/elastic/allocator.py) is not in this build")
+    from kubecell.sim.elastic.engine_policy import EngineSizedPolicy
+
+    workload, apps = setup
+    watch = Watch(EngineSizedPolicy())
+    spec = dataclasses.replace(POLICIES["kubecell-engine"], make=lambda: watch)
+    result = simulate(workload, apps, NODES, spec)
+    assert all(r.completion is not None for r in result.records)
+    node_type = {node.name: node.gpu_type for node in NODES}
+    types: dict[str, set[str]] = {}
+    for seen in watch.seen:
+        for name, held in seen.items():
+            types.setdefault(name, set()).update(node_type[node] for node in held)
+    assert all(len(kinds) == 1 for kinds in types.values()), types
+    assert any(r.max_gpus > 1 for r in result.records), "some job grew past its minimum"
+    assert isinstance(watch.inner, EngineSizedPolicy)
+    engine = watch.inner.engine
+    assert engine is not None
+    assert any(why.startswith("grown 1 -> ") for job in engine.jobs.values() for why in job.resizes)
 
 
 def test_true_noise_reads_the_validation_curves_and_learns_throughput(

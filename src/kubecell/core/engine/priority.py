@@ -41,7 +41,7 @@ def preempt_lower_priority(session: Session, attempt: Attempt, vc: VirtualCluste
     for_starving = f"; {held:g} GPUs of it are held for a starving job of the VC" if held else ""
     need = job.min_milli - session.guarantee_room(vc, job)
     if not session.ledger.has_guaranteed_below(vc.name, spec.priority):
-        if _shrink_peers(session, attempt, vc, need):
+        if take_back_grown_members(session, attempt, vc, need):
             return True
         attempt.reason = (f"VC {vc.name} guarantee in use ({used:g} of {total:g} GPUs) "
                           f"by work of equal or higher priority{for_starving}")
@@ -94,13 +94,16 @@ def preempt_lower_priority(session: Session, attempt: Attempt, vc: VirtualCluste
     return True
 
 
-def _shrink_peers(session: Session, attempt: Attempt, vc: VirtualCluster, need: int) -> bool:
+def take_back_grown_members(session: Session, attempt: Attempt, vc: VirtualCluster, need: int) -> bool:
     """Start the job by taking back members that elastic jobs of its own VC and priority grew above their
-    minimums, never more (no job of equal priority is downgraded or evicted for it).
+    minimums, never more (no job of equal priority is downgraded or evicted for it). ``need``: the guarantee
+    room (GPU milli) the job still lacks; 0 or less when the guarantee has room but not where the job may go
+    (its GPU models, its nodes).
 
     Why: members above a minimum were taken from idle capacity (growth), and a teammate's job that needs its
     minimum is worth more than a grown job's extra speed. Without this, an elastic job that grew into its VC's
-    whole guarantee would keep every later job of the VC waiting until it finished. The same guards hold as
+    whole guarantee, or into all the GPUs of the model another job asks for, would keep every later job of the
+    VC waiting until it finished. The same guards hold as
     for any shrink: outside the victim's resize interval and minRuntime, newest members first, and only if the
     simulation says the job then fits; the job it starts is not shrunk back in turn, since growth never takes
     members from a running job."""

@@ -1,7 +1,8 @@
 """One job's turn in a cycle, in two passes (Volcano's allocate, then its backfill of idle capacity).
 
 1. *Within the guarantee*: the job starts inside its VC's guarantee if it fits there (reclaiming borrowed
-   and opportunistic work in the way, or lazily preempting lower-priority work of its own VC). A job that
+   and opportunistic work in the way, taking back members its VC's elastic jobs of its priority grew, or
+   lazily preempting lower-priority work of its own VC). A job that
    cannot is DEFERRED if it may borrow (the policy lends, it is under its preemption cap, it holds no
    quota admission), else it WAITS.
 2. *Beyond the guarantee*, once every class has had its first pass: deferred jobs borrow idle capacity
@@ -16,7 +17,7 @@ from __future__ import annotations
 from kubecell.core.engine.attempt import Attempt, Outcome
 from kubecell.core.engine.guaranteed import start_guaranteed
 from kubecell.core.engine.job import JobClass
-from kubecell.core.engine.priority import preempt_lower_priority
+from kubecell.core.engine.priority import preempt_lower_priority, take_back_grown_members
 from kubecell.core.engine.scavenge import scavenge, start_borrowed
 from kubecell.core.engine.session import Session
 
@@ -45,8 +46,11 @@ def within_guarantee(session: Session, attempt: Attempt) -> Outcome:
         reason = session.admission.never_guaranteed(vc, job)
         if reason is None:
             room = session.guarantee_room(vc, job)
-            started = (start_guaranteed(session, attempt, vc, room) if job.min_milli <= room
-                       else preempt_lower_priority(session, attempt, vc))
+            if job.min_milli <= room:  # room in the guarantee, but maybe not where the job may go (its models)
+                started = (start_guaranteed(session, attempt, vc, room)
+                           or take_back_grown_members(session, attempt, vc, job.min_milli - room))
+            else:
+                started = preempt_lower_priority(session, attempt, vc)
             if started:
                 return Outcome.STARTED
         else:

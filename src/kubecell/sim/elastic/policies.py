@@ -122,6 +122,13 @@ def _kubecell() -> ElasticPolicy:
     return KubecellElasticPolicy()
 
 
+def _kubecell_engine() -> ElasticPolicy:
+    """The cluster's decision path: the core engine admits, places and shrinks, the allocator grows."""
+    from kubecell.sim.elastic.engine_policy import EngineSizedPolicy
+
+    return EngineSizedPolicy()
+
+
 POLICIES: dict[str, PolicySpec] = {
     "kubecell": PolicySpec("kubecell", "kubecell's elastic policy: sizes and places every job on goodput estimated "
                            "online from its step reports", _kubecell, tuned_jobs=False, estimate="online",
@@ -134,6 +141,10 @@ POLICIES: dict[str, PolicySpec] = {
         "kubecell-oracle", "diagnostic: kubecell's policy given every job's true goodput (the bound a perfect "
         "goodput model reaches)", _kubecell, tuned_jobs=False, estimate="oracle",
         requires="kubecell.core.elastic.allocator"),
+    "kubecell-engine": PolicySpec(
+        "kubecell-engine", "the path a cluster runs: the core engine admits, places and shrinks the jobs as "
+        "elastic gangs (one GPU type each, kept), the allocator grows them into the engine's headroom",
+        _kubecell_engine, tuned_jobs=False, estimate="online", requires="kubecell.core.elastic.allocator"),
     "rigid": PolicySpec("rigid", "FIFO with backfill at the workload's GPU count and batch (TunedJobs), never resized;"
                         " stands for Gavel+TunedJobs", RigidPolicy, tuned_jobs=True, estimate="oracle"),
     "gavel": PolicySpec("gavel", "Gavel+TunedJobs as Sia runs it: max-sum-throughput LP over true throughputs every "
