@@ -214,3 +214,74 @@ def test_a_job_that_reports_is_sized_by_the_simulators_allocator(sync_seconds: f
     else:
         assert sizer.written == [], sizer.written
         assert reason.startswith("kept 2"), reason
+
+
+def teammate_worker(job: str, index: int, size: int) -> dict[str, Any]:
+    """A worker of ElasticJob ``job`` (1-GPU members, minimum 1, maximum 8) in VC b."""
+    gang = {"kubecell.io/vc": "b", "kubecell.io/group": job, "kubecell.io/group-size": str(size),
+            "kubecell.io/group-min": "1", "kubecell.io/group-max": "8"}
+    owner = {**OWNER, "name": job, "uid": f"{job}-uid"}
+    body = pod_body("ns", f"{job}-worker-{index}", {"nvidia.com/gpu": "1"}, annotations=gang)
+    body["metadata"].update(uid=f"{job}-{index}", creationTimestamp="1970-01-01T00:00:00Z", ownerReferences=[owner])
+    body["status"] = {"phase": "Pending"}
+    return body
+
+
+class TeamSizer(RecordingSizer):
+    """Records writes per job; every ElasticJob reads as 1..8 workers with a 300 s grace period."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_job: list[tuple[str, int, str]] = []
+
+    def _get(self, ref: Any) -> dict[str, Any]:
+        return {"metadata": {"name": ref.name, "namespace": "ns", "uid": ref.uid},
+                "spec": {"minReplicas": 1, "maxReplicas": 8, "replicas": 1, "terminationGracePeriodSeconds": 300,
+                         "template": {"spec": {"containers": [{"name": "t", "image": "i"}]}}}}
+
+    def _write(self, sized: Sized, target: int, reason: str) -> bool:
+        self.by_job.append((sized.ref.name, target, reason))
+        return super()._write(sized, target, reason)
+
+
+def report_on(loop: Loop, job: str, members: int, now: float) -> None:
+    text = build_step_report(time=now, replicas=members, nodes=1, local_batch=32, accumulation_steps=1,
+                             step_seconds=0.4, sync_seconds=0.01, grad_sqr=1.0, grad_var=500.0, steps=10)
+    for index in range(members):
+        uid = f"{job}-{index}"
+        body = copy.deepcopy(loop.mirror.pods[uid])
+        body["metadata"]["annotations"][ANNOTATION_STEP_REPORT] = text
+        loop.mirror.pods[uid] = body
+
+
+def test_a_long_grown_job_gives_members_to_a_new_teammate_who_waits_out_their_grace() -> None:
+    """Two ElasticJobs of one VC on one 8-GPU node: the one that has run an hour on 7 GPUs is lowered so that
+    the one that just started grows (least attained service, as in the simulator). The growing job's pods wait
+    for the lowered job's workers to end: past the sizer's 60 s grace, until that job's 300 s grace has run."""
+    start = time.time() - 3600.0
+    eng = engine(make_nodes(1), {"b": {"gpus": 8}}, resize_min_interval_seconds=0)
+    loop, sizer = Loop(eng), TeamSizer()
+    loop.add(*(teammate_worker("old", index, 7) for index in range(7)))
+    loop.cycle(start)
+    loop.add(teammate_worker("new", 0, 1))
+    loop.cycle(start + 3500.0)
+    running = {job.name: job.size for job in eng.running.values()}
+    assert sorted(running.values()) == [1, 7], "the old job on 7 GPUs, the new one on the last idle GPU"
+    now = start + 3600.0
+    report_on(loop, "old", 7, now)
+    report_on(loop, "new", 1, now)
+    sizer.grow(loop.state, loop.mirror, now)
+    lowered = [(target, reason) for job, target, reason in sizer.by_job if job == "old"]
+    raised = [(target, reason) for job, target, reason in sizer.by_job if job == "new"]
+    assert lowered, sizer.by_job
+    assert raised, sizer.by_job
+    assert lowered[0][0] < 7, lowered
+    assert lowered[0][1].startswith("shrunk 7->"), lowered
+    assert raised[0][0] - 1 == 7 - lowered[0][0], "it grows by exactly what the other gives"
+
+    loop.add(*(teammate_worker("new", index, raised[0][0]) for index in range(1, raised[0][0])))
+    sizer.grow(loop.state, loop.mirror, now + 1)  # its new pods wait: the other's workers are still ending
+    sizer.grow(loop.state, loop.mirror, now + 100)
+    assert [job for job, _, _ in sizer.by_job].count("new") == 1, "past 60 s it still waits for them"
+    sizer.grow(loop.state, loop.mirror, now + 400)
+    assert sizer.by_job[-1][:2] == ("new", 1), "after their 300 s grace it gives the raise back"

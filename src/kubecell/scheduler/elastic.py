@@ -80,6 +80,11 @@ class Sized:
     last_reason: str = ""
     restart_seconds: int | None = None
     """What a resize costs the job, as its ElasticJob states (``spec.restartSeconds``; None: the default)."""
+    grace_seconds: int | None = None
+    """Its workers' ``terminationGracePeriodSeconds`` (None: not read yet)."""
+    patient_until: float = float("-inf")
+    """A raise that counts on members other jobs give up waits for their workers to end until then, not only
+    ``pending_grace_seconds``."""
     room: int = 0
     room_key: tuple[int, int, float | None] | None = None
     """(the book's clock, the job's size, when it last resized) when ``room`` was computed."""
@@ -154,15 +159,24 @@ class ElasticSizer:
         except (InvalidInputError, ValueError) as error:  # a model that answers nonsense: nobody grows this pass
             log.warning("cannot size elastic jobs: %s", error)
             return
-        for name, (sized, job, _) in candidates.items():
-            choice = choices.get(name)
-            if choice is None:
-                continue
+        # Those that give first: the ones that grow wait for their workers to end (their grace period).
+        ending: dict[tuple[str, str], float] = {}
+        lowered = [name for name, (_, job, _) in candidates.items() if name in choices
+                   and choices[name].target < job.size]
+        for name in lowered + [name for name in candidates if name in choices and name not in lowered]:
+            sized, job, candidate = candidates[name]
+            choice = choices[name]
             sized.last_reason = choice.reason
             if choice.target == job.size or not self._write(sized, choice.target, choice.reason):
                 continue
-            if choice.target > job.size:
+            group = (candidate.vc, candidate.gpu_type)
+            if choice.target < job.size:
+                grace = elasticjobs.DEFAULT_GRACE_SECONDS if sized.grace_seconds is None else sized.grace_seconds
+                ending[group] = max(ending.get(group, 0.0), float(grace))
+            else:
                 sized.raised_to, sized.raised_at = choice.target, now
+                if group in ending:
+                    sized.patient_until = now + ending[group] + self.pending_grace_seconds
 
     def explain(self, uid: str) -> str:
         sized = self.jobs.get(uid)
@@ -202,7 +216,7 @@ class ElasticSizer:
         if state.tracked[job.name].live_pods() > size:  # pods wait to be bound: the engine grows into them first
             if sized.waiting_since is None:
                 sized.waiting_since = now
-            if now - sized.waiting_since <= self.pending_grace_seconds:
+            if now - sized.waiting_since <= self.pending_grace_seconds or now <= sized.patient_until:
                 return None
             sized.waiting_since, sized.raised_to = None, None
             return size, (f"its pods waited {self.pending_grace_seconds:g} s for capacity that was taken: back to "
@@ -288,7 +302,7 @@ class ElasticSizer:
             return observed, observed
         if spec.uid != sized.ref.uid:
             return observed, observed
-        sized.restart_seconds = spec.restart_seconds
+        sized.restart_seconds, sized.grace_seconds = spec.restart_seconds, spec.termination_grace_period_seconds
         if spec.batch_size is None:
             return observed, observed
         return spec.batch_size.min, max(spec.batch_size.max, spec.batch_size.min)

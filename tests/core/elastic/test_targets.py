@@ -59,7 +59,7 @@ def test_a_job_gives_members_only_to_a_job_of_its_vc_that_needs_them() -> None:
     choice = plan_growth(KubecellElasticPolicy(), NOW, [job("a", Curve(knee=2), size=6, room=2)])["a"]
     assert choice.target == 6
     assert choice.reason.startswith("kept 6: the allocator would run it on 2"), choice.reason
-    assert "no job of its VC needs the rest" in choice.reason
+    assert "no job of its VC needs the members" in choice.reason
 
 
 def test_a_long_grown_job_gives_members_to_a_new_one_of_its_vc() -> None:

@@ -103,3 +103,18 @@ def test_a_job_whose_model_a_grown_job_filled_takes_back_though_the_guarantee_ha
     assert [(cut.job.name, len(cut.members)) for cut in result.shrunk] == [("elastic", 2)]
     assert result.evicted == []
     check_engine(eng)
+
+
+def test_members_the_job_could_not_use_are_never_taken() -> None:
+    """A grown job on V100s gives nothing to a job that asks for an A100: shrinking it would not let that job
+    run, so it keeps its members and the job waits."""
+    nodes = make_nodes(1, model="A100", prefix="a") + make_nodes(1, model="V100M32", prefix="v")
+    eng = engine(nodes, {"a": {"cells": {"A100x8/node": 1, "V100M32x8/node": 1}}}, resize_min_interval_seconds=0.0)
+    eng.submit(whole("rigid", "a", 8, models=["A100"]), 0)
+    eng.submit(whole("elastic", "a", 1, members=8, min_members=1, models=["V100M32"]), 0)
+    eng.schedule(0)
+    eng.submit(whole("new", "a", 2, models=["A100"]), 10)
+    result = eng.schedule(10)
+    assert eng.jobs["new"].phase == JobPhase.PENDING
+    assert result.shrunk == []
+    assert eng.jobs["elastic"].size == 8

@@ -119,9 +119,12 @@ def _plan_vc(policy: KubecellElasticPolicy, now: float,
                 continue
             give = min(size - count, max(need, 0))
             need -= give
-            if give < size - count:
-                reason = (f"kept {size - give}: the allocator would run it on {count} ({reason}), but no job of "
-                          "its VC needs the rest; only the engine takes members back otherwise")
+            if give == 0:
+                reason = (f"kept {size}: the allocator would run it on {count} ({reason}), but no job of its VC "
+                          "needs the members; only the engine takes members back otherwise")
+            elif give < size - count:
+                reason = (f"shrunk {size}->{size - give} {gpu_type}: {give} given to jobs of its VC that grow (the "
+                          f"allocator would run it on {count}: {reason})")
             choices[c.name] = GrowthChoice(size - give, reason)
     return choices
 

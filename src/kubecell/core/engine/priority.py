@@ -22,6 +22,8 @@ nodes); the GPUs it actually reclaims are only ever on its nodes (``reclaim.vict
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kubecell.core.engine.attempt import Attempt
 from kubecell.core.engine.bindings import adopt_cells, release_idle_cells
 from kubecell.core.engine.guaranteed import start_guaranteed
@@ -103,17 +105,20 @@ def take_back_grown_members(session: Session, attempt: Attempt, vc: VirtualClust
     Why: members above a minimum were taken from idle capacity (growth), and a teammate's job that needs its
     minimum is worth more than a grown job's extra speed. Without this, an elastic job that grew into its VC's
     whole guarantee, or into all the GPUs of the model another job asks for, would keep every later job of the
-    VC waiting until it finished. The same guards hold as
-    for any shrink: outside the victim's resize interval and minRuntime, newest members first, and only if the
-    simulation says the job then fits; the job it starts is not shrunk back in turn, since growth never takes
-    members from a running job."""
+    VC waiting until it finished. The same guards hold as for any shrink: outside the victim's resize interval
+    and minRuntime, newest members first, and only if the simulation says the job then fits; the job it starts
+    is not shrunk back in turn, since growth never takes members from a running job. Only peers with a member
+    the job could use (on its nodes, of its GPU models) are simulated, so a waiting job costs a scan, not a
+    simulation, each cycle while no peer can help it."""
     spec = attempt.job.spec
     interval = session.options.resize_min_interval_seconds
+    usable = _usable_by(session, attempt.job)
     peers: list[Job] = []
     soonest: float | None = None
     for name in session.ledger.guaranteed_jobs(vc.name):
         other = session.jobs[name]
-        if other is attempt.job or other.spec.priority != spec.priority or not shrinkable(other):
+        if (other is attempt.job or other.spec.priority != spec.priority
+                or not any(map(usable, shrinkable(other)))):
             continue
         started = other.started_at if other.started_at is not None else attempt.now
         until = max(started + vc.min_runtime_seconds,
@@ -131,6 +136,21 @@ def take_back_grown_members(session: Session, attempt: Attempt, vc: VirtualClust
     return _shrink_first(session, attempt, vc, peers, need,
                          f"its members above the minimum given back to {attempt.job.name} (VC {vc.name}, equal "
                          "priority)")
+
+
+def _usable_by(session: Session, job: Job) -> Callable[[str], bool]:
+    """Whether a member (allocation name) sits where ``job`` may run: its allowed nodes, its GPU models."""
+    book = session.book
+    allowed = session.allowed_nodes(job)
+    models = job.spec.gpu_models
+
+    def usable(member: str) -> bool:
+        index = book.index[book.allocations[member].node]
+        if allowed is not None and not allowed[index]:
+            return False
+        return models is None or book.model_names[book.model_id[index]] in models
+
+    return usable
 
 
 def _shrink_first(session: Session, attempt: Attempt, vc: VirtualCluster, eligible: list[Job], need: int,
