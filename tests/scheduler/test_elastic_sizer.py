@@ -283,5 +283,6 @@ def test_a_long_grown_job_gives_members_to_a_new_teammate_who_waits_out_their_gr
     sizer.grow(loop.state, loop.mirror, now + 1)  # its new pods wait: the other's workers are still ending
     sizer.grow(loop.state, loop.mirror, now + 100)
     assert [job for job, _, _ in sizer.by_job].count("new") == 1, "past 60 s it still waits for them"
+    assert [job for job, _, _ in sizer.by_job].count("old") == 1, "nor is the lowered job sized again meanwhile"
     sizer.grow(loop.state, loop.mirror, now + 400)
     assert sizer.by_job[-1][:2] == ("new", 1), "after their 300 s grace it gives the raise back"

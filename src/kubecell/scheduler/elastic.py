@@ -10,9 +10,10 @@ many pods there should be is this module, after each engine cycle:
 * **Grow.** When the engine says more members would fit now (``Engine.headroom``: guarantee room, borrow
   limit, cells, topology, the resize interval), the jobs that have a goodput model are sized together by the
   allocator the simulator measures (``core.elastic.targets``: how far each grows, and whose growth is worth
-  more when several want the same idle GPUs); a job that has not reported yet takes the room. The target is
+  more when several want the same GPUs); a job that has not reported yet takes the room. The target is
   raised; the controller creates the pods, they join the running gang (``Intake``) and the engine grows into
-  them in its next cycle.
+  them in its next cycle. Where the idle GPUs do not cover that growth, a job of the same VC that the
+  allocator sizes down is lowered first (the most-served first); the growing job waits for its workers to end.
 * **Give pods back.** When the job's pods wait to be bound for more than ``pending_grace_seconds`` (the
   capacity a raise counted on was taken meanwhile, or a replaced worker finds none), the target is lowered
   to the members it runs; growth raises it again when capacity frees.
@@ -85,6 +86,10 @@ class Sized:
     patient_until: float = float("-inf")
     """A raise that counts on members other jobs give up waits for their workers to end until then, not only
     ``pending_grace_seconds``."""
+    lowered_to: int | None = None
+    """The target the sizer last lowered the job to, to give members to another job (its workers are ending)."""
+    lowered_until: float = float("-inf")
+    """Until when the job is left alone while those workers end (their grace period, then the pods' grace)."""
     room: int = 0
     room_key: tuple[int, int, float | None] | None = None
     """(the book's clock, the job's size, when it last resized) when ``room`` was computed."""
@@ -113,6 +118,8 @@ class ElasticSizer:
         in the job's scope; what can still change it without a change of the book (a resize interval that
         ends, a VC reconfigured) is picked up at the next refresh."""
         self.jobs: dict[str, Sized] = {}
+        self._planned: tuple[tuple[str, int, int, int], ...] = ()
+        self._planned_at = float("-inf")
 
     def shrunk(self, state: Tracking, shrunk: Sequence[Job]) -> None:
         """Lower the targets of the elastic jobs the engine just shrank, before their pods are evicted (so
@@ -153,7 +160,13 @@ class ElasticSizer:
     def _plan(self, candidates: Mapping[str, tuple[Sized, Job, GrowthCandidate]], now: float) -> None:
         """Size the jobs that have a goodput model together: raise the targets the allocator grows, and lower
         those whose members it gives to other jobs of their VC (their controllers delete the newest workers;
-        the engine then grows the others into the capacity freed)."""
+        the engine then grows the others into the capacity freed). The allocator runs again only when a
+        candidate's size, room or what it may give changed, or ``headroom_refresh_seconds`` passed (attained
+        service and the allocator's locks move with time alone)."""
+        key = tuple(sorted((name, len(c.nodes), c.room, c.shrinkable) for name, (_, _, c) in candidates.items()))
+        if key == self._planned and now - self._planned_at < self.headroom_refresh_seconds:
+            return
+        self._planned, self._planned_at = key, now
         try:
             choices = plan_targets(self.policies, now, [candidate for _, _, candidate in candidates.values()])
         except (InvalidInputError, ValueError) as error:  # a model that answers nonsense: nobody grows this pass
@@ -173,6 +186,7 @@ class ElasticSizer:
             if choice.target < job.size:
                 grace = elasticjobs.DEFAULT_GRACE_SECONDS if sized.grace_seconds is None else sized.grace_seconds
                 ending[group] = max(ending.get(group, 0.0), float(grace))
+                sized.lowered_to, sized.lowered_until = choice.target, now + grace + self.pending_grace_seconds
             else:
                 sized.raised_to, sized.raised_at = choice.target, now
                 if group in ending:
@@ -225,6 +239,10 @@ class ElasticSizer:
         if sized.raised_to is not None and sized.raised_to > size and \
                 now - sized.raised_at <= self.pending_grace_seconds:
             return None  # raised: its controller has not made the pods yet
+        if sized.lowered_to is not None:
+            if size > sized.lowered_to and now <= sized.lowered_until:
+                return None  # lowered to give members: its workers are ending, and it is not sized again meanwhile
+            sized.lowered_to = None
         room = self._headroom(state, job, sized, now)
         most = min(job.spec.members, size + room)
         model = sized.model

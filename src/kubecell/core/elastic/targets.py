@@ -1,24 +1,26 @@
-"""How far running elastic jobs grow into the capacity the engine offers them, decided by the allocator the
-simulator measures (``allocator.KubecellElasticPolicy``), so that a cluster sizes its jobs by the rule whose
-figures against Sia docs/elastic.md reports.
+"""How running elastic jobs are sized on a cluster, decided by the allocator the simulator measures
+(``allocator.KubecellElasticPolicy``), so that a cluster sizes its jobs by the rule whose figures against Sia
+docs/elastic.md reports.
 
 The engine decides *whether* a member fits (``Engine.headroom``: guarantee room, borrow limit, cells,
 topology, allowed nodes, the resize interval), places it, and takes members back when capacity is claimed
 (shrink before preemption, newest first). What it cannot say is whether another member is worth a restart,
-nor which job's growth is worth more when several want the same idle GPUs. The allocator answers both when it
-is handed the jobs as they run:
+nor which job's growth is worth more when several jobs of a VC want the same GPUs. The allocator answers both
+when it is handed the jobs of one VC as they run (one allocator per VC: members move between jobs of one VC
+only, as another VC's capacity is the engine's to reclaim):
 
-* each job keeps its GPU type (a move to another type is the engine's business, not a resize) and may grow by
-  at most its own headroom;
-* per type, the idle member slots are the largest headroom any job of that type reports (jobs of different
-  VCs may see different room; each is capped by its own, so the allocator never gives one more than the
-  engine would place, and two raised into the same idle GPUs are settled by the engine: the pods that do not
-  fit wait and are given back);
+* each job keeps its GPU type (a move to another type is not a resize) and may grow by its own headroom plus
+  what the other jobs of its VC and type may give up now (members above their minimums, none inside the
+  engine's resize interval);
+* per type, the idle member slots are the largest headroom any job of that type reports (each job is capped
+  by its own, and two raised into the same idle GPUs are settled by the engine: the pods that do not fit wait
+  and are given back);
 * new members are priced on fresh nodes (``node_slots`` members per node), not beside the job's members.
 
-Only the count is read from the answer, and never below what a job runs: where members go is the engine's
-choice, and shrinking is the engine's (a claim, a priority), not a resize the allocator may start. The
-allocator keeps its state between decisions (restart counts, prices), so one instance serves every call.
+Only the counts are read from the answer: where members go is the engine's choice. A job is lowered only to
+give members to jobs of its VC whose growth the idle slots cannot cover, the most-served jobs first; a job
+the allocator would merely run smaller keeps its members. Each allocator keeps its state between decisions
+(restart counts, prices), so the caller keeps them (``plan_targets``' ``policies``).
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ def engine_candidate(engine: Engine, job: Job, gpu_type: str, room: int, estimat
     else:  # CPU members: as many per node as the job runs on its fullest node
         slots = max((where.count(node) for node in where), default=1)
     started = job.started_at if job.started_at is not None else now
-    interval = engine.session.options.resize_min_interval_seconds
+    interval = engine.options.resize_min_interval_seconds
     return GrowthCandidate(
         name=job.name, vc=job.spec.vc, gpu_type=gpu_type, nodes=tuple(where), room=room,
         shrinkable=len(shrinkable(job)) if may_resize(job, now, interval) else 0, maximum=job.spec.members,
