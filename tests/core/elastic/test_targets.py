@@ -132,3 +132,24 @@ def test_types_are_sized_apart_even_on_one_node() -> None:
 
 def test_no_candidates_no_decision() -> None:
     assert plan_growth(KubecellElasticPolicy(), NOW, []) == {}
+
+
+class Broken:
+    """A model that scales up to 3 replicas, then answers nonsense: infinity at 4, NaN at 8, a negative rate
+    elsewhere."""
+
+    def goodput(self, gpu_type: str, num_nodes: int, num_replicas: int) -> float:
+        if num_replicas <= 3:
+            return 10.0 * num_replicas
+        return {4: float("inf"), 8: float("nan")}.get(num_replicas, -5.0)
+
+
+def test_a_model_that_answers_nonsense_is_not_grown_on_it() -> None:
+    """An infinite goodput is not a reason to grow: what is not a finite rate counts as nothing known."""
+    broken = GrowthCandidate(name="broken", vc="a", gpu_type="A100", nodes=("n1",) * 2, room=6, shrinkable=1,
+                             maximum=8, submitted=0.0, attained_member_seconds=0.0, last_resize=0.0,
+                             restart_seconds=30.0, estimate=Broken(), node_slots=8)
+    fine = job("fine", Curve(knee=8), size=2, room=6, node="n2")
+    choices = plan_growth(KubecellElasticPolicy(), NOW, [broken, fine])
+    assert choices["broken"].target <= 3, choices
+    assert choices["fine"].target > 2, "the other job is sized as usual"

@@ -373,11 +373,16 @@ def compact_shapes(counts: Sequence[int], gpus_per_node: int) -> list[Shape]:
 def goodput_table(estimate: GoodputEstimate, gpu_type: str, counts: Sequence[int],
                   gpus_per_node: int) -> NDArray[np.float64]:
     """Goodput of one job at each GPU count in ``counts`` on ``gpu_type``, each packed compactly; one
-    vectorised call for estimates that support it (``BulkGoodputEstimate``), else one call per count."""
+    vectorised call for estimates that support it (``BulkGoodputEstimate``), else one call per count. An
+    answer that is not a finite non-negative number counts as nothing known there (0): a policy given an
+    estimate it did not build must never rank on NaN."""
     shapes = compact_shapes(counts, gpus_per_node)
     if isinstance(estimate, BulkGoodputEstimate):
-        return np.asarray(estimate.goodput_many(gpu_type, shapes), dtype=np.float64)
-    return np.array([estimate.goodput(gpu_type, n, r) if r > 0 else 0.0 for n, r in shapes], dtype=np.float64)
+        table = np.array(estimate.goodput_many(gpu_type, shapes), dtype=np.float64)
+    else:
+        table = np.array([estimate.goodput(gpu_type, n, r) if r > 0 else 0.0 for n, r in shapes], dtype=np.float64)
+    table[~np.isfinite(table) | (table < 0)] = 0.0
+    return table
 
 
 def speedup_table(estimate: GoodputEstimate, gpu_types: Mapping[str, int], counts: Sequence[int],
