@@ -286,3 +286,21 @@ def test_a_long_grown_job_gives_members_to_a_new_teammate_who_waits_out_their_gr
     assert [job for job, _, _ in sizer.by_job].count("old") == 1, "nor is the lowered job sized again meanwhile"
     sizer.grow(loop.state, loop.mirror, now + 400)
     assert sizer.by_job[-1][:2] == ("new", 1), "after their 300 s grace it gives the raise back"
+
+
+def test_workers_on_several_gpu_models_are_told_once_and_take_only_the_room() -> None:
+    """A template that names no GPU model can land its workers on two models: the job is told once that it
+    steps at its slowest GPU and cannot be priced, and it is not sized on goodput."""
+    nodes = make_nodes(1, model="A100", prefix="a") + make_nodes(1, model="V100M32", prefix="v")
+    eng = engine(nodes, {"b": {"cells": {"A100x8/node": 1, "V100M32x8/node": 1}}}, resize_min_interval_seconds=0)
+    loop, sizer = Loop(eng), RecordingSizer()
+    loop.add(*(worker(index, size=4) for index in range(4)))
+    loop.cycle(1)
+    job = running_job(loop)
+    models = {eng.book.model_names[eng.book.model_id[eng.book.index[a.node]]] for a in eng.allocations_of(job.name)}
+    assert models == {"A100", "V100M32"}, "four 4-GPU workers on two 8-GPU nodes of two models"
+    sizer.grow(loop.state, loop.mirror, 2)
+    sizer.grow(loop.state, loop.mirror, 3)
+    assert [reason for reason, _ in sizer.events] == ["MixedGpuModels"]
+    assert "A100, V100M32" in sizer.events[0][1]
+    assert sizer.written == [], "at its maximum of 4: nothing to take"

@@ -274,7 +274,10 @@ class ElasticSizer:
             index = book.index[allocation.node]
             nodes.add(allocation.node)
             types.add(book.model_names[book.model_id[index]] if allocation.gpu_indices else CPU_ONLY)
-        gpu_type = types.pop() if len(types) == 1 else None  # a job across GPU types: priced by none
+        if len(types) > 1:  # a job across GPU types: priced by none, and told once
+            self._mixed(sized, sorted(types))
+            return None, len(nodes)
+        gpu_type = types.pop() if types else None
         if gpu_type is None:
             return None, len(nodes)
         for uid in tracked.members.values():
@@ -305,6 +308,21 @@ class ElasticSizer:
             if not model.observe(read.report):
                 self._tell(sized, pod, "UntrustedReport", f"step report refused: {model.last_refusal}")
         return gpu_type, len(nodes)
+
+    def _mixed(self, sized: Sized, models: Sequence[str]) -> None:
+        """One Warning Event on the ElasticJob whose workers run on several GPU models: data-parallel training
+        steps at the pace of its slowest GPU, and no goodput model prices such a placement, so the job only
+        takes idle capacity from then on."""
+        key = ("", "MixedGpuModels")
+        if key in sized.told:
+            return
+        sized.told.add(key)
+        ref = sized.ref
+        self._event({"apiVersion": elasticjobs.API_VERSION, "kind": elasticjobs.KIND, "name": ref.name,
+                     "namespace": ref.namespace, "uid": ref.uid}, "Warning", "MixedGpuModels",
+                    f"workers run on several GPU models ({', '.join(models)}): the training steps at the pace of "
+                    "the slowest, and kubecell cannot price its growth; name one model in the template (a "
+                    "nodeSelector or a resource of one model) to have it sized on goodput")
 
     def _batch_range(self, sized: Sized, observed: int) -> tuple[int, int]:
         """The global batch range the job's goodput model may choose in: the ElasticJob's ``batchSize`` where
