@@ -107,12 +107,14 @@ def take_back_grown_members(session: Session, attempt: Attempt, vc: VirtualClust
     whole guarantee, or into all the GPUs of the model another job asks for, would keep every later job of the
     VC waiting until it finished. The same guards hold as for any shrink: outside the victim's resize interval
     and minRuntime, newest members first, and only if the simulation says the job then fits; the job it starts
-    is not shrunk back in turn, since growth never takes members from a running job. Only peers with a member
-    the job could use (on its nodes, of its GPU models) are simulated, so a waiting job costs a scan, not a
-    simulation, each cycle while no peer can help it."""
+    is not shrunk back in turn, since growth never takes members from a running job. When the guarantee has
+    room, only peers with a member the job could use (on its nodes, of its GPU models) are simulated, so a
+    waiting job costs a scan, not a simulation, each cycle while no peer can help it."""
     spec = attempt.job.spec
     interval = session.options.resize_min_interval_seconds
-    usable = _usable_by(session, attempt.job)
+    # Guarantee room is fungible: while the job lacks it, any peer's member frees some; with room to spare,
+    # only members where the job may run help it.
+    usable = _usable_by(session, attempt.job) if need <= 0 else _anywhere
     peers: list[Job] = []
     soonest: float | None = None
     for name in session.ledger.guaranteed_jobs(vc.name):
@@ -136,6 +138,10 @@ def take_back_grown_members(session: Session, attempt: Attempt, vc: VirtualClust
     return _shrink_first(session, attempt, vc, peers, need,
                          f"its members above the minimum given back to {attempt.job.name} (VC {vc.name}, equal "
                          "priority)")
+
+
+def _anywhere(member: str) -> bool:
+    return True
 
 
 def _usable_by(session: Session, job: Job) -> Callable[[str], bool]:
