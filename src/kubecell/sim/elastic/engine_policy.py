@@ -10,8 +10,8 @@ members other jobs of the VC give up for them (their controllers delete the newe
 ``Engine.release_members``); a job without a goodput model takes the room. A job that needs its minimum takes
 back members others grew (the engine's rule). The engine's resize interval holds. One VC holds the whole
 cluster. Each job's restart cost is its own, as an ElasticJob states it in ``spec.restartSeconds`` (without
-it the cluster charges 30 s, which here resizes ImageNet and YOLOv3 jobs far too often: 18.9 restarts per job
-instead of 11.1, and avg JCT 0.87 h instead of 0.66 h on philly 1).
+it the cluster charges 30 s, which here resizes ImageNet and YOLOv3 jobs too often: 21.7 restarts per job
+instead of 16.0, and avg JCT 0.75 h instead of 0.66 h on philly 1).
 
 What it leaves out: pods and their controller (a raised target is bound in the same round: creating and
 binding pods takes seconds, a round is 60 s; a raise the engine cannot place binds nothing and is not kept),
