@@ -203,8 +203,7 @@ class ElasticSizer:
         if sized is None:
             sized = self.jobs[ref.uid] = Sized(ref)
             if state is not None and job is not None and not state.engine.could_ever_run_all(job.name):
-                self._event({"apiVersion": elasticjobs.API_VERSION, "kind": elasticjobs.KIND, "name": ref.name,
-                             "namespace": ref.namespace, "uid": ref.uid}, "Warning", "MaxReplicasUnreachable",
+                self._event(_involved(ref), "Warning", "MaxReplicasUnreachable",
                             f"maxReplicas {job.spec.members}: the cluster could never hold that many workers of "
                             "this shape at once; the job grows only as far as capacity allows")
         return sized
@@ -317,9 +316,7 @@ class ElasticSizer:
         if key in sized.told:
             return
         sized.told.add(key)
-        ref = sized.ref
-        self._event({"apiVersion": elasticjobs.API_VERSION, "kind": elasticjobs.KIND, "name": ref.name,
-                     "namespace": ref.namespace, "uid": ref.uid}, "Warning", "MixedGpuModels",
+        self._event(_involved(sized.ref), "Warning", "MixedGpuModels",
                     f"workers run on several GPU models ({', '.join(models)}): the training steps at the pace of "
                     "the slowest, and kubecell cannot price its growth; name one model in the template (a "
                     "nodeSelector or a resource of one model) to have it sized on goodput")
@@ -395,3 +392,9 @@ class ElasticSizer:
 
 def _positive(value: float) -> bool:
     return math.isfinite(value) and value > 0.0
+
+
+def _involved(ref: ElasticRef) -> dict[str, str]:
+    """The ElasticJob an Event is about, from what its pods name (no GET needed)."""
+    return {"apiVersion": elasticjobs.API_VERSION, "kind": elasticjobs.KIND, "name": ref.name,
+            "namespace": ref.namespace, "uid": ref.uid}

@@ -27,14 +27,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-
 from kubecell.core.elastic.allocator import KubecellElasticPolicy
 from kubecell.core.elastic.targets import GrowthChoice, engine_candidate, plan_targets, take_the_room
 from kubecell.core.elastic.types import ClusterNode, ElasticJobView
 from kubecell.core.engine.engine import Engine
 from kubecell.core.engine.job import JobPhase, JobSpec
 from kubecell.core.engine.options import PRESETS
+from kubecell.core.engine.shrink import shrinkable
 from kubecell.core.model import MILLI_PER_GPU, Request, make_node
 from kubecell.core.tenancy.config import resolve_tenants
 from kubecell.core.topology import CellForest
@@ -117,12 +116,12 @@ class EngineSizedPolicy:
         book = engine.book
         idle: Counter[str] = Counter()
         for node in nodes:
-            idle[node.gpu_type] += int(np.sum(book.gpu_milli_free[book.index[node.name]] == MILLI_PER_GPU))
+            idle[node.gpu_type] += int(book.full_count[book.index[node.name]])
         above: Counter[str] = Counter()
         for job in engine.running.values():
             models = job.spec.member.gpu_models or frozenset()
-            if job.phase == JobPhase.RUNNING and len(models) == 1:
-                above[next(iter(models))] += job.size - job.spec.minimum
+            if len(models) == 1:
+                above[next(iter(models))] += len(shrinkable(job))
         kinds = sorted({node.gpu_type for node in nodes})
         types: dict[str, str] = {}
         for view in sorted(new, key=lambda v: (v.submitted, v.name)):
