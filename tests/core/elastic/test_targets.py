@@ -1,13 +1,16 @@
-"""How running elastic jobs are sized on a cluster, by the simulator's allocator: grown to where the speedup
-flattens, only when the gain pays for the restart, never past a job's own room plus what others of its VC may
-give, the idle slots of a type shared between the jobs that want them, and members taken from a job only for a
-job of its VC that grows beyond the idle slots (the most-served job first), never inside its resize
-interval."""
+"""How elastic jobs are sized on a cluster, by the simulator's allocator: grown to where the speedup flattens,
+only when the gain pays for the restart, never past a job's own room plus what others of its VC may give, the
+idle slots of a type shared between the jobs that want them, and members taken from a job only for a job of
+its VC that grows or starts beyond the idle slots (the most-served job first), never inside its resize
+interval; moved to another GPU type only into GPUs idle there, while a waiting job may start on what others
+give."""
 
 from __future__ import annotations
 
+import pytest
+
 from kubecell.core.elastic.allocator import KubecellElasticPolicy
-from kubecell.core.elastic.targets import GrowthCandidate, GrowthChoice, plan_targets
+from kubecell.core.elastic.targets import GrowthCandidate, GrowthChoice, plan_targets, start_type
 
 NOW = 10_000.0
 
@@ -153,3 +156,76 @@ def test_a_model_that_answers_nonsense_is_not_grown_on_it() -> None:
     choices = plan_growth(KubecellElasticPolicy(), NOW, [broken, fine])
     assert choices["broken"].target <= 3, choices
     assert choices["fine"].target > 2, "the other job is sized as usual"
+
+
+class Typed:
+    """Goodput that scales perfectly up to ``knee`` replicas, ``speed[t]`` per replica on type ``t``."""
+
+    def __init__(self, knee: int, speed: dict[str, float]) -> None:
+        self.knee, self.speed = knee, speed
+
+    def goodput(self, gpu_type: str, num_nodes: int, num_replicas: int) -> float:
+        return self.speed.get(gpu_type, 0.0) * min(num_replicas, self.knee)
+
+
+def on(name: str, gpu_type: str, estimate: Typed, *, size: int = 2, room: int = 0, rooms: dict[str, int],
+       attained: float = 0.0, shrinkable: int | None = None, node: str = "n1") -> GrowthCandidate:
+    """A running job on ``gpu_type`` (or a waiting one: ``size`` 0) that may use the types of ``rooms``."""
+    return GrowthCandidate(name=name, vc="a", gpu_type=gpu_type if size else "", nodes=(node,) * size, room=room,
+                           shrinkable=max(size - 1, 0) if shrinkable is None else shrinkable, maximum=8,
+                           submitted=0.0, attained_member_seconds=attained, last_resize=0.0, restart_seconds=30.0,
+                           estimate=estimate, node_slots=8, minimum=1, rooms=rooms)
+
+
+FAST_ON_A100 = Typed(8, {"T4": 1.0, "A100": 6.0})
+
+
+def test_a_job_moves_to_a_type_where_it_is_much_faster_when_gpus_are_idle_there() -> None:
+    choice = plan_growth(KubecellElasticPolicy(), NOW, [on("job", "T4", FAST_ON_A100, rooms={"A100": 8})])["job"]
+    assert choice.gpu_type == "A100", choice
+    assert 1 <= choice.target <= 8
+    assert choice.reason.startswith("moved 2 T4 -> "), choice.reason
+
+
+def test_a_move_is_at_most_what_is_idle_and_never_below_the_minimum() -> None:
+    policy = KubecellElasticPolicy()
+    assert plan_growth(policy, NOW, [on("job", "T4", FAST_ON_A100, rooms={"A100": 2})])["job"].target <= 2
+    stay = plan_growth(KubecellElasticPolicy(), NOW, [on("job", "T4", FAST_ON_A100, rooms={"A100": 0})])["job"]
+    assert stay.gpu_type is None, stay
+    assert stay.target >= 2, stay
+
+
+def test_a_move_never_counts_on_members_others_give() -> None:
+    """The A100s are all held by a grown job that could give members up, none is idle: moving there would stop
+    the T4 job for GPUs that are not free, so it stays (a waiting job may count on them, below)."""
+    grown = on("grown", "A100", Typed(2, {"A100": 1.0}), size=8, attained=50 * 3600.0, rooms={}, node="a1")
+    mover = on("job", "T4", FAST_ON_A100, rooms={"A100": 0})
+    choices = plan_growth(KubecellElasticPolicy(), NOW, [grown, mover])
+    assert choices["job"].gpu_type is None, choices
+    assert choices["grown"].target == 8, "nobody takes its members"
+
+
+def test_a_waiting_job_starts_where_the_allocator_chooses_and_may_count_on_what_others_give() -> None:
+    """No GPU is idle anywhere; a grown, long-served job on the A100s is past its knee. The waiting job is
+    started on the A100s where it is fastest, and the grown job gives exactly what it takes."""
+    grown = on("grown", "A100", Typed(2, {"A100": 1.0}), size=8, attained=50 * 3600.0, rooms={}, node="a1")
+    waiting = on("new", "", FAST_ON_A100, size=0, rooms={"A100": 0, "T4": 0})
+    choices = plan_growth(KubecellElasticPolicy(), NOW, [grown, waiting])
+    start = choices["new"]
+    assert start.gpu_type == "A100", choices
+    assert start.target >= 1, choices
+    assert start.reason.startswith("started "), start.reason
+    assert 8 - choices["grown"].target >= start.target, "the grown job gives what the new one takes"
+
+
+def test_a_waiting_job_that_fits_nowhere_is_left_to_the_engine_queue() -> None:
+    waiting = on("new", "", FAST_ON_A100, size=0, rooms={"A100": 0, "T4": 0})
+    assert plan_growth(KubecellElasticPolicy(), NOW, [waiting]) == {}
+
+
+def test_start_type_prefers_where_its_minimum_is_idle_then_the_best_price() -> None:
+    assert start_type(["T4", "A100"], {"T4": 4, "A100": 4}, {}, {"T4": 1.0, "A100": 5.0}, 2) == "A100"
+    assert start_type(["T4", "A100"], {"T4": 4, "A100": 1}, {}, {"T4": 1.0, "A100": 5.0}, 2) == "T4"
+    assert start_type(["T4", "A100"], {}, {"T4": 3, "A100": 1}, {"A100": 5.0}, 2) == "T4", "most members to take back"
+    with pytest.raises(ValueError, match="no GPU type"):
+        start_type([], {}, {}, {}, 1)

@@ -84,7 +84,8 @@ def test_registry() -> None:
     assert policy_spec("rigid").estimate == "oracle"
     assert not POLICIES["kubecell"].tuned_jobs
     assert POLICIES["kubecell"].estimate == "online"
-    accepted = "kubecell, kubecell-true-noise, kubecell-oracle, kubecell-engine, rigid, gavel"
+    accepted = ("kubecell, kubecell-no-moves, kubecell-allocator, kubecell-true-noise, kubecell-oracle, rigid, "
+                "gavel")
     with pytest.raises(InvalidInputError, match=rf"unknown elastic policy 'pollux' .*accepted: {accepted}"):
         parse_policies("rigid,pollux")
     with pytest.raises(InvalidInputError, match="no policy given"):

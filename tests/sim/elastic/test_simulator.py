@@ -196,9 +196,11 @@ def test_kubecell_policy_runs_every_job_to_completion(setup: tuple[Workload, dic
     assert all(0 <= s.allocated_gpus <= 16 for s in result.samples)
 
 
-@pytest.mark.parametrize("name", ["kubecell-true-noise", "kubecell-oracle", "kubecell-engine"])
+@pytest.mark.parametrize("name", ["kubecell-true-noise", "kubecell-oracle", "kubecell-allocator",
+                                  "kubecell-no-moves"])
 def test_diagnostic_runs_finish_every_job(setup: tuple[Workload, dict[str, ApplicationModel]], name: str) -> None:
-    """The runs that split the online model's gap (bench/elastic_gap.py) drive the same policy to the end."""
+    """The runs that split the online model's gap (bench/elastic_gap.py) and the two that tell what the engine
+    and moves between types are worth drive their jobs to the end."""
     if not POLICIES[name].available():
         pytest.skip("kubecell's elastic policy (core/elastic/allocator.py) is not in this build")
     workload, apps = setup
@@ -207,31 +209,53 @@ def test_diagnostic_runs_finish_every_job(setup: tuple[Workload, dict[str, Appli
     assert all(0 <= s.allocated_gpus <= 16 for s in result.samples)
 
 
-def test_the_cluster_path_keeps_each_job_on_one_type_and_grows_through_the_engine(
+def _types_held(watch: Watch) -> dict[str, list[set[str]]]:
+    """Per job, the GPU types of what it held at each decision it ran in."""
+    node_type = {node.name: node.gpu_type for node in NODES}
+    types: dict[str, list[set[str]]] = {}
+    for seen in watch.seen:
+        for name, held in seen.items():
+            if held:
+                types.setdefault(name, []).append({node_type[node] for node in held})
+    return types
+
+
+def test_the_cluster_path_runs_each_job_on_one_type_at_a_time_and_moves_it_when_that_pays(
         setup: tuple[Workload, dict[str, ApplicationModel]]) -> None:
-    """``kubecell-engine`` decides through the core engine as a cluster does: every job stays on the GPU type it
-    was given, and jobs grow past their minimum as the engine binds what the allocator sized into its
-    headroom (the engine's own reasons say so)."""
-    if not POLICIES["kubecell-engine"].available():
+    """``kubecell`` decides through the core engine as a cluster does: a job's members are always on one GPU type,
+    jobs grow past their minimum as the engine binds what the allocator sized into its headroom (the engine's
+    own reasons say so), and some job is moved to another type (a new engine job there, as new pods form a new
+    gang on a cluster), with the allocator's reason."""
+    if not POLICIES["kubecell"].available():
         pytest.skip("kubecell's elastic policy (core/elastic/allocator.py) is not in this build")
     from kubecell.sim.elastic.engine_policy import EngineSizedPolicy
 
     workload, apps = setup
     watch = Watch(EngineSizedPolicy())
-    spec = dataclasses.replace(POLICIES["kubecell-engine"], make=lambda: watch)
-    result = simulate(workload, apps, NODES, spec)
+    result = simulate(workload, apps, NODES, dataclasses.replace(POLICIES["kubecell"], make=lambda: watch))
     assert all(r.completion is not None for r in result.records)
-    node_type = {node.name: node.gpu_type for node in NODES}
-    types: dict[str, set[str]] = {}
-    for seen in watch.seen:
-        for name, held in seen.items():
-            types.setdefault(name, set()).update(node_type[node] for node in held)
-    assert all(len(kinds) == 1 for kinds in types.values()), types
+    types = _types_held(watch)
+    assert all(len(kinds) == 1 for held in types.values() for kinds in held), types
+    moved = [name for name, held in types.items() if len({next(iter(kinds)) for kinds in held}) > 1]
+    assert moved, "no job was moved to another GPU type"
     assert any(r.max_gpus > 1 for r in result.records), "some job grew past its minimum"
     assert isinstance(watch.inner, EngineSizedPolicy)
     engine = watch.inner.engine
     assert engine is not None
-    assert any(why.startswith("grown 1 -> ") for job in engine.jobs.values() for why in job.resizes)
+    assert any(name.endswith("#2") for name in engine.jobs), "a moved job is a new engine job"
+
+
+def test_without_moves_each_job_keeps_the_type_it_was_given(
+        setup: tuple[Workload, dict[str, ApplicationModel]]) -> None:
+    """``kubecell-no-moves`` (the diagnostic of what moves are worth) keeps every job on its first type."""
+    from kubecell.sim.elastic.engine_policy import EngineSizedPolicy
+
+    workload, apps = setup
+    watch = Watch(EngineSizedPolicy(moves=False))
+    result = simulate(workload, apps, NODES, dataclasses.replace(POLICIES["kubecell-no-moves"], make=lambda: watch))
+    assert all(r.completion is not None for r in result.records)
+    types = _types_held(watch)
+    assert all(len(set.union(*held)) == 1 for held in types.values()), types
 
 
 def test_true_noise_reads_the_validation_curves_and_learns_throughput(

@@ -1,55 +1,67 @@
-"""How running elastic jobs are sized on a cluster, decided by the allocator the simulator measures
+"""How elastic jobs are sized on a cluster, decided by the allocator the simulator measures
 (``allocator.KubecellElasticPolicy``), so that a cluster sizes its jobs by the rule whose figures against Sia
 docs/elastic.md reports.
 
-The engine decides *whether* a member fits (``Engine.headroom``: guarantee room, borrow limit, cells,
-topology, allowed nodes, the resize interval), places it, and takes members back when capacity is claimed
-(shrink before preemption, newest first). What it cannot say is whether another member is worth a restart,
-nor which job's growth is worth more when several jobs of a VC want the same GPUs. The allocator answers both
-when it is handed the jobs of one VC as they run (one allocator per VC: members move between jobs of one VC
-only, as another VC's capacity is the engine's to reclaim):
+The engine decides *whether* a member fits (``Engine.headroom``, ``Engine.room_on``: guarantee room, borrow
+limit, cells, topology, allowed nodes, the resize interval), places it, and takes members back when capacity is
+claimed (shrink before preemption, newest first). What it cannot say is whether another member is worth a
+restart, which job's growth is worth more when several jobs of a VC want the same GPUs, nor on which GPU type a
+job is worth most. The allocator answers all three when it is handed the jobs of one VC, running and waiting
+(one allocator per VC: members move between jobs of one VC only, as another VC's capacity is the engine's to
+reclaim):
 
-* each job keeps its GPU type (a move to another type is not a resize) and may grow by its own headroom plus
-  what the other jobs of its VC and type may give up now (members above their minimums, none inside the
-  engine's resize interval);
-* per type, the idle member slots are the largest headroom any job of that type reports (each job is capped
-  by its own, and two raised into the same idle GPUs are settled by the engine: the pods that do not fit wait
-  and are given back);
+* a running job may grow on its type by its own headroom plus what the other jobs of its VC and type may give
+  up now (members above their minimums, none inside the engine's resize interval), or **move** to another type
+  it may use where at least its minimum is idle now (all its workers restart there, at the size the allocator
+  gives it, at most what is idle: a move never counts on members others would give, since a job that gave up
+  its GPUs for them could be left with none);
+* a waiting job is **started** on the type the allocator chooses, counting on the idle GPUs and on what other
+  jobs of its VC give up (it waits for them, and loses nothing meanwhile);
+* per type, the idle member slots are the largest room any job reports there (each job is capped by its own,
+  and two raised into the same idle GPUs are settled by the engine: the pods that do not fit wait and are
+  given back);
 * new members are priced on fresh nodes (``node_slots`` members per node), not beside the job's members.
 
-Only the counts are read from the answer: where members go is the engine's choice. A job is lowered only to
-give members to jobs of its VC whose growth the idle slots cannot cover, the most-served jobs first; a job
-the allocator would merely run smaller keeps its members. Each allocator keeps its state between decisions
-(restart counts, prices), so the caller keeps them (``plan_targets``' ``policies``).
+Only types and counts are read from the answer: where members go is the engine's choice. A job is lowered only
+to give members to jobs of its VC whose growth and starts the idle slots cannot cover, the most-served jobs
+first, and then to the size the allocator gives it (one restart, not one per member needed); a job the
+allocator would merely run smaller keeps its members. Each allocator keeps its state between decisions (restart
+counts, prices), so the caller keeps them (``plan_targets``' ``policies``).
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import MutableMapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
 
 from kubecell.core.elastic.allocator import KubecellElasticPolicy
 from kubecell.core.elastic.types import ClusterNode, ElasticJobView, GoodputEstimate
 from kubecell.core.engine.engine import Engine
-from kubecell.core.engine.job import Job
+from kubecell.core.engine.job import Job, JobPhase
 from kubecell.core.engine.shrink import may_resize, shrinkable
+
+REPORT_GRACE_SECONDS = 300.0
+"""How long a running job without a goodput model is sized as one the allocator explores (it keeps its size)
+before it takes the room: its first step reports come within its restart and a reporting interval, and a
+job grown before its first step pays a second restart for nothing."""
 
 
 @dataclass(frozen=True, slots=True)
 class GrowthCandidate:
-    """A running elastic job as the allocator needs it."""
+    """An elastic job of one GPU type as the allocator needs it: running, or waiting to start."""
 
     name: str
     vc: str
     """Members move between jobs of one VC only: another VC's capacity is the engine's to reclaim."""
     gpu_type: str
-    """The type of all its members (a job across types is not a candidate: its goodput has no one price)."""
+    """The type of all its members ("" while it waits; a job across types is not a candidate: its goodput has
+    no one price)."""
     nodes: tuple[str, ...]
-    """The node of each member it runs."""
+    """The node of each member it runs (none while it waits)."""
     room: int
-    """More members the engine could place for it now (``Engine.headroom``)."""
+    """More members the engine could place for it now on its own type (``Engine.headroom``)."""
     shrinkable: int
     """Members it may give up now: down to its minimum, 0 inside the engine's resize interval."""
     maximum: int
@@ -61,6 +73,11 @@ class GrowthCandidate:
     estimate: GoodputEstimate
     node_slots: int
     """How many of its members one node of its type holds at most."""
+    minimum: int = 1
+    """The fewest members it runs with (where it starts, or moves to)."""
+    rooms: Mapping[str, int] = field(default_factory=dict)
+    """Per other GPU type it may use: the members it could run with there if it started there now, giving up
+    what it holds (``Engine.room_on``); a type where that is below its minimum is not offered."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +85,16 @@ class GrowthChoice:
     target: int
     """The members the job should run: above its size a raise, below it members given to others of its VC."""
     reason: str
+    gpu_type: str | None = None
+    """The type to run on when it is not the one the job runs on: a move (all its workers restart there) or,
+    for a job that waits, where it starts. None: where it is."""
 
 
 def plan_targets(policies: MutableMapping[str, KubecellElasticPolicy], now: float,
                  candidates: Sequence[GrowthCandidate]) -> dict[str, GrowthChoice]:
-    """The size each candidate should run at and the allocator's reason; one allocator per VC (``policies``,
-    filled as VCs appear: each keeps its restart counts and prices between calls)."""
+    """The size (and, where it changes, the type) each candidate should run at and the allocator's reason; one
+    allocator per VC (``policies``, filled as VCs appear: each keeps its restart counts and prices between
+    calls)."""
     choices: dict[str, GrowthChoice] = {}
     for vc in sorted({c.vc for c in candidates}):
         policy = policies.setdefault(vc, KubecellElasticPolicy())
@@ -86,49 +107,86 @@ def _plan_vc(policy: KubecellElasticPolicy, now: float,
     nodes: list[ClusterNode] = []
     views: list[tuple[GrowthCandidate, ElasticJobView]] = []
     idle: dict[str, int] = {}
-    for gpu_type in sorted({c.gpu_type for c in candidates}):
+    given: dict[str, int] = {}
+    types = sorted({c.gpu_type for c in candidates if c.gpu_type} | {t for c in candidates for t in c.rooms})
+    for gpu_type in types:
         group = [c for c in candidates if c.gpu_type == gpu_type]
         held = Counter(node for c in group for node in c.nodes)
         nodes += [ClusterNode(_held(gpu_type, node), gpu_type, count) for node, count in sorted(held.items())]
-        idle[gpu_type] = max(max(c.room, 0) for c in group)
-        slots = max(max(c.node_slots, 1) for c in group)
+        # The idle member slots: the most any job could be given there (its own headroom, or its room there).
+        idle[gpu_type] = max([max(c.room, 0) for c in group]
+                             + [max(c.rooms[gpu_type], 0) for c in candidates
+                                if c.gpu_type != gpu_type and gpu_type in c.rooms], default=0)
+        slots = max([max(c.node_slots, 1) for c in group] or [max(max(c.node_slots, 1) for c in candidates)])
         nodes += [ClusterNode(f"{gpu_type}/+idle-{i}", gpu_type, min(slots, idle[gpu_type] - i * slots))
                   for i in range(math.ceil(idle[gpu_type] / slots))]
-        given = sum(_shrinkable(c) for c in group)
-        for c in group:
-            size = len(c.nodes)
-            others = given - _shrinkable(c)  # what the rest of its group could give it
-            views.append((c, ElasticJobView(
-                name=c.name, submitted=c.submitted, min_replicas=max(1, size - _shrinkable(c)),
-                max_replicas=max(size, min(c.maximum, size + max(c.room, 0) + others)),
-                current=tuple(_held(gpu_type, node) for node in c.nodes), last_resize=c.last_resize,
-                attained_gpu_seconds=c.attained_member_seconds, restart_seconds=c.restart_seconds,
-                estimate=c.estimate, gpu_types=frozenset({gpu_type}))))
+        given[gpu_type] = sum(_shrinkable(c) for c in group)
+    for c in candidates:
+        size, least = len(c.nodes), max(c.minimum, 1)
+        if size:  # a move goes only where its minimum is idle now: it gives up what it runs on for it
+            reach = {t: room for t, room in c.rooms.items() if t != c.gpu_type and room >= least}
+            reach[c.gpu_type] = size + max(c.room, 0) + given[c.gpu_type] - _shrinkable(c)
+        else:  # a job that waits may also start on what other jobs of its VC give up
+            reach = {t: max(room, 0) + given[t] for t, room in c.rooms.items() if max(room, 0) + given[t] >= least}
+        if not reach:
+            continue  # it waits and no type has room for its minimum: the engine's queue decides
+        views.append((c, ElasticJobView(
+            name=c.name, submitted=c.submitted, min_replicas=max(1, size - _shrinkable(c)) if size else least,
+            max_replicas=max(size, min(c.maximum, max(reach.values()))),
+            current=tuple(_held(c.gpu_type, node) for node in c.nodes), last_resize=c.last_resize,
+            attained_gpu_seconds=c.attained_member_seconds, restart_seconds=c.restart_seconds,
+            estimate=c.estimate, gpu_types=frozenset(reach))))
     if not views:
         return {}
     decision = policy.allocate(now, [view for _, view in views], nodes)
-    counts = {c.name: min(len(decision.get(c.name, view.current)), view.max_replicas) for c, view in views}
+    planned: dict[str, tuple[str, int]] = {}
+    for c, view in views:
+        placed = decision.get(c.name, view.current)
+        planned[c.name] = (placed[0].split("/", 1)[0] if placed else c.gpu_type,
+                           min(len(placed), view.max_replicas))
     choices: dict[str, GrowthChoice] = {}
-    for gpu_type in sorted(idle):
-        members = [c for c, _ in views if c.gpu_type == gpu_type]
-        # Members are taken from a job only for growth the idle slots cannot give, most-served jobs first.
-        need = sum(max(counts[c.name] - len(c.nodes), 0) for c in members) - idle[gpu_type]
-        for c in sorted(members, key=lambda c: (-c.attained_member_seconds, c.name)):
-            size, count = len(c.nodes), counts[c.name]
+    free = dict(idle)
+    for c, _ in sorted(views, key=lambda item: (bool(item[0].nodes), *_order(item[0]))):
+        # Starts first, then moves, each into the idle GPUs left, in least-attained-service order; a move
+        # never counts on members others give (it could be left with nothing), a start may (it waits for them).
+        gpu_type, count = planned[c.name]
+        if count <= 0 or gpu_type == c.gpu_type:
+            continue
+        if c.nodes:
+            count = min(count, free[gpu_type])
+            if count < max(c.minimum, 1):
+                planned[c.name] = (c.gpu_type, len(c.nodes))
+                continue
+        free[gpu_type] -= min(count, free[gpu_type])
+        choices[c.name] = GrowthChoice(count, policy.last_reasons.get(c.name, ""), gpu_type)
+    arriving = Counter[str]()
+    for choice in choices.values():
+        if choice.gpu_type is not None:
+            arriving[choice.gpu_type] += choice.target
+    for gpu_type in types:
+        stay = [c for c, _ in views if c.gpu_type == gpu_type and c.name not in choices]
+        # Members are taken from a job only for growth and starts the idle slots cannot give, the most-served
+        # jobs first; a job that gives runs at the size the allocator gives it (one restart, not one per member).
+        need = (sum(max(planned[c.name][1] - len(c.nodes), 0) for c in stay) + arriving[gpu_type]
+                - idle[gpu_type])
+        for c in sorted(stay, key=lambda c: (-c.attained_member_seconds, c.name)):
+            size, count = len(c.nodes), planned[c.name][1]
             reason = policy.last_reasons.get(c.name, "")
             if count >= size:
                 choices[c.name] = GrowthChoice(count, reason)
-                continue
-            give = min(size - count, max(need, 0))
-            need -= give
-            if give == 0:
-                reason = (f"kept {size}: the allocator would run it on {count} ({reason}), but no job of its VC "
-                          "needs the members; only the engine takes members back otherwise")
-            elif give < size - count:
-                reason = (f"shrunk {size}->{size - give} {gpu_type}: {give} given to jobs of its VC that grow (the "
-                          f"allocator would run it on {count}: {reason})")
-            choices[c.name] = GrowthChoice(size - give, reason)
+            elif need > 0:
+                need -= size - count
+                choices[c.name] = GrowthChoice(count, reason)
+            else:
+                choices[c.name] = GrowthChoice(size, f"kept {size}: the allocator would run it on {count} ({reason}), "
+                                                     "but no job of its VC needs the members; only the engine takes "
+                                                     "members back otherwise")
     return choices
+
+
+def _order(candidate: GrowthCandidate) -> tuple[float, float, str]:
+    """Who moves or starts first when idle GPUs run short: least attained service, then first submitted."""
+    return (candidate.attained_member_seconds, candidate.submitted, candidate.name)
 
 
 def _shrinkable(candidate: GrowthCandidate) -> int:
@@ -136,25 +194,49 @@ def _shrinkable(candidate: GrowthCandidate) -> int:
 
 
 def engine_candidate(engine: Engine, job: Job, gpu_type: str, room: int, estimate: GoodputEstimate,
-                     restart_seconds: float, now: float) -> GrowthCandidate:
-    """A running engine job as the allocator sees it: its members' nodes, its room, what it may give up now
-    (members above its minimums, none inside the engine's resize interval), how many of its members a node
-    holds, and its attained service (members times the seconds of its current run: what LAS orders by).
-    Every driver builds its candidates here, so a cluster and the simulator's engine runs size alike."""
+                     restart_seconds: float, now: float, *, rooms: Mapping[str, int] | None = None,
+                     attained: float | None = None) -> GrowthCandidate:
+    """An engine job as the allocator sees it: running (its members' nodes, its room, what it may give up now:
+    members above its minimums, none inside the engine's resize interval) or waiting (``gpu_type`` ""), how
+    many of its members a node holds, its attained service (``attained``, else members times the seconds of
+    its current run: what LAS orders by) and, in ``rooms``, the members it could run with on each other type
+    it may use (``Engine.room_on``). Every driver builds its candidates here, so a cluster and the simulator's
+    engine runs size alike."""
     book = engine.book
-    where = [allocation.node for allocation in engine.allocations_of(job.name)]
+    where = [allocation.node for allocation in engine.allocations_of(job.name)] if job.phase == JobPhase.RUNNING \
+        else []
     per_member = job.spec.member.gpu_count
     if per_member > 0:
-        slots = max((int(book.gpu_count[book.index[node]]) // per_member for node in where), default=1)
+        sizes = [int(book.gpu_count[book.index[node]]) for node in where] or \
+            [int(n) for n in book.gpu_count[book.gpu_count > 0]]
+        slots = max((n // per_member for n in sizes), default=1)
     else:  # CPU members: as many per node as the job runs on its fullest node
         slots = max((where.count(node) for node in where), default=1)
     started = job.started_at if job.started_at is not None else now
     interval = engine.options.resize_min_interval_seconds
     return GrowthCandidate(
-        name=job.name, vc=job.spec.vc, gpu_type=gpu_type, nodes=tuple(where), room=room,
-        shrinkable=len(shrinkable(job)) if may_resize(job, now, interval) else 0, maximum=job.spec.members,
-        submitted=job.spec.submit_time, attained_member_seconds=job.size * max(now - started, 0.0),
-        last_resize=job.resized_at, restart_seconds=restart_seconds, estimate=estimate, node_slots=max(slots, 1))
+        name=job.name, vc=job.spec.vc, gpu_type=gpu_type if where else "", nodes=tuple(where),
+        room=room if where else 0,
+        shrinkable=len(shrinkable(job)) if where and may_resize(job, now, interval) else 0,
+        maximum=job.spec.members, submitted=job.spec.submit_time,
+        attained_member_seconds=job.size * max(now - started, 0.0) if attained is None else attained,
+        last_resize=job.resized_at if where else None, restart_seconds=restart_seconds, estimate=estimate,
+        node_slots=max(slots, 1), minimum=job.spec.minimum, rooms=dict(rooms or {}))
+
+
+def start_type(allowed: Sequence[str], idle: Mapping[str, int], above: Mapping[str, int],
+               price: Mapping[str, float], minimum: int) -> str:
+    """The GPU type an elastic job whose pods accept several starts on before the allocator has sized it (its
+    gang forms, and a gang's members run on one type): of the ``allowed`` types with ``idle`` GPUs for its
+    minimum, the one where its goodput ``price`` per GPU is highest; when none has room, the type whose running
+    jobs hold the most members ``above`` their minimums (what a job that needs its minimum takes back soonest),
+    ties to the better price, then the name. The allocator may start it elsewhere at its next pass."""
+    if not allowed:
+        raise ValueError("no GPU type to start on")
+    roomy = [t for t in allowed if idle.get(t, 0) >= minimum]
+    if roomy:
+        return max(roomy, key=lambda t: (price.get(t, 0.0), t))
+    return max(allowed, key=lambda t: (above.get(t, 0), price.get(t, 0.0), t))
 
 
 def take_the_room(size: int, most: int) -> GrowthChoice:

@@ -38,7 +38,7 @@ from kubecell.core.engine.admission import charge
 from kubecell.core.engine.attempt import Attempt, CycleResult, Outcome
 from kubecell.core.engine.bindings import adopt_cells, release_idle_cells
 from kubecell.core.engine.explain import resize_text, status
-from kubecell.core.engine.growth import grow, headroom
+from kubecell.core.engine.growth import grow, headroom, room_on
 from kubecell.core.engine.invariants import check_invariants
 from kubecell.core.engine.job import Job, JobClass, JobPhase, JobSpec, member_index
 from kubecell.core.engine.ledger import VcUsage
@@ -204,6 +204,11 @@ class Engine:
         """How many more members growth could give the running job ``name`` now if the driver had pods for
         them (``growth.headroom``): what an elastic gang's driver may raise its target by."""
         return headroom(self.session, self._job(name), now)
+
+    def room_on(self, name: str, model: str, now: float) -> int:
+        """How many members job ``name`` could run with on GPU model ``model`` if it started there now, giving
+        up what it holds (``growth.room_on``): where an elastic gang's driver may move or start it."""
+        return room_on(self.session, self._job(name), model, now)
 
     def could_ever_run_all(self, name: str) -> bool:
         """Could the empty cluster hold every member of job ``name`` at once (its headcount, not only its

@@ -16,13 +16,15 @@ Every growth records why (``Job.resizes``, shown by ``Engine.explain``).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from kubecell.core.book import BoolArray
 from kubecell.core.engine.attempt import Attempt, CycleResult
 from kubecell.core.engine.bindings import bind_for_growth
 from kubecell.core.engine.capacity import member_capacity
-from kubecell.core.engine.job import Job, JobClass, JobPhase, member_index
+from kubecell.core.engine.job import Job, JobClass, JobPhase, JobSpec, member_index
 from kubecell.core.engine.regions import Region
 from kubecell.core.engine.scavenge import borrow_room, borrowable_members
 from kubecell.core.engine.session import Session
@@ -168,22 +170,74 @@ def headroom(session: Session, job: Job, now: float) -> int:
     extra = _extra(session, job, job.missing_members())
     if extra <= 0:
         return 0
-    book = session.book
-    in_scope = np.zeros(book.size, np.bool_)
+    in_scope = np.zeros(session.book.size, np.bool_)
     in_scope[_scope(session, job)] = True
     allowed = session.allowed_nodes(job)
     if allowed is not None:
         in_scope &= allowed
+    return min(extra, _capacity(session, job, spec, job.job_class, extra, in_scope))
+
+
+def room_on(session: Session, job: Job, model: str, now: float) -> int:
+    """How many members ``job`` could run with on GPU model ``model`` if it started there now, giving up what
+    it holds: an elastic gang of one-GPU-model members that its driver moves to another model (a restart
+    elsewhere, ``core.elastic.targets``) or starts on a model of its choice. A start there is tried as the
+    engine tries one: inside its VC's guarantee (the cells bound to it and those it may bind, of that model)
+    when the guarantee's room, counting the job's own guaranteed members as given back, holds its minimum; else
+    borrowed (idle capacity, within the VC's borrowing limit, counting its own borrowed members as given back);
+    an opportunistic job scavenges. The larger of the two counts is the answer, on the job's allowed nodes.
+    0 for a heterogeneous gang, a gang with a node, rack or zone constraint (a start there is one domain's,
+    which this sum does not respect), a member without whole GPUs, a model the cluster does not have, and a
+    running job inside its resize interval or already on ``model``. Which models the job may use is its
+    driver's to say (an ElasticJob names them in its template, while its engine job accepts the one model it
+    runs on). Like ``headroom`` it may count more than one start then places; the engine decides."""
+    spec = job.spec
+    member = spec.member
+    book = session.book
+    if spec.heterogeneous or spec.topology is not None or not member.is_whole or model not in book.model_names:
+        return 0
+    running = job.phase == JobPhase.RUNNING
+    if running:
+        held = {book.model_names[book.model_id[book.index[book.allocations[a].node]]] for a in job.running_members}
+        if held == {model} or not may_resize(job, now, session.options.resize_min_interval_seconds):
+            return 0
+    elif job.phase != JobPhase.PENDING:
+        return 0
+    moved = dataclasses.replace(spec, member=dataclasses.replace(member, gpu_models=frozenset({model})))
+    vc = session.tenants.get(job.vc)
+    allowed = session.allowed_nodes(job)
+    in_scope = np.ones(book.size, np.bool_) if allowed is None else allowed.copy()
+    per = max(job.member_milli, 1)
+    if vc is None or spec.opportunistic:
+        return min(spec.members, _capacity(session, job, moved, JobClass.OPPORTUNISTIC, spec.members, in_scope))
+    best = 0
+    own = job.held_gpu_milli if running and job.job_class == JobClass.GUARANTEED else 0
+    most = min(spec.members, (session.guarantee_room(vc, job) + own) // per)
+    if most >= spec.minimum:
+        best = min(most, _capacity(session, job, moved, JobClass.GUARANTEED, most, in_scope))
+    room, why = borrow_room(session, job, vc)
+    own = job.held_gpu_milli if running and job.job_class == JobClass.BORROWED else 0
+    most = spec.members if room is None and not why else min(spec.members, (max(room or 0, 0) + own) // per)
+    if most >= spec.minimum:
+        best = max(best, min(most, _capacity(session, job, moved, JobClass.BORROWED, most, in_scope)))
+    return best
+
+
+def _capacity(session: Session, job: Job, spec: JobSpec, job_class: JobClass | None, most: int,
+              in_scope: BoolArray) -> int:
+    """Members of ``spec``'s shape the class's regions could take now on the ``in_scope`` nodes (see
+    ``headroom``)."""
+    book = session.book
     vc = session.tenants.get(job.vc)
     mask: BoolArray | None
-    if job.job_class == JobClass.GUARANTEED and session.options.cells and vc is not None:
+    if job_class == JobClass.GUARANTEED and session.options.cells and vc is not None:
         mask = session.regions.owned_mask(vc, spec.gpu_models).copy()
-        for region in session.regions.guaranteed(vc, spec, extra, allowed):
+        for region in session.regions.guaranteed(vc, spec, most, session.allowed_nodes(job)):
             if len(region.binds) == 1 and session.tenancy.can_bind(job.vc, region.binds[0]):
                 for node, gpu in region.binds[0].gpus:
                     if in_scope[node]:
                         mask[node, gpu] = True
-    elif job.job_class == JobClass.GUARANTEED:
+    elif job_class == JobClass.GUARANTEED:
         mask = None
     else:
         mask = np.zeros_like(book.gpu_present)
@@ -192,4 +246,4 @@ def headroom(session: Session, job: Job, now: float) -> int:
                 mask = None
                 break
             mask |= region.mask
-    return min(extra, int(member_capacity(book, spec.member, mask, in_scope).sum()))
+    return int(member_capacity(book, spec.member, mask, in_scope).sum())

@@ -1,34 +1,44 @@
-"""The cluster's decision path in the elastic simulator (``kubecell-engine``): the core ``Engine`` admits, places
-and shrinks the jobs as elastic gangs, and ``core.elastic.targets`` sizes them, as the Kubernetes scheduler
-does with ElasticJobs (``scheduler.elastic``). The ``kubecell`` run measures the allocator with all of its
-authority; this one measures what a cluster runs, so the gap between the two is a number, not a guess.
+"""The cluster's decision path in the elastic simulator (``kubecell``): the core ``Engine`` admits, places and
+takes back members of the jobs as elastic gangs, and ``core.elastic.targets`` sizes them, moves them between GPU
+types and chooses where they start, as the Kubernetes scheduler does with ElasticJobs (``scheduler.elastic``).
+So the figures ``kubecell sim elastic`` reports for ``kubecell`` are those of the path a cluster runs; the
+``kubecell-allocator`` run measures the allocator alone with the authority of the whole cluster, and
+``kubecell-no-moves`` the same path with every job kept on the type it was first given.
 
 What it reproduces: an ElasticJob is a gang of one-GPU members whose headcount is its maximum and whose
-minimum is its minimum; it starts with pods for its minimum (``Engine.limit_growth``). Every round the
-running jobs are sized by the allocator as the cluster's sizer does: grown into the engine's headroom and into
-members other jobs of the VC give up for them (their controllers delete the newest workers at once here:
-``Engine.release_members``); a job without a goodput model takes the room. A job that needs its minimum takes
-back members others grew (the engine's rule). The engine's resize interval holds. One VC holds the whole
-cluster. Each job's restart cost is its own, as an ElasticJob states it in ``spec.restartSeconds`` (without
-it the cluster charges 30 s, which here resizes ImageNet and YOLOv3 jobs too often: 21.7 restarts per job
-instead of 16.0, and avg JCT 0.75 h instead of 0.66 h on philly 1).
+minimum is its minimum; its members run on one GPU type (the engine job accepts only that type). It is
+submitted on a first type (``targets.start_type``: where its minimum is idle, as the cluster's intake pins a
+gang that forms) with pods for its minimum (``Engine.limit_growth``). Every round the allocator sizes the
+running jobs and the waiting ones together, as the cluster's sizer does: a running job grows into the
+engine's headroom and into members other jobs of the VC give up for it (their controllers delete the newest
+workers at once here: ``Engine.release_members``), or moves to another type where its minimum is idle now
+(``Engine.room_on``; its workers restart there: a new engine job on that type, as its new pods form a new gang
+on a cluster); a waiting job is started on the type the allocator chooses, counting on what others give. A
+running job without a goodput model keeps its size for ``REPORT_GRACE_SECONDS``, then takes the room. A job
+that needs its minimum takes back members others grew (the engine's rule). The engine's resize interval
+holds. One VC holds the whole cluster. Each job's restart cost is its own, as an ElasticJob states it in
+``spec.restartSeconds`` (without it the cluster charges 30 s).
 
-What it leaves out: pods and their controller (a raised target is bound in the same round: creating and
-binding pods takes seconds, a round is 60 s; a raise the engine cannot place binds nothing and is not kept),
-and step reports (each job's model is fed by the simulator, as for ``kubecell``).
-
-GPU type: Sia's job model runs a job on one GPU type, and an ElasticJob names its type in its template. Here
-each job is given one when it is submitted, as a user who looks at the cluster would pick it (``_types``);
-the engine then keeps the job on that type for its whole life: a cluster does not move a job between types.
+What it leaves out: pods and their controller (a raised target is bound in the same round, and a moved job's
+workers are gone at once: creating, binding and ending pods takes seconds, a round is 60 s, and the
+restart delay is charged as for any change), and step reports (each job's model is fed by the simulator).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from kubecell.core.elastic.allocator import KubecellElasticPolicy
-from kubecell.core.elastic.targets import GrowthChoice, engine_candidate, plan_targets, take_the_room
+from kubecell.core.elastic.targets import (
+    REPORT_GRACE_SECONDS,
+    GrowthChoice,
+    engine_candidate,
+    plan_targets,
+    start_type,
+    take_the_room,
+)
 from kubecell.core.elastic.types import ClusterNode, ElasticJobView
 from kubecell.core.engine.engine import Engine
 from kubecell.core.engine.job import JobPhase, JobSpec
@@ -47,50 +57,77 @@ members never look at GPU memory, so any amount will do."""
 class EngineSizedPolicy:
     """An ``ElasticPolicy`` that decides through the core engine (see the module)."""
 
-    name = "kubecell-engine"
+    name = "kubecell"
 
-    def __init__(self, resize_interval_seconds: float | None = None) -> None:
+    def __init__(self, resize_interval_seconds: float | None = None, *, moves: bool = True) -> None:
         self.resize_interval_seconds = resize_interval_seconds
         """The engine's ``resize_min_interval_seconds`` (None: the preset's, as a cluster runs it)."""
+        self.moves = moves
+        """Jobs may be moved to another GPU type, and waiting jobs started on the type the allocator chooses
+        (False: each keeps the type it was given at submission)."""
         self.engine: Engine | None = None
         self.sizers: dict[str, KubecellElasticPolicy] = {}
-        """Size the running jobs per VC, as the cluster's sizer does (each keeps restart counts and prices)."""
+        """Size the jobs per VC, as the cluster's sizer does (each keeps restart counts and prices)."""
         self.last_reasons: dict[str, str] = {}
+        self.live: dict[str, str] = {}
+        """Each job's engine job: a job moved to another type (or re-pinned while it waits) is a new engine
+        job, as its workers are new pods on a cluster."""
+        self.pinned: dict[str, str] = {}
+        """The type each job's engine job is restricted to."""
+        self.generations: Counter[str] = Counter()
 
     def allocate(self, now: float, jobs: Sequence[ElasticJobView],
                  nodes: Sequence[ClusterNode]) -> Mapping[str, tuple[str, ...]]:
         engine = self.engine or self._build(nodes)
         views = {view.name: view for view in jobs}
-        for name in [name for name, job in engine.jobs.items() if name not in views
-                     and job.phase in (JobPhase.RUNNING, JobPhase.RESERVED)]:
-            engine.finish(name, now)
-        new = [view for view in jobs if view.name not in engine.jobs]
+        for name in [name for name in self.live if name not in views]:
+            if engine.jobs[self.live[name]].phase in (JobPhase.RUNNING, JobPhase.RESERVED):
+                engine.finish(self.live[name], now)
+            del self.live[name]
+            self.pinned.pop(name, None)
+        new = [view for view in jobs if view.name not in self.live]
         if new:
             types = self._types(engine, new, nodes)
             for view in sorted(new, key=lambda v: (v.submitted, v.name)):
-                member = Request(name=view.name, gpu_count=1, gpu_milli=MILLI_PER_GPU,
-                                 gpu_models=frozenset({types[view.name]}))
-                engine.submit(JobSpec(name=view.name, vc=VC, member=member, members=view.max_replicas,
-                                      min_members=view.min_replicas, submit_time=view.submitted), now)
-                engine.limit_growth(view.name, (view.min_replicas,))  # the controller made pods for its minimum
-        for name, choice in self._growth(engine, views, now).items():
+                self._submit(engine, view, types[view.name], view.min_replicas, now)
+        kinds = sorted({node.gpu_type for node in nodes if node.gpus > 0})
+        for name, choice in self._sizing(engine, views, kinds, now).items():
             self.last_reasons[name] = choice.reason
-            job = engine.jobs[name]
+            job = engine.jobs[self.live[name]]
+            if choice.gpu_type is not None and choice.gpu_type != self.pinned[name]:
+                # moved (its workers restart on the other type) or started where the allocator chose
+                engine.cancel(job.name, now)
+                self._submit(engine, views[name], choice.gpu_type, choice.target, now)
+                continue
+            if job.phase == JobPhase.PENDING:
+                engine.limit_growth(job.name, (max(choice.target, job.spec.minimum),))
+                continue
             if choice.target < job.size:  # its controller deletes its newest workers at once
-                engine.release_members(name, job.running_members[choice.target:], now, choice.reason)
-            engine.limit_growth(name, (max(choice.target - job.size, 0),))
+                engine.release_members(job.name, job.running_members[choice.target:], now, choice.reason)
+            engine.limit_growth(job.name, (max(choice.target - job.size, 0),))
         engine.schedule(now)
         for job in list(engine.running.values()):
             if job.phase == JobPhase.RESERVED:  # the preempted members' pods are gone at once here
                 engine.confirm(job.name, now)
         decision: dict[str, tuple[str, ...]] = {}
         for name in views:
-            job = engine.jobs[name]
-            decision[name] = (tuple(a.node for a in engine.allocations_of(name))
+            job = engine.jobs[self.live[name]]
+            decision[name] = (tuple(a.node for a in engine.allocations_of(job.name))
                               if job.phase == JobPhase.RUNNING else ())
             if job.phase == JobPhase.RUNNING:
-                engine.limit_growth(name, (0,))  # pods the cycle did not bind are given back
+                engine.limit_growth(job.name, (0,))  # pods the cycle did not bind are given back
         return decision
+
+    def _submit(self, engine: Engine, view: ElasticJobView, gpu_type: str, pods: int, now: float) -> None:
+        """A new engine job for ``view`` on ``gpu_type``, with pods for ``pods`` members (at least its minimum)."""
+        self.generations[view.name] += 1
+        name = f"{view.name}#{self.generations[view.name]}"
+        member = Request(name=name, gpu_count=1, gpu_milli=MILLI_PER_GPU, gpu_models=frozenset({gpu_type}))
+        engine.submit(JobSpec(name=name, vc=VC, member=member, members=view.max_replicas,
+                              min_members=view.min_replicas, submit_time=view.submitted), now)
+        engine.limit_growth(name, (max(pods, view.min_replicas),))  # the controller made pods for these
+        self.live[view.name] = name
+        self.pinned[view.name] = gpu_type
 
     def _build(self, nodes: Sequence[ClusterNode]) -> Engine:
         core = [make_node(node.name, cpu_milli=node.gpus * 16_000, memory_mib=node.gpus * 65_536,
@@ -107,12 +144,8 @@ class EngineSizedPolicy:
         return self.engine
 
     def _types(self, engine: Engine, new: Sequence[ElasticJobView], nodes: Sequence[ClusterNode]) -> dict[str, str]:
-        """The GPU type each new job is given (see the module), in submission order: of the types with idle
-        GPUs for its minimum, the one where its model prices a GPU highest; when none has room, the type whose
-        running jobs hold the most members above their minimums (what a job that needs its minimum takes back
-        soonest), ties to the better price. (Choosing by comparative advantage instead, as the allocator
-        admits jobs, was worse: 1.24 / 1.41 h avg JCT on Philly / Helios where this rule gave 0.86 / 1.13 h,
-        since a job that cannot move later had better start where it is fast.)"""
+        """The GPU type each new job is submitted on (``targets.start_type``), in submission order, each taking
+        its minimum from the idle GPUs the next one sees."""
         book = engine.book
         idle: Counter[str] = Counter()
         for node in nodes:
@@ -126,30 +159,41 @@ class EngineSizedPolicy:
         types: dict[str, str] = {}
         for view in sorted(new, key=lambda v: (v.submitted, v.name)):
             allowed = [t for t in kinds if view.gpu_types is None or t in view.gpu_types]
-            price = {t: view.estimate.goodput(t, 1, 1) for t in allowed}
-            roomy = [t for t in allowed if idle[t] >= view.min_replicas]
-            best = (max(roomy, key=lambda t: (price[t], t)) if roomy
-                    else max(allowed, key=lambda t: (above[t], price[t], t)))
+            best = start_type(allowed, idle, above, {t: view.estimate.goodput(t, 1, 1) for t in allowed},
+                              view.min_replicas)
             idle[best] -= view.min_replicas
             types[view.name] = best
         return types
 
-    def _growth(self, engine: Engine, views: Mapping[str, ElasticJobView], now: float) -> dict[str, GrowthChoice]:
-        """What the cluster's sizer decides for the running jobs (``scheduler.elastic``, without its pods)."""
+    def _sizing(self, engine: Engine, views: Mapping[str, ElasticJobView], kinds: Sequence[str],
+                now: float) -> dict[str, GrowthChoice]:
+        """What the cluster's sizer decides for the running and waiting jobs (``scheduler.elastic``, without its
+        pods): each running job's size and, with ``moves``, the type every job should run on."""
         choices: dict[str, GrowthChoice] = {}
         candidates = []
         for name, view in views.items():
-            job = engine.jobs[name]
+            job = engine.jobs[self.live[name]]
+            gpu_type = self.pinned[name]
+            allowed = [t for t in kinds if view.gpu_types is None or t in view.gpu_types]
+            rooms = ({t: engine.room_on(job.name, t, now) for t in allowed if t != gpu_type or
+                      job.phase == JobPhase.PENDING} if self.moves else {})
+            if job.phase == JobPhase.PENDING:
+                if rooms:
+                    candidates.append(replace(engine_candidate(
+                        engine, job, "", 0, view.estimate, view.restart_seconds, now, rooms=rooms,
+                        attained=view.attained_gpu_seconds), name=name))
+                continue
             if job.phase != JobPhase.RUNNING:
                 continue
-            most = min(job.spec.members, job.size + engine.headroom(name, now))
-            models = job.spec.member.gpu_models or frozenset()
-            gpu_type = next(iter(models), "")
-            if view.estimate.goodput(gpu_type, 1, job.size) <= 0.0:
+            most = min(job.spec.members, job.size + engine.headroom(job.name, now))
+            started = job.started_at if job.started_at is not None else now
+            if view.estimate.goodput(gpu_type, 1, job.size) <= 0.0 and now - started >= REPORT_GRACE_SECONDS:
                 if most > job.size:
                     choices[name] = take_the_room(job.size, most)
                 continue
-            candidates.append(engine_candidate(engine, job, gpu_type, most - job.size, view.estimate,
-                                               view.restart_seconds, now))
+            candidates.append(replace(engine_candidate(
+                engine, job, gpu_type, most - job.size, view.estimate, view.restart_seconds, now, rooms=rooms,
+                attained=view.attained_gpu_seconds), name=name, last_resize=view.last_resize))
+            # (the allocator knows a job by one name, and when it last changed, across its engine jobs)
         choices.update(plan_targets(self.sizers, now, candidates))
         return choices

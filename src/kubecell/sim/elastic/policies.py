@@ -3,8 +3,9 @@
 A registry entry says how to build the policy and how its jobs behave: ``tuned_jobs`` jobs keep the workload's
 ``num_replicas`` and ``batch_size`` (the TunedJobs setting of Sia's Table 3 for schedulers that cannot resize),
 others may be given any size and run at the batch their goodput model advises; ``estimate`` is the goodput
-model each job carries (``estimates.py``). ``kubecell`` is looked up when asked for, so the simulator and its
-tests run without it.
+model each job carries (``estimates.py``). ``kubecell`` is the path a cluster runs (the core engine with the
+allocator sizing, ``engine_policy``); the ``kubecell-*`` runs are diagnostics of it. They are looked up when
+asked for, so the simulator and its tests run without them.
 """
 
 from __future__ import annotations
@@ -115,36 +116,45 @@ def pack(size: int, names: Sequence[str], free: Mapping[str, int], order: Mappin
     return tuple(sorted(chosen, key=lambda n: order[n]))
 
 
-def _kubecell() -> ElasticPolicy:
-    """kubecell's policy, imported only when asked for (runs of the other policies do not depend on it)."""
+def _allocator() -> ElasticPolicy:
+    """kubecell's allocator with the authority of the whole cluster (a diagnostic, imported only when asked for:
+    runs of the other policies do not depend on it)."""
     from kubecell.core.elastic.allocator import KubecellElasticPolicy
 
     return KubecellElasticPolicy()
 
 
-def _kubecell_engine() -> ElasticPolicy:
-    """The cluster's decision path: the core engine admits, places and shrinks, the allocator grows."""
-    from kubecell.sim.elastic.engine_policy import EngineSizedPolicy
+def _cluster_path(*, moves: bool = True) -> Callable[[], ElasticPolicy]:
+    """The cluster's decision path: the core engine admits, places and takes back, the allocator sizes, moves
+    and chooses where jobs start (``engine_policy``)."""
+    def make() -> ElasticPolicy:
+        from kubecell.sim.elastic.engine_policy import EngineSizedPolicy
 
-    return EngineSizedPolicy()
+        return EngineSizedPolicy(moves=moves)
+    return make
 
 
+_CORE = "kubecell.sim.elastic.engine_policy"
 POLICIES: dict[str, PolicySpec] = {
-    "kubecell": PolicySpec("kubecell", "kubecell's elastic policy: sizes and places every job on goodput estimated "
-                           "online from its step reports", _kubecell, tuned_jobs=False, estimate="online",
-                           requires="kubecell.core.elastic.allocator"),
+    "kubecell": PolicySpec(
+        "kubecell", "kubecell as a cluster runs it: the core engine admits, places and takes back members of "
+        "elastic gangs, the allocator sizes them, moves them between GPU types and chooses where they start, on "
+        "goodput learned online from their step reports", _cluster_path(), tuned_jobs=False, estimate="online",
+        requires=_CORE),
+    "kubecell-no-moves": PolicySpec(
+        "kubecell-no-moves", "diagnostic: kubecell with every job kept on the GPU type it was given when it was "
+        "submitted (what moves between types are worth)", _cluster_path(moves=False), tuned_jobs=False,
+        estimate="online", requires=_CORE),
+    "kubecell-allocator": PolicySpec(
+        "kubecell-allocator", "diagnostic: kubecell's allocator alone with the authority of the whole cluster "
+        "(no engine: every job sized, placed and moved by it)", _allocator, tuned_jobs=False, estimate="online",
+        requires="kubecell.core.elastic.allocator"),
     "kubecell-true-noise": PolicySpec(
-        "kubecell-true-noise", "diagnostic: kubecell's policy with the throughput learned online but the true "
-        "gradient noise", _kubecell, tuned_jobs=False, estimate="online-true-noise",
-        requires="kubecell.core.elastic.allocator"),
+        "kubecell-true-noise", "diagnostic: kubecell with the throughput learned online but the true gradient "
+        "noise", _cluster_path(), tuned_jobs=False, estimate="online-true-noise", requires=_CORE),
     "kubecell-oracle": PolicySpec(
-        "kubecell-oracle", "diagnostic: kubecell's policy given every job's true goodput (the bound a perfect "
-        "goodput model reaches)", _kubecell, tuned_jobs=False, estimate="oracle",
-        requires="kubecell.core.elastic.allocator"),
-    "kubecell-engine": PolicySpec(
-        "kubecell-engine", "the path a cluster runs: the core engine admits, places and shrinks the jobs as "
-        "elastic gangs (one GPU type each, kept), the allocator grows them into the engine's headroom",
-        _kubecell_engine, tuned_jobs=False, estimate="online", requires="kubecell.core.elastic.allocator"),
+        "kubecell-oracle", "diagnostic: kubecell given every job's true goodput (the bound a perfect goodput "
+        "model reaches)", _cluster_path(), tuned_jobs=False, estimate="oracle", requires=_CORE),
     "rigid": PolicySpec("rigid", "FIFO with backfill at the workload's GPU count and batch (TunedJobs), never resized;"
                         " stands for Gavel+TunedJobs", RigidPolicy, tuned_jobs=True, estimate="oracle"),
     "gavel": PolicySpec("gavel", "Gavel+TunedJobs as Sia runs it: max-sum-throughput LP over true throughputs every "
