@@ -24,9 +24,8 @@ reclaim):
 
 Only types and counts are read from the answer: where members go is the engine's choice. A job is lowered only
 to give members to jobs of its VC whose growth and starts the idle slots cannot cover, the most-served jobs
-first, and then to the size the allocator gives it (one restart, not one per member needed); a job the
-allocator would merely run smaller keeps its members. Each allocator keeps its state between decisions (restart
-counts, prices), so the caller keeps them (``plan_targets``' ``policies``).
+first; a job the allocator would merely run smaller keeps its members. Each allocator keeps its state between
+decisions (restart counts, prices), so the caller keeps them (``plan_targets``' ``policies``).
 """
 
 from __future__ import annotations
@@ -166,7 +165,7 @@ def _plan_vc(policy: KubecellElasticPolicy, now: float,
     for gpu_type in types:
         stay = [c for c, _ in views if c.gpu_type == gpu_type and c.name not in choices]
         # Members are taken from a job only for growth and starts the idle slots cannot give, the most-served
-        # jobs first; a job that gives runs at the size the allocator gives it (one restart, not one per member).
+        # jobs first.
         need = (sum(max(planned[c.name][1] - len(c.nodes), 0) for c in stay) + arriving[gpu_type]
                 - idle[gpu_type])
         for c in sorted(stay, key=lambda c: (-c.attained_member_seconds, c.name)):
@@ -174,13 +173,16 @@ def _plan_vc(policy: KubecellElasticPolicy, now: float,
             reason = policy.last_reasons.get(c.name, "")
             if count >= size:
                 choices[c.name] = GrowthChoice(count, reason)
-            elif need > 0:
-                need -= size - count
-                choices[c.name] = GrowthChoice(count, reason)
-            else:
-                choices[c.name] = GrowthChoice(size, f"kept {size}: the allocator would run it on {count} ({reason}), "
-                                                     "but no job of its VC needs the members; only the engine takes "
-                                                     "members back otherwise")
+                continue
+            give = min(size - count, max(need, 0))
+            need -= give
+            if give == 0:
+                reason = (f"kept {size}: the allocator would run it on {count} ({reason}), but no job of its VC "
+                          "needs the members; only the engine takes members back otherwise")
+            elif give < size - count:
+                reason = (f"shrunk {size}->{size - give} {gpu_type}: {give} given to jobs of its VC that grow or "
+                          f"start (the allocator would run it on {count}: {reason})")
+            choices[c.name] = GrowthChoice(size - give, reason)
     return choices
 
 
