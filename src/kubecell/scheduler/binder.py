@@ -144,6 +144,11 @@ class Binder:
             state.engine.limit_growth(cut.job.name, tracked.spare(cut.job.spec))
         return evicted
 
+    def evict_pod(self, uid: str, reason: str) -> bool:
+        """Evict one pod of a job that stays as it is until the pod is gone (an ElasticJob's worker moved to
+        another GPU model, ``scheduler.elastic_types``); whether it still holds what it has."""
+        return self._evict_pod(uid, reason)
+
     def _evict_pod(self, uid: str, reason: str) -> bool:
         """Evict one member's pod unless it holds nothing any more; whether a preemptor must wait for it."""
         pod = self.mirror.pods.get(uid)

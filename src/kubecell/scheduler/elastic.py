@@ -38,12 +38,17 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubecell.core.elastic.allocator import KubecellElasticPolicy
 from kubecell.core.elastic.goodput import OnlineGoodput
-from kubecell.core.elastic.targets import GrowthCandidate, engine_candidate, plan_targets, take_the_room
+from kubecell.core.elastic.targets import (
+    GrowthCandidate,
+    engine_candidate,
+    plan_targets,
+    take_the_room,
+)
 from kubecell.core.engine.job import Job, JobPhase
 from kubecell.core.errors import InvalidInputError
 from kubecell.kube import elasticjobs, pods
@@ -53,6 +58,8 @@ from kubecell.kube.names import ANNOTATION_STEP_REPORT
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.kube.step_reports import ReportProblem, read_step_report
 from kubecell.scheduler.cluster import Mirror
+from kubecell.scheduler.elastic_types import NOTHING_KNOWN, GpuTypes
+from kubecell.scheduler.jobs import Tracked
 from kubecell.scheduler.tracking import Tracking
 
 log = logging.getLogger("kubecell.scheduler.elastic")
@@ -94,6 +101,16 @@ class Sized:
     room_key: tuple[int, int, float | None] | None = None
     """(the book's clock, the job's size, when it last resized) when ``room`` was computed."""
     room_at: float = float("-inf")
+    pin: str | None = None
+    """The GPU model its next gang runs on, where its pods accept several (``pin_model``; moves change it)."""
+    moved_at: float | None = None
+    """When the sizer last moved it to another model (the allocator's minimum interval counts from there)."""
+    served: float = 0.0
+    """Member-seconds its earlier gangs ran (a moved job keeps its attained service)."""
+    checked: bool = False
+    """Whether the cluster was asked if it could ever hold its maximum (told once, with a Warning, if not)."""
+    seen_at: float = float("-inf")
+    """When a job of its pods was last tracked (forgotten ``forget_seconds`` after)."""
 
 
 class ElasticSizer:
@@ -101,7 +118,7 @@ class ElasticSizer:
 
     def __init__(self, kube: Kube, component: str, *, restart_seconds: float = 30.0,
                  pending_grace_seconds: float = 120.0, report_max_age_seconds: float = 600.0,
-                 headroom_refresh_seconds: float = 30.0) -> None:
+                 headroom_refresh_seconds: float = 30.0, forget_seconds: float = 600.0) -> None:
         self.kube = kube
         self.component = component
         self.policies: dict[str, KubecellElasticPolicy] = {}
@@ -113,12 +130,19 @@ class ElasticSizer:
         self.pending_grace_seconds = pending_grace_seconds
         self.report_max_age_seconds = report_max_age_seconds
         self.headroom_refresh_seconds = headroom_refresh_seconds
+        self.forget_seconds = forget_seconds
+        """How long what the sizer knows of an ElasticJob (its goodput model, its pin) outlives the last job
+        formed of its pods: a moved job's workers end before their replacements form its next gang, and a
+        job whose pods are all replaced at once (a counted restart) keeps what it learned."""
         """How long a job's headroom is reused while no allocation in the cluster and nothing of the job has
         changed: the sizer runs after every cycle and on idle passes, and ``Engine.headroom`` walks every node
         in the job's scope; what can still change it without a change of the book (a resize interval that
         ends, a VC reconfigured) is picked up at the next refresh."""
         self.jobs: dict[str, Sized] = {}
-        self._planned: tuple[tuple[str, int, int, int], ...] = ()
+        self.types = GpuTypes(self._sized, lambda ref, reason, message: self._event(
+            _involved(ref), "Normal", reason, message), self._write)
+        """Which GPU model each ElasticJob's gang runs on: pins, starts and moves (``elastic_types``)."""
+        self._planned: tuple[tuple[str, int, int, int, tuple[tuple[str, int], ...]], ...] = ()
         self._planned_at = float("-inf")
 
     def shrunk(self, state: Tracking, shrunk: Sequence[Job]) -> None:
@@ -142,7 +166,12 @@ class ElasticSizer:
                 continue
             live.add(tracked.elastic.uid)
             job = engine.jobs.get(name)
-            if job is None or job.phase != JobPhase.RUNNING:
+            if job is not None and job.phase == JobPhase.PENDING and tracked.pinned is not None:
+                waiting = self._waiting(state, job, tracked, tracked.elastic, now)
+                if waiting is not None:
+                    candidates[name] = waiting
+                continue
+            if job is None or job.phase != JobPhase.RUNNING or tracked.moving:
                 log.debug("%s: %s", name, job.phase if job is not None else "gone")
                 continue
             try:
@@ -152,18 +181,25 @@ class ElasticSizer:
                 continue
             if candidate is not None:
                 candidates[name] = candidate
-        for uid in [uid for uid in self.jobs if uid not in live]:
-            del self.jobs[uid]
+        for uid, sized in list(self.jobs.items()):
+            if uid in live:
+                sized.seen_at = now
+            elif now - sized.seen_at > self.forget_seconds:
+                del self.jobs[uid]  # (kept a while: a moved job's pods form its next gang after the old ones end)
         if candidates:
-            self._plan(candidates, now)
+            self._plan(state, candidates, now)
 
-    def _plan(self, candidates: Mapping[str, tuple[Sized, Job, GrowthCandidate]], now: float) -> None:
-        """Size the jobs that have a goodput model together: raise the targets the allocator grows, and lower
-        those whose members it gives to other jobs of their VC (their controllers delete the newest workers;
-        the engine then grows the others into the capacity freed). The allocator runs again only when a
-        candidate's size, room or what it may give changed, or ``headroom_refresh_seconds`` passed (attained
-        service and the allocator's locks move with time alone)."""
-        key = tuple(sorted((name, len(c.nodes), c.room, c.shrinkable) for name, (_, _, c) in candidates.items()))
+    def _plan(self, state: Tracking, candidates: Mapping[str, tuple[Sized, Job, GrowthCandidate]],
+              now: float) -> None:
+        """Size the jobs that have a goodput model (and the waiting gangs that may start on several models)
+        together: raise the targets the allocator grows, lower those whose members it gives to other jobs of
+        their VC (their controllers delete the newest workers; the engine then grows the others into the
+        capacity freed), move jobs to the model the allocator puts them on and start waiting gangs where it
+        chooses (``elastic_types``). The allocator runs again only when a candidate's size, room or what it may
+        give changed, or ``headroom_refresh_seconds`` passed (attained service and the allocator's locks move
+        with time alone)."""
+        key = tuple(sorted((name, len(c.nodes), c.room, c.shrinkable, tuple(sorted(c.rooms.items())))
+                           for name, (_, _, c) in candidates.items()))
         if key == self._planned and now - self._planned_at < self.headroom_refresh_seconds:
             return
         self._planned, self._planned_at = key, now
@@ -175,11 +211,14 @@ class ElasticSizer:
         # Those that give first: the ones that grow wait for their workers to end (their grace period).
         ending: dict[tuple[str, str], float] = {}
         lowered = [name for name, (_, job, _) in candidates.items() if name in choices
-                   and choices[name].target < job.size]
+                   and choices[name].target < job.size and choices[name].gpu_type is None]
         for name in lowered + [name for name in candidates if name in choices and name not in lowered]:
             sized, job, candidate = candidates[name]
             choice = choices[name]
             sized.last_reason = choice.reason
+            if choice.gpu_type is not None:
+                self.types.carry_out(state, sized, job, choice, now)
+                continue
             if choice.target == job.size or not self._write(sized, choice.target, choice.reason):
                 continue
             group = (candidate.vc, candidate.gpu_type)
@@ -198,11 +237,26 @@ class ElasticSizer:
 
     # -- one job ----------------------------------------------------------------------------------------
 
+    def _waiting(self, state: Tracking, job: Job, tracked: Tracked, ref: ElasticRef,
+                 now: float) -> tuple[Sized, Job, GrowthCandidate] | None:
+        """A waiting gang that may run on several models, as the allocator sees it (None: no model has room
+        for its minimum, even counting what others may give: the engine's queue decides)."""
+        sized = self._sized(ref, state, job)
+        rooms = self.types.rooms(state, job, tracked, now)
+        if not rooms:
+            return None
+        restart = self.restart_seconds if sized.restart_seconds is None else float(sized.restart_seconds)
+        candidate = engine_candidate(state.engine, job, "", 0, sized.model or NOTHING_KNOWN, restart, now,
+                                     rooms=rooms, attained=sized.served)
+        return sized, job, candidate
+
     def _sized(self, ref: ElasticRef, state: Tracking | None = None, job: Job | None = None) -> Sized:
         sized = self.jobs.get(ref.uid)
         if sized is None:
             sized = self.jobs[ref.uid] = Sized(ref)
-            if state is not None and job is not None and not state.engine.could_ever_run_all(job.name):
+        if not sized.checked and state is not None and job is not None:
+            sized.checked = True
+            if not state.engine.could_ever_run_all(job.name):
                 self._event(_involved(ref), "Warning", "MaxReplicasUnreachable",
                             f"maxReplicas {job.spec.members}: the cluster could never hold that many workers of "
                             "this shape at once; the job grows only as far as capacity allows")
@@ -251,9 +305,16 @@ class ElasticSizer:
             choice = take_the_room(size, most)
             sized.last_reason = choice.reason
             return choice.target, choice.reason
-        # with or without room: it may grow with what other jobs of its VC give up, or be the one that gives
+        # with or without room: it may grow with what other jobs of its VC give up, be the one that gives, or
+        # move to another model its pods accept
         restart = self.restart_seconds if sized.restart_seconds is None else float(sized.restart_seconds)
-        return engine_candidate(state.engine, job, gpu_type, room, model, restart, now)
+        started = job.started_at if job.started_at is not None else now
+        candidate = engine_candidate(state.engine, job, gpu_type, room, model, restart, now,
+                                     rooms=self.types.rooms(state, job, state.tracked[job.name], now),
+                                     attained=sized.served + size * max(now - started, 0.0))
+        if sized.moved_at is not None and (candidate.last_resize is None or candidate.last_resize < sized.moved_at):
+            candidate = replace(candidate, last_resize=sized.moved_at)  # a move is its last change
+        return candidate
 
     def _headroom(self, state: Tracking, job: Job, sized: Sized, now: float) -> int:
         """``Engine.headroom``, computed again only when the cluster's allocations or the job changed, or

@@ -14,13 +14,13 @@ from collections import Counter
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
-from kubecell.core.engine.job import JobPhase
+from kubecell.core.engine.job import JobPhase, JobSpec
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import MILLI_PER_GPU, Request
 from kubecell.kube import pods
 from kubecell.kube.actions import Actions, retry
 from kubecell.kube.dialects import DemandError, PodDemand, pod_demand
-from kubecell.kube.elasticjobs import elastic_owner
+from kubecell.kube.elasticjobs import ElasticRef, elastic_owner
 from kubecell.kube.inventory import NodeView
 from kubecell.scheduler.claims import ClaimBroker, ClaimsPending
 from kubecell.scheduler.cluster import Mirror
@@ -32,11 +32,15 @@ from kubecell.scheduler.jobs import (
     groups_for,
     job_name,
     job_spec,
+    on_one_model,
 )
 from kubecell.scheduler.knowledge import Knowledge, informed
 from kubecell.scheduler.tracking import Tracking
 
 log = logging.getLogger("kubecell.scheduler")
+
+Pin = Callable[[Tracking, ElasticRef, JobSpec], str | None]
+"""(state, the ElasticJob, the gang's job as its pods ask) -> the one GPU model the gang runs on, or None."""
 
 NodeLimit = Callable[[str], frozenset[str] | None]
 """Pod uid -> the nodes the pod is limited to beyond its own constraints in the current engine, or None for
@@ -118,6 +122,9 @@ class Intake:
         self.record_warnings: dict[str, str] = {}
         """Pod uid -> the last Warning Event about its allocation record (``restore``): told once, not at every
         rebuild."""
+        self.pin: Pin | None = None
+        """The GPU model an ElasticJob's gang whose pods accept several runs on, chosen as the gang forms
+        (``scheduler.elastic_types``); None: such a gang is left to the engine (which may mix models)."""
 
     def note_generation(self, tracked: Tracked) -> None:
         """A restored gang's generation, so the next one formed under its key gets a new name."""
@@ -341,10 +348,10 @@ class Intake:
             job, tracked = state.engine.jobs[name], state.tracked[name]
             phases = (JobPhase.RUNNING, JobPhase.RESERVED, JobPhase.PENDING) if elastic else \
                 (JobPhase.RUNNING, JobPhase.RESERVED)
-            if job.phase not in phases or (demand.vc or self.default_vc) != job.vc:
-                continue
+            if job.phase not in phases or (demand.vc or self.default_vc) != job.vc or tracked.moving:
+                continue  # (a gang being moved to another model takes no pod: its replacements form a new job)
             spec = job.spec
-            room = [p for p in groups_for(spec, demand) if tracked.live_pods(p) < spec.member_groups[p].count]
+            room = [p for p in groups_for(spec, demand, tracked) if tracked.live_pods(p) < spec.member_groups[p].count]
             if not room:
                 continue
             uid = pods.uid(pod)
@@ -406,13 +413,18 @@ class Intake:
                 self.teller.tell(p, f"cannot be scheduled: {error}", reason="InvalidRequest")
             return False
         spec = informed(spec, pod, self.knowledge, place_by_use=self.place_by_use)
+        owner = elastic_owner(pod) if demand.group is not None and demand.group.maximum is not None else None
+        pinned = self.pin(state, owner, spec) if owner is not None and self.pin is not None else None
+        if pinned is not None:
+            spec = on_one_model(spec, pinned)
         job = state.engine.submit(spec, spec.submit_time)
         isolation_of = {pods.uid(p): d.isolation for p, d in members if d.isolation != demand.isolation}
         tracked = Tracked(name, demand.group.key if demand.group else None, [pods.uid(p) for p, _ in members],
-                          isolation=demand.isolation, part_of=parts, isolation_of=isolation_of)
+                          isolation=demand.isolation, part_of=parts, isolation_of=isolation_of, pinned=pinned,
+                          models=demand.request.gpu_models if pinned is not None else None)
         if demand.group is not None and demand.group.maximum is not None and job.phase == JobPhase.PENDING:
             state.engine.limit_growth(name, tracked.spare(spec))  # an elastic gang binds the pods that exist
-            tracked.elastic = elastic_owner(pod)
+            tracked.elastic = owner
         state.track(tracked)
         if excluded:
             state.excluded_by_constraints[name] = excluded

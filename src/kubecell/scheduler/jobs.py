@@ -9,7 +9,7 @@ job), because the engine keeps ended jobs and refuses a second job with a name i
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from kubecell.core.engine.job import OPPORTUNISTIC_PRIORITY, JobSpec, MemberGroup
@@ -43,6 +43,15 @@ class Tracked:
     released: set[str] = field(default_factory=set)
     """Pods whose members a shrink released (evicted, terminating or gone): they never hold a member again, so
     growth binds the job's other free pods (or pods that joined to replace them, ``Intake``)."""
+    pinned: str | None = None
+    """The one GPU model an ElasticJob's gang whose pods accept several runs on (its job accepts only that
+    one: a data-parallel gang steps at its slowest GPU); None for every other job."""
+    models: frozenset[str] | None = None
+    """What the pods of a ``pinned`` gang accept (None: any model): where the sizer may move it, and what a
+    pod that joins it must accept."""
+    moving: bool = False
+    """The sizer moves the gang to another model: its pods are evicted, it takes no new pod, and the pods that
+    replace them form a new job on the new model."""
 
     def free_pods(self) -> list[str]:
         """Pods of the job that hold no member yet and may take one, in a stable order."""
@@ -65,14 +74,28 @@ class Tracked:
         return self.isolation_of.get(uid, self.isolation)
 
 
-def groups_for(spec: JobSpec, demand: PodDemand) -> list[int]:
+def groups_for(spec: JobSpec, demand: PodDemand, tracked: Tracked | None = None) -> list[int]:
     """The member groups of ``spec`` whose members ask exactly what ``demand`` asks (a pod that could hold one
-    of their members), in group order."""
+    of their members), in group order; for a gang pinned to one model (``tracked.pinned``), a pod asks alike
+    when it accepts what the gang's pods accept."""
     r = demand.request
     ask = (r.cpu_milli, r.memory_mib, r.gpu_count, r.gpu_milli, r.gpu_memory_mib, r.gpu_models)
+    pinned = tracked is not None and tracked.pinned is not None
     return [position for position, group in enumerate(spec.member_groups)
             if (group.member.cpu_milli, group.member.memory_mib, group.member.gpu_count, group.member.gpu_milli,
-                group.member.gpu_memory_mib, group.member.gpu_models) == ask]
+                group.member.gpu_memory_mib,
+                tracked.models if pinned and tracked is not None else group.member.gpu_models) == ask]
+
+
+def on_one_model(spec: JobSpec, model: str) -> JobSpec:
+    """``spec`` with its GPU members accepting ``model`` alone (an elastic gang runs on one model)."""
+    def narrowed(member: Request) -> Request:
+        return replace(member, gpu_models=frozenset({model})) if member.wants_gpu else member
+
+    if not spec.groups:
+        return replace(spec, member=narrowed(spec.member))
+    groups = tuple(replace(group, member=narrowed(group.member)) for group in spec.groups)
+    return replace(spec, member=groups[0].member, groups=groups)
 
 
 def job_name(demand: PodDemand, pod: Mapping[str, Any], generation: int) -> str:

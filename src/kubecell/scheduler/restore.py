@@ -46,7 +46,7 @@ from kubecell.scheduler.claims import ClaimsPending
 from kubecell.scheduler.cluster import Mirror
 from kubecell.scheduler.gate import NodeGate
 from kubecell.scheduler.intake import Intake, isolation_nodes
-from kubecell.scheduler.jobs import Tracked, gang_spec
+from kubecell.scheduler.jobs import Tracked, gang_spec, on_one_model
 from kubecell.scheduler.tracking import Tracking
 
 log = logging.getLogger("kubecell.scheduler")
@@ -82,12 +82,15 @@ class Restorer:
         self._adopted: dict[str, tuple[list[str], dict[str, int], dict[str, int],
                                        list[tuple[dict[str, Any], PodDemand]]]] = {}
         """Job name -> (its pods' uids, their member groups, each recorded pod's member index, its pods)."""
+        self._pins: dict[str, tuple[str, frozenset[str] | None]] = {}
+        """Job name -> (the one model an ElasticJob's gang runs on, what its pods accept) (``_one_model``)."""
 
     def restore(self, state: Tracking) -> None:
         """Every pod with a record it can believe is restored; the rest are held or rolled back (see the
         module docstring). One pod or job that cannot be read never stops the others."""
         by_job: dict[str, list[Member]] = {}
         self._views = state.views
+        self._pins.clear()
         pod_groups = self.mirror.all_podgroups()
         for pod in list(self.mirror.pods.values()):
             if not pods.ours(pod, self.names) or pods.ended(pod):
@@ -283,6 +286,11 @@ class Restorer:
         except InvalidInputError as error:
             log.error("cannot restore %s: %s", name, error)
             return None
+        pinned = _one_model(state, spec, members) if group is not None and group.maximum is not None \
+            and elastic_owner(first.pod) is not None else None
+        if pinned is not None:  # an ElasticJob's gang runs on one model: the one its members run on
+            spec = on_one_model(spec, pinned)
+            self._pins[name] = (pinned, first.demand.request.gpu_models)
         indices = member_indices(spec, parts, members)
         running = [RunningMember(indices[pods.uid(m.pod)], m.record.node, held_indices(state, m.record))
                    for m in members]
@@ -339,10 +347,11 @@ class Restorer:
         group = members[0].demand.group
         uids, parts, indices, gang = self._adopted[name]
         isolation = members[0].demand.isolation
+        pinned, models = self._pins.pop(name, (None, None))
         tracked = Tracked(name, group.key if group else None, uids,
                           {indices[pods.uid(m.pod)]: pods.uid(m.pod) for m in members}, isolation=isolation,
                           part_of=parts, isolation_of={pods.uid(p): d.isolation for p, d in gang
-                                                       if d.isolation != isolation})
+                                                       if d.isolation != isolation}, pinned=pinned, models=models)
         state.track(tracked)
         self.intake.note_generation(tracked)
         if group is not None and group.maximum is not None:
@@ -411,3 +420,16 @@ def held_indices(state: Tracking, record: AllocationRecord) -> tuple[int, ...]:
         log.info("%s: its GPUs are now at indices %s on %s (recorded %s)", record.allocation_id, found, record.node,
                  [gpu.index for gpu in record.gpus])
     return found
+
+
+def _one_model(state: Tracking, spec: JobSpec, members: Sequence[Member]) -> str | None:
+    """The GPU model an elastic gang restored from ``members`` runs on, when its whole-GPU members accept more
+    than that one and all run on it (then its job is pinned there, as the intake pins a gang that forms); None
+    otherwise (members across models keep what their pods accept)."""
+    member = spec.member
+    if spec.heterogeneous or not member.wants_gpu or (member.gpu_models is not None and len(member.gpu_models) < 2):
+        return None
+    book = state.engine.book
+    held = {book.model_names[book.model_id[book.index[m.record.node]]] for m in members
+            if m.record.node in book.index}
+    return held.pop() if len(held) == 1 else None

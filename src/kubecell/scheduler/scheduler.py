@@ -149,6 +149,9 @@ class Scheduler:
         self.binder.claims = self.claims
         self.elastic = ElasticSizer(kube, self.options.name)
         """Moves ElasticJobs' targets after each cycle (``scheduler.elastic``)."""
+        self.elastic.types.evict_pod = self.binder.evict_pod
+        self.elastic.types.reform = self.intake.renew
+        self.intake.pin = self.elastic.types.pin_model
         self.before_cycle: Callable[[], bool] | None = None
         """Run at each cycle before the engine may run (True asks for a run); set by a mode with work of its
         own over time before the loop runs (the extender gives back decisions kube-scheduler never bound)."""

@@ -288,21 +288,23 @@ class KubecellElasticPolicy:
         price = {t: self._type_price(order, t) for t in pools}
         queued: dict[str, str] = {}
         for rank, job in enumerate(order, start=1):
-            best: tuple[float, str] | None = None
+            best: tuple[float, float, str] | None = None
             for t, counts in job.counts.items():
                 need = int(counts[0])
                 if pools[t].free < need:
                     continue
-                advantage = float(job.speed[t][0]) / need / max(price[t], TINY)
+                speed = float(job.speed[t][0]) / need
+                advantage = speed / max(price[t], TINY)
                 if job.cur_type is not None and t != job.cur_type:
                     advantage *= job.rho
-                if best is None or advantage > best[0] + 1e-12:
-                    best = (advantage, t)
+                # equal advantages (a type only this job knows is priced by its own speed there): the faster
+                if best is None or advantage > best[0] + 1e-12 or (advantage > best[0] - 1e-12 and speed > best[1]):
+                    best = (advantage, speed, t)
             if best is None:
                 types = "/".join(sorted(job.counts)) or "any allowed type"
                 queued[job.name] = f"queued: no room for its minimum on {types} (rank {rank} by attained service)"
                 continue
-            self._set(job, best[1], int(job.counts[best[1]][0]), pools, "")
+            self._set(job, best[2], int(job.counts[best[2]][0]), pools, "")
         return queued
 
     @staticmethod

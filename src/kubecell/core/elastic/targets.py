@@ -41,11 +41,6 @@ from kubecell.core.engine.engine import Engine
 from kubecell.core.engine.job import Job, JobPhase
 from kubecell.core.engine.shrink import may_resize, shrinkable
 
-REPORT_GRACE_SECONDS = 300.0
-"""How long a running job without a goodput model is sized as one the allocator explores (it keeps its size)
-before it takes the room: its first step reports come within its restart and a reporting interval, and a
-job grown before its first step pays a second restart for nothing."""
-
 
 @dataclass(frozen=True, slots=True)
 class GrowthCandidate:

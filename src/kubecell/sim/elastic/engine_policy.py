@@ -14,10 +14,10 @@ engine's headroom and into members other jobs of the VC give up for it (their co
 workers at once here: ``Engine.release_members``), or moves to another type where its minimum is idle now
 (``Engine.room_on``; its workers restart there: a new engine job on that type, as its new pods form a new gang
 on a cluster); a waiting job is started on the type the allocator chooses, counting on what others give. A
-running job without a goodput model keeps its size for ``REPORT_GRACE_SECONDS``, then takes the room. A job
-that needs its minimum takes back members others grew (the engine's rule). The engine's resize interval
-holds. One VC holds the whole cluster. Each job's restart cost is its own, as an ElasticJob states it in
-``spec.restartSeconds`` (without it the cluster charges 30 s).
+running job without a goodput model takes the room. A job that needs its minimum takes back members others
+grew (the engine's rule). The engine's resize interval holds. One VC holds the whole cluster. Each job's
+restart cost is its own, as an ElasticJob states it in ``spec.restartSeconds`` (without it the cluster
+charges 30 s).
 
 What it leaves out: pods and their controller (a raised target is bound in the same round, and a moved job's
 workers are gone at once: creating, binding and ending pods takes seconds, a round is 60 s, and the
@@ -32,7 +32,6 @@ from dataclasses import replace
 
 from kubecell.core.elastic.allocator import KubecellElasticPolicy
 from kubecell.core.elastic.targets import (
-    REPORT_GRACE_SECONDS,
     GrowthChoice,
     engine_candidate,
     plan_targets,
@@ -186,8 +185,7 @@ class EngineSizedPolicy:
             if job.phase != JobPhase.RUNNING:
                 continue
             most = min(job.spec.members, job.size + engine.headroom(job.name, now))
-            started = job.started_at if job.started_at is not None else now
-            if view.estimate.goodput(gpu_type, 1, job.size) <= 0.0 and now - started >= REPORT_GRACE_SECONDS:
+            if view.estimate.goodput(gpu_type, 1, job.size) <= 0.0:
                 if most > job.size:
                     choices[name] = take_the_room(job.size, most)
                 continue

@@ -1,0 +1,162 @@
+"""Which GPU model an ElasticJob runs on: the one its gang is pinned to when it forms, and the moves and starts
+the allocator decides (``core.elastic.targets``), carried out in Kubernetes terms.
+
+A data-parallel gang steps at the pace of its slowest GPU, and no goodput model prices a placement across
+models, so an ElasticJob whose pods accept several models (a template with ``kubecell.io/gpu-models: A,B``, or
+none) runs on one at a time:
+
+* **Pin.** When its gang forms, the intake asks ``pin_model`` for the model its job accepts: the one the sizer
+  chose last (``Sized.pin``), else where its minimum is idle and its goodput model prices a GPU highest
+  (``targets.start_type``). The engine job accepts that model alone; the pods keep what they accept (a pod
+  that replaces a worker joins the gang when it accepts the same, ``jobs.groups_for``).
+* **Start.** A gang that waits is a candidate of the allocator with the room each model it accepts has for it
+  (``Engine.room_on``); where the allocator starts it elsewhere, the sizer pins that model and has the gang
+  formed again (its engine job is withdrawn; its pods form a new one at the next reconcile).
+* **Move.** A running job whose reports price another model where at least its minimum is idle now may be
+  moved there by the allocator (only when the gain pays for a restart, ``spec.restartSeconds``). The sizer
+  pins that model, sets the target to the size the allocator gives it, and evicts every worker (with the
+  workers' grace period, to checkpoint). The old job takes no new pod and holds its GPUs until its pods are
+  gone; the controller replaces the evicted workers (``WorkerLost``, not counted), and the new pods form a new
+  gang on the new model. A Normal ``Move`` Event on the ElasticJob gives the allocator's reason.
+
+What is not kept across a scheduler restart: the pins (a restored gang is pinned to the model its members run
+on; a gang that forms after a restart is pinned afresh) and a move under way (the replacement pods of a
+gang whose old pods still terminate join the restored old job, which then runs on where it ran: the move is
+dropped, nothing is lost but the restart the eviction already cost).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from kubecell.core.elastic.targets import GrowthChoice, start_type
+from kubecell.core.engine.job import Job, JobPhase, JobSpec
+from kubecell.core.engine.shrink import shrinkable
+from kubecell.kube.elasticjobs import ElasticRef
+from kubecell.scheduler.jobs import Tracked
+from kubecell.scheduler.tracking import Tracking
+
+if TYPE_CHECKING:
+    from kubecell.scheduler.elastic import Sized
+
+log = logging.getLogger("kubecell.scheduler.elastic")
+
+EvictPod = Callable[[str, str], bool]
+"""(pod uid, reason) -> whether an eviction was sent or is under way (``Binder.evict_pod``)."""
+Reform = Callable[[Tracking, str], None]
+"""(state, job name): withdraw a waiting job so that its pods form it again (``Intake.renew``)."""
+
+
+class NothingKnown:
+    """The goodput estimate of a gang that has not reported: nothing is known anywhere (the allocator then
+    offers it its minimum on each model, at a guessed worth)."""
+
+    def goodput(self, gpu_type: str, num_nodes: int, num_replicas: int) -> float:
+        return 0.0
+
+
+NOTHING_KNOWN = NothingKnown()
+
+
+class GpuTypes:
+    """Pins, starts and moves of ElasticJobs' gangs between GPU models (see the module)."""
+
+    def __init__(self, sized_of: Callable[[ElasticRef], Sized], event: Callable[[ElasticRef, str, str], None],
+                 write_target: Callable[[Sized, int, str], bool]) -> None:
+        self.sized_of = sized_of
+        self.event = event
+        """(the ElasticJob, reason, message): a Normal Event on it."""
+        self.write_target = write_target
+        self.evict_pod: EvictPod | None = None
+        """Set by the scheduler (the binder's eviction); None: moves are not carried out."""
+        self.reform: Reform | None = None
+        """Set by the scheduler (the intake's renew); None: waiting gangs are not started elsewhere."""
+
+    # -- which models ---------------------------------------------------------------------------------------
+
+    @staticmethod
+    def nodes_of(state: Tracking, spec: JobSpec) -> list[int]:
+        """The book's indices of the GPU nodes the gang may use (``JobSpec.nodes``: its pods' constraints)."""
+        book = state.engine.book
+        return [i for i, node in enumerate(book.nodes) if node.gpu_count > 0
+                and (spec.nodes is None or node.name in spec.nodes)]
+
+    def accepted(self, state: Tracking, spec: JobSpec, models: frozenset[str] | None) -> list[str]:
+        """The GPU models of the nodes a gang of whole-GPU members that accept ``models`` (None: any) may use;
+        empty for a gang that cannot be pinned (groups of several shapes, shares, CPU members)."""
+        member = spec.member
+        if spec.heterogeneous or not member.wants_gpu or not member.is_whole:
+            return []
+        book = state.engine.book
+        present = sorted({book.model_names[book.model_id[i]] for i in self.nodes_of(state, spec)})
+        return [model for model in present if models is None or model in models]
+
+    def pin_model(self, state: Tracking, ref: ElasticRef, spec: JobSpec) -> str | None:
+        """The model a forming gang of ElasticJob ``ref`` runs on (``Intake.pin``), or None where its pods accept
+        one model or cannot be pinned."""
+        models = self.accepted(state, spec, spec.member.gpu_models)
+        if len(models) < 2:
+            return None
+        sized = self.sized_of(ref)
+        if sized.pin in models:
+            return sized.pin
+        book = state.engine.book
+        per = max(spec.member.gpu_count, 1)
+        idle: Counter[str] = Counter()
+        for index in self.nodes_of(state, spec):
+            idle[book.model_names[book.model_id[index]]] += int(book.full_count[index]) // per
+        above: Counter[str] = Counter()
+        for name, tracked in state.tracked.items():
+            job = state.engine.jobs.get(name)
+            if tracked.pinned is not None and job is not None and job.phase == JobPhase.RUNNING:
+                above[tracked.pinned] += len(shrinkable(job))
+        model = sized.model
+        price = {m: model.goodput(m, 1, 1) if model is not None else 0.0 for m in models}
+        sized.pin = start_type(models, idle, above, price, spec.minimum)
+        log.info("ElasticJob %s/%s: its gang runs on %s", ref.namespace, ref.name, sized.pin)
+        return sized.pin
+
+    def rooms(self, state: Tracking, job: Job, tracked: Tracked, now: float) -> dict[str, int]:
+        """Per model the gang of ``job`` may use, the members it could run with there if it started there now
+        (``Engine.room_on``); empty where it is not pinned (its pods accept one model)."""
+        if tracked.pinned is None:
+            return {}
+        models = self.accepted(state, job.spec, tracked.models)
+        own = tracked.pinned if job.phase == JobPhase.RUNNING else None
+        return {m: state.engine.room_on(job.name, m, now) for m in models if m != own}
+
+    # -- carrying out what the allocator chose -------------------------------------------------------------
+
+    def carry_out(self, state: Tracking, sized: Sized, job: Job, choice: GrowthChoice, now: float) -> None:
+        """Start a waiting gang on, or move a running job to, ``choice.gpu_type`` at ``choice.target`` members."""
+        model = choice.gpu_type
+        tracked = state.tracked.get(job.name)
+        if model is None or tracked is None:
+            return
+        ref = sized.ref
+        if job.phase == JobPhase.PENDING:
+            # A waiting gang starts with the pods it has, as many as fit (at least its minimum): its target is
+            # only ever raised here, to start it larger where the allocator sizes it so.
+            if choice.target > tracked.live_pods():
+                self.write_target(sized, choice.target, choice.reason)
+            if model != tracked.pinned and self.reform is not None:
+                sized.pin = model
+                self.reform(state, job.name)  # its pods form the gang again, on the new model
+                log.info("ElasticJob %s/%s: starts on %s (%s)", ref.namespace, ref.name, model, choice.reason)
+            return
+        if job.phase != JobPhase.RUNNING or tracked.moving or self.evict_pod is None:
+            return
+        sized.pin, sized.moved_at = model, now
+        sized.served += job.size * max(now - (job.started_at if job.started_at is not None else now), 0.0)
+        tracked.moving = True
+        state.engine.limit_growth(job.name, (0,))
+        self.write_target(sized, choice.target, choice.reason)
+        reason = f"moved by kubecell to {model}: {choice.reason}"
+        evicted = sum(1 for uid in list(tracked.members.values()) if self.evict_pod(uid, reason))
+        self.event(ref, "Move", f"{tracked.pinned} -> {model}, {job.size} -> {choice.target} workers: "
+                                f"{choice.reason}; its {evicted} workers restart there")
+        log.info("ElasticJob %s/%s: moving %s -> %s (%s)", ref.namespace, ref.name, tracked.pinned, model,
+                 choice.reason)

@@ -1,0 +1,104 @@
+"""kubecell's scheduler chooses the GPU model of an ElasticJob whose workers accept several, on the real testbed
+(API server, fake kubelet, the ElasticJob controller in a thread): its gang is pinned to one model as it forms
+(never workers on two models), a gang that waits is started on the model that has room, and a running job is
+moved to the model where its step reports say it is much faster once GPUs are idle there: its workers are
+evicted with a ``Move`` Event, the controller replaces them (not a counted restart), and the new gang runs on
+the new model."""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Any
+
+from kubecell.core.model import make_node
+from kubecell.kube.names import ANNOTATION_STEP_REPORT
+from kubecell.kube.rest import Kube
+from kubecell.kube.step_reports import build_step_report
+from kubecell.scheduler.scheduler import SchedulerOptions
+from kubecell.testbed.control_plane import ControlPlaneState
+from kubecell.testbed.nodes import node_manifest
+from tests.cluster_fixtures import RunningScheduler
+from tests.elastic.support import STEP, RunningController, create_job, get_job, template, workers
+from tests.elastic.test_scheduler_sizing import job_events, running_workers
+from tests.kube.test_virtualclusters import accepted, put
+from tests.scheduler.trust_support import create_pod, pod
+from tests.support import registered_node, wait_for
+
+A100_NODE, V100_NODE = "a100-moves", "v100-moves"
+POOL = {"kubecell.io/test-pool": "moves"}
+
+
+def node(name: str, model: str) -> dict[str, Any]:
+    return node_manifest(make_node(name, cpu_milli=64_000, memory_mib=524_288, gpu_count=8, gpu_model=model,
+                                   labels=POOL))
+
+
+def on_node(kube: Kube, namespace: str, name: str) -> set[str]:
+    return {p["spec"].get("nodeName", "") for p in workers(kube, namespace, name).values()}
+
+
+def report(kube: Kube, namespace: str, name: str, *, step_seconds: float) -> None:
+    """What each running worker's StepReporter writes (the same global batch of 64 on every placement)."""
+    found = workers(kube, namespace, name)
+    for worker in found.values():
+        text = build_step_report(time=time.time(), replicas=len(found), nodes=1, local_batch=64 // len(found),
+                                 accumulation_steps=1, step_seconds=step_seconds, sync_seconds=step_seconds / 10,
+                                 grad_sqr=0.8, grad_var=12.0, steps=20)
+        kube.patch(f"/api/v1/namespaces/{namespace}/pods/{worker['metadata']['name']}",
+                   {"metadata": {"annotations": {ANNOTATION_STEP_REPORT: text}}})
+
+
+def test_a_job_is_pinned_started_where_there_is_room_and_moved_where_it_is_faster(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, crd: None, controller: RunningController,
+        start_scheduler: type[RunningScheduler]) -> None:
+    with registered_node(kube, node(A100_NODE, "A100")), registered_node(kube, node(V100_NODE, "V100M32")):
+        put(kube, "vision", cells={"A100x8/node": 1})  # owns the A100 node, lends it while idle
+        put(kube, "speech", cells={"V100M32x8/node": 1})
+        running = start_scheduler(testbed, SchedulerOptions(resize_interval_seconds=1.0))
+        for name in ("vision", "speech"):
+            wait_for(f"{name} accepted", partial(accepted, kube, name))
+        create_pod(kube, namespace, "blocker", {"nvidia.com/gpu": "8"}, annotations={"kubecell.io/vc": "speech"},
+                   spec={"nodeSelector": {"kubernetes.io/hostname": V100_NODE}})
+        wait_for("the blocker to run", lambda: pod(kube, namespace, "blocker")["status"].get("phase") == "Running",
+                 STEP)
+
+        worker = template("kubecell", annotations={"kubecell.io/vc": "speech"}, limits={"nvidia.com/gpu": "2"})
+        worker["spec"]["nodeSelector"] = POOL  # either node: the job accepts A100 and V100
+        create_job(kube, namespace, "bert", minReplicas=1, maxReplicas=4, replicas=2, template=worker)
+        wait_for("the job to run on the idle A100s (the V100s are blocked)",
+                 lambda: running_workers(kube, namespace, "bert", 4)
+                 and on_node(kube, namespace, "bert") == {A100_NODE}, 2 * STEP)
+        report(kube, namespace, "bert", step_seconds=0.2)
+        uid = get_job(kube, namespace, "bert")["metadata"]["uid"]
+        wait_for("its goodput model to learn the A100 reports", lambda: (
+            (sized := running.scheduler.elastic.jobs.get(uid)) is not None and sized.model is not None
+            and "A100" in sized.model.gpu_types), STEP)
+
+        create_pod(kube, namespace, "claim", {"nvidia.com/gpu": "8"}, annotations={"kubecell.io/vc": "vision"},
+                   spec={"nodeSelector": {"kubernetes.io/hostname": A100_NODE}})
+        wait_for("vision's guaranteed pod to take its A100s back",
+                 lambda: pod(kube, namespace, "claim")["status"].get("phase") == "Running", 2 * STEP)
+        kube.delete(f"/api/v1/namespaces/{namespace}/pods/blocker", gracePeriodSeconds=0)
+        wait_for("the waiting gang to start on the V100s, where there is room",
+                 lambda: running_workers(kube, namespace, "bert", len(workers(kube, namespace, "bert")))
+                 and on_node(kube, namespace, "bert") == {V100_NODE}, 2 * STEP)
+        report(kube, namespace, "bert", step_seconds=1.6)  # 8x slower per step than on the A100s
+        wait_for("its model to learn the V100 reports", lambda: (
+            (sized := running.scheduler.elastic.jobs.get(uid)) is not None and sized.model is not None
+            and "V100M32" in sized.model.gpu_types), STEP)
+
+        kube.delete(f"/api/v1/namespaces/{namespace}/pods/claim", gracePeriodSeconds=0)
+        moved = wait_for("a Move Event on the job", lambda: job_events(kube, namespace, "bert", "Move"), 2 * STEP)
+        assert "V100M32 -> A100" in moved[0], moved
+        wait_for("its workers to run on the A100s again",
+                 lambda: running_workers(kube, namespace, "bert", len(workers(kube, namespace, "bert")))
+                 and on_node(kube, namespace, "bert") == {A100_NODE}, 2 * STEP)
+        status = get_job(kube, namespace, "bert").get("status") or {}
+        assert status.get("phase") not in ("Failed", "Invalid"), status
+        assert int(status.get("restarts", 0)) == 0, "a move (workers evicted, replaced) is not a counted restart"
+        engine = running.scheduler.state.engine if running.scheduler.state is not None else None
+        assert engine is not None
+        gangs = [job for name, job in engine.jobs.items() if name.startswith(f"{namespace}/bert#")]
+        assert all(job.spec.member.gpu_models in (frozenset({"A100"}), frozenset({"V100M32"})) for job in gangs), \
+            "every gang of the job accepted one model: never workers on two"
