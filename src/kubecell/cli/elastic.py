@@ -62,10 +62,12 @@ def sim_elastic(
     cluster: Annotated[str, typer.Option(help="Simulated cluster: sia64 (6x4 T4, 3x8 RTX 2080Ti, 2x8 A100).")] = (
         "sia64"),
     policy: Annotated[str, typer.Option(
-        help="Comma-separated elastic policies: kubecell (sizes jobs on online goodput), kubecell-engine (the "
-        "path a cluster runs: the engine admits and places, the same allocator sizes), gavel (Gavel's "
-        "max-sum-throughput time-slicing with TunedJobs, as the Sia artifact runs it), rigid (TunedJobs sizes, "
-        "FIFO with backfill, never preempted); also kubecell-true-noise and kubecell-oracle (diagnostics).")] = (
+        help="Comma-separated elastic policies: kubecell (the path a cluster runs: the core engine admits, places "
+        "and takes back, the allocator sizes jobs on goodput learned online, moves them between GPU types and "
+        "chooses where they start), gavel (Gavel's max-sum-throughput time-slicing with TunedJobs, as the Sia "
+        "artifact runs it), rigid (TunedJobs sizes, FIFO with backfill, never preempted); also the diagnostics "
+        "kubecell-allocator (the allocator alone, with the whole cluster's authority), kubecell-no-moves, "
+        "kubecell-true-noise and kubecell-oracle.")] = (
         ",".join(DEFAULT_POLICIES)),
     models: Annotated[Path | None, typer.Option(
         help="The profile tables (models/ of sia-sosp23-workloads; default: the nearest models/ folder beside "

@@ -379,8 +379,10 @@ class ElasticSizer:
         sized.told.add(key)
         self._event(_involved(sized.ref), "Warning", "MixedGpuModels",
                     f"workers run on several GPU models ({', '.join(models)}): the training steps at the pace of "
-                    "the slowest, and kubecell cannot price its growth; name one model in the template (a "
-                    "nodeSelector or a resource of one model) to have it sized on goodput")
+                    "the slowest, and kubecell cannot price its growth. kubecell keeps a gang of whole-GPU "
+                    "workers on one model (its gang was placed otherwise before, or its workers ask for GPU "
+                    "shares); name one model in the template (kubecell.io/gpu-models, a nodeSelector) to have it "
+                    "sized on goodput")
 
     def _batch_range(self, sized: Sized, observed: int) -> tuple[int, int]:
         """The global batch range the job's goodput model may choose in: the ElasticJob's ``batchSize`` where
