@@ -14,7 +14,8 @@ import pytest
 from kubecell.core.engine.job import Job
 from kubecell.kube.names import ANNOTATION_STEP_REPORT
 from kubecell.kube.step_reports import build_step_report
-from kubecell.scheduler.elastic import ElasticSizer, Sized
+from kubecell.scheduler.elastic import ElasticSizer
+from kubecell.scheduler.elastic_sized import Sized
 from tests.core.support import engine, make_nodes
 from tests.scheduler.test_shrink_pods import Loop
 from tests.scheduler.trust_support import pod_body

@@ -30,17 +30,14 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from kubecell.core.elastic.targets import GrowthChoice, start_type
 from kubecell.core.engine.job import Job, JobPhase, JobSpec
 from kubecell.core.engine.shrink import shrinkable
 from kubecell.kube.elasticjobs import ElasticRef
+from kubecell.scheduler.elastic_sized import Sized
 from kubecell.scheduler.jobs import Tracked
 from kubecell.scheduler.tracking import Tracking
-
-if TYPE_CHECKING:
-    from kubecell.scheduler.elastic import Sized
 
 log = logging.getLogger("kubecell.scheduler.elastic")
 

@@ -1,0 +1,56 @@
+"""What the scheduler keeps per ElasticJob between passes of its sizer (``scheduler.elastic``) and of the
+chooser of its GPU model (``scheduler.elastic_types``): its goodput model, what it has read and told, the
+targets it wrote and why, and the model its gang runs on. In memory only: a restarted scheduler learns it
+again from the pods' step reports (see docs/elastic.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kubecell.core.elastic.goodput import OnlineGoodput
+from kubecell.kube.elasticjobs import ElasticRef
+
+
+@dataclass
+class Sized:
+    """What the sizer keeps per ElasticJob (by uid)."""
+
+    ref: ElasticRef
+    model: OnlineGoodput | None = None
+    consumed: dict[str, float] = field(default_factory=dict)
+    """Pod uid -> the time of the last report taken from it."""
+    read: dict[str, object] = field(default_factory=dict)
+    """Pod uid -> the annotation text read last (so an unchanged report is not parsed again every cycle)."""
+    told: set[tuple[str, str]] = field(default_factory=set)
+    """(pod uid, problem reason) already told in an Event."""
+    raised_to: int | None = None
+    """The target the sizer last raised (while its pods are being made)."""
+    raised_at: float = 0.0
+    waiting_since: float | None = None
+    """Since when the job has pods that wait to be bound."""
+    last_reason: str = ""
+    restart_seconds: int | None = None
+    """What a resize costs the job, as its ElasticJob states (``spec.restartSeconds``; None: the default)."""
+    grace_seconds: int | None = None
+    """Its workers' ``terminationGracePeriodSeconds`` (None: not read yet)."""
+    patient_until: float = float("-inf")
+    """A raise that counts on members other jobs give up waits for their workers to end until then, not only
+    ``pending_grace_seconds``."""
+    lowered_to: int | None = None
+    """The target the sizer last lowered the job to, to give members to another job (its workers are ending)."""
+    lowered_until: float = float("-inf")
+    """Until when the job is left alone while those workers end (their grace period, then the pods' grace)."""
+    room: int = 0
+    room_key: tuple[int, int, float | None] | None = None
+    """(the book's clock, the job's size, when it last resized) when ``room`` was computed."""
+    room_at: float = float("-inf")
+    pin: str | None = None
+    """The GPU model its next gang runs on, where its pods accept several (``pin_model``; moves change it)."""
+    moved_at: float | None = None
+    """When the sizer last moved it to another model (the allocator's minimum interval counts from there)."""
+    served: float = 0.0
+    """Member-seconds its earlier gangs ran (a moved job keeps its attained service)."""
+    checked: bool = False
+    """Whether the cluster was asked if it could ever hold its maximum (told once, with a Warning, if not)."""
+    seen_at: float = float("-inf")
+    """When a job of its pods was last tracked (forgotten ``forget_seconds`` after)."""
