@@ -126,9 +126,9 @@ class OnlineGoodput:
 
     Two defaults were set on the cluster's path (docs/elastic.md, section 2): ``grad_smoothing`` 0.3 (a
     report's statistics are already means over its interval, while the noise scale drifts as training goes, so
-    the old 0.7 only made the model lag: with both changes avg JCT -0.008 / -0.014 h on Sia's Philly / Helios
-    workloads over nine jittered copies, the tails level) and ``explore_factor`` 8 (Pollux's rule is 2; with the noise followed
-    closely, a job ramps up in fewer restarts: 1 -> 8 rather than 1 -> 4 -> 16).
+    the old 0.7 only made the model lag) and ``explore_factor`` 8 (Pollux's rule is 2; with the noise followed
+    closely, a job ramps up in fewer restarts: 1 -> 8 rather than 1 -> 4 -> 16). Both together: avg JCT
+    -0.008 / -0.014 h on Sia's Philly / Helios workloads over nine jittered copies, the tails level.
 
     ``noise_prior`` (default None: phi = 0 until the first statistics) is the noise ratio assumed at
     ``initial_bsz`` before any statistics, Pollux's reading that the user's batch is about the gradient noise
