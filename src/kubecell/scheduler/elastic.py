@@ -86,14 +86,14 @@ class ElasticSizer:
         self.pending_grace_seconds = pending_grace_seconds
         self.report_max_age_seconds = report_max_age_seconds
         self.headroom_refresh_seconds = headroom_refresh_seconds
-        self.forget_seconds = forget_seconds
-        """How long what the sizer knows of an ElasticJob (its goodput model, its pin) outlives the last job
-        formed of its pods: a moved job's workers end before their replacements form its next gang, and a
-        job whose pods are all replaced at once (a counted restart) keeps what it learned."""
         """How long a job's headroom is reused while no allocation in the cluster and nothing of the job has
         changed: the sizer runs after every cycle and on idle passes, and ``Engine.headroom`` walks every node
         in the job's scope; what can still change it without a change of the book (a resize interval that
         ends, a VC reconfigured) is picked up at the next refresh."""
+        self.forget_seconds = forget_seconds
+        """How long what the sizer knows of an ElasticJob (its goodput model, its pin) outlives the last job
+        formed of its pods: a moved job's workers end before their replacements form its next gang, and a
+        job whose pods are all replaced at once (a counted restart) keeps what it learned."""
         self.jobs: dict[str, Sized] = {}
         self.types = GpuTypes(self._sized, lambda ref, reason, message: self._event(
             _involved(ref), "Normal", reason, message), self._write)

@@ -31,6 +31,9 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 
+import numpy as np
+
+from kubecell.core.book import IntArray
 from kubecell.core.elastic.targets import GrowthChoice, start_type
 from kubecell.core.engine.job import Job, JobPhase, JobSpec
 from kubecell.core.engine.shrink import shrinkable
@@ -75,11 +78,15 @@ class GpuTypes:
     # -- which models ---------------------------------------------------------------------------------------
 
     @staticmethod
-    def nodes_of(state: Tracking, spec: JobSpec) -> list[int]:
-        """The book's indices of the GPU nodes the gang may use (``JobSpec.nodes``: its pods' constraints)."""
+    def nodes_of(state: Tracking, spec: JobSpec) -> IntArray:
+        """The book's indices of the GPU nodes the gang may use (``JobSpec.nodes``: its pods' constraints); one
+        vectorised pass over the nodes for a gang without constraints, its own nodes otherwise."""
         book = state.engine.book
-        return [i for i, node in enumerate(book.nodes) if node.gpu_count > 0
-                and (spec.nodes is None or node.name in spec.nodes)]
+        if spec.nodes is None:
+            return np.flatnonzero(book.gpu_count > 0)
+        known = sorted(book.index[name] for name in spec.nodes if name in book.index)
+        indices = np.array(known, dtype=np.int64)
+        return indices[book.gpu_count[indices] > 0]
 
     def accepted(self, state: Tracking, spec: JobSpec, models: frozenset[str] | None) -> list[str]:
         """The GPU models of the nodes a gang of whole-GPU members that accept ``models`` (None: any) may use;
@@ -88,7 +95,7 @@ class GpuTypes:
         if spec.heterogeneous or not member.wants_gpu or not member.is_whole:
             return []
         book = state.engine.book
-        present = sorted({book.model_names[book.model_id[i]] for i in self.nodes_of(state, spec)})
+        present = sorted(book.model_names[i] for i in np.unique(book.model_id[self.nodes_of(state, spec)]))
         return [model for model in present if models is None or model in models]
 
     def pin_model(self, state: Tracking, ref: ElasticRef, spec: JobSpec) -> str | None:
@@ -101,10 +108,10 @@ class GpuTypes:
         if sized.pin in models:
             return sized.pin
         book = state.engine.book
-        per = max(spec.member.gpu_count, 1)
-        idle: Counter[str] = Counter()
-        for index in self.nodes_of(state, spec):
-            idle[book.model_names[book.model_id[index]]] += int(book.full_count[index]) // per
+        nodes = self.nodes_of(state, spec)
+        members = np.bincount(book.model_id[nodes], weights=book.full_count[nodes] // max(spec.member.gpu_count, 1),
+                              minlength=len(book.model_names))
+        idle = {name: int(members[i]) for i, name in enumerate(book.model_names)}
         above: Counter[str] = Counter()
         for name, tracked in state.tracked.items():
             job = state.engine.jobs.get(name)

@@ -229,3 +229,19 @@ def test_start_type_prefers_where_its_minimum_is_idle_then_the_best_price() -> N
     assert start_type(["T4", "A100"], {}, {"T4": 3, "A100": 1}, {"A100": 5.0}, 2) == "T4", "most members to take back"
     with pytest.raises(ValueError, match="no GPU type"):
         start_type([], {}, {}, {}, 1)
+
+
+def test_two_moves_into_the_same_idle_gpus_are_not_both_made() -> None:
+    """Two jobs on T4s would both be faster on the two idle A100s; only the one with less attained service moves,
+    the other stays where it runs, as it was."""
+    first = GrowthCandidate(name="first", vc="a", gpu_type="T4", nodes=("t1",) * 2, room=0, shrinkable=0, maximum=8,
+                            submitted=0.0, attained_member_seconds=10.0, last_resize=0.0, restart_seconds=30.0,
+                            estimate=FAST_ON_A100, node_slots=8, minimum=2, rooms={"A100": 2})
+    second = GrowthCandidate(name="second", vc="a", gpu_type="T4", nodes=("t2",) * 2, room=0, shrinkable=0,
+                             maximum=8, submitted=0.0, attained_member_seconds=5000.0, last_resize=0.0,
+                             restart_seconds=30.0, estimate=FAST_ON_A100, node_slots=8, minimum=2, rooms={"A100": 2})
+    choices = plan_growth(KubecellElasticPolicy(), NOW, [first, second])
+    moved = [name for name, choice in choices.items() if choice.gpu_type == "A100"]
+    assert moved == ["first"], choices
+    assert choices["second"].target == 2, choices
+    assert choices["second"].gpu_type is None, choices

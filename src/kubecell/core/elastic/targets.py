@@ -140,6 +140,7 @@ def _plan_vc(policy: KubecellElasticPolicy, now: float,
                            min(len(placed), view.max_replicas))
     choices: dict[str, GrowthChoice] = {}
     free = dict(idle)
+    kept: dict[str, str] = {}
     for c, _ in sorted(views, key=lambda item: (bool(item[0].nodes), *_order(item[0]))):
         # Starts first, then moves, each into the idle GPUs left, in least-attained-service order; a move
         # never counts on members others give (it could be left with nothing), a start may (it waits for them).
@@ -150,6 +151,8 @@ def _plan_vc(policy: KubecellElasticPolicy, now: float,
             count = min(count, free[gpu_type])
             if count < max(c.minimum, 1):
                 planned[c.name] = (c.gpu_type, len(c.nodes))
+                kept[c.name] = (f"kept {len(c.nodes)} {c.gpu_type}: the allocator would move it to {gpu_type}, "
+                                f"where fewer than its minimum are idle now after the jobs before it")
                 continue
         free[gpu_type] -= min(count, free[gpu_type])
         choices[c.name] = GrowthChoice(count, policy.last_reasons.get(c.name, ""), gpu_type)
@@ -160,12 +163,13 @@ def _plan_vc(policy: KubecellElasticPolicy, now: float,
     for gpu_type in types:
         stay = [c for c, _ in views if c.gpu_type == gpu_type and c.name not in choices]
         # Members are taken from a job only for growth and starts the idle slots cannot give, the most-served
-        # jobs first.
+        # jobs first. (What a job moving away frees is not counted: on a cluster it is free only once its
+        # workers have ended.)
         need = (sum(max(planned[c.name][1] - len(c.nodes), 0) for c in stay) + arriving[gpu_type]
                 - idle[gpu_type])
         for c in sorted(stay, key=lambda c: (-c.attained_member_seconds, c.name)):
             size, count = len(c.nodes), planned[c.name][1]
-            reason = policy.last_reasons.get(c.name, "")
+            reason = kept.get(c.name) or policy.last_reasons.get(c.name, "")
             if count >= size:
                 choices[c.name] = GrowthChoice(count, reason)
                 continue
