@@ -1,9 +1,14 @@
 """``kubecell elastic-controller``: run ElasticJobs (torchrun elastic workers as one kubecell gang) on a cluster.
 
-One replica (the Deployment in ``deploy/elastic`` uses the Recreate strategy): every write it makes is
-idempotent or conditional on the version it read, so two briefly running side by side do no harm, but one
-is enough. SIGTERM (or SIGINT) stops the loop after the job being reconciled; nothing needs handing over,
-since all state is in the API server.
+Several replicas may run (the Deployment in ``deploy/elastic`` runs two): they elect a leader through the Lease
+``kubecell-elastic-controller`` (``kubecell.kube.leader``, as the scheduler does), and only the leader watches
+and acts. A standby takes over within the lease duration (15 s) when the leader dies, at once when it stops
+gracefully (it releases the Lease on SIGTERM). Nothing needs handing over: all state is in the API server, and
+every write is idempotent or conditional on the version read, so even a brief overlap does no harm.
+
+The HTTP port answers ``/healthz`` while the process runs, ``/readyz`` (200) once this replica leads and has
+completed a pass (a standby is alive, not ready), and ``/metrics`` (``kubecell.elastic.metrics``). A replica
+that loses the Lease stops and exits non-zero, so its Pod restarts as a standby.
 """
 
 from __future__ import annotations
@@ -11,30 +16,110 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from pathlib import Path
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
 
+from kubecell.cli.scheduler import Identity, Kubeconfig, LeaderElect, Verbose, listen_address
+from kubecell.cli.service import default_identity
 from kubecell.elastic.controller import ControllerOptions, ElasticController
+from kubecell.kube.leader import LeaderElector, LeaseConfig
 from kubecell.kube.rest import Kube
+from kubecell.scheduler.observe.web.app import serve
+
+LEASE = "kubecell-elastic-controller"
+DEFAULT_LISTEN = "0.0.0.0:10261"
+
+log = logging.getLogger("kubecell.elastic")
+
+
+def controller_app(controller: ElasticController, elector: LeaderElector | None) -> Starlette:
+    """The probes and the scrape of one replica."""
+
+    def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    def readyz(request: Request) -> Response:
+        ready = controller.ready.is_set() and (elector is None or elector.leading.is_set())
+        return PlainTextResponse("ok" if ready else "not leading or not synced", status_code=200 if ready else 503)
+
+    def metrics(request: Request) -> Response:
+        return Response(controller.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    return Starlette(routes=[Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics)])
+
+
+def run_controller(kube: Kube, options: ControllerOptions, *, listen: tuple[str, int] | None, leader_elect: bool,
+                   identity: str, lease: LeaseConfig | None = None, stop: threading.Event | None = None,
+                   serving: Callable[[ElasticController, str | None], None] | None = None) -> None:
+    """Run until SIGTERM/SIGINT (or ``stop``): elect, run the controller while leading, stop when the Lease is
+    lost (then ``SystemExit``). ``serving`` is told the controller and its HTTP port's URL once the port
+    answers, before the election (tests use it)."""
+    controller = ElasticController(kube, options)
+    stop = stop or threading.Event()
+    elector = LeaderElector(kube, identity, lease or LeaseConfig(name=LEASE)) if leader_elect else None
+    controller.metrics.leading = elector.leading.is_set if elector is not None else (lambda: True)
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    server = serve(controller_app(controller, elector), *listen) if listen else None
+    if serving is not None:
+        serving(controller, server.url if server is not None else None)
+    try:
+        if elector is not None:
+            threading.Thread(target=elector.run, args=(stop,), name="leader", daemon=True).start()
+            while not stop.is_set() and not elector.leading.wait(0.5):
+                pass
+            _relay(elector.lost, controller)
+        if not stop.is_set():
+            _relay(stop, controller)
+            controller.run()
+    finally:
+        controller.shutdown()
+        if elector is not None and not elector.lost.is_set():
+            elector.release()
+        if server is not None:
+            server.stop()
+    if elector is not None and elector.lost.is_set():
+        raise SystemExit("lost the leader lease")
+
+
+def _relay(source: threading.Event, controller: ElasticController) -> None:
+    """Stop ``controller`` when ``source`` is set (a lost Lease or a signal)."""
+
+    def wait() -> None:
+        source.wait()
+        controller.shutdown()
+
+    threading.Thread(target=wait, daemon=True).start()
 
 
 def elastic_controller(
-    kubeconfig: Annotated[Path | None, typer.Option(help="Kubeconfig (default: the pod's service account).")] = None,
+    kubeconfig: Kubeconfig = None,
     namespace: Annotated[str | None, typer.Option(
         help="Run the ElasticJobs of this namespace only (default: all).")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every decision.")] = False,
+    listen: Annotated[str, typer.Option(help="HOST:PORT of /healthz, /readyz and /metrics ('' for none).")] = (
+        DEFAULT_LISTEN),
+    leader_elect: LeaderElect = True,
+    lease_namespace: Annotated[str, typer.Option(help="Namespace of the Lease kubecell-elastic-controller.")] = (
+        "kubecell-system"),
+    identity: Identity = "",
+    verbose: Verbose = False,
 ) -> None:
     """Run the ElasticJob controller: workers follow spec.replicas, which the scheduler sets through /scale."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    address = listen_address(listen)
     kube = Kube.from_kubeconfig(kubeconfig)
-    controller = ElasticController(kube, ControllerOptions(namespace=namespace or None))
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: controller.shutdown())
     try:
-        controller.run()
+        run_controller(kube, ControllerOptions(namespace=namespace or None), listen=address,
+                       leader_elect=leader_elect, identity=identity or default_identity(),
+                       lease=LeaseConfig(namespace=lease_namespace, name=LEASE))
     finally:
         kube.close()

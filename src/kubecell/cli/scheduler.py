@@ -18,7 +18,7 @@ from kubecell.kube.rest import Kube
 from kubecell.scheduler.scheduler import SchedulerOptions
 
 
-def _address(text: str) -> tuple[str, int] | None:
+def listen_address(text: str) -> tuple[str, int] | None:
     if not text:
         return None
     host, _, port = text.rpartition(":")
@@ -130,7 +130,7 @@ def scheduler(
                                tenants_namespace=tenants_namespace, release_terminating=release_terminating,
                                **learned(history, queue_order, colocation, place_by_use))
     kube = Kube.from_kubeconfig(kubeconfig)
-    run(kube, options, listen=_address(listen), leader_elect=leader_elect,
+    run(kube, options, listen=listen_address(listen), leader_elect=leader_elect,
         identity=identity or pod_name or default_identity(), pod=own_pod(pod_name, pod_namespace))
 
 
@@ -161,7 +161,7 @@ def extender(
     names = [name.strip() for name in scheduler_names.split(",") if name.strip()]
     if not names:
         raise InvalidInputError("--scheduler-names is empty", field="scheduler-names", accepted="e.g. kubecell")
-    address = _address(listen)
+    address = listen_address(listen)
     if address is None:
         raise InvalidInputError("the extender needs an HTTP port", field="listen", accepted="HOST:PORT")
     _prepare(tenancy, verbose)

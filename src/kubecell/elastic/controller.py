@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubecell.elastic import workers as readers
+from kubecell.elastic.metrics import ControllerMetrics
 from kubecell.elastic.states import (
     ACTIVE,
     TERMINAL,
@@ -117,10 +118,11 @@ class ElasticController:
     """Runs ElasticJobs until :meth:`shutdown`; :attr:`ready` is set after the first full pass."""
 
     def __init__(self, kube: Kube, options: ControllerOptions | None = None, *,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, metrics: ControllerMetrics | None = None) -> None:
         self.kube = kube
         self.options = options or ControllerOptions()
         self.clock = clock
+        self.metrics = metrics or ControllerMetrics()
         self.events: queue.Queue[Event] = queue.Queue()
         self.stop = threading.Event()
         self.ready = threading.Event()
@@ -161,21 +163,29 @@ class ElasticController:
                 pass
             if self.synced != {"elasticjobs", "pods"}:
                 continue
-            if time.monotonic() >= next_resync:
+            resync = time.monotonic() >= next_resync
+            if resync:
                 next_resync = time.monotonic() + self.options.resync_seconds
                 self.dirty |= {key for key, obj in self.jobs.items() if read_status(obj).phase not in TERMINAL}
-            self.reconcile_dirty()
+            if self.reconcile_dirty() or resync or not self.ready.is_set():
+                self.metrics.publish(self.jobs.values())
             self.ready.set()
 
-    def reconcile_dirty(self) -> None:
+    def reconcile_dirty(self) -> int:
+        """Reconcile the jobs marked dirty; how many were."""
         dirty, self.dirty = self.dirty, set()
         for key in sorted(dirty):
             if self.stop.is_set():
-                return
+                break
+            started, outcome = time.perf_counter(), "ok"
             try:
                 self.reconcile(key)
             except Exception:  # one job's trouble (a bug, an API error) must never stop the others
+                outcome = "error"
                 log.exception("reconciling ElasticJob %s failed; trying again at the next resync", key)
+            self.metrics.reconciles.labels(outcome).inc()
+            self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
+        return len(dirty)
 
     def _apply(self, event: Event) -> None:
         if event.kind == "elasticjobs":
@@ -415,13 +425,16 @@ class ElasticController:
             self.kube.create(f"/api/v1/namespaces/{spec.namespace}/pods", worker_pod(spec, index, run))
         except ApiError as error:
             if error.conflict:  # its name is still taken (a worker leaving): created when that one is gone
+                self.metrics.pod_writes.labels("create", "exists").inc()
                 expect.owed.add(index)
                 return
             if error.unavailable:
                 raise
+            self.metrics.pod_writes.labels("create", "refused").inc()
             expect.owed.add(index)  # refused (quota, admission): tried again at every resync, told once
             self._tell_once(obj, Emit(True, "FailedCreate", f"worker {index} not created: {error}"))
             return
+        self.metrics.pod_writes.labels("create", "ok").inc()
         expect.created[index] = now + self.options.expectation_seconds
         expect.owed.discard(index)
 
@@ -433,8 +446,10 @@ class ElasticController:
             self.kube.delete(f"/api/v1/namespaces/{meta.get('namespace', 'default')}/pods/{meta['name']}", body)
         except ApiError as error:
             if error.not_found or error.conflict:  # gone already, or a new Pod under the name: not ours to delete
+                self.metrics.pod_writes.labels("delete", "gone").inc()
                 return False
             raise
+        self.metrics.pod_writes.labels("delete", "ok").inc()
         return True
 
     def _ensure_rendezvous(self, obj: Mapping[str, Any], spec: ElasticJobSpec, host: Mapping[str, Any] | None,
@@ -452,10 +467,12 @@ class ElasticController:
         elif host is None:
             try:
                 self.kube.create(f"/api/v1/namespaces/{spec.namespace}/pods", rendezvous_pod(spec))
+                self.metrics.pod_writes.labels("create", "ok").inc()
             except ApiError as error:
                 if not error.conflict:
                     self._tell_once(obj, Emit(True, "FailedCreate", f"rendezvous host not created: {error}"))
                     raise
+                self.metrics.pod_writes.labels("create", "exists").inc()
 
     def _remove_rendezvous(self, spec: ElasticJobSpec, host: Mapping[str, Any] | None, now: float) -> None:
         with contextlib.suppress(ApiError):
@@ -495,6 +512,7 @@ class ElasticController:
                           action="Reconcile")
         try:
             self.kube.create(f"/api/v1/namespaces/{subject['namespace']}/events", body)
+            self.metrics.events.labels("Warning" if action.warning else "Normal", action.reason).inc()
         except ApiError as error:  # an Event is advice: it never stops a decision
             log.warning("event %s on %s %s/%s not recorded: %s", action.reason, KIND, subject["namespace"],
                         subject["name"], error)
