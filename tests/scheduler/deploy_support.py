@@ -69,12 +69,18 @@ def ensure_namespace(kube: Kube, name: str = NAMESPACE) -> None:
 
 
 def service_account_kubeconfig(testbed: ControlPlaneState, kube: Kube, path: Path,
-                               account: str = SERVICE_ACCOUNT, *, namespace: str = NAMESPACE) -> Path:
+                               account: str = SERVICE_ACCOUNT, *, namespace: str = NAMESPACE,
+                               bound_pod: dict[str, Any] | None = None) -> Path:
     """A kubeconfig holding a token the TokenRequest API issued for the ServiceAccount: the identity a
-    pod of the Deployment would have (user system:serviceaccount:..., groups system:serviceaccounts...)."""
+    pod of the Deployment would have (user system:serviceaccount:..., groups system:serviceaccounts...).
+    With ``bound_pod`` (a Pod object), the token is bound to that Pod, as the one the kubelet mounts is: the
+    API server then names the pod in the user's extra ``authentication.kubernetes.io/pod-name``."""
+    spec: dict[str, Any] = {"expirationSeconds": 3600}
+    if bound_pod is not None:
+        meta = bound_pod["metadata"]
+        spec["boundObjectRef"] = {"kind": "Pod", "apiVersion": "v1", "name": meta["name"], "uid": meta["uid"]}
     answer = kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
-                         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                          "spec": {"expirationSeconds": 3600}})
+                         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
     write_kubeconfig(path, server=testbed.api_url, ca_cert=Path(testbed.directory) / "pki" / "ca.crt",
                      token=answer["status"]["token"], user=f"system:serviceaccount:{namespace}:{account}")
     return path

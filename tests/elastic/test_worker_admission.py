@@ -1,0 +1,129 @@
+"""deploy/elastic/worker-admission.yaml in force on the testbed's real API server: a worker's ServiceAccount,
+which RBAC lets patch every pod of its namespace, writes its own Pod's step report and nothing else; everyone
+else's writes are untouched."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubecell.elastic.report import StepReporter
+from kubecell.kube.names import ANNOTATION_GROUP_SIZE, ANNOTATION_STEP_REPORT
+from kubecell.kube.rest import ApiError, Kube
+from kubecell.kube.step_reports import ParsedReport, read_step_report
+from kubecell.testbed.control_plane import ControlPlaneState
+from tests.elastic.support import DEPLOY
+from tests.scheduler.deploy_support import kubectl, service_account_kubeconfig
+from tests.support import wait_for
+
+POLICY = DEPLOY / "worker-admission.yaml"
+ACCOUNT = "kubecell-elastic-worker"
+REPORT = json.dumps({"v": 1, "time": 0, "replicas": 2, "nodes": 1, "localBatch": 8, "accumulationSteps": 1,
+                     "stepSeconds": 0.5, "syncSeconds": 0.1, "gradSqr": None, "gradVar": None, "steps": 1})
+
+
+def pod(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    return kube.create(f"/api/v1/namespaces/{namespace}/pods", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"kubecell.io/elastic-job": "train"},
+                     "annotations": {ANNOTATION_GROUP_SIZE: "2"}},
+        "spec": {"schedulerName": "nobody", "serviceAccountName": ACCOUNT,
+                 "containers": [{"name": "trainer", "image": "pytorch/pytorch:2.5.1"}]}})
+
+
+class Workers:
+    """Two worker pods of the account, a client whose token is bound to the first (as the kubelet mounts it)
+    and one whose token is bound to no pod."""
+
+    def __init__(self, testbed: ControlPlaneState, kube: Kube, namespace: str, tmp_path: Path) -> None:
+        self.namespace = namespace
+        self.own = pod(kube, namespace, "train-worker-0")
+        self.other = pod(kube, namespace, "train-worker-1")
+        self.bound = Kube.from_kubeconfig(service_account_kubeconfig(
+            testbed, kube, tmp_path / "bound.kubeconfig", ACCOUNT, namespace=namespace, bound_pod=self.own))
+        self.unbound = Kube.from_kubeconfig(service_account_kubeconfig(
+            testbed, kube, tmp_path / "unbound.kubeconfig", ACCOUNT, namespace=namespace))
+
+    def path(self, name: str) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/pods/{name}"
+
+    def close(self) -> None:
+        self.bound.close()
+        self.unbound.close()
+
+
+def refused(write: Any, *args: Any) -> str:
+    with pytest.raises(ApiError) as error:
+        write(*args)
+    assert error.value.status == 403, error.value
+    return error.value.api_message
+
+
+@pytest.fixture
+def workers(testbed: ControlPlaneState, kube: Kube, namespace: str, tmp_path: Path) -> Iterator[Workers]:
+    kubectl(testbed, "apply", "-n", namespace, "-f", str(DEPLOY / "worker-rbac.yaml"))
+    kubectl(testbed, "apply", "-f", str(POLICY))
+    made = Workers(testbed, kube, namespace, tmp_path)
+    try:
+        def in_force() -> bool:
+            try:
+                made.bound.patch(made.path("train-worker-1"), {"metadata": {"annotations": {"probe": "x"}}})
+            except ApiError as error:
+                return error.status == 403
+            return False
+
+        wait_for("the worker policy in force", in_force, 60)
+        yield made
+    finally:
+        made.close()
+        kubectl(testbed, "delete", "-f", str(POLICY), "--ignore-not-found")
+
+
+def test_a_worker_writes_its_own_step_report(workers: Workers, kube: Kube, namespace: str) -> None:
+    reporter = StepReporter(workers.bound, pod_name="train-worker-0", namespace=namespace, replicas=2, nodes=1,
+                            interval_seconds=30.0)
+    assert reporter.step(step_seconds=0.5, sync_seconds=0.1, local_batch=8), "the real reporter's write passes"
+    written = read_step_report(kube.get(workers.path("train-worker-0")), gpu_type="V100", now=time.time())
+    assert isinstance(written, ParsedReport)
+    assert written.report.step_time == 0.5
+
+
+def test_a_worker_cannot_write_another_pod(workers: Workers, kube: Kube) -> None:
+    says = refused(workers.bound.patch, workers.path("train-worker-1"),
+                   {"metadata": {"annotations": {ANNOTATION_STEP_REPORT: REPORT}}})
+    assert "writes only the Pod its token is bound to" in says
+    assert ANNOTATION_STEP_REPORT not in kube.get(workers.path("train-worker-1"))["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"metadata": {"annotations": {ANNOTATION_GROUP_SIZE: "64"}}}, "no annotation but kubecell.io/step-report"),
+    ({"metadata": {"annotations": {ANNOTATION_GROUP_SIZE: None}}}, "no annotation but kubecell.io/step-report"),
+    ({"metadata": {"annotations": {"kubecell.io/allocation": "{}"}}}, "no annotation but"),
+    ({"metadata": {"labels": {"kubecell.io/elastic-job": "another"}}}, "no label"),
+    ({"metadata": {"finalizers": ["example.com/hold"]}}, "no label, owner reference or finalizer"),
+    ({"spec": {"activeDeadlineSeconds": 5}}, "nothing in its Pod's spec"),
+])
+def test_a_worker_changes_nothing_else_on_its_own_pod(workers: Workers, kube: Kube, change: dict[str, Any],
+                                                      says: str) -> None:
+    before = kube.get(workers.path("train-worker-0"))
+    assert says in refused(workers.bound.patch, workers.path("train-worker-0"), change)
+    after = kube.get(workers.path("train-worker-0"))
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"], "nothing was written"
+
+
+def test_a_token_bound_to_no_pod_writes_nothing(workers: Workers) -> None:
+    says = refused(workers.unbound.patch, workers.path("train-worker-0"),
+                   {"metadata": {"annotations": {ANNOTATION_STEP_REPORT: REPORT}}})
+    assert "writes only the Pod its token is bound to" in says
+
+
+def test_other_writers_are_untouched(workers: Workers, kube: Kube) -> None:
+    kube.patch(workers.path("train-worker-1"), {"metadata": {"labels": {"team": "vision"},
+                                                             "annotations": {ANNOTATION_GROUP_SIZE: "3"}}})
+    meta = kube.get(workers.path("train-worker-1"))["metadata"]
+    assert (meta["labels"]["team"], meta["annotations"][ANNOTATION_GROUP_SIZE]) == ("vision", "3")
