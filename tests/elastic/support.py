@@ -114,3 +114,9 @@ def phase_is(kube: Kube, namespace: str, name: str, phase: str, ready: int | Non
     if found.get("phase") != phase or (ready is not None and found.get("readyReplicas") != ready):
         return None
     return found
+
+
+def counted(counter: Any, **labels: str) -> float:
+    """A Prometheus counter's value (of the series with these labels), as a scrape of it would show."""
+    return float(sum(sample.value for metric in counter.collect() for sample in metric.samples
+                     if sample.name.endswith("_total") and all(sample.labels.get(k) == v for k, v in labels.items())))

@@ -19,7 +19,7 @@ from kubecell.scheduler.scheduler import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.nodes import node_manifest
 from tests.cluster_fixtures import RunningScheduler
-from tests.elastic.support import STEP, RunningController, create_job, get_job, template, workers
+from tests.elastic.support import STEP, RunningController, counted, create_job, get_job, template, workers
 from tests.elastic.test_scheduler_sizing import job_events, running_workers
 from tests.kube.test_virtualclusters import accepted, put
 from tests.scheduler.trust_support import create_pod, pod
@@ -91,6 +91,7 @@ def test_a_job_is_pinned_started_where_there_is_room_and_moved_where_it_is_faste
         kube.delete(f"/api/v1/namespaces/{namespace}/pods/claim", gracePeriodSeconds=0)
         moved = wait_for("a Move Event on the job", lambda: job_events(kube, namespace, "bert", "Move"), 2 * STEP)
         assert "V100M32 -> A100" in moved[0], moved
+        assert counted(running.scheduler.recorder.elastic_moves) == len(moved), "each move is on /metrics"
         wait_for("its workers to run on the A100s again",
                  lambda: running_workers(kube, namespace, "bert", len(workers(kube, namespace, "bert")))
                  and on_node(kube, namespace, "bert") == {A100_NODE}, 2 * STEP)

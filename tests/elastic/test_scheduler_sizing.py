@@ -14,12 +14,12 @@ from typing import Any
 from kubecell.core.model import make_node
 from kubecell.kube.names import ANNOTATION_STEP_REPORT
 from kubecell.kube.rest import Kube
-from kubecell.kube.step_reports import build_step_report
+from kubecell.kube.step_reports import REASONS, build_step_report
 from kubecell.scheduler.scheduler import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.nodes import node_manifest
 from tests.cluster_fixtures import RunningScheduler
-from tests.elastic.support import STEP, RunningController, create_job, get_job, template, workers
+from tests.elastic.support import STEP, RunningController, counted, create_job, get_job, template, workers
 from tests.kube.test_virtualclusters import accepted, put
 from tests.scheduler.trust_support import create_pod, pod
 from tests.support import registered_node, wait_for
@@ -103,6 +103,12 @@ def test_the_scheduler_grows_an_elastic_job_into_idle_gpus_and_shrinks_it_for_a_
         assert sorted(kept) == [0, 1], "the members grown last were taken; the first ones run on"
         lowered = job_events(kube, namespace, "bert", "Resize")
         assert any("4 -> 2" in message and "shrunk" in message for message in lowered), lowered
+        recorder = running.scheduler.recorder
+        assert counted(recorder.elastic_resizes, direction="grow") >= 1, "the raise is on /metrics"
+        assert counted(recorder.elastic_resizes, direction="shrink") >= 1, "and the lowering"
+        assert counted(recorder.step_reports, outcome="accepted") >= 2, "both workers' reports reached the model"
+        refused = sum(counted(recorder.step_reports, outcome=reason) for reason in REASONS)
+        assert refused >= 1, "the forged report is counted as refused"
 
 
 def test_a_maximum_no_cluster_could_hold_is_told_and_the_job_still_runs(

@@ -16,6 +16,7 @@ from kubecell.kube.names import ANNOTATION_STEP_REPORT
 from kubecell.kube.step_reports import build_step_report
 from kubecell.scheduler.elastic import ElasticSizer
 from kubecell.scheduler.elastic_sized import Sized
+from kubecell.scheduler.observe.recorder import Recorder
 from tests.core.support import engine, make_nodes
 from tests.scheduler.test_shrink_pods import Loop
 from tests.scheduler.trust_support import pod_body
@@ -126,6 +127,7 @@ def test_a_raise_whose_pods_wait_past_the_grace_period_is_given_back() -> None:
 def test_reports_feed_the_model_and_a_forged_one_is_told_once() -> None:
     eng = engine(make_nodes(4), {"a": {"gpus": 16}, "b": {"gpus": 8}}, resize_min_interval_seconds=0)
     loop, sizer = Loop(eng), RecordingSizer()
+    sizer.recorder = Recorder()
     loop.add(worker(0), worker(1))
     loop.cycle(1)
     job = running_job(loop)
@@ -145,6 +147,9 @@ def test_reports_feed_the_model_and_a_forged_one_is_told_once() -> None:
     assert model.gpu_types == frozenset({"V100M32"})
     assert (model.initial_bsz, model.max_bsz) == (64, 1024), "the job's stated batch range, for Pollux's batch"
     assert [reason for reason, _ in sizer.events] == ["MalformedReport"], "told once, for the forged pod only"
+    reports = {sample.labels["outcome"]: sample.value for metric in sizer.recorder.step_reports.collect()
+               for sample in metric.samples if sample.name.endswith("_total")}
+    assert reports == {"accepted": 1, "MalformedReport": 1}, "each report counted once, by outcome"
 
 
 def test_headroom_is_asked_again_only_when_the_cluster_or_the_job_changed_or_after_the_refresh() -> None:

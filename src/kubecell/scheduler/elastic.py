@@ -56,11 +56,12 @@ from kubecell.kube.actions import event_body
 from kubecell.kube.elasticjobs import ElasticRef
 from kubecell.kube.names import ANNOTATION_STEP_REPORT
 from kubecell.kube.rest import ApiError, Kube
-from kubecell.kube.step_reports import ReportProblem, read_step_report
+from kubecell.kube.step_reports import REASON_UNTRUSTED, ReportProblem, read_step_report
 from kubecell.scheduler.cluster import Mirror
 from kubecell.scheduler.elastic_sized import Sized
 from kubecell.scheduler.elastic_types import NOTHING_KNOWN, GpuTypes
 from kubecell.scheduler.jobs import Tracked
+from kubecell.scheduler.observe.recorder import Recorder
 from kubecell.scheduler.tracking import Tracking
 
 log = logging.getLogger("kubecell.scheduler.elastic")
@@ -95,8 +96,9 @@ class ElasticSizer:
         formed of its pods: a moved job's workers end before their replacements form its next gang, and a
         job whose pods are all replaced at once (a counted restart) keeps what it learned."""
         self.jobs: dict[str, Sized] = {}
-        self.types = GpuTypes(self._sized, lambda ref, reason, message: self._event(
-            _involved(ref), "Normal", reason, message), self._write)
+        self.recorder: Recorder | None = None
+        """Where resizes, moves and step reports are counted (the scheduler's metrics; None: not counted)."""
+        self.types = GpuTypes(self._sized, self._job_event, self._write)
         """Which GPU model each ElasticJob's gang runs on: pins, starts and moves (``elastic_types``)."""
         self._planned: tuple[tuple[str, int, int, int, tuple[tuple[str, int], ...]], ...] = ()
         self._planned_at = float("-inf")
@@ -308,6 +310,7 @@ class ElasticSizer:
             if read is None:
                 continue
             if isinstance(read, ReportProblem):
+                self._count_report(read.reason)
                 self._tell(sized, pod, read.reason, read.message)
                 continue
             if read.time <= sized.consumed.get(uid, float("-inf")):
@@ -319,11 +322,19 @@ class ElasticSizer:
                 try:
                     model = sized.model = OnlineGoodput(initial_bsz=low, max_bsz=high)
                 except InvalidInputError as error:
-                    self._tell(sized, pod, "UntrustedReport", str(error))
+                    self._count_report(REASON_UNTRUSTED)
+                    self._tell(sized, pod, REASON_UNTRUSTED, str(error))
                     continue
             if not model.observe(read.report):
-                self._tell(sized, pod, "UntrustedReport", f"step report refused: {model.last_refusal}")
+                self._count_report(REASON_UNTRUSTED)
+                self._tell(sized, pod, REASON_UNTRUSTED, f"step report refused: {model.last_refusal}")
+            else:
+                self._count_report("accepted")
         return gpu_type, len(nodes)
+
+    def _count_report(self, outcome: str) -> None:
+        if self.recorder is not None:
+            self.recorder.step_reports.labels(outcome).inc()
 
     def _mixed(self, sized: Sized, models: Sequence[str]) -> None:
         """One Warning Event on the ElasticJob whose workers run on several GPU models: data-parallel training
@@ -390,10 +401,18 @@ class ElasticSizer:
         except (ApiError, InvalidInputError) as error:
             log.warning("cannot resize ElasticJob %s/%s to %d: %s", ref.namespace, ref.name, target, error)
             return False
+        if self.recorder is not None:
+            self.recorder.elastic_resizes.labels("grow" if target > spec.replicas else "shrink").inc()
         log.info("ElasticJob %s/%s: target %d -> %d (%s)", ref.namespace, ref.name, spec.replicas, target, reason)
         self._event(elasticjobs.involved(current), "Normal", "Resize",
                     f"target {spec.replicas} -> {target} workers: {reason}")
         return True
+
+    def _job_event(self, ref: ElasticRef, reason: str, message: str) -> None:
+        """A Normal Event on the ElasticJob itself (``Move``: counted)."""
+        if reason == "Move" and self.recorder is not None:
+            self.recorder.elastic_moves.inc()
+        self._event(_involved(ref), "Normal", reason, message)
 
     def _get(self, ref: ElasticRef) -> dict[str, Any]:
         """The ElasticJob as stored now (raises ``ApiError``)."""

@@ -164,6 +164,7 @@ class Scheduler:
         self.recorder = Recorder()
         """Counters and histograms of what the cycles did (attempts, latency, preemptions, gang outcomes),
         and the last decisions; bumped from ``cycle`` and from writer threads, read by ``/metrics``."""
+        self.elastic.recorder = self.recorder
         self.snapshot: Snapshot | None = None
         """The latest picture of the scheduler's state for other threads (metrics, the dashboard): replaced
         whole, never modified, at most every ``SNAPSHOT_INTERVAL`` s and at once after a rebuild; None

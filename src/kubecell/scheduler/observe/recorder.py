@@ -68,6 +68,16 @@ class Recorder:
             registry=None)
         self.binding_failures = Counter(
             "kubecell_binding_failures", "Allocation records or Bindings the API server refused", registry=None)
+        self.elastic_resizes = Counter(
+            "kubecell_elastic_resizes", "ElasticJob targets the scheduler set through /scale, by direction",
+            ["direction"], registry=None)
+        self.elastic_moves = Counter(
+            "kubecell_elastic_moves", "ElasticJobs moved to another GPU model (every worker restarts there)",
+            registry=None)
+        self.step_reports = Counter(
+            "kubecell_elastic_step_reports", "Workers' step reports read, by outcome: accepted by the goodput "
+            "model, or the reason they were refused (MalformedReport, StaleReport, UntrustedReport ...)",
+            ["outcome"], registry=None)
         for result in RESULTS:
             self.attempts.labels(result)
             self.attempt_seconds.labels(result)
@@ -75,13 +85,17 @@ class Recorder:
             self.gang_outcomes.labels(outcome)
         for phase in ("decide", "act"):
             self.cycle_seconds.labels(phase)
+        for direction in ("grow", "shrink"):
+            self.elastic_resizes.labels(direction)
+        self.step_reports.labels("accepted")
         self._decisions: deque[Decision] = deque(maxlen=DECISIONS_KEPT)
         self._lock = threading.Lock()
 
     def collectors(self) -> tuple[Collector, ...]:
         """What a ``CollectorRegistry`` serving this scheduler registers (any number of registries may)."""
         return (self.attempts, self.attempt_seconds, self.cycle_seconds, self.queue_wait_seconds,
-                self.preemptions, self.gang_outcomes, self.binding_failures)
+                self.preemptions, self.gang_outcomes, self.binding_failures, self.elastic_resizes,
+                self.elastic_moves, self.step_reports)
 
     @property
     def decisions(self) -> tuple[Decision, ...]:
