@@ -28,10 +28,11 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kubecell.elastic import workers as readers
+from kubecell.elastic.expectations import Expectations
 from kubecell.elastic.metrics import ControllerMetrics
 from kubecell.elastic.states import (
     ACTIVE,
@@ -95,23 +96,6 @@ class ControllerOptions:
     """How long a rendezvous Service seen is believed to exist before it is looked up again."""
     expectation_seconds: float = 60.0
     """How long a create or delete of the controller's own stands for its Pod before the watch shows it."""
-
-
-@dataclass
-class Expectations:
-    """What this controller did to one job's Pods and has not seen come back through the watch yet."""
-
-    deleted: dict[str, float] = field(default_factory=dict)
-    """Pod UID -> until when it counts as leaving, whatever the cache still says."""
-    created: dict[int, float] = field(default_factory=dict)
-    """Worker index -> until when it counts as existing, before the cache shows it."""
-    owed: set[int] = field(default_factory=set)
-    """Indices left missing on purpose (deleted to replace or to shrink, a create that failed): created again
-    without a WorkerLost."""
-
-    def expire(self, now: float) -> None:
-        self.deleted = {uid: until for uid, until in self.deleted.items() if until > now}
-        self.created = {index: until for index, until in self.created.items() if until > now}
 
 
 class ElasticController:
