@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -52,3 +54,14 @@ def registered_node(kube: Kube, manifest: dict[str, Any]) -> Iterator[str]:
     finally:
         with contextlib.suppress(ApiError):
             kube.delete(f"/api/v1/nodes/{manifest['metadata']['name']}")
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    """A GET on a server the test started on loopback: its status and body (0 and why while nothing listens)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except urllib.error.URLError as error:  # not listening yet
+        return 0, str(error)

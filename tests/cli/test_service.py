@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -19,7 +18,7 @@ from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.processes import free_port
 from tests.scheduler.deploy_support import rendered
 from tests.scheduler.test_scheduler import bound, make_pod
-from tests.support import wait_for
+from tests.support import http_get, wait_for
 
 FAST_LEASE = LeaseConfig(lease_duration=4.0, renew_deadline=3.0, retry_period=0.5)
 
@@ -48,13 +47,8 @@ class Replica:
             self.error = error
 
     def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as answer:
-                return answer.status, answer.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
-        except urllib.error.URLError as error:  # not listening yet
-            return 0, str(error)
+        assert self.port is not None
+        return http_get(self.port, path)
 
     def close(self) -> None:
         self.stop.set()

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -24,7 +22,7 @@ from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.processes import free_port
 from tests.elastic.support import DEPLOY, STEP, create_job, phase_is, scale, workers
 from tests.scheduler.deploy_support import NAMESPACE, ensure_namespace, kubectl, service_account_kubeconfig
-from tests.support import wait_for
+from tests.support import http_get, wait_for
 
 FAST_LEASE = LeaseConfig(namespace=NAMESPACE, name=LEASE, lease_duration=4.0, renew_deadline=3.0, retry_period=0.5)
 
@@ -59,11 +57,7 @@ class Replica:
         assert self.error is None, self.error
 
     def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as answer:
-                return answer.status, answer.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
+        return http_get(self.port, path)
 
     def metric(self, name: str, **labels: str) -> float:
         """One sample of the replica's /metrics (0 when absent)."""

@@ -14,7 +14,6 @@ that loses the Lease stops and exits non-zero, so its Pod restarts as a standby.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from collections.abc import Callable
 from typing import Annotated
@@ -27,7 +26,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from kubecell.cli.scheduler import Identity, Kubeconfig, LeaderElect, Verbose, listen_address
-from kubecell.cli.service import default_identity
+from kubecell.cli.service import default_identity, lead, stop_on_signals
 from kubecell.elastic.controller import ControllerOptions, ElasticController
 from kubecell.kube.leader import LeaderElector, LeaseConfig
 from kubecell.kube.rest import Kube
@@ -35,8 +34,6 @@ from kubecell.scheduler.observe.web.app import serve
 
 LEASE = "kubecell-elastic-controller"
 DEFAULT_LISTEN = "0.0.0.0:10261"
-
-log = logging.getLogger("kubecell.elastic")
 
 
 def controller_app(controller: ElasticController, elector: LeaderElector | None) -> Starlette:
@@ -65,39 +62,11 @@ def run_controller(kube: Kube, options: ControllerOptions, *, listen: tuple[str,
     stop = stop or threading.Event()
     elector = LeaderElector(kube, identity, lease or LeaseConfig(name=LEASE)) if leader_elect else None
     controller.metrics.leading = elector.leading.is_set if elector is not None else (lambda: True)
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
+    stop_on_signals(stop)
     server = serve(controller_app(controller, elector), *listen) if listen else None
     if serving is not None:
         serving(controller, server.url if server is not None else None)
-    try:
-        if elector is not None:
-            threading.Thread(target=elector.run, args=(stop,), name="leader", daemon=True).start()
-            while not stop.is_set() and not elector.leading.wait(0.5):
-                pass
-            _relay(elector.lost, controller)
-        if not stop.is_set():
-            _relay(stop, controller)
-            controller.run()
-    finally:
-        controller.shutdown()
-        if elector is not None and not elector.lost.is_set():
-            elector.release()
-        if server is not None:
-            server.stop()
-    if elector is not None and elector.lost.is_set():
-        raise SystemExit("lost the leader lease")
-
-
-def _relay(source: threading.Event, controller: ElasticController) -> None:
-    """Stop ``controller`` when ``source`` is set (a lost Lease or a signal)."""
-
-    def wait() -> None:
-        source.wait()
-        controller.shutdown()
-
-    threading.Thread(target=wait, daemon=True).start()
+    lead(controller, elector, stop, server)
 
 
 def elastic_controller(

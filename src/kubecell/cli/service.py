@@ -17,11 +17,13 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Callable
+from typing import Protocol
 
 from kubecell.kube.leader import LeaderElector, LeaseConfig
 from kubecell.kube.leader_label import LeaderLabel, PodRef
 from kubecell.kube.rest import Kube
-from kubecell.scheduler.observe.web.app import build_app, serve
+from kubecell.scheduler.observe.web.app import Served, build_app, serve
 from kubecell.scheduler.scheduler import Scheduler, SchedulerOptions
 
 log = logging.getLogger("kubecell.scheduler")
@@ -31,14 +33,61 @@ def default_identity() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-def _relay(source: threading.Event, scheduler: Scheduler) -> None:
-    """Stop ``scheduler`` when ``source`` is set (a lost lease or a signal)."""
+class Work(Protocol):
+    """A loop the process runs while this replica leads: the scheduler, the ElasticJob controller."""
+
+    def run(self) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+def stop_on_signals(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT set ``stop`` (only the main thread may install handlers; elsewhere: nothing)."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+
+
+def _relay(source: threading.Event, work: Work) -> None:
+    """Stop ``work`` when ``source`` is set (a lost lease or a signal)."""
 
     def wait() -> None:
         source.wait()
-        scheduler.shutdown()
+        work.shutdown()
 
     threading.Thread(target=wait, daemon=True).start()
+
+
+def lead(work: Work, elector: LeaderElector | None, stop: threading.Event, server: Served | None, *,
+         on_start: Callable[[], object] | None = None, on_leading: Callable[[], object] | None = None,
+         on_stop: Callable[[], object] | None = None) -> None:
+    """Call ``on_start``, elect (without ``elector``: lead at once), call ``on_leading`` and run ``work`` while
+    leading, until ``stop`` or a lost lease; then stop it, call ``on_stop``, give the Lease up (a graceful stop:
+    a standby takes over at once) and the HTTP ``server``. A lost lease raises ``SystemExit``: the process
+    ends, and its Pod restarts as a standby."""
+    try:
+        if on_start is not None:
+            on_start()
+        if elector is not None:
+            threading.Thread(target=elector.run, args=(stop,), name="leader", daemon=True).start()
+            while not stop.is_set() and not elector.leading.wait(0.5):
+                pass
+            _relay(elector.lost, work)
+        if on_leading is not None and not stop.is_set():
+            on_leading()
+        if not stop.is_set():
+            _relay(stop, work)
+            work.run()
+    finally:
+        work.shutdown()
+        if on_stop is not None:
+            on_stop()
+        if elector is not None and not elector.lost.is_set():
+            elector.release()
+        if server is not None:
+            server.stop()
+    if elector is not None and elector.lost.is_set():
+        raise SystemExit("lost the leader lease")
 
 
 def run(kube: Kube, options: SchedulerOptions, *, listen: tuple[str, int] | None, leader_elect: bool,
@@ -51,42 +100,29 @@ def run(kube: Kube, options: SchedulerOptions, *, listen: tuple[str, int] | None
     elector = LeaderElector(kube, identity, lease) if leader_elect else None
     lease_config = elector.config if elector is not None else LeaseConfig()
     label = LeaderLabel(kube, pod, resync=lease_config.lease_duration) if pod is not None else None
-    labelling: threading.Thread | None = None
+    labelling: list[threading.Thread] = []
     finished = threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
+    stop_on_signals(stop)
     extra = []
     if options.extender:  # kube-scheduler's extender verbs on the same port (imported here: a mode apart)
         from kubecell.scheduler.extender.http import routes
         from kubecell.scheduler.extender.verbs import Extender
         extra = routes(Extender(scheduler))  # attaches its holds to the scheduler, before the loop runs
     server = serve(build_app(scheduler, elector, extra_routes=extra), *listen) if listen else None
-    try:
-        if label is not None:  # a replica restarted in a Pod that led is a standby now
-            label.unmark()
-        if elector is not None:
-            threading.Thread(target=elector.run, args=(stop,), name="leader", daemon=True).start()
-            while not stop.is_set() and not elector.leading.wait(0.5):
-                pass
-            _relay(elector.lost, scheduler)
-        if label is not None and not stop.is_set():
-            leading = elector.leading.is_set if elector is not None else lambda: True
-            labelling = threading.Thread(target=label.run, args=(leading, finished), name="leader-label",
-                                         daemon=True)
-            labelling.start()
-        if not stop.is_set():
-            _relay(stop, scheduler)
-            scheduler.run()
-    finally:
-        scheduler.shutdown()
+
+    def start_labelling() -> None:
+        if label is None:
+            return
+        leading = elector.leading.is_set if elector is not None else lambda: True
+        labelling.append(threading.Thread(target=label.run, args=(leading, finished), name="leader-label",
+                                          daemon=True))
+        labelling[0].start()
+
+    def stop_labelling() -> None:
         finished.set()
-        if label is not None and labelling is not None:
-            labelling.join(timeout=10)  # a write in flight lands before the label is taken off
+        if label is not None and labelling:
+            labelling[0].join(timeout=10)  # a write in flight lands before the label is taken off
             label.unmark()
-        if elector is not None and not elector.lost.is_set():
-            elector.release()
-        if server is not None:
-            server.stop()
-    if elector is not None and elector.lost.is_set():
-        raise SystemExit("lost the leader lease")
+
+    lead(scheduler, elector, stop, server, on_start=label.unmark if label is not None else None,  # a replica
+         on_leading=start_labelling, on_stop=stop_labelling)  # restarted in a Pod that led is a standby now
