@@ -8,6 +8,9 @@ When the replica knows its Pod (``pod``: the Downward API), the leader labels th
 (``kubecell.kube.leader_label``), which the Service ``kubecell-extender`` selects, so kube-scheduler's calls
 reach the leader alone.
 SIGTERM stops scheduling, takes the label off, releases the Lease so a standby takes over at once, and exits.
+
+``lead`` is that lifecycle (elect, run while leading, stop, release) for any loop with ``run`` and ``shutdown``:
+the ElasticJob controller's process (``kubecell.cli.elastic_controller``) runs through it too.
 """
 
 from __future__ import annotations
