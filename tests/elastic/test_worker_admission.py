@@ -17,9 +17,11 @@ from kubecell.kube.names import ANNOTATION_GROUP_SIZE, ANNOTATION_STEP_REPORT
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.kube.step_reports import ParsedReport, read_step_report
 from kubecell.testbed.control_plane import ControlPlaneState
+from kubecell.testbed.process_kubelet import container_log
 from tests.elastic.support import DEPLOY
 from tests.scheduler.deploy_support import kubectl, service_account_kubeconfig
 from tests.support import wait_for
+from tests.testbed.process_support import IMAGE, WAIT, process_node, python
 
 POLICY = DEPLOY / "worker-admission.yaml"
 ACCOUNT = "kubecell-elastic-worker"
@@ -127,3 +129,45 @@ def test_other_writers_are_untouched(workers: Workers, kube: Kube) -> None:
                                                              "annotations": {ANNOTATION_GROUP_SIZE: "3"}}})
     meta = kube.get(workers.path("train-worker-1"))["metadata"]
     assert (meta["labels"]["team"], meta["annotations"][ANNOTATION_GROUP_SIZE]) == ("vision", "3")
+
+
+WORKER_PROGRAM = """
+import os, sys
+from kubecell.elastic.report import StepReporter
+from kubecell.kube.rest import ApiError, Kube
+reporter = StepReporter.from_environment()
+print("enabled", reporter.enabled, flush=True)
+print("wrote", reporter.step(step_seconds=0.5, sync_seconds=0.1, local_batch=8), flush=True)
+kube = Kube.from_kubeconfig(os.environ["KUBECONFIG"])  # the kubeconfig the kubelet gave the pod
+try:
+    kube.patch(sys.argv[1], {"metadata": {"annotations": {"kubecell.io/step-report": "{}"}}})
+    print("other pod: written", flush=True)
+except ApiError as error:
+    print("other pod:", error.status, flush=True)
+"""
+
+
+def test_a_worker_process_on_the_process_kubelet_reports_with_the_token_of_its_pod(
+        workers: Workers, testbed: ControlPlaneState, kube: Kube, namespace: str) -> None:
+    """The process kubelet gives a pod's processes a token of its ServiceAccount bound to the pod, as a kubelet
+    projects it: the real reporter, run as the pod's program, writes its own pod's report under the policy, and
+    the same program cannot write another pod."""
+    with process_node(testbed, kube, prefix="report") as (node, _):
+        env = [{"name": "KUBECELL_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+               {"name": "KUBECELL_POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]
+        kube.create(f"/api/v1/namespaces/{namespace}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "reporting", "namespace": namespace},
+            "spec": {"nodeName": node, "restartPolicy": "Never", "serviceAccountName": ACCOUNT,
+                     "containers": [{"name": "trainer", "image": IMAGE, "env": env,
+                                     "command": python(WORKER_PROGRAM), "args": [workers.path("train-worker-1")]}]}})
+        done = wait_for("the worker program to finish", lambda: (
+            found if (found := kube.get(workers.path("reporting")))["status"].get("phase") in ("Succeeded", "Failed")
+            else None), WAIT)
+        log = container_log(testbed.directory, namespace, "reporting", "trainer")
+        assert done["status"]["phase"] == "Succeeded", log
+        assert "enabled True" in log, log
+        assert "wrote True" in log, log
+        assert "other pod: 403" in log, log
+        written = read_step_report(kube.get(workers.path("reporting")), gpu_type="A100", now=time.time())
+        assert isinstance(written, ParsedReport), written
+        assert ANNOTATION_STEP_REPORT not in kube.get(workers.path("train-worker-1"))["metadata"]["annotations"]

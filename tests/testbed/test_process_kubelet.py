@@ -498,3 +498,29 @@ def test_commands_are_composed_as_kubernetes_composes_them() -> None:
     assert command_line({"name": "c", "command": ["run", "$(A)"], "args": ["--b=$(B)"]}, env) == ["run", "1", "--b=two"]
     with pytest.raises(ContainerStartError, match="has `args` but no `command`"):
         command_line({"name": "c", "args": ["x"]}, env)
+
+
+def test_a_pod_gets_its_service_accounts_token_unless_it_opts_out(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, process_node: tuple[str, ProcessKubelet]) -> None:
+    """As a kubelet projects it: a token of the pod's ServiceAccount bound to the pod (here a kubeconfig named by
+    KUBECONFIG); none with automountServiceAccountToken false, where the account does not exist, or where the
+    pod names none (no admission plugin names ``default`` on the testbed)."""
+    node, _ = process_node
+    kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "trainer"}})
+    who = python("import os, yaml\npath = os.environ.get('KUBECONFIG')\n"
+                 "print(yaml.safe_load(open(path))['users'][0]['name'] if path else 'none', flush=True)")
+    cases: dict[str, dict[str, Any]] = {"with-account": {"serviceAccountName": "trainer"},
+                                        "opted-out": {"serviceAccountName": "trainer",
+                                                      "automountServiceAccountToken": False},
+                                        "no-account": {"serviceAccountName": "nobody-made-me"},
+                                        "names-none": {}}
+    for name, spec in cases.items():
+        create(kube, namespace, pod_body(name, node, [{"name": "main", "command": who}], **spec))
+    for name in cases:
+        finished = functools.partial(phase_is, kube, namespace, name, "Succeeded", "Failed")
+        done = wait_for(f"{name} to finish", finished, WAIT)
+        assert done["status"]["phase"] == "Succeeded", container_log(testbed.directory, namespace, name, "main")
+    said = {name: container_log(testbed.directory, namespace, name, "main").strip() for name in cases}
+    assert said == {"with-account": f"system:serviceaccount:{namespace}:trainer", "opted-out": "none",
+                    "no-account": "none", "names-none": "none"}

@@ -105,7 +105,7 @@ class ProcessKubelet:
                                host_env=dict(os.environ if host_env is None else host_env),
                                pids=PidRegistry(root / "pids", self.identity), live_logs=LiveLogs(),
                                backoff_initial=backoff_initial, backoff_max=backoff_max, max_grace=max_grace,
-                               shutdown_grace=shutdown_grace)
+                               shutdown_grace=shutdown_grace, ca_cert=Path(self.testbed_dir) / "pki" / "ca.crt")
         self.nodes: dict[str, dict[str, Any]] = {}
         self.workers: dict[str, PodWorker] = {}
         self.finished: set[str] = set()

@@ -51,6 +51,7 @@ from kubecell.kube.names import ANNOTATION_ACK
 from kubecell.kube.records import AllocationRecord
 from kubecell.kube.rest import ApiError
 from kubecell.testbed.process_admission import admit
+from kubecell.testbed.process_credentials import service_account_credentials
 from kubecell.testbed.process_env import (
     ContainerConfigError,
     ContainerStartError,
@@ -115,6 +116,8 @@ class PodWorker:
         self.containers = [*self.inits, *self.mains]
         self.record: AllocationRecord | None = None
         self.gpu_memory: dict[str, int] = {}
+        self.credentials: dict[str, str] | None = None
+        """The environment naming the pod's ServiceAccount kubeconfig (``process_credentials``), made once."""
         self.phase = "Pending"
         self.reason = ""
         self.message = ""
@@ -327,9 +330,15 @@ class PodWorker:
             pod = self.pod
         home = self.directory / "home"
         home.mkdir(parents=True, exist_ok=True)
+        if self.credentials is None and self.rt.ca_cert is not None:
+            try:
+                self.credentials = service_account_credentials(self.rt.kube, pod, self.directory,
+                                                               api_url=self.rt.api_url, ca_cert=self.rt.ca_cert)
+            except ApiError as error:
+                raise ContainerConfigError(f"no token for the pod's ServiceAccount: {error}") from None
         return container_environment(
             pod, container.spec, base=base_environment(pod, home, self.rt.host_env),
-            service=service_environment(self.rt.api_url),
+            service=service_environment(self.rt.api_url) | (self.credentials or {}),
             agent=agent_environment(container.spec, self.record, self.gpu_memory), fetch=self._fetch,
             allocatable=(self.node.get("status") or {}).get("allocatable") or {}, pod_ip=POD_IP, host_ip=HOST_IP)
 

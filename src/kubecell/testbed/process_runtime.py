@@ -132,6 +132,8 @@ class Runtime:
     backoff_max: float = 30.0
     max_grace: float = 30.0
     shutdown_grace: float = 5.0
+    ca_cert: Path | None = None
+    """The API server's CA, for the pods' kubeconfigs (None: pods get no credentials)."""
 
     def pod_directory(self, namespace: str, name: str, uid: str) -> Path:
         """As the kubelet's ``/var/log/pods/<namespace>_<name>_<uid>``."""
