@@ -16,6 +16,7 @@ from kubecell.kube.rest import ApiError, Kube
 from kubecell.testbed.build import ensure_binaries
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.pki import write_kubeconfig
+from kubecell.testbed.process_credentials import service_account_token
 from tests.support import wait_for
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -75,14 +76,9 @@ def service_account_kubeconfig(testbed: ControlPlaneState, kube: Kube, path: Pat
     pod of the Deployment would have (user system:serviceaccount:..., groups system:serviceaccounts...).
     With ``bound_pod`` (a Pod object), the token is bound to that Pod, as the one the kubelet mounts is: the
     API server then names the pod in the user's extra ``authentication.kubernetes.io/pod-name``."""
-    spec: dict[str, Any] = {"expirationSeconds": 3600}
-    if bound_pod is not None:
-        meta = bound_pod["metadata"]
-        spec["boundObjectRef"] = {"kind": "Pod", "apiVersion": "v1", "name": meta["name"], "uid": meta["uid"]}
-    answer = kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
-                         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+    token = service_account_token(kube, namespace, account, bound_pod=bound_pod)
     write_kubeconfig(path, server=testbed.api_url, ca_cert=Path(testbed.directory) / "pki" / "ca.crt",
-                     token=answer["status"]["token"], user=f"system:serviceaccount:{namespace}:{account}")
+                     token=token, user=f"system:serviceaccount:{namespace}:{account}")
     return path
 
 

@@ -27,7 +27,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kubecell.elastic.states import Phase
-from kubecell.elastic.status import read_status
+from kubecell.elastic.status import count, read_status
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +55,8 @@ def job_rows(jobs: Iterable[Mapping[str, Any]]) -> tuple[JobRow, ...]:
         status: Mapping[str, Any] = written if isinstance(written, Mapping) else {}
         view = read_status(obj)
         rows.append(JobRow(str(meta.get("namespace", "default")), name, str(view.phase), view.target,
-                           _count(status.get("replicas")), _count(status.get("readyReplicas")), view.restarts))
+                           count(status.get("replicas")), count(status.get("readyReplicas")), view.restarts))
     return tuple(sorted(rows, key=lambda row: (row.namespace, row.name)))
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 class _StateCollector(Collector):

@@ -98,8 +98,10 @@ class ElasticSizer:
         self.jobs: dict[str, Sized] = {}
         self.recorder: Recorder | None = None
         """Where resizes, moves and step reports are counted (the scheduler's metrics; None: not counted)."""
-        self.types = GpuTypes(self._sized, self._job_event, self._write)
+        self.types = GpuTypes(self._sized, lambda ref, reason, message: self._event(
+            _involved(ref), "Normal", reason, message), self._write)
         """Which GPU model each ElasticJob's gang runs on: pins, starts and moves (``elastic_types``)."""
+        self.types.on_move = self._count_move
         self._planned: tuple[tuple[str, int, int, int, tuple[tuple[str, int], ...]], ...] = ()
         self._planned_at = float("-inf")
 
@@ -408,11 +410,9 @@ class ElasticSizer:
                     f"target {spec.replicas} -> {target} workers: {reason}")
         return True
 
-    def _job_event(self, ref: ElasticRef, reason: str, message: str) -> None:
-        """A Normal Event on the ElasticJob itself (``Move``: counted)."""
-        if reason == "Move" and self.recorder is not None:
+    def _count_move(self) -> None:
+        if self.recorder is not None:
             self.recorder.elastic_moves.inc()
-        self._event(_involved(ref), "Normal", reason, message)
 
     def _get(self, ref: ElasticRef) -> dict[str, Any]:
         """The ElasticJob as stored now (raises ``ApiError``)."""

@@ -70,6 +70,8 @@ class GpuTypes:
         self.event = event
         """(the ElasticJob, reason, message): a Normal Event on it."""
         self.write_target = write_target
+        self.on_move: Callable[[], None] | None = None
+        """Told of every move carried out (the scheduler's metrics count them)."""
         self.evict_pod: EvictPod | None = None
         """Set by the scheduler (the binder's eviction); None: moves are not carried out."""
         self.reform: Reform | None = None
@@ -162,5 +164,7 @@ class GpuTypes:
         evicted = sum(1 for uid in list(tracked.members.values()) if self.evict_pod(uid, reason))
         self.event(ref, "Move", f"{tracked.pinned} -> {model}, {job.size} -> {choice.target} workers: "
                                 f"{choice.reason}; its {evicted} workers restart there")
+        if self.on_move is not None:
+            self.on_move()
         log.info("ElasticJob %s/%s: moving %s -> %s (%s)", ref.namespace, ref.name, tracked.pinned, model,
                  choice.reason)

@@ -41,11 +41,8 @@ def service_account_credentials(kube: Kube, pod: Mapping[str, Any], directory: P
     if spec.get("automountServiceAccountToken") is False or not account:
         return {}
     namespace = str(meta.get("namespace", "default"))
-    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-            "spec": {"expirationSeconds": TOKEN_SECONDS,
-                     "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": meta["name"], "uid": meta["uid"]}}}
     try:
-        answer = kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token", body)
+        token = service_account_token(kube, namespace, account, bound_pod=pod)
     except ApiError as error:
         if error.not_found:
             log.info("pod %s/%s: ServiceAccount %r not found; its processes run without credentials", namespace,
@@ -54,6 +51,19 @@ def service_account_credentials(kube: Kube, pod: Mapping[str, Any], directory: P
         raise
     path = directory / "serviceaccount" / "kubeconfig"
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_kubeconfig(path, server=api_url, ca_cert=ca_cert, token=str(answer["status"]["token"]),
+    write_kubeconfig(path, server=api_url, ca_cert=ca_cert, token=token,
                      user=f"system:serviceaccount:{namespace}:{account}")
     return {"KUBECONFIG": str(path)}
+
+
+def service_account_token(kube: Kube, namespace: str, account: str, *, bound_pod: Mapping[str, Any] | None = None,
+                          seconds: int = TOKEN_SECONDS) -> str:
+    """A token the TokenRequest API issues for the ServiceAccount; with ``bound_pod`` (a Pod object), bound to
+    that Pod, as the one a kubelet mounts is (raises ``ApiError``)."""
+    spec: dict[str, Any] = {"expirationSeconds": seconds}
+    if bound_pod is not None:
+        meta = bound_pod["metadata"]
+        spec["boundObjectRef"] = {"kind": "Pod", "apiVersion": "v1", "name": meta["name"], "uid": meta["uid"]}
+    answer = kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+                         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+    return str(answer["status"]["token"])
