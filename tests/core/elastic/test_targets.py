@@ -245,3 +245,33 @@ def test_two_moves_into_the_same_idle_gpus_are_not_both_made() -> None:
     assert moved == ["first"], choices
     assert choices["second"].target == 2, choices
     assert choices["second"].gpu_type is None, choices
+
+
+class PlannedMove(KubecellElasticPolicy):
+    """An allocator that plans one move: ``job`` to ``count`` GPUs of ``gpu_type`` (as it may, to hand what the
+    job holds to others), whatever it is worth to the job."""
+
+    def __init__(self, gpu_type: str, count: int) -> None:
+        super().__init__()
+        self.gpu_type, self.count = gpu_type, count
+
+    def allocate(self, now: float, jobs, nodes):  # type: ignore[no-untyped-def]
+        self.last_reasons = {"job": f"moved to {self.count} {self.gpu_type}"}
+        return {"job": tuple(f"{self.gpu_type}/+idle-0" for _ in range(self.count))}
+
+
+def test_a_running_job_is_not_moved_to_where_it_would_run_slower() -> None:
+    """8 T4s give the job 8.0; the 2 idle A100s would give it 6.0. What it would free on the T4s is nobody's
+    until its workers end, so the move only costs it a restart and a quarter of its speed: it stays."""
+    estimate = Typed(8, {"T4": 1.0, "A100": 3.0})
+    mover = on("job", "T4", estimate, size=8, rooms={"A100": 2})
+    kept = plan_targets({"a": PlannedMove("A100", 2)}, NOW, [mover])["job"]
+    assert kept.gpu_type is None, kept
+    assert kept.target == 8, kept
+    assert kept.reason.startswith("kept 8 T4: the allocator would move it to 2 A100, where its goodput is 25% lower"), \
+        kept.reason
+    faster = plan_targets({"a": PlannedMove("A100", 2)}, NOW, [on("job", "T4", estimate, size=4, rooms={"A100": 2})])
+    assert faster["job"].gpu_type == "A100", "4 T4 give 4.0, 2 A100 6.0: that move is made"
+    unknown = Typed(8, {"T4": 1.0})
+    explored = plan_targets({"a": PlannedMove("A100", 2)}, NOW, [on("job", "T4", unknown, size=8, rooms={"A100": 2})])
+    assert explored["job"].gpu_type == "A100", "a type the job never ran on is not priced: trying it is allowed"
