@@ -14,8 +14,14 @@ then one ``{"step": S, "loss": L, "world": N, "seconds": T, "sync_seconds": T}``
 Gradients are averaged by one explicit ``all_reduce`` of all of them (and the loss) flattened into a single
 tensor, rather than by DistributedDataParallel's hooks: the time spent in that call is exactly the step's
 synchronisation time, which the step report (``kubecell.elastic.report``, when kubecell is installed) sends to
-the scheduler beside the step time, for its goodput model. ``--step-seconds`` sleeps after every step, so that
-a job this small lasts long enough to be resized; the sleep counts as the step's compute time.
+the scheduler beside the step time, for its goodput model. The first step of each start is not reported: it
+carries the start's one-off costs (gloo's first collective, lazy initialisation), which would price every
+placement as if it always paid them.
+
+A model this small computes in microseconds, so two options stand in for the compute of a real one, to make the
+job last long enough to be resized: ``--example-seconds`` sleeps that long per example of the rank's share of
+the batch before synchronising (a larger world steps faster, as data-parallel training does, which is what the
+scheduler's goodput model learns from the reports), and ``--step-seconds`` sleeps a fixed time after each step.
 
 The model and data are built here from a fixed seed: nothing is downloaded.
 """
@@ -66,6 +72,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--checkpoint-every", type=int, default=5)
     parser.add_argument("--step-seconds", type=float, default=0.0,
                         help="sleep after each step (counted as compute time), to make the job last")
+    parser.add_argument("--example-seconds", type=float, default=0.0,
+                        help="sleep per example of the rank's share of the batch, before synchronising: compute "
+                             "that shrinks as the world grows")
     parser.add_argument("--lr", type=float, default=0.1)
     return parser.parse_args()
 
@@ -162,12 +171,15 @@ def main() -> None:
         log.write(json.dumps({"resume": step, "world": world, "time": time.time()}) + "\n")
         log.flush()
     print(f"rank {rank}/{world} resumes at step {step}", flush=True)
+    warm = False
     while step < args.steps and not stopping["now"]:
         started = time.monotonic()
         inputs, targets = batch_of(step, rank, world, args.batch)
         optimizer.zero_grad()
         loss = nn.functional.mse_loss(net(inputs), targets)
         loss.backward()  # type: ignore[no-untyped-call]
+        if args.example_seconds:
+            time.sleep(args.example_seconds * len(inputs))
         synced = synchronise(net, loss, world)
         optimizer.step()
         step += 1
@@ -180,9 +192,10 @@ def main() -> None:
             log.write(json.dumps({"step": step, "loss": synced.loss, "world": world, "seconds": seconds,
                                   "sync_seconds": synced.seconds}) + "\n")
             log.flush()
-        if reporter is not None:
+        if reporter is not None and warm:
             reporter.step(step_seconds=seconds, sync_seconds=synced.seconds, local_batch=len(inputs),
                           grad_sqr=synced.grad_sqr, grad_var=synced.grad_var)
+        warm = True
     if rank == 0:
         save(args.checkpoint, net, optimizer, step)
     if reporter is not None:

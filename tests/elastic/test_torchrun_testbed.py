@@ -7,7 +7,10 @@ Stage 1: replicas 2 (min 1, max 3) train in one world of 2 until the job is Succ
 Stage 2: nobody touches ``/scale``: the job borrows GPUs of another tenant's node, kubecell's scheduler raises
 its target to 3 when a blocker leaves and lowers it to 1 when a guaranteed pod of the tenant that owns the
 node claims it; ``steps.jsonl`` shows worlds of 3, then 1, every restart resuming from the checkpoint, the
-loss still going down.
+loss still going down. The workers run as the ``kubecell-elastic-worker`` account (``deploy/elastic``'s RBAC
+and admission policy), with the token the process kubelet gives their pods, and write their own step reports:
+the scheduler's goodput model learns from what the real training measures, and the raise to 3 is its
+decision (its reason is a goodput gain, not "no trusted step reports").
 
 **What differs from a cluster.** The process kubelet runs every pod on the host's network (podIP 127.0.0.1),
 where the rendezvous Service's name resolves nowhere, and two pods cannot listen on one port. So the workers'
@@ -49,8 +52,9 @@ from kubecell.testbed.nodes import node_manifest
 from kubecell.testbed.process_env import DEFAULT_PATH
 from kubecell.testbed.process_kubelet import RUNS_LABEL, RUNS_PROCESSES, container_log, running_process_kubelet
 from tests.cluster_fixtures import RunningScheduler
-from tests.elastic.support import RunningController
+from tests.elastic.support import DEPLOY, RunningController, counted
 from tests.kube.test_virtualclusters import accepted, put
+from tests.scheduler.deploy_support import kubectl
 from tests.scheduler.trust_support import pod_body
 from tests.support import registered_node, wait_for
 
@@ -59,6 +63,7 @@ pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.
 
 TRAIN = Path(__file__).resolve().parents[2] / "examples" / "elastic" / "train.py"
 TEST_NODE = "kubecell.io/test-node"
+WORKER_ACCOUNT = "kubecell-elastic-worker"
 CONTAINER = "trainer"
 CHECKPOINT_EVERY = 5
 LOG_LINES = 25
@@ -87,22 +92,33 @@ def process_node(testbed: ControlPlaneState, kube: Kube) -> Iterator[str]:
         yield name
 
 
+@dataclass(frozen=True)
+class Cluster:
+    namespace: str
+    node: str
+    scheduler: RunningScheduler
+
+
 @pytest.fixture
 def cluster(testbed: ControlPlaneState, kube: Kube, crd: None, elastic_crd: None, namespace: str, process_node: str,
-            start_scheduler: type[RunningScheduler]) -> Iterator[tuple[str, str]]:
-    """kubecell's scheduler and the ElasticJob controller running; (namespace, node). Two tenants: ``vision``
-    owns an 8-GPU A100 node (the test's node is the one its cell binds when it claims it) and lends it while
-    idle; ``speech``, the training job's, owns none here, so its workers borrow."""
+            start_scheduler: type[RunningScheduler]) -> Iterator[Cluster]:
+    """kubecell's scheduler and the ElasticJob controller running, and the workers' account with its RBAC and
+    admission policy (``deploy/elastic``). Two tenants: ``vision`` owns an 8-GPU A100 node (the test's node is
+    the one its cell binds when it claims it) and lends it while idle; ``speech``, the training job's, owns
+    none here, so its workers borrow."""
     put(kube, "vision", cells={"A100x8/node": 1})
     put(kube, "speech", cells={"P40x8/node": 1})
-    start_scheduler(testbed, SchedulerOptions(resize_interval_seconds=1.0))
+    kubectl(testbed, "apply", "-n", namespace, "-f", str(DEPLOY / "worker-rbac.yaml"))
+    kubectl(testbed, "apply", "-f", str(DEPLOY / "worker-admission.yaml"))
+    running = start_scheduler(testbed, SchedulerOptions(resize_interval_seconds=1.0))
     for tenant in ("vision", "speech"):
         wait_for(f"{tenant} accepted", partial(accepted, kube, tenant))
     controller = RunningController(testbed.admin_kubeconfig, namespace)
     try:
-        yield namespace, process_node
+        yield Cluster(namespace, process_node, running)
     finally:
         controller.close()
+        kubectl(testbed, "delete", "-f", str(DEPLOY / "worker-admission.yaml"), "--ignore-not-found")
 
 
 @dataclass
@@ -121,19 +137,20 @@ class Job:
     def path(self) -> str:
         return f"/apis/kubecell.io/v1alpha1/namespaces/{self.namespace}/elasticjobs/{self.name}"
 
-    def create(self, node: str, *, replicas: int, steps: int, step_seconds: float, gpus: int = 0,
+    def create(self, node: str, *, replicas: int, steps: int, example_seconds: float, gpus: int = 0,
                vc: str | None = None) -> None:
         port = free_port()
         command = [sys.executable, "-m", "torch.distributed.run",
                    # host network: the Service name <job>-rdzv resolves nowhere, the host pod listens on 127.0.0.1
                    f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-conf=is_host=false,last_call_timeout=2",
                    str(TRAIN), "--checkpoint", str(self.checkpoint), "--steps", str(steps),
-                   "--step-seconds", str(step_seconds), "--checkpoint-every", str(CHECKPOINT_EVERY)]
+                   "--example-seconds", str(example_seconds), "--checkpoint-every", str(CHECKPOINT_EVERY)]
         resources: dict[str, Any] = {"requests": {"cpu": "1", "memory": "1Gi"}}
         if gpus:
             resources["limits"] = {"nvidia.com/gpu": str(gpus)}
         template = {"metadata": {"labels": {"app": "train"}, "annotations": {"kubecell.io/vc": vc} if vc else {}},
                     "spec": {"nodeSelector": {TEST_NODE: node}, "terminationGracePeriodSeconds": 10,
+                             "serviceAccountName": WORKER_ACCOUNT,
                              "containers": [{"name": CONTAINER, "image": "ignored", "command": command,
                                              "env": [{"name": "GLOO_SOCKET_IFNAME", "value": "lo"},
                                                      {"name": "OMP_NUM_THREADS", "value": "1"}],
@@ -232,9 +249,8 @@ class Job:
 
 
 @pytest.fixture
-def job(cluster: tuple[str, str], kube: Kube, testbed: ControlPlaneState, tmp_path: Path) -> Job:
-    namespace, _ = cluster
-    return Job(kube, Path(testbed.directory), namespace, "mlp", tmp_path / "checkpoint")
+def job(cluster: Cluster, kube: Kube, testbed: ControlPlaneState, tmp_path: Path) -> Job:
+    return Job(kube, Path(testbed.directory), cluster.namespace, "mlp", tmp_path / "checkpoint")
 
 
 def mean_loss(records: list[dict[str, Any]]) -> float:
@@ -260,9 +276,14 @@ START = 150.0
 and train; also for each resize (a new worker starting, then every worker restarting in a new round)."""
 
 
-def test_an_elastic_job_of_two_trains_in_one_world_to_success(job: Job, cluster: tuple[str, str]) -> None:
-    _, node = cluster
-    job.create(node, replicas=2, steps=STAGE_1_STEPS, step_seconds=0.1, gpus=4, vc="speech")  # the node fits 2
+EXAMPLE_SECONDS = 0.1 / 32
+"""Compute per example: 0.1 s a step in a world of 3 (32 examples each of the global 96), 0.15 s in a world of
+2, 0.3 s in a world of 1."""
+
+
+def test_an_elastic_job_of_two_trains_in_one_world_to_success(job: Job, cluster: Cluster) -> None:
+    job.create(cluster.node, replicas=2, steps=STAGE_1_STEPS, example_seconds=EXAMPLE_SECONDS, gpus=4,
+               vc="speech")  # the node fits 2
     job.wait("the job to succeed", lambda: job.phase() == "Succeeded", START)
     steps = job.steps()
     assert steps, job.diagnosis()
@@ -295,15 +316,25 @@ def target(job: Job) -> int:
     return int(job.kube.get(job.path)["spec"]["replicas"])
 
 
-def test_the_scheduler_grows_and_shrinks_the_torchrun_world(job: Job, cluster: tuple[str, str], kube: Kube) -> None:
-    """Nobody patches ``/scale`` here: kubecell's scheduler raises the target when GPUs free up and lowers it
+def learned(job: Job, cluster: Cluster) -> bool:
+    """The scheduler's goodput model of the job has taken a report from the workers, priced on the A100s."""
+    uid = str(job.kube.get(job.path)["metadata"]["uid"])
+    sized = cluster.scheduler.scheduler.elastic.jobs.get(uid)
+    return sized is not None and sized.model is not None and sized.model.goodput("A100", 1, 2) > 0
+
+
+def test_the_scheduler_grows_and_shrinks_the_torchrun_world(job: Job, cluster: Cluster, kube: Kube) -> None:
+    """Nobody patches ``/scale`` here: the workers report their steps, kubecell's scheduler raises the target
+    when GPUs free up (its goodput model, learned from those reports, says a third worker pays) and lowers it
     when a guaranteed pod of the VC that owns them claims them; the controller follows, torchrun re-forms its
     world each time, and training resumes from the checkpoint with the loss going down."""
-    namespace, node = cluster
+    namespace, node = cluster.namespace, cluster.node
     holder(kube, namespace, "blocker", node, 4, {"kubecell.io/vc": "speech", "kubecell.io/opportunistic": "true"})
     job.wait("the blocker to run", lambda: running(kube, namespace, "blocker"), START)
-    job.create(node, replicas=2, steps=STAGE_2_STEPS, step_seconds=0.1, gpus=2, vc="speech")
+    job.create(node, replicas=2, steps=STAGE_2_STEPS, example_seconds=EXAMPLE_SECONDS, gpus=2, vc="speech")
     job.wait("ten steps in a world of 2", lambda: len(job.steps(world=2)) >= 10, START, while_active=True)
+    job.wait("the scheduler's goodput model to learn from the workers' step reports",
+             lambda: learned(job, cluster), START, while_active=True)
     assert target(job) == 2, "no room to grow while the blocker holds half the node"
 
     kube.delete(f"/api/v1/namespaces/{namespace}/pods/blocker", gracePeriodSeconds=0)
@@ -333,5 +364,10 @@ def test_the_scheduler_grows_and_shrinks_the_torchrun_world(job: Job, cluster: t
     assert any(r["world"] == 3 and r["resume"] >= 10 for r in resumes), f"the world of 3 resumed: {resumes}"
     reasons = [e["message"] for e in kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
                if e["involvedObject"].get("name") == job.name and e.get("reason") == "Resize"]
-    assert any("2 -> 3" in m for m in reasons), reasons
+    raised = [m for m in reasons if "2 -> 3" in m]
+    assert raised, reasons
+    assert "goodput" in raised[0], f"the raise is the goodput model's decision: {reasons}"
+    assert "no trusted step reports" not in raised[0], reasons
+    recorder = cluster.scheduler.scheduler.recorder
+    assert counted(recorder.step_reports, outcome="accepted") >= 1, "the real workers' reports reached the model"
     assert any("3 -> 1" in m and "shrunk" in m for m in reasons), reasons
