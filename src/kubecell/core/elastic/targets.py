@@ -198,7 +198,7 @@ def _slower_after_move(candidate: GrowthCandidate, gpu_type: str, count: int, sl
     lower than where it runs now; None when the move makes it faster, or when either side is unpriced (a type it
     never ran on is worth trying). The allocator may plan such a move so that others get what the job holds, but
     on a cluster what a moving job frees is free only once its workers have ended: nobody gets it this round,
-    while the job pays its restart and runs slower. (Measured on Sia's workloads: 10-15 % fewer restarts and every
+    while the job pays its restart and runs slower. (Measured on Sia's workloads: 9-17 % fewer restarts and every
     Table 3 figure lower over jittered copies; docs/elastic.md.)"""
     size = len(candidate.nodes)
     here = candidate.estimate.goodput(candidate.gpu_type, len(set(candidate.nodes)), size)
