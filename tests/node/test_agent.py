@@ -34,6 +34,7 @@ from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.agent import AgentOptions, NodeAgent
 from kubecell.node.fake_kubelet import FakeKubelet
 from kubecell.node.fake_nvml import FakeNvml, example_path
+from kubecell.scheduler.scheduler import Scheduler
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.nodes import node_manifest
 from tests.cluster_fixtures import RunningScheduler
@@ -140,6 +141,13 @@ def admit_when_bound(r: Running, kube: Kube, namespace: str, name: str, requests
     return dict(next(iter(admitted.allocations.values())).envs)
 
 
+def _unhealthy_in_book(scheduler: Scheduler, node: str, gpu: int) -> bool:
+    engine = scheduler.engine
+    if engine is None or node not in engine.book.index:
+        return False
+    return not bool(engine.book.gpu_healthy[engine.book.index[node], gpu])
+
+
 def test_the_agent_publishes_serves_and_follows_health(
         testbed: ControlPlaneState, kube: Kube, namespace: str, running: Running,
         start_scheduler: type[RunningScheduler]) -> None:
@@ -152,7 +160,7 @@ def test_the_agent_publishes_serves_and_follows_health(
     assert published.node.nvlink_groups == ((0, 1, 2, 3), (4, 5, 6, 7))
     r.kubelet.wait_for(lambda: r.kubelet.capacity().get("kubecell.io/gpu") == 8
                        and r.kubelet.capacity().get("kubecell.io/gpu-milli") == 8000, 10, "devices advertised")
-    start_scheduler(testbed)
+    scheduler = start_scheduler(testbed).scheduler
     make(kube, namespace, "two", r.name, {"kubecell.io/gpu": "2"})
     env = admit_when_bound(r, kube, namespace, "two", {"kubecell.io/gpu": 2})
     record = pods.record_of(kube.get(f"/api/v1/namespaces/{namespace}/pods/two"))
@@ -164,8 +172,12 @@ def test_the_agent_publishes_serves_and_follows_health(
     r.backend.inject_xid(victim, 79)  # "GPU has fallen off the bus"
     r.kubelet.wait_for(lambda: r.kubelet.allocatable().get("kubecell.io/gpu") == 7, 10,
                        "the kubelet sees the GPU unhealthy")
-    wait_for("the scheduler's view marks it unhealthy",
+    wait_for("the node's published view marks it unhealthy",
              lambda: not view(kube, r.name).node.gpus[victim].healthy, 15)
+    # The scheduler learns it from its node watch, which the pods' watch may outrun: a pod created before the
+    # scheduler has read the change may be bound onto the bad GPU (there a kubelet refuses it at admission),
+    # so the pods below are made only once the scheduler's own book has it.
+    wait_for("the scheduler's book marks it unhealthy", lambda: _unhealthy_in_book(scheduler, r.name, victim), 15)
     make(kube, namespace, "six", r.name, {"kubecell.io/gpu": "6"})  # only 5 healthy GPUs are free: waits
     make(kube, namespace, "five", r.name, {"kubecell.io/gpu": "5"})
     env = admit_when_bound(r, kube, namespace, "five", {"kubecell.io/gpu": 5})
