@@ -7,20 +7,25 @@ feed the job's goodput model."""
 
 from __future__ import annotations
 
+import threading
 import time
 from functools import partial
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from kubecell.core.model import make_node
 from kubecell.kube.names import ANNOTATION_STEP_REPORT
-from kubecell.kube.rest import Kube
+from kubecell.kube.rest import ApiError, Kube
 from kubecell.kube.step_reports import REASONS, build_step_report
-from kubecell.scheduler.scheduler import SchedulerOptions
+from kubecell.scheduler.scheduler import Scheduler, SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.nodes import node_manifest
 from tests.cluster_fixtures import RunningScheduler
 from tests.elastic.support import STEP, RunningController, counted, create_job, get_job, template, workers
 from tests.kube.test_virtualclusters import accepted, put
+from tests.scheduler.deploy_support import BASE, DEPLOY, ensure_namespace, kubectl, service_account_kubeconfig
 from tests.scheduler.trust_support import create_pod, pod
 from tests.support import registered_node, wait_for
 
@@ -127,3 +132,42 @@ def test_a_maximum_no_cluster_could_hold_is_told_and_the_job_still_runs(
                                                                           "MaxReplicasUnreachable"), STEP)
         assert "maxReplicas 4096" in told[0], told
         assert replicas(kube, namespace, "huge") == 1, "no room: the target stays"
+
+
+def test_the_shipped_rbac_lets_the_scheduler_size_a_job(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, crd: None, controller: RunningController,
+        tmp_path: Path) -> None:
+    """The scheduler's ServiceAccount bound by deploy/base and deploy/elastic only: it reads the ElasticJob and
+    writes its ``/scale`` (a raise the controller follows), and may write nothing else of it."""
+    manifest = node_manifest(make_node(NODE, cpu_milli=64_000, memory_mib=524_288, gpu_count=8, gpu_model="A100"))
+    shipped = [BASE / "serviceaccount.yaml", BASE / "rbac.yaml", DEPLOY / "elastic" / "rbac.yaml"]
+    ensure_namespace(kube)
+    for path in shipped:
+        kubectl(testbed, "apply", "-f", str(path))
+    as_scheduler = Kube.from_kubeconfig(service_account_kubeconfig(testbed, kube, tmp_path / "sa.kubeconfig"))
+    scheduler = Scheduler(as_scheduler, SchedulerOptions(resize_interval_seconds=1.0))
+    thread = threading.Thread(target=scheduler.run, name="kubecell-scheduler-sa", daemon=True)
+    try:
+        with registered_node(kube, manifest):
+            put(kube, "vision", cells={"A100x8/node": 1})
+            thread.start()
+            assert scheduler.ready.wait(60), "the scheduler did not complete a cycle as its ServiceAccount"
+            wait_for("vision accepted", partial(accepted, kube, "vision"))
+            worker = template("kubecell", annotations={"kubecell.io/vc": "vision"}, limits={"nvidia.com/gpu": "2"})
+            worker["spec"].update(HERE)
+            create_job(kube, namespace, "bert", minReplicas=1, maxReplicas=4, replicas=2, template=worker)
+            wait_for("the least-privileged scheduler to raise the target to 4 and the workers to run",
+                     lambda: replicas(kube, namespace, "bert") == 4
+                     and running_workers(kube, namespace, "bert", 4), 2 * STEP)
+            assert job_events(kube, namespace, "bert", "Resize"), "the raise has an Event on the job"
+            with pytest.raises(ApiError) as refused:  # /scale is all it may write of an ElasticJob
+                as_scheduler.patch(f"/apis/kubecell.io/v1alpha1/namespaces/{namespace}/elasticjobs/bert",
+                                   {"spec": {"maxReplicas": 8}})
+            assert refused.value.status == 403
+    finally:
+        scheduler.shutdown()
+        if thread.is_alive():
+            thread.join(timeout=15)
+        as_scheduler.close()
+        for path in reversed(shipped[1:]):
+            kubectl(testbed, "delete", "-f", str(path), "--ignore-not-found")
