@@ -3,7 +3,7 @@
 (never workers on two models), a gang that waits is started on the model that has room, and a running job is
 moved to the model where its step reports say it is much faster once GPUs are idle there: its workers are
 evicted with a ``Move`` Event, the controller replaces them (not a counted restart), and the new gang runs on
-the new model."""
+the new model, also when the scheduler restarts meanwhile (the model is kept in the job's status)."""
 
 from __future__ import annotations
 
@@ -92,6 +92,11 @@ def test_a_job_is_pinned_started_where_there_is_room_and_moved_where_it_is_faste
         moved = wait_for("a Move Event on the job", lambda: job_events(kube, namespace, "bert", "Move"), 2 * STEP)
         assert "V100M32 -> A100" in moved[0], moved
         assert counted(running.scheduler.recorder.elastic_moves) == len(moved), "each move is on /metrics"
+        assert get_job(kube, namespace, "bert")["status"]["gpuModel"] == "A100", "kept where a restart finds it"
+        # The scheduler restarts while the move is under way (or just done): the new one carries it on from the
+        # pods' records and the job's status, its goodput model and the old gang's reports gone with the first.
+        running.close()
+        running = start_scheduler(testbed, SchedulerOptions(resize_interval_seconds=1.0))
         wait_for("its workers to run on the A100s again",
                  lambda: running_workers(kube, namespace, "bert", len(workers(kube, namespace, "bert")))
                  and on_node(kube, namespace, "bert") == {A100_NODE}, 2 * STEP)

@@ -302,3 +302,21 @@ def test_nproc_per_node_defaults_to_the_whole_gpus_asked() -> None:
 
 def test_the_selector_is_the_workers() -> None:
     assert ej.worker_selector("bert") == "kubecell.io/elastic-job=bert,kubecell.io/elastic-role=worker"
+
+
+@pytest.mark.parametrize(("status", "model"), [
+    ({"gpuModel": "A100"}, "A100"),
+    ({"gpuModel": "rtx2080ti"}, "rtx2080ti"),
+    ({"gpuModel": "V100M32", "phase": "Running"}, "V100M32"),
+    ({}, None),
+    ({"gpuModel": ""}, None),
+    ({"gpuModel": 7}, None),
+    ({"gpuModel": ["A100"]}, None),
+    ({"gpuModel": "A" * 64}, None),
+    ({"gpuModel": "A100,V100"}, None),
+    ({"gpuModel": "-A100"}, None),
+    ("Running", None),
+])
+def test_the_kept_gpu_model_is_read_defensively(status: Any, model: str | None) -> None:
+    assert ej.kept_gpu_model({"status": status}) == model
+    assert ej.kept_gpu_model({}) is None

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from kubecell.core.engine.engine import Engine
 from kubecell.core.engine.job import Job
 from kubecell.kube.names import ANNOTATION_STEP_REPORT
 from kubecell.kube.step_reports import build_step_report
@@ -42,6 +43,9 @@ class RecordingSizer(ElasticSizer):
         self.written: list[tuple[int, str]] = []
         self.events: list[tuple[str, str]] = []
         self.spec = spec
+        self.kept: str | None = None
+        """What the job's ``status.gpuModel`` holds (the API server's copy)."""
+        self.pins_written: list[str] = []
 
     def _get(self, ref: Any) -> dict[str, Any]:
         return {"metadata": {"name": "bert", "namespace": "ns", "uid": "job-uid"},
@@ -50,6 +54,14 @@ class RecordingSizer(ElasticSizer):
 
     def _write(self, sized: Sized, target: int, reason: str) -> bool:
         self.written.append((target, reason))
+        return True
+
+    def _read_pin(self, ref: Any) -> str | None:
+        return self.kept
+
+    def _write_pin(self, ref: Any, model: str) -> bool:
+        self.pins_written.append(model)
+        self.kept = model
         return True
 
     def _event(self, involved: Any, kind: str, reason: str, message: str) -> None:
@@ -310,3 +322,47 @@ def test_workers_on_several_gpu_models_are_told_once_and_take_only_the_room() ->
     assert [reason for reason, _ in sizer.events] == ["MixedGpuModels"]
     assert "A100, V100M32" in sizer.events[0][1]
     assert sizer.written == [], "at its maximum of 4: nothing to take"
+
+
+def pinned_loop(sizer: RecordingSizer) -> tuple[Loop, Engine]:
+    """Idle A100 and V100 nodes, and an ElasticJob of 2 workers that accept both, formed by the intake with the
+    scheduler's pinning (``Scheduler`` wires it alike)."""
+    nodes = make_nodes(1, model="A100", prefix="a") + make_nodes(1, model="V100M32", prefix="v")
+    eng = engine(nodes, {"b": {"cells": {"A100x8/node": 1, "V100M32x8/node": 1}}}, resize_min_interval_seconds=0)
+    loop = Loop(eng)
+    loop.intake.pin = sizer.types.pin_model
+    loop.add(*(worker(index, size=2) for index in range(2)))
+    loop.cycle(1)
+    return loop, eng
+
+
+def models_run_on(eng: Engine, job: Job) -> set[str]:
+    book = eng.book
+    return {book.model_names[book.model_id[book.index[a.node]]] for a in eng.allocations_of(job.name)}
+
+
+def test_the_model_a_gang_is_pinned_to_is_kept_in_the_status_and_read_back_after_a_restart() -> None:
+    first = RecordingSizer()
+    loop, eng = pinned_loop(first)
+    chosen = models_run_on(eng, running_job(loop))
+    assert len(chosen) == 1, "the gang runs on one model"
+    assert first.pins_written == list(chosen), "the pin is written once, as chosen"
+    # An earlier scheduler had chosen the other model (a move under way, a start elsewhere): a new one forms
+    # the job's gang there, and writes nothing, since the status already says so.
+    (other,) = {"A100", "V100M32"} - chosen
+    restarted = RecordingSizer()
+    restarted.kept = other
+    loop, eng = pinned_loop(restarted)
+    assert models_run_on(eng, running_job(loop)) == {other}
+    assert restarted.pins_written == []
+
+
+@pytest.mark.parametrize("kept", ["H100", None])
+def test_a_kept_model_the_pods_do_not_accept_is_ignored(kept: str | None) -> None:
+    fresh, forged = RecordingSizer(), RecordingSizer()
+    forged.kept = kept  # no node of that model here (or nothing kept): chosen afresh, as without it
+    loop, eng = pinned_loop(fresh)
+    expected = models_run_on(eng, running_job(loop))
+    loop, eng = pinned_loop(forged)
+    assert models_run_on(eng, running_job(loop)) == expected
+    assert forged.pins_written == sorted(expected)

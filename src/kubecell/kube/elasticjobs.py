@@ -84,6 +84,8 @@ RESTART_POLICIES = ("Never", "OnFailure")
 
 _DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _DNS_1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_MODEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+"""A GPU model as a label value spells it (``A100``, ``V100M32``, ``rtx2080ti``)."""
 
 
 class ElasticJobSpecError(InvalidInputError):
@@ -189,6 +191,21 @@ def elastic_owner(pod: Mapping[str, Any]) -> ElasticRef | None:
             return ElasticRef(str(meta.get("namespace") or "default"), owner["name"][:253], owner["uid"][:128])
     return None
 
+
+
+GPU_MODEL_CHARS = 63
+"""The longest GPU model name kept in ``status.gpuModel`` (a label value's limit, as node labels carry them)."""
+
+
+def kept_gpu_model(obj: Mapping[str, Any]) -> str | None:
+    """The GPU model the scheduler keeps in the job's ``status.gpuModel`` (``scheduler.elastic_types``), or
+    None where it is absent or not a model name. Whoever reads it must still check it is one the job's pods
+    accept: the status is written by whoever may patch ``elasticjobs/status``."""
+    status = obj.get("status")
+    model = status.get("gpuModel") if isinstance(status, Mapping) else None
+    if not isinstance(model, str) or not 0 < len(model) <= GPU_MODEL_CHARS or not _MODEL_NAME.fullmatch(model):
+        return None
+    return model
 
 
 def _int_field(spec: Mapping[str, Any], field: str, where: str, low: int, high: int, default: int | None,

@@ -102,6 +102,7 @@ class ElasticSizer:
             _involved(ref), "Normal", reason, message), self._write)
         """Which GPU model each ElasticJob's gang runs on: pins, starts and moves (``elastic_types``)."""
         self.types.on_move = self._count_move
+        self.types.read_pin, self.types.write_pin = self._read_pin, self._write_pin
         self._planned: tuple[tuple[str, int, int, int, tuple[tuple[str, int], ...]], ...] = ()
         self._planned_at = float("-inf")
 
@@ -408,6 +409,33 @@ class ElasticSizer:
         log.info("ElasticJob %s/%s: target %d -> %d (%s)", ref.namespace, ref.name, spec.replicas, target, reason)
         self._event(elasticjobs.involved(current), "Normal", "Resize",
                     f"target {spec.replicas} -> {target} workers: {reason}")
+        return True
+
+    def _read_pin(self, ref: ElasticRef) -> str | None:
+        """The model ``status.gpuModel`` keeps, from the job the pods name (its uid checked), or None."""
+        try:
+            current = self._get(ref)
+        except ApiError as error:
+            if not error.not_found:
+                log.warning("cannot read the GPU model of ElasticJob %s/%s: %s", ref.namespace, ref.name, error)
+            return None
+        if (current.get("metadata") or {}).get("uid") != ref.uid:
+            return None
+        return elasticjobs.kept_gpu_model(current)
+
+    def _write_pin(self, ref: ElasticRef, model: str) -> bool:
+        """Keep the job's model in its ``status.gpuModel`` (a merge patch of that field alone, so the
+        controller's status is untouched; on the job the pods name only)."""
+        try:
+            current = self._get(ref)
+            if (current.get("metadata") or {}).get("uid") != ref.uid:
+                return False
+            self.kube.patch(f"{elasticjobs.job_path(ref.namespace, ref.name)}/status",
+                            {"metadata": {"uid": ref.uid}, "status": {"gpuModel": model}})
+        except ApiError as error:
+            log.warning("cannot keep the GPU model %s of ElasticJob %s/%s: %s", model, ref.namespace, ref.name,
+                        error)
+            return False
         return True
 
     def _count_move(self) -> None:

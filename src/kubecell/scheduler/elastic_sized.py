@@ -1,7 +1,8 @@
 """What the scheduler keeps per ElasticJob between passes of its sizer (``scheduler.elastic``) and of the
 chooser of its GPU model (``scheduler.elastic_types``): its goodput model, what it has read and told, the
-targets it wrote and why, and the model its gang runs on. In memory only: a restarted scheduler learns it
-again from the pods' step reports (see docs/elastic.md)."""
+targets it wrote and why, and the model its gang runs on. In memory, but for the model: a restarted scheduler
+learns the rest again from the pods' step reports, and reads the model from the job's ``status.gpuModel``
+(see docs/elastic.md)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,12 @@ class Sized:
     room_at: float = float("-inf")
     pin: str | None = None
     """The GPU model its next gang runs on, where its pods accept several (``pin_model``; moves change it)."""
+    pin_kept: str | None = None
+    """The pin as the ElasticJob's ``status.gpuModel`` holds it (read once, written when ``pin`` changes), so
+    that a restarted scheduler forms the job's next gang where the last one chose: a move under way, or a
+    waiting gang started on another model, survive the restart."""
+    pin_read: bool = False
+    """Whether ``status.gpuModel`` was read (once per job and scheduler life, when its first gang forms)."""
     moved_at: float | None = None
     """When the sizer last moved it to another model (the allocator's minimum interval counts from there)."""
     served: float = 0.0

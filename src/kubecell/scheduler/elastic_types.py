@@ -19,10 +19,12 @@ none) runs on one at a time:
   gone; the controller replaces the evicted workers (``WorkerLost``, not counted), and the new pods form a new
   gang on the new model. A Normal ``Move`` Event on the ElasticJob gives the allocator's reason.
 
-What is not kept across a scheduler restart: the pins (a restored gang is pinned to the model its members run
-on; a gang that forms after a restart is pinned afresh) and a move under way (the replacement pods of a
-gang whose old pods still terminate join the restored old job, which then runs on where it ran: the move is
-dropped, nothing is lost but the restart the eviction already cost).
+Across a scheduler restart: a restored gang is pinned to the model its members run on. The model chosen for a
+job's next gang (a move under way, a waiting gang started elsewhere) is kept in the ElasticJob's
+``status.gpuModel``, written when it changes and before a move's evictions; a restarted scheduler reads it when
+the job's first gang forms (only a model the gang's pods accept counts: the status is input like any other).
+A move's terminating pods are no members of a restored job (``restore``), so their replacements form the next
+gang, there.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ EvictPod = Callable[[str, str], bool]
 """(pod uid, reason) -> whether an eviction was sent or is under way (``Binder.evict_pod``)."""
 Reform = Callable[[Tracking, str], None]
 """(state, job name): withdraw a waiting job so that its pods form it again (``Intake.renew``)."""
+ReadPin = Callable[[ElasticRef], str | None]
+"""The ElasticJob's ``status.gpuModel`` as stored (None: absent, unreadable, or the job is gone)."""
+WritePin = Callable[[ElasticRef, str], bool]
+"""Write ``status.gpuModel``; whether it was written."""
 
 
 class NothingKnown:
@@ -70,6 +76,10 @@ class GpuTypes:
         self.event = event
         """(the ElasticJob, reason, message): a Normal Event on it."""
         self.write_target = write_target
+        self.read_pin: ReadPin | None = None
+        """Set by the sizer: the model an earlier scheduler pinned the job to (None: not kept)."""
+        self.write_pin: WritePin | None = None
+        """Set by the sizer: keep the pin in the job's status (None: kept in memory only)."""
         self.on_move: Callable[[], None] | None = None
         """Told of every move carried out (the scheduler's metrics count them)."""
         self.evict_pod: EvictPod | None = None
@@ -107,6 +117,13 @@ class GpuTypes:
         if len(models) < 2:
             return None
         sized = self.sized_of(ref)
+        if not sized.pin_read and self.read_pin is not None:
+            sized.pin_read = True  # first gang of this scheduler's life: an earlier one may have chosen
+            sized.pin_kept = self.read_pin(ref)
+            if sized.pin is None and sized.pin_kept in models:
+                sized.pin = sized.pin_kept
+                log.info("ElasticJob %s/%s: its gang runs on %s, as kept in its status", ref.namespace, ref.name,
+                         sized.pin)
         if sized.pin in models:
             return sized.pin
         book = state.engine.book
@@ -123,7 +140,17 @@ class GpuTypes:
         price = {m: model.goodput(m, 1, 1) if model is not None else 0.0 for m in models}
         sized.pin = start_type(models, idle, above, price, spec.minimum)
         log.info("ElasticJob %s/%s: its gang runs on %s", ref.namespace, ref.name, sized.pin)
+        self.keep_pin(sized)
         return sized.pin
+
+    def keep_pin(self, sized: Sized) -> None:
+        """Write a changed pin into the job's ``status.gpuModel`` (one PATCH per change, on the scheduling
+        thread, before the evictions of a move are sent): a restarted scheduler reads it back in ``pin_model``
+        instead of choosing afresh. A failed write costs only that: the pin is still used in memory."""
+        if sized.pin is None or sized.pin == sized.pin_kept or self.write_pin is None:
+            return
+        if self.write_pin(sized.ref, sized.pin):
+            sized.pin_kept = sized.pin
 
     def rooms(self, state: Tracking, job: Job, tracked: Tracked, now: float) -> dict[str, int]:
         """Per model the gang of ``job`` may use, the members it could run with there if it started there now
@@ -150,12 +177,14 @@ class GpuTypes:
                 self.write_target(sized, choice.target, choice.reason)
             if model != tracked.pinned and self.reform is not None:
                 sized.pin = model
+                self.keep_pin(sized)
                 self.reform(state, job.name)  # its pods form the gang again, on the new model
                 log.info("ElasticJob %s/%s: starts on %s (%s)", ref.namespace, ref.name, model, choice.reason)
             return
         if job.phase != JobPhase.RUNNING or tracked.moving or self.evict_pod is None:
             return
         sized.pin, sized.moved_at = model, now
+        self.keep_pin(sized)  # before the evictions: a scheduler restarted meanwhile forms the next gang there
         sized.served += job.size * max(now - (job.started_at if job.started_at is not None else now), 0.0)
         tracked.moving = True
         state.engine.limit_growth(job.name, (0,))
