@@ -17,6 +17,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from kubecell.scheduler.scheduler import Scheduler
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.nodes import node_manifest
 from tests.cluster_fixtures import RunningScheduler
+from tests.scheduler.deploy_support import DEPLOY, kubectl, service_account_kubeconfig
 from tests.support import registered_node, wait_for
 
 
@@ -94,19 +96,20 @@ def kubelet_node_status(kube: Kube, name: str, kubelet: FakeKubelet, stop: threa
 
 
 @contextlib.contextmanager
-def agent_node(kube: Kube, example: str, prefix: str) -> Iterator[Running]:
+def agent_node(kube: Kube, example: str, prefix: str, *, agent_kube: Kube | None = None) -> Iterator[Running]:
     """A registered Node, a fake kubelet reporting its device plugins' resources on it, and the whole agent
     with the fake ``example``'s GPUs; all removed afterwards.
 
     The Node starts as a kubelet registers it before any plugin did: CPU, memory and pods, no GPU resource
-    and no inventory annotation (the agent writes that)."""
+    and no inventory annotation (the agent writes that). ``agent_kube``: the agent's own client (default: the
+    admin's)."""
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     with registered_node(kube, node_manifest(Node(name, 96_000, 512_000, labels={"kubecell.io/test-node": name}))):
         root = Path(tempfile.mkdtemp(dir="/tmp", prefix=f"{prefix}-"))
         kubelet = FakeKubelet(root / "dp", root / "pr" / "kubelet.sock").start()
         reporting = threading.Event()
         status = kubelet_node_status(kube, name, kubelet, reporting)
-        agent = start_agent(kube, name, FakeNvml.from_file(example_path(example)), kubelet, root)
+        agent = start_agent(agent_kube or kube, name, FakeNvml.from_file(example_path(example)), kubelet, root)
         try:
             yield agent
         finally:
@@ -241,3 +244,39 @@ def test_a_restarted_agent_acknowledges_a_pod_admitted_across_its_restart(
     finally:
         again.stop.set()
         again.thread.join(10)
+
+
+def test_the_shipped_rbac_is_enough_for_the_agent(testbed: ControlPlaneState, kube: Kube, namespace: str,
+                                                  start_scheduler: type[RunningScheduler], tmp_path: Path) -> None:
+    """The agent with a token of its ServiceAccount, bound only by deploy/node-agent's RBAC: it publishes the
+    inventory and the GPU memory, serves a pod and acknowledges it; and may not write pods' specs or Secrets."""
+    directory = DEPLOY / "node-agent"
+    kubectl(testbed, "apply", "-f", str(directory / "namespace.yaml"))
+    kubectl(testbed, "apply", "-f", str(directory / "rbac.yaml"))
+    as_agent = Kube.from_kubeconfig(service_account_kubeconfig(testbed, kube, tmp_path / "agent.kubeconfig",
+                                                               "kubecell-node-agent", namespace="kubecell-node"))
+    try:
+        with agent_node(kube, "a100-nvlink", "rbac", agent_kube=as_agent) as r:
+            wait_for("the inventory published by the least-privileged agent",
+                     lambda: len(view(kube, r.name).uuids) == 8)
+            wait_for("the GPU memory on the node's status", lambda: kube.get(f"/api/v1/nodes/{r.name}")["status"]
+                     .get("capacity", {}).get("kubecell.io/gpu-memory"))
+            start_scheduler(testbed)
+            make(kube, namespace, "one", r.name, {"kubecell.io/gpu": "1"})
+            admit_when_bound(r, kube, namespace, "one", {"kubecell.io/gpu": 1})
+            record = pods.record_of(kube.get(f"/api/v1/namespaces/{namespace}/pods/one"))
+            assert record is not None
+            wait_for("the agent's acknowledgement on the pod", lambda: kube.get(
+                f"/api/v1/namespaces/{namespace}/pods/one")["metadata"].get("annotations", {}).get(
+                ANNOTATION_ACK) == record.allocation_id)
+            for attempt in (partial(as_agent.get, "/api/v1/namespaces/kube-system/secrets"),
+                            partial(as_agent.delete, f"/api/v1/namespaces/{namespace}/pods/one"),
+                            partial(as_agent.create, f"/api/v1/namespaces/{namespace}/pods", {
+                                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "intruder"},
+                                "spec": {"containers": [{"name": "c", "image": "x"}]}})):
+                with pytest.raises(ApiError) as refused:
+                    attempt()
+                assert refused.value.status == 403
+    finally:
+        as_agent.close()
+        kubectl(testbed, "delete", "-f", str(directory / "rbac.yaml"), "--ignore-not-found")
