@@ -58,7 +58,7 @@ from tests.scheduler.deploy_support import kubectl
 from tests.scheduler.trust_support import pod_body
 from tests.support import registered_node, wait_for
 
-pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[train]'): the real torchrun "
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[train]'): the real torchrun "
                                     "job on the testbed needs it")
 
 TRAIN = Path(__file__).resolve().parents[2] / "examples" / "elastic" / "train.py"
@@ -138,7 +138,7 @@ class Job:
         return f"/apis/kubecell.io/v1alpha1/namespaces/{self.namespace}/elasticjobs/{self.name}"
 
     def create(self, node: str, *, replicas: int, steps: int, example_seconds: float, gpus: int = 0,
-               vc: str | None = None) -> None:
+               vc: str | None = None, batch_size: tuple[int, int] | None = None) -> None:
         port = free_port()
         command = [sys.executable, "-m", "torch.distributed.run",
                    # host network: the Service name <job>-rdzv resolves nowhere, the host pod listens on 127.0.0.1
@@ -159,7 +159,8 @@ class Job:
             "apiVersion": ej.API_VERSION, "kind": ej.KIND, "metadata": {"name": self.name},
             # one training process per worker: its GPUs are the node's inventory, not devices torch could use
             "spec": {"minReplicas": 1, "maxReplicas": 3, "replicas": replicas, "maxRestarts": 10, "nprocPerNode": 1,
-                     "rendezvousPort": port, "template": template}})
+                     "rendezvousPort": port, "template": template,
+                     **({"batchSize": {"min": batch_size[0], "max": batch_size[1]}} if batch_size else {})}})
 
     def scale(self, replicas: int) -> None:
         """What ``kubectl scale elasticjob/<name> --replicas=N`` sends (and the scheduler writes)."""
@@ -281,9 +282,14 @@ EXAMPLE_SECONDS = 0.1 / 32
 2, 0.3 s in a world of 1."""
 
 
+BATCH_RANGE = (96, 384)
+
+
 def test_an_elastic_job_of_two_trains_in_one_world_to_success(job: Job, cluster: Cluster) -> None:
+    """With a batch range: the workers train at the batch their advisor chooses (``kubecell.elastic.batch``),
+    the same on both ranks, within the range, and what it learned is in the checkpoint."""
     job.create(cluster.node, replicas=2, steps=STAGE_1_STEPS, example_seconds=EXAMPLE_SECONDS, gpus=4,
-               vc="speech")  # the node fits 2
+               vc="speech", batch_size=BATCH_RANGE)  # the node fits 2
     job.wait("the job to succeed", lambda: job.phase() == "Succeeded", START)
     steps = job.steps()
     assert steps, job.diagnosis()
@@ -297,6 +303,14 @@ def test_an_elastic_job_of_two_trains_in_one_world_to_success(job: Job, cluster:
     first, last = mean_loss(steps[:10]), mean_loss(steps[-10:])
     assert last < 0.5 * first, f"the loss did not go down: first 10 steps {first:.4f}, last 10 {last:.4f}"
     assert_resumed_from_checkpoints(job.records())
+    for record in steps:
+        assert BATCH_RANGE[0] <= record["batch"] <= BATCH_RANGE[1], record
+        assert record["batch"] == record["world"] * record["local"] * record["accumulation"], record
+        assert 1.0 <= record["lr_scale"] <= 4.0, record
+    saved = torch.load(job.checkpoint / "checkpoint.pt", weights_only=True)["batch_advisor"]
+    assert (saved["min"], saved["max"]) == BATCH_RANGE, saved
+    assert len(saved["reports"]) >= STAGE_1_STEPS // 2, "rank 0's measurements were learned and kept"
+    assert {row[2] for row in saved["reports"]} == {2}, "measured in the world of 2"
 
 
 def holder(kube: Kube, namespace: str, name: str, node: str, gpus: int, annotations: dict[str, str]) -> None:

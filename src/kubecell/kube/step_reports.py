@@ -52,7 +52,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kubecell.core.elastic.goodput import refusal
+from kubecell.core.elastic.goodput import refusal, synchronising_step_seconds
 from kubecell.core.elastic.types import StepReport
 from kubecell.kube.annotation_json import AnnotationJsonError, load_annotation_json
 from kubecell.kube.dialects.demand import shown
@@ -256,7 +256,7 @@ def _read(pod: Mapping[str, Any], *, gpu_type: str, now: float, max_age_seconds:
                                             f"(at most {MAX_CLOCK_SKEW_SECONDS:g} s of clock skew)")
     # The synchronising micro-step (see the module): compute shared by the accumulated micro-batches. Only for
     # a step that is longer than its synchronisation; otherwise the times go as they came, for refusal to name.
-    step_time = (step - sync) / accumulation + sync if step > sync >= 0.0 else step
+    step_time = synchronising_step_seconds(step, sync, accumulation)
     report = StepReport(gpu_type=gpu_type, num_nodes=nodes, num_replicas=replicas, local_bsz=local_batch,
                         step_time=step_time, sync_time=sync, grad_sqr=grad_sqr, grad_var=grad_var)
     why = refusal(report, max_bsz=max_bsz)

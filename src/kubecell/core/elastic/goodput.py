@@ -58,6 +58,16 @@ class BulkGoodputEstimate(Protocol):
     def goodput_many(self, gpu_type: str, shapes: Sequence[Shape]) -> NDArray[np.float64]: ...
 
 
+def synchronising_step_seconds(step_seconds: float, sync_seconds: float, accumulation_steps: int) -> float:
+    """The step time the model fits for an optimizer step that accumulated ``accumulation_steps`` micro-batches:
+    its synchronising micro-step, compute per micro-batch ``(step - sync) / k`` plus the synchronisation
+    (``kube.step_reports`` says why). A step not longer than its synchronisation is returned as it came, for
+    ``refusal`` to name."""
+    if step_seconds > sync_seconds >= 0.0:
+        return (step_seconds - sync_seconds) / accumulation_steps + sync_seconds
+    return step_seconds
+
+
 def refusal(report: StepReport, *, max_bsz: int | None = None) -> str | None:
     """Why ``report`` cannot be trusted, or None when it can. Never raises, whatever the field types."""
     try:
