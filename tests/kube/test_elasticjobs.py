@@ -283,6 +283,17 @@ def test_the_rendezvous_lives_apart_from_every_worker() -> None:
     assert service["metadata"]["ownerReferences"][0]["uid"] == host["metadata"]["ownerReferences"][0]["uid"]
 
 
+def test_the_rendezvous_host_may_have_an_image_of_its_own() -> None:
+    spec = ej.read_elastic_job(job(rendezvousImage="registry.example/torch-slim:2.9"))
+    host = objects.rendezvous_pod(spec)
+    assert host["spec"]["containers"][0]["image"] == "registry.example/torch-slim:2.9"
+    workers = objects.worker_pod(spec, 0, 0)
+    assert workers["spec"]["containers"][0]["image"] == "pytorch/pytorch:2.5.1", "the workers keep theirs"
+    for bad, says in ((7, "spec.rendezvousImage"), ("", "spec.rendezvousImage"), ("x" * 4097, "spec.rendezvousImage")):
+        with pytest.raises(ej.ElasticJobSpecError, match=says):
+            ej.read_elastic_job(job(rendezvousImage=bad))
+
+
 def test_the_rendezvous_program_serves_a_store_until_sigterm() -> None:
     compile(objects.RENDEZVOUS_SCRIPT, "<rendezvous>", "exec")
     assert 'os.environ["KUBECELL_RDZV_PORT"]' in objects.RENDEZVOUS_SCRIPT

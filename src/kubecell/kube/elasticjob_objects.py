@@ -178,20 +178,22 @@ def rendezvous_labels(job: str) -> dict[str, str]:
 
 
 def rendezvous_pod(job: ElasticJobSpec) -> dict[str, Any]:
-    """The rendezvous host: a c10d ``TCPStore`` server in the workers' image (it has PyTorch), CPU only, not
-    part of the gang, restarted in place by the kubelet (its Service and address stay)."""
+    """The rendezvous host: a c10d ``TCPStore`` server in ``spec.rendezvousImage``, else the workers' image (it
+    has PyTorch), CPU only, not part of the gang, restarted in place by the kubelet (its Service and address
+    stay)."""
     template_spec = job.template["spec"]
     spec: dict[str, Any] = {key: copy.deepcopy(template_spec[key]) for key in _HOST_POD_FIELDS if key in template_spec}
     spec.setdefault("schedulerName", SCHEDULER_NAME)
     first = template_spec["containers"][0]
     container: dict[str, Any] = {
-        "name": RENDEZVOUS_CONTAINER, "image": first["image"], "command": ["python3", "-c", RENDEZVOUS_SCRIPT],
+        "name": RENDEZVOUS_CONTAINER, "image": job.rendezvous_image or first["image"],
+        "command": ["python3", "-c", RENDEZVOUS_SCRIPT],
         "env": [{"name": "KUBECELL_RDZV_PORT", "value": str(job.rendezvous_port)}],
         "ports": [{"name": "c10d", "containerPort": job.rendezvous_port, "protocol": "TCP"}],
         "readinessProbe": {"tcpSocket": {"port": job.rendezvous_port}, "periodSeconds": 5},
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
     }
-    if "imagePullPolicy" in first:
+    if "imagePullPolicy" in first and job.rendezvous_image is None:
         container["imagePullPolicy"] = first["imagePullPolicy"]
     spec.update({"containers": [container], "restartPolicy": "Always", "terminationGracePeriodSeconds": 5})
     return {"apiVersion": "v1", "kind": "Pod",

@@ -58,6 +58,8 @@ controller's per-job work (one pass over the workers) stays trivial."""
 MAX_NAME_CHARS = 58
 """A job's name is a DNS-1035 label short enough that ``<name>-rdzv`` is still a Service name (63)."""
 MAX_MAX_RESTARTS = 1000
+MAX_IMAGE_CHARS = 4096
+"""The longest image reference read (the CRD's bound too)."""
 MAX_GRACE_SECONDS = 86400
 MAX_NPROC_PER_NODE = 1024
 MAX_BATCH_SIZE = 2**31 - 1
@@ -126,6 +128,9 @@ class ElasticJobSpec:
     restart_seconds: int | None = None
     """What one resize costs the job (its workers restart, rendezvous and load the checkpoint), as its owner
     states it; None: the scheduler's default. The sizer weighs every resize against it."""
+    rendezvous_image: str | None = None
+    """The rendezvous host's image (``spec.rendezvousImage``); None: the workers' first container's, which has
+    PyTorch (the host runs ``python3`` with ``torch``)."""
 
     @property
     def key(self) -> str:
@@ -324,7 +329,7 @@ def _read_template(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
         if not _DNS_1123.fullmatch(name):
             raise ElasticJobSpecError(f"is {shown(name)}", location=where, field=f"{field}.name",
                                       accepted="a DNS-1123 label (lowercase letters, digits, '-')")
-        _text(container.get("image"), where, f"{field}.image", "a container image", limit=4096)
+        _text(container.get("image"), where, f"{field}.image", "a container image", limit=MAX_IMAGE_CHARS)
         env = container.get("env")
         if env is not None and (not isinstance(env, list) or
                                 not all(isinstance(e, Mapping) and isinstance(e.get("name"), str) for e in env)):
@@ -434,8 +439,12 @@ def read_elastic_job(obj: Any) -> ElasticJobSpec:
         batch_size = BatchSize(smallest, largest)
     restart = None if spec.get("restartSeconds") is None else _int_field(spec, "restartSeconds", where, 0,
                                                                          MAX_RESTART_SECONDS, None)
+    image = spec.get("rendezvousImage")
+    if image is not None:
+        image = _text(image, where, "spec.rendezvousImage", "a container image with python3 and PyTorch",
+                      limit=MAX_IMAGE_CHARS)
     return ElasticJobSpec(namespace=namespace, name=name, uid=uid, generation=generation, min_replicas=low,
                           max_replicas=high, replicas=replicas, replicas_stated=stated, template=template,
                           max_restarts=max_restarts, rendezvous_port=port, rendezvous_timeout_seconds=timeout,
                           termination_grace_period_seconds=grace, nproc_per_node=nproc, batch_size=batch_size,
-                          restart_seconds=restart)
+                          restart_seconds=restart, rendezvous_image=image)
