@@ -14,6 +14,7 @@ import pytest
 from kubecell.core.engine.engine import Engine
 from kubecell.core.engine.job import Job
 from kubecell.kube.names import ANNOTATION_STEP_REPORT
+from kubecell.kube.rest import ApiError
 from kubecell.kube.step_reports import build_step_report
 from kubecell.scheduler.elastic import ElasticSizer
 from kubecell.scheduler.elastic_sized import Sized
@@ -366,3 +367,31 @@ def test_a_kept_model_the_pods_do_not_accept_is_ignored(kept: str | None) -> Non
     loop, eng = pinned_loop(forged)
     assert models_run_on(eng, running_job(loop)) == expected
     assert forged.pins_written == sorted(expected)
+
+
+class RefusedKube:
+    """An API server that refuses the sizer's writes as RBAC without deploy/elastic's rules does."""
+
+    def __init__(self) -> None:
+        self.patches = 0
+
+    def patch(self, path: str, body: Any) -> dict[str, Any]:
+        self.patches += 1
+        raise ApiError(403, "Forbidden", "cannot patch resource elasticjobs/scale", method="PATCH", path=path)
+
+
+def test_a_refused_write_is_told_once_and_tried_again() -> None:
+    eng = engine(make_nodes(4), {"a": {"gpus": 16}, "b": {"gpus": 8}}, resize_min_interval_seconds=0)
+    loop, sizer = Loop(eng), RecordingSizer()
+    refused = RefusedKube()
+    sizer.kube = refused  # type: ignore[assignment]
+    sizer._write = ElasticSizer._write.__get__(sizer)  # type: ignore[method-assign]  # the real write
+    hold(loop, "b-own", "b", 8)  # as in the first test: the job borrows, and a raise is worth writing
+    loop.cycle(0)
+    loop.add(worker(0), worker(1))
+    loop.cycle(1)
+    for now in range(2, 12):
+        sizer.grow(loop.state, loop.mirror, now)
+    assert refused.patches == 10, "the raise is decided and tried again at every pass"
+    assert [reason for reason, _ in sizer.events] == ["ResizeRefused"], "told once"
+    assert "403 Forbidden" in sizer.events[0][1]

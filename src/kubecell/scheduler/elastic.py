@@ -402,7 +402,7 @@ class ElasticSizer:
                 return False
             self.kube.patch(f"{path}/scale", {"spec": {"replicas": target}})
         except (ApiError, InvalidInputError) as error:
-            log.warning("cannot resize ElasticJob %s/%s to %d: %s", ref.namespace, ref.name, target, error)
+            self._refused(sized, f"cannot resize ElasticJob {ref.namespace}/{ref.name} to {target}", error)
             return False
         if self.recorder is not None:
             self.recorder.elastic_resizes.labels("grow" if target > spec.replicas else "shrink").inc()
@@ -433,10 +433,28 @@ class ElasticSizer:
             self.kube.patch(f"{elasticjobs.job_path(ref.namespace, ref.name)}/status",
                             {"metadata": {"uid": ref.uid}, "status": {"gpuModel": model}})
         except ApiError as error:
-            log.warning("cannot keep the GPU model %s of ElasticJob %s/%s: %s", model, ref.namespace, ref.name,
-                        error)
+            sized = self.jobs.get(ref.uid)
+            what = f"cannot keep the GPU model {model} of ElasticJob {ref.namespace}/{ref.name}"
+            if sized is not None:
+                self._refused(sized, what, error)
+            else:
+                log.warning("%s: %s", what, error)
             return False
         return True
+
+    def _refused(self, sized: Sized, what: str, error: Exception) -> None:
+        """A write the API refused: logged and told in a Warning Event on the job once per kind of refusal
+        (the sizer decides again at every pass, so a lasting refusal, such as RBAC without
+        ``deploy/elastic/rbac.yaml``, would otherwise be logged at every pass); later ones are debug lines."""
+        kind = f"{type(error).__name__}:{getattr(error, 'status', '')}"
+        key = ("", f"refused:{kind}")
+        if key in sized.told:
+            log.debug("%s: %s", what, error)
+            return
+        sized.told.add(key)
+        log.warning("%s: %s (told once per kind of refusal)", what, error)
+        self._event(_involved(sized.ref), "Warning", "ResizeRefused",
+                    f"{what}: {str(error)[:400]}; kubecell keeps deciding and will write once the API accepts")
 
     def _count_move(self) -> None:
         if self.recorder is not None:
