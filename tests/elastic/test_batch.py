@@ -69,9 +69,10 @@ def test_it_trains_at_the_batch_the_scheduler_priced() -> None:
             chosen = advisor.batch()
             step, sync = step_seconds(2, chosen.local_batch)
             advisor.observe(step_seconds=step, sync_seconds=sync, local_batch=chosen.local_batch,
-                            grad_sqr=1.0, grad_var=noise)
-            scheduler.best_batch(GPU, 1, 2)  # the advice the scheduler gave for where the job runs
-            scheduler.observe(StepReport(GPU, 1, 2, chosen.local_batch, step, sync, 1.0, noise))
+                            accumulation_steps=chosen.accumulation_steps, grad_sqr=1.0, grad_var=noise)
+            # what the sizer reads of the report the same step wrote (``kube.step_reports``)
+            scheduler.observe(StepReport(GPU, 1, 2, chosen.local_batch, step, sync, 1.0, noise),
+                              accumulation_steps=chosen.accumulation_steps)
         restarted = BatchAdvisor(min_batch=64, max_batch=2048, max_local_batch=2048, replicas=2, gpu_type=GPU,
                                  state=json.loads(json.dumps(advisor.state_dict())))
         for replicas in (2, 4, 8):
@@ -95,8 +96,10 @@ def test_what_it_learned_survives_a_restart_in_another_world() -> None:
 @pytest.mark.parametrize("state", [
     "not a mapping", {"v": 2, "min": 64, "max": 1024, "reports": []}, {"v": 1, "min": 32, "max": 1024, "reports": []},
     {"v": 1, "min": 64, "max": 1024, "reports": "[]"}, {"v": 1, "min": 64, "max": 1024, "reports": [[1, 2, 3]]},
-    {"v": 1, "min": 64, "max": 1024, "reports": [["A100", 1, 2, 32, float("nan"), 0.01, None, None]]},
-    {"v": 1, "min": 64, "max": 1024, "reports": [["A100", 1, 2, 32, 0.1, 0.01, "x", None]]},
+    {"v": 1, "min": 64, "max": 1024, "reports": [["A100", 1, 2, 32, float("nan"), 0.01, None, None, 1]]},
+    {"v": 1, "min": 64, "max": 1024, "reports": [["A100", 1, 2, 32, 0.1, 0.01, "x", None, 1]]},
+    {"v": 1, "min": 64, "max": 1024, "reports": [["A100", 1, 2, 32, 0.1, 0.01, None, None, 0]]},
+    {"v": 1, "min": 64, "max": 1024, "reports": [["A100", 1, 2, 32, 0.1, 0.01, None, None]]},
 ])
 def test_a_state_it_cannot_trust_is_dropped_and_it_learns_afresh(state: Any, caplog: pytest.LogCaptureFixture) -> None:
     advisor = BatchAdvisor(min_batch=64, max_batch=1024, max_local_batch=512, replicas=2, gpu_type=GPU, state=state)
@@ -106,8 +109,8 @@ def test_a_state_it_cannot_trust_is_dropped_and_it_learns_afresh(state: Any, cap
 
 
 def test_a_saved_measurement_the_model_refuses_is_skipped_alone() -> None:
-    good = [GPU, 1, 2, 32, 0.1, 0.04, 1.0, 50.0]
-    refused = [GPU, 3, 2, 32, 0.1, 0.04, 1.0, 50.0]  # more nodes than replicas
+    good = [GPU, 1, 2, 32, 0.1, 0.04, 1.0, 50.0, 1]
+    refused = [GPU, 3, 2, 32, 0.1, 0.04, 1.0, 50.0, 1]  # more nodes than replicas
     advisor = BatchAdvisor(min_batch=64, max_batch=1024, max_local_batch=512, replicas=2, gpu_type=GPU,
                            state={"v": 1, "min": 64, "max": 1024, "reports": [good, refused, good]})
     assert advisor.state_dict()["reports"] == [good, good]
@@ -150,3 +153,14 @@ def test_the_scripts_own_bad_arguments_are_named(bounds: dict[str, Any]) -> None
     arguments: dict[str, Any] = {"min_batch": 64, "max_batch": 1024, "max_local_batch": 512, **bounds}
     with pytest.raises(InvalidInputError):
         BatchAdvisor(**arguments)
+
+
+def test_an_accumulated_step_places_its_gradient_noise_at_the_whole_global_batch() -> None:
+    """A step of 4 accumulated micro-batches of 32 on 2 replicas measured its noise at a global batch of 256, not
+    64: told so, the model (the advisor's and the scheduler's alike) learns a different noise curve."""
+    told, untold = (OnlineGoodput(initial_bsz=64, max_bsz=1024) for _ in range(2))
+    for _ in range(10):
+        report = StepReport(GPU, 1, 2, 32, 0.3, 0.04, 1.0, 60.0)
+        told.observe(report, accumulation_steps=4)
+        untold.observe(report)
+    assert told.efficiency(512) != pytest.approx(untold.efficiency(512), rel=1e-3)

@@ -167,12 +167,15 @@ class BatchAdvisor:
             step = synchronising_step_seconds(float(step_seconds), float(sync_seconds), accumulation_steps)
             report = StepReport(self.gpu_type, self.nodes, self.replicas, local_batch, step, float(sync_seconds),
                                 grad_sqr, grad_var)
+            if refusal(report, max_bsz=self.max_batch) is not None:
+                return False
+            row = [self.gpu_type, self.nodes, self.replicas, int(local_batch), step, float(sync_seconds),
+                   _optional(grad_sqr), _optional(grad_var), accumulation_steps]
         except (TypeError, ValueError, OverflowError):
             return False
-        if refusal(report, max_bsz=self.max_batch) is not None or not self.model.observe(report):
+        if not self.model.observe(report, accumulation_steps=accumulation_steps):
             return False
-        self._kept.append([self.gpu_type, self.nodes, self.replicas, local_batch, step, float(sync_seconds),
-                           grad_sqr, grad_var])
+        self._kept.append(row)  # plain ints and floats: a checkpoint loads them with weights_only
         del self._kept[:-MAX_KEPT]
         return True
 
@@ -188,9 +191,10 @@ class BatchAdvisor:
             log.warning("the batch advisor's saved state is not used (%s): it learns afresh", problem)
             return
         for row in state["reports"][-MAX_KEPT:]:
-            gpu_type, nodes, replicas, local, step, sync, sqr, var = row
+            gpu_type, nodes, replicas, local, step, sync, sqr, var, accumulation = row
             report = StepReport(gpu_type, nodes, replicas, local, step, sync, sqr, var)
-            if refusal(report, max_bsz=self.max_batch) is None and self.model.observe(report):
+            if refusal(report, max_bsz=self.max_batch) is None \
+                    and self.model.observe(report, accumulation_steps=accumulation):
                 self._kept.append(list(row))
 
 
@@ -205,11 +209,17 @@ def _state_problem(state: Mapping[str, Any], low: int, high: int) -> str | None:
     if not isinstance(rows, Sequence) or isinstance(rows, str | bytes):
         return "reports is not a list"
     for row in rows:
-        if not (isinstance(row, Sequence) and not isinstance(row, str | bytes) and len(row) == 8
+        if not (isinstance(row, Sequence) and not isinstance(row, str | bytes) and len(row) == 9
                 and isinstance(row[0], str) and all(_number(v) for v in row[1:6])
-                and all(v is None or _number(v) for v in row[6:])):
-            return f"a report {str(row)[:80]!r} is not [gpu, nodes, replicas, local, step, sync, sqr, var]"
+                and all(v is None or _number(v) for v in row[6:8])
+                and isinstance(row[8], int) and not isinstance(row[8], bool) and row[8] >= 1):
+            return (f"a report {str(row)[:80]!r} is not [gpu, nodes, replicas, local, step, sync, sqr, var, "
+                    "accumulation]")
     return None
+
+
+def _optional(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def _number(value: object) -> bool:

@@ -32,9 +32,9 @@ localBatch`` and converts the step to its synchronising micro-step: compute per 
 ``step_time = (stepSeconds - syncSeconds) / k + syncSeconds``, ``sync_time = syncSeconds``: exact for
 ``k = 1`` and for no overlap, and never below ``sync_time`` (``refusal`` still holds). Folding ``k`` into the
 batch instead (``local_bsz = localBatch * k``) would tell the model of a micro-batch that never fitted in
-memory and of ``k`` times its per-micro-batch overhead. ``StepReport`` has no accumulation field, so the
-gradient statistics' batch is for ``OnlineGoodput`` to infer (its module says how); the reported
-``accumulationSteps`` is kept on :class:`ParsedReport` for a caller that wants it.
+memory and of ``k`` times its per-micro-batch overhead. ``StepReport`` has no accumulation field; the reported
+``accumulationSteps`` is kept on :class:`ParsedReport`, and the sizer hands it to ``OnlineGoodput.observe``,
+which places the gradient statistics at the whole global batch they were measured at.
 
 **Untrusted input.** Anyone who can patch a Pod in the namespace writes this annotation, and a worker's
 script may be broken. :func:`read_step_report` never raises, whatever the Pod object holds: it answers

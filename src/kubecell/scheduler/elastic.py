@@ -328,7 +328,7 @@ class ElasticSizer:
                     self._count_report(REASON_UNTRUSTED)
                     self._tell(sized, pod, REASON_UNTRUSTED, str(error))
                     continue
-            if not model.observe(read.report):
+            if not model.observe(read.report, accumulation_steps=read.accumulation_steps):
                 self._count_report(REASON_UNTRUSTED)
                 self._tell(sized, pod, REASON_UNTRUSTED, f"step report refused: {model.last_refusal}")
             else:

@@ -6,9 +6,10 @@ must still price every placement a policy may consider. ``OnlineGoodput`` keeps,
 step and synchronisation times of every placement shape reported (``nodes, replicas, local batch``), fits
 Pollux's throughput model to them (``throughput.fit_throughput``), smooths the gradient statistics into a
 noise scale (``efficiency.GradientNoise``) and answers ``goodput = examples/s x statistical efficiency`` at
-the batch size that maximises it within the job's limits. A report does not say how many micro-batches its
-step accumulated, so its global batch (where its gradient statistics were measured) is taken from the advice
-``best_batch`` last gave for that placement when the micro-batch matches, else as one micro-batch per step.
+the batch size that maximises it within the job's limits. The global batch a report's gradient statistics were
+measured at counts the micro-batches its step accumulated: as the caller says (``observe(...,
+accumulation_steps=)``: the step report's ``accumulationSteps``), else from the advice ``best_batch`` last gave
+for that placement when the micro-batch matches, else one micro-batch per step.
 
 Cost: the simulator and the policy ask for thousands of goodputs per round while each job reports about
 once per round. Answers are cached per ``(gpu type, nodes, replicas)``; a type is refitted lazily, at the
@@ -199,8 +200,10 @@ class OnlineGoodput:
 
     # -- learning -------------------------------------------------------------------------------------------
 
-    def observe(self, report: StepReport) -> bool:
-        """Learn from one report; False (and nothing learned) when it cannot be trusted (see the module)."""
+    def observe(self, report: StepReport, *, accumulation_steps: int | None = None) -> bool:
+        """Learn from one report; False (and nothing learned) when it cannot be trusted (see the module).
+        ``accumulation_steps``: the micro-batches per step the job says it ran, which places its gradient
+        statistics at their global batch; None: inferred from the last advice for that placement."""
         reason = refusal(report, max_bsz=self.max_bsz)
         if reason is not None:
             self.last_refusal = reason
@@ -226,6 +229,9 @@ class OnlineGoodput:
         if sqr is not None and var is not None and (sqr > 0 or var > 0):
             advice = self._advised.get((report.gpu_type, key[0], key[1]))
             accum = advice[1] if advice is not None and advice[0] == key[2] else 1
+            if isinstance(accumulation_steps, int) and not isinstance(accumulation_steps, bool) \
+                    and 1 <= accumulation_steps <= self.max_bsz:
+                accum = accumulation_steps
             self.noise.update(float(sqr), float(var), global_bsz=key[1] * key[2] * accum)
             self._check_noise()
         return True
