@@ -56,11 +56,10 @@ from typing import Any
 from kubecell.core.elastic.goodput import OnlineGoodput, refusal, synchronising_step_seconds
 from kubecell.core.elastic.types import StepReport
 from kubecell.core.errors import InvalidInputError
+from kubecell.kube.names import ENV_BATCH_SIZE_MAX, ENV_BATCH_SIZE_MIN
 
 log = logging.getLogger(__name__)
 
-ENV_BATCH_MIN = "KUBECELL_BATCH_SIZE_MIN"
-ENV_BATCH_MAX = "KUBECELL_BATCH_SIZE_MAX"
 STATE_VERSION = 1
 MAX_KEPT = 256
 """Measurements kept in ``state_dict`` (the newest): enough for the model's fit, small in a checkpoint."""
@@ -118,11 +117,12 @@ class BatchAdvisor:
         are not a range are told once and replaced by ``default_batch``; ``default_batch`` and
         ``max_local_batch`` are the script's own, so a bad one raises."""
         environ = os.environ
-        low, high = _env_int(environ, ENV_BATCH_MIN), _env_int(environ, ENV_BATCH_MAX)
+        low, high = _env_int(environ, ENV_BATCH_SIZE_MIN), _env_int(environ, ENV_BATCH_SIZE_MAX)
         if low is None or high is None or low > high:
-            if ENV_BATCH_MIN in environ or ENV_BATCH_MAX in environ:
-                log.warning("%s=%r and %s=%r are not a batch range; training at the fixed batch %d", ENV_BATCH_MIN,
-                            environ.get(ENV_BATCH_MIN), ENV_BATCH_MAX, environ.get(ENV_BATCH_MAX), default_batch)
+            if ENV_BATCH_SIZE_MIN in environ or ENV_BATCH_SIZE_MAX in environ:
+                log.warning("%s=%r and %s=%r are not a batch range; training at the fixed batch %d",
+                            ENV_BATCH_SIZE_MIN, environ.get(ENV_BATCH_SIZE_MIN), ENV_BATCH_SIZE_MAX,
+                            environ.get(ENV_BATCH_SIZE_MAX), default_batch)
             low = high = default_batch
         replicas = _env_int(environ, "WORLD_SIZE") or 1
         local = _env_int(environ, "LOCAL_WORLD_SIZE") or 1

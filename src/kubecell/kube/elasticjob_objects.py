@@ -66,6 +66,8 @@ from kubecell.kube.names import (
     ANNOTATION_GROUP_SIZE,
     ANNOTATION_OPPORTUNISTIC,
     ANNOTATION_VC,
+    ENV_BATCH_SIZE_MAX,
+    ENV_BATCH_SIZE_MIN,
     SCHEDULER_NAME,
 )
 
@@ -123,8 +125,8 @@ def worker_env(job: ElasticJobSpec, index: int, run: int = 0) -> list[dict[str, 
         _field_env("KUBECELL_POD_NAMESPACE", "metadata.namespace"),
     ]
     if job.batch_size is not None:
-        env += [{"name": "KUBECELL_BATCH_SIZE_MIN", "value": str(job.batch_size.min)},
-                {"name": "KUBECELL_BATCH_SIZE_MAX", "value": str(job.batch_size.max)}]
+        env += [{"name": ENV_BATCH_SIZE_MIN, "value": str(job.batch_size.min)},
+                {"name": ENV_BATCH_SIZE_MAX, "value": str(job.batch_size.max)}]
     return env
 
 

@@ -85,6 +85,8 @@ _DNS_UNSAFE = re.compile(r"[^a-z0-9.-]+")
 
 
 # ElasticJob workers (kubecell.kube.elasticjobs)
+ENV_BATCH_SIZE_MIN = "KUBECELL_BATCH_SIZE_MIN"  # a worker's spec.batchSize.min (the job's initial batch)
+ENV_BATCH_SIZE_MAX = "KUBECELL_BATCH_SIZE_MAX"  # ... and max: the range kubecell.elastic.batch chooses in
 LABEL_ELASTIC_JOB = f"{DOMAIN}/elastic-job"
 """On every Pod of a job (workers and rendezvous host): the job's name. The controller watches pods by it."""
 LABEL_WORKER_INDEX = f"{DOMAIN}/worker-index"
