@@ -9,6 +9,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kubecell.core.elastic.goodput import OnlineGoodput
 from kubecell.core.elastic.types import StepReport
@@ -164,3 +166,27 @@ def test_an_accumulated_step_places_its_gradient_noise_at_the_whole_global_batch
         told.observe(report, accumulation_steps=4)
         untold.observe(report)
     assert told.efficiency(512) != pytest.approx(untold.efficiency(512), rel=1e-3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(low=st.integers(1, 512), span=st.integers(1, 64), max_local=st.integers(1, 1024), replicas=st.integers(1, 64),
+       steps=st.lists(st.tuples(st.floats(1e-4, 10.0), st.floats(0.0, 0.99), st.integers(1, 2048),
+                                st.integers(1, 8), st.floats(0.0, 1e3), st.floats(0.0, 1e6)), max_size=12))
+def test_the_advice_is_always_within_the_bounds(low: int, span: int, max_local: int, replicas: int,
+                                                steps: list[tuple[float, float, int, int, float, float]]) -> None:
+    """Whatever it measured: a micro-batch within memory, a global batch within the job's range (or one example
+    per replica where the range is smaller than the world), a learning-rate gain between 1 and the batch ratio."""
+    high = low * span
+    advisor = BatchAdvisor(min_batch=low, max_batch=high, max_local_batch=max_local, replicas=replicas,
+                           nodes=1, gpu_type=GPU)
+    for step, sync_share, local, accumulation, sqr, var in steps:
+        advisor.observe(step_seconds=step, sync_seconds=step * sync_share if replicas > 1 else 0.0,
+                        local_batch=local, accumulation_steps=accumulation, grad_sqr=sqr, grad_var=var)
+        chosen = advisor.batch()
+        assert 1 <= chosen.local_batch <= max_local
+        assert chosen.global_batch == replicas * chosen.local_batch * chosen.accumulation_steps
+        assert chosen.global_batch <= max(high, replicas * chosen.accumulation_steps), chosen
+        fits = -(-low // replicas) * replicas <= high and -(-low // replicas) <= max_local
+        if fits:  # an equal share in one micro-batch reaches the range: the advice is in it
+            assert low <= chosen.global_batch <= high, chosen
+        assert 1.0 <= chosen.lr_scale <= max(1.0, chosen.global_batch / low) + 1e-9

@@ -135,18 +135,22 @@ class BatchAdvisor:
         """The batch that maximises goodput in this world, as the scheduler's model of the job prices it."""
         best = self.model.best_batch(self.gpu_type, self.nodes, self.replicas)
         if best is None:
-            local, accumulation = self._split(max(self.min_batch, self.replicas))
+            local, accumulation = self._split()
             reason = ("no measurements yet" if not self._kept
                       else f"no model of {self.replicas} replicas on {self.gpu_type} yet")
             return self._advice(local, accumulation, f"the initial batch ({reason})")
         local, accumulation = best
         return self._advice(local, accumulation, "the batch of the best goodput on this placement")
 
-    def _split(self, global_batch: int) -> tuple[int, int]:
-        """``global_batch`` over the replicas: the fewest micro-batches within ``max_local_batch``."""
-        per_replica = math.ceil(global_batch / self.replicas)
+    def _split(self) -> tuple[int, int]:
+        """The initial batch over the replicas, in the fewest micro-batches within ``max_local_batch``: the
+        smallest equal share that reaches ``min_batch``, or the largest that stays within ``max_batch`` where
+        none does both (one example per replica at least). Where the share must be accumulated and does not
+        divide evenly, each micro-batch is rounded down (the global batch stays within ``max_batch``)."""
+        lowest, highest = math.ceil(self.min_batch / self.replicas), self.max_batch // self.replicas
+        per_replica = lowest if lowest <= highest else max(1, highest)
         accumulation = math.ceil(per_replica / self.max_local_batch)
-        return math.ceil(per_replica / accumulation), accumulation
+        return max(1, per_replica // accumulation), accumulation
 
     def _advice(self, local: int, accumulation: int, reason: str) -> Batch:
         global_batch = self.replicas * local * accumulation
