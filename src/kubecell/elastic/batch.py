@@ -22,10 +22,9 @@ Use, on every rank (each start of torchrun is a new world, so every start asks a
     checkpoint["batch_advisor"] = advisor.state_dict()   # what it learned survives the next restart
 
 The measurements are the step report's (``kubecell.elastic.report``): pass the advisor what the reporter is
-passed. Every rank must choose the same batch: all ranks observe the same synchronised values (the step time
-of rank 0 broadcast, or the world's mean), or only rank 0 observes and its ``state_dict`` is what every rank
-loads at the next start (what the example script does: the batch is chosen once per start, from the
-checkpoint, which rank 0 writes).
+passed. Every rank must train at the same batch: either all ranks observe the same synchronised values (the
+step time of rank 0 broadcast, or the world's mean), or only rank 0 observes and chooses and broadcasts its
+choice (what ``examples/elastic/train.py`` does, at each start and every ``--choose-every`` steps).
 
 Bounds: ``KUBECELL_BATCH_SIZE_MIN``/``_MAX``, which the ElasticJob controller sets on the workers from
 ``spec.batchSize``; the job's initial batch ``M0`` is the minimum. Without them (or with values that are not a
@@ -53,7 +52,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubecell.core.elastic.goodput import OnlineGoodput, refusal, synchronising_step_seconds
+from kubecell.core.elastic.goodput import OnlineGoodput, synchronising_step_seconds
 from kubecell.core.elastic.types import StepReport
 from kubecell.core.errors import InvalidInputError
 from kubecell.kube.names import ENV_BATCH_SIZE_MAX, ENV_BATCH_SIZE_MIN
@@ -171,13 +170,11 @@ class BatchAdvisor:
             step = synchronising_step_seconds(float(step_seconds), float(sync_seconds), accumulation_steps)
             report = StepReport(self.gpu_type, self.nodes, self.replicas, local_batch, step, float(sync_seconds),
                                 grad_sqr, grad_var)
-            if refusal(report, max_bsz=self.max_batch) is not None:
-                return False
             row = [self.gpu_type, self.nodes, self.replicas, int(local_batch), step, float(sync_seconds),
                    _optional(grad_sqr), _optional(grad_var), accumulation_steps]
         except (TypeError, ValueError, OverflowError):
             return False
-        if not self.model.observe(report, accumulation_steps=accumulation_steps):
+        if not self.model.observe(report, accumulation_steps=accumulation_steps):  # refuses what is no measurement
             return False
         self._kept.append(row)  # plain ints and floats: a checkpoint loads them with weights_only
         del self._kept[:-MAX_KEPT]
@@ -197,8 +194,7 @@ class BatchAdvisor:
         for row in state["reports"][-MAX_KEPT:]:
             gpu_type, nodes, replicas, local, step, sync, sqr, var, accumulation = row
             report = StepReport(gpu_type, nodes, replicas, local, step, sync, sqr, var)
-            if refusal(report, max_bsz=self.max_batch) is None \
-                    and self.model.observe(report, accumulation_steps=accumulation):
+            if self.model.observe(report, accumulation_steps=accumulation):
                 self._kept.append(list(row))
 
 
@@ -212,7 +208,7 @@ def _state_problem(state: Mapping[str, Any], low: int, high: int) -> str | None:
     rows = state.get("reports")
     if not isinstance(rows, Sequence) or isinstance(rows, str | bytes):
         return "reports is not a list"
-    for row in rows:
+    for row in rows[-MAX_KEPT:]:  # only the newest are replayed
         if not (isinstance(row, Sequence) and not isinstance(row, str | bytes) and len(row) == 9
                 and isinstance(row[0], str) and all(_number(v) for v in row[1:6])
                 and all(v is None or _number(v) for v in row[6:8])

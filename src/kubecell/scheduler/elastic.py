@@ -390,9 +390,8 @@ class ElasticSizer:
         ref = sized.ref
         path = elasticjobs.job_path(ref.namespace, ref.name)
         try:
-            current = self._get(ref)
-            meta = current.get("metadata") or {}
-            if meta.get("uid") != ref.uid:
+            current = self._own(ref)
+            if current is None:
                 log.warning("ElasticJob %s/%s is not the one its pods name (uid %s): not resized",
                             ref.namespace, ref.name, ref.uid)
                 return False
@@ -414,21 +413,18 @@ class ElasticSizer:
     def _read_pin(self, ref: ElasticRef) -> str | None:
         """The model ``status.gpuModel`` keeps, from the job the pods name (its uid checked), or None."""
         try:
-            current = self._get(ref)
+            current = self._own(ref)
         except ApiError as error:
             if not error.not_found:
                 log.warning("cannot read the GPU model of ElasticJob %s/%s: %s", ref.namespace, ref.name, error)
             return None
-        if (current.get("metadata") or {}).get("uid") != ref.uid:
-            return None
-        return elasticjobs.kept_gpu_model(current)
+        return elasticjobs.kept_gpu_model(current) if current is not None else None
 
     def _write_pin(self, ref: ElasticRef, model: str) -> bool:
         """Keep the job's model in its ``status.gpuModel`` (a merge patch of that field alone, so the
         controller's status is untouched; on the job the pods name only)."""
         try:
-            current = self._get(ref)
-            if (current.get("metadata") or {}).get("uid") != ref.uid:
+            if self._own(ref) is None:
                 return False
             self.kube.patch(f"{elasticjobs.job_path(ref.namespace, ref.name)}/status",
                             {"metadata": {"uid": ref.uid}, "status": {"gpuModel": model}})
@@ -459,6 +455,12 @@ class ElasticSizer:
     def _count_move(self) -> None:
         if self.recorder is not None:
             self.recorder.elastic_moves.inc()
+
+    def _own(self, ref: ElasticRef) -> dict[str, Any] | None:
+        """The ElasticJob the pods name, or None where the object of that name is another one (deleted and
+        made again: its uid differs); raises ``ApiError``."""
+        current = self._get(ref)
+        return current if (current.get("metadata") or {}).get("uid") == ref.uid else None
 
     def _get(self, ref: ElasticRef) -> dict[str, Any]:
         """The ElasticJob as stored now (raises ``ApiError``)."""
