@@ -99,14 +99,15 @@ def batch_advisor(args: argparse.Namespace, state: dict[str, Any] | None) -> Adv
     return advisor
 
 
-def step_reporter() -> Reporter | None:
+def step_reporter(max_local_batch: int) -> Reporter | None:
     """kubecell's step reporter when kubecell is importable (it does nothing outside a kubecell pod), else
-    None: the script runs the same on any torchrun cluster, with or without kubecell installed."""
+    None: the script runs the same on any torchrun cluster, with or without kubecell installed. It states the
+    largest micro-batch the script runs (``--max-local-batch``), so the scheduler prices the accumulation."""
     try:
         from kubecell.elastic.report import StepReporter  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         return None
-    reporter: Reporter = StepReporter.from_environment()
+    reporter: Reporter = StepReporter.from_environment(max_local_batch=max_local_batch)
     return reporter
 
 
@@ -242,7 +243,7 @@ def main() -> None:
         dist.broadcast(parameter.data, src=0)
     advisor = batch_advisor(args, saved)
     initial = advisor.min_batch if advisor is not None else args.batch
-    reporter = step_reporter() if os.environ.get("LOCAL_RANK", "0") == "0" else None
+    reporter = step_reporter(args.max_local_batch) if os.environ.get("LOCAL_RANK", "0") == "0" else None
     log = (args.checkpoint / "steps.jsonl").open("a") if rank == 0 else None
     local, accumulation, lr_scale = choose(advisor, args, world)
     if log is not None:

@@ -146,6 +146,17 @@ def test_it_writes_its_own_pod_and_the_reader_parses_it_back(in_pod: pytest.Monk
     assert (third.report.grad_sqr, third.report.grad_var) == (None, None)
 
 
+def test_it_states_the_largest_micro_batch_the_script_fits(in_pod: pytest.MonkeyPatch, kube: Kube,
+                                                          namespace: str) -> None:
+    reporter = StepReporter.from_environment(max_local_batch=24)
+    assert reporter.step(step_seconds=1.0, sync_seconds=0.1, local_batch=16, accumulation_steps=3)
+    assert parsed(kube, namespace).max_local_batch == 24
+    assert reporter.step(step_seconds=1.0, sync_seconds=0.1, local_batch=32) is False  # within the interval
+    assert reporter.flush()
+    assert parsed(kube, namespace).max_local_batch == 32, "never below the micro-batch it ran (the reader's rule)"
+    assert StepReporter(None, max_local_batch=0).max_local_batch is None, "not a limit: not stated"
+
+
 def test_it_writes_at_most_once_per_interval(in_pod: pytest.MonkeyPatch, kube: Kube, namespace: str) -> None:
     interval = 0.05
     reporter = StepReporter.from_environment(interval_seconds=interval)

@@ -94,7 +94,7 @@ def test_a_job_is_pinned_started_where_there_is_room_and_moved_where_it_is_faste
         assert counted(running.scheduler.recorder.elastic_moves) == len(moved), "each move is on /metrics"
         assert get_job(kube, namespace, "bert")["status"]["gpuModel"] == "A100", "kept where a restart finds it"
         # The scheduler restarts while the move is under way (or just done): the new one carries it on from the
-        # pods' records and the job's status, its goodput model and the old gang's reports gone with the first.
+        # pods' records and the job's status (the GPU model, the goodput model).
         running.close()
         running = start_scheduler(testbed, SchedulerOptions(resize_interval_seconds=1.0))
         wait_for("its workers to run on the A100s again",

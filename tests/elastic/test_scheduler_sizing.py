@@ -3,7 +3,7 @@ controller in a thread): it places the workers as one elastic gang, raises the j
 idle GPUs it borrows, lowers it when a guaranteed pod of the VC that owns those GPUs claims them (the
 members it grew last are evicted, the others run on, and the controller does not recreate what the shrink
 took), a forged step report on a worker gets a Warning Event and changes nothing, and the reports workers write
-feed the job's goodput model."""
+feed the job's goodput model, which is kept in the job's status and taken up by a restarted scheduler."""
 
 from __future__ import annotations
 
@@ -97,6 +97,10 @@ def test_the_scheduler_grows_an_elastic_job_into_idle_gpus_and_shrinks_it_for_a_
             and sized.model.gpu_types == frozenset({"A100"}) and sized.model), STEP)
         assert model.goodput("A100", 1, 4) > 0, "it prices the placement it was told about"
         assert model.refused == 0, "the forged report never reached the model"
+        saved = wait_for("the model kept in the job's status", lambda: (get_job(kube, namespace, "bert").get("status")
+                                                                       or {}).get("goodputModel"), STEP)
+        assert [(entry["gpuType"], row[:3]) for entry in saved["types"] for row in entry["shapes"]] == \
+            [("A100", [1, 4, 16])], "what it learned, through the CRD's schema"
 
         create_pod(kube, namespace, "claim", {"nvidia.com/gpu": "4"}, annotations={"kubecell.io/vc": "vision"},
                    spec=HERE)
@@ -114,6 +118,23 @@ def test_the_scheduler_grows_an_elastic_job_into_idle_gpus_and_shrinks_it_for_a_
         assert counted(recorder.step_reports, outcome="accepted") >= 2, "both workers' reports reached the model"
         refused = sum(counted(recorder.step_reports, outcome=reason) for reason in REASONS)
         assert refused >= 1, "the forged report is counted as refused"
+
+        # A restarted scheduler takes the model up from the status at the first report it reads: it still knows
+        # the 4-worker placement, which no pod reports any more.
+        running.close()
+        for index in (0, 1):
+            kube.patch(f"/api/v1/namespaces/{namespace}/pods/bert-worker-{index}",
+                       {"metadata": {"annotations": {ANNOTATION_STEP_REPORT: None}}})
+        running = start_scheduler(testbed, SchedulerOptions(resize_interval_seconds=1.0))
+        report = build_step_report(time=time.time(), replicas=2, nodes=1, local_batch=16, accumulation_steps=1,
+                                   step_seconds=0.45, sync_seconds=0.05, grad_sqr=0.8, grad_var=12.0, steps=40)
+        kube.patch(f"/api/v1/namespaces/{namespace}/pods/bert-worker-0",
+                   {"metadata": {"annotations": {ANNOTATION_STEP_REPORT: report}}})
+        restored = wait_for("the restarted scheduler's model of the job", lambda: (
+            (sized := running.scheduler.elastic.jobs.get(uid)) is not None and sized.model is not None
+            and sized.model), STEP)
+        assert {row[:3] for row in restored.measurements()["A100"]} == {(1, 4, 16), (1, 2, 16)}
+        assert not job_events(kube, namespace, "bert", "GoodputModelDropped")
 
 
 def test_a_maximum_no_cluster_could_hold_is_told_and_the_job_still_runs(

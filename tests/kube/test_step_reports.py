@@ -86,6 +86,18 @@ def test_an_accumulated_step_becomes_its_synchronising_micro_step() -> None:
     assert (parsed.report.grad_sqr, parsed.report.grad_var) == (None, None)
 
 
+def test_the_largest_micro_batch_the_worker_fits_is_read_where_it_is_stated() -> None:
+    text = build_step_report(**VALID, max_local_batch=48)
+    assert json.loads(text)["maxLocalBatch"] == 48
+    parsed = read(text)
+    assert isinstance(parsed, ParsedReport)
+    assert parsed.max_local_batch == 48
+    for unstated in (build_step_report(**VALID), json.dumps(wire(maxLocalBatch=None))):
+        parsed = read(unstated)
+        assert isinstance(parsed, ParsedReport)
+        assert parsed.max_local_batch is None
+
+
 def test_no_annotation_is_no_problem() -> None:
     assert read_step_report({"metadata": {"name": "p"}}, gpu_type="V100", now=NOW) is None
     assert read_step_report({"metadata": {"annotations": {}}}, gpu_type="V100", now=NOW) is None
@@ -175,6 +187,14 @@ HOSTILE: list[tuple[str, object, str, str]] = [
     ("accumulation huge", json.dumps(wire(accumulationSteps=2**40)), "MalformedReport",
      "accumulationSteps 1099511627776 is above"),
     ("steps zero", json.dumps(wire(steps=0)), "MalformedReport", "steps 0 is below 1"),
+    ("max local batch below the one it ran", json.dumps(wire(maxLocalBatch=16)), "MalformedReport",
+     "maxLocalBatch 16 is below 32"),
+    ("max local batch text", json.dumps(wire(maxLocalBatch="64")), "MalformedReport",
+     "maxLocalBatch '64' is not an integer"),
+    ("max local batch a bool", json.dumps(wire(maxLocalBatch=True)), "MalformedReport",
+     "maxLocalBatch True is not an integer"),
+    ("max local batch huge", json.dumps(wire(maxLocalBatch=2**40)), "MalformedReport",
+     "maxLocalBatch 1099511627776 is above"),
     ("sync a bool", json.dumps(wire(syncSeconds=False)), "MalformedReport", "syncSeconds False is not a number"),
     ("sync nested", json.dumps(wire(syncSeconds={"a": [1]})), "MalformedReport",
      "syncSeconds {'a': [1]} is not a number"),

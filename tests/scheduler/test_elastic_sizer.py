@@ -6,6 +6,7 @@ grace period, and lowers the target of a job the engine shrank. Writes are recor
 from __future__ import annotations
 
 import copy
+import json
 import time
 from typing import Any
 
@@ -47,6 +48,9 @@ class RecordingSizer(ElasticSizer):
         self.kept: str | None = None
         """What the job's ``status.gpuModel`` holds (the API server's copy)."""
         self.pins_written: list[str] = []
+        self.model_kept: Any = None
+        """What the job's ``status.goodputModel`` holds."""
+        self.models_written: list[dict[str, Any]] = []
 
     def _get(self, ref: Any) -> dict[str, Any]:
         return {"metadata": {"name": "bert", "namespace": "ns", "uid": "job-uid"},
@@ -63,6 +67,14 @@ class RecordingSizer(ElasticSizer):
     def _write_pin(self, ref: Any, model: str) -> bool:
         self.pins_written.append(model)
         self.kept = model
+        return True
+
+    def _read_model(self, ref: Any) -> Any:
+        return json.loads(json.dumps(self.model_kept))  # as the API server hands it back
+
+    def _write_model(self, sized: Sized, value: dict[str, Any]) -> bool:
+        self.models_written.append(value)
+        self.model_kept = value
         return True
 
     def _event(self, involved: Any, kind: str, reason: str, message: str) -> None:
@@ -395,3 +407,124 @@ def test_a_refused_write_is_told_once_and_tried_again() -> None:
     assert refused.patches == 10, "the raise is decided and tried again at every pass"
     assert [reason for reason, _ in sizer.events] == ["ResizeRefused"], "told once"
     assert "403 Forbidden" in sizer.events[0][1]
+
+
+def report_from_both(loop: Loop, at: float, *, replicas: int, local: int, step: float, var: float,
+                     most: int | None = None) -> None:
+    """Both workers' pods carry a fresh report of the job at ``replicas`` x ``local`` (``most``: the largest
+    micro-batch its script says it fits)."""
+    text = build_step_report(time=at, replicas=replicas, nodes=1, local_batch=local, accumulation_steps=1,
+                             step_seconds=step, sync_seconds=step / 8, grad_sqr=1.0, grad_var=var, steps=10,
+                             max_local_batch=most)
+    for uid in ("uid-0", "uid-1"):
+        body = copy.deepcopy(loop.mirror.pods[uid])
+        body["metadata"]["annotations"][ANNOTATION_STEP_REPORT] = text
+        loop.mirror.pods[uid] = body
+
+
+def reporting_job() -> Loop:
+    """A running ElasticJob of two workers (their reports are written by ``report_from_both``)."""
+    eng = engine(make_nodes(4), {"a": {"gpus": 16}, "b": {"gpus": 8}}, resize_min_interval_seconds=0)
+    loop = Loop(eng)
+    loop.add(worker(0), worker(1))
+    loop.cycle(1)
+    return loop
+
+
+def test_the_goodput_model_is_kept_in_the_status_when_it_learns_a_placement_and_taken_up_after_a_restart() -> None:
+    first = RecordingSizer()
+    loop = reporting_job()
+    start = time.time()
+    report_from_both(loop, start, replicas=2, local=32, step=0.4, var=50.0)
+    first.grow(loop.state, loop.mirror, start)
+    assert len(first.models_written) == 1, "its first placement is kept at once"
+    for later in (40.0, 80.0, 120.0):
+        report_from_both(loop, start + later, replicas=2, local=32, step=0.41, var=60.0)
+        first.grow(loop.state, loop.mirror, start + later)
+    assert len(first.models_written) == 1, "the same placement again: kept at most every 5 minutes"
+    report_from_both(loop, start + 160, replicas=2, local=64, step=0.7, var=60.0)
+    first.grow(loop.state, loop.mirror, start + 160)
+    assert len(first.models_written) == 2, "a new placement shape is kept at once"
+    report_from_both(loop, start + 470, replicas=2, local=64, step=0.72, var=70.0)
+    first.grow(loop.state, loop.mirror, start + 470)
+    assert len(first.models_written) == 3, "the smoothed times and the noise, 5 minutes later"
+    first.grow(loop.state, loop.mirror, start + 900)
+    assert len(first.models_written) == 3, "nothing learned since: nothing written"
+    (uid,) = {sized.ref.uid for sized in first.jobs.values()}
+    old = first.jobs[uid].model
+    assert old is not None
+
+    restarted = RecordingSizer()
+    restarted.model_kept = first.model_kept
+    again = reporting_job()
+    for each, sizer in ((loop, first), (again, restarted)):  # both read the report that follows
+        report_from_both(each, start + 960, replicas=2, local=64, step=0.75, var=80.0)
+        sizer.grow(each.state, each.mirror, start + 960)
+    new = restarted.jobs[uid].model
+    assert new is not None
+    assert new.measurements() == old.measurements(), \
+        "all it learned, the placement the pods no longer report included, as if it had not restarted"
+    assert new.noise.sums == old.noise.sums
+    assert new.noise.known
+    assert restarted.events == []
+
+
+@pytest.mark.parametrize("kept", [{"version": 1, "batchSize": {"min": 64, "max": 1024},
+                                   "types": [{"gpuType": "V100M32", "shapes": [[1, 2, 32, 0.4, 0.5]]}]},
+                                  {"version": 1, "batchSize": {"min": 64, "max": 2048}, "types": []},
+                                  "not a model"])
+def test_a_kept_model_that_fails_a_check_is_told_and_the_job_learns_afresh(kept: Any) -> None:
+    sizer = RecordingSizer()
+    sizer.model_kept = kept  # sync above step; another batch range; not a mapping
+    loop = reporting_job()
+    start = time.time()
+    for later in (0.0, 40.0):
+        report_from_both(loop, start + later, replicas=2, local=16, step=0.3, var=10.0)
+        sizer.grow(loop.state, loop.mirror, start + later)
+    model = next(iter(sizer.jobs.values())).model
+    assert model is not None
+    assert {row[:3] for row in model.measurements()["V100M32"]} == {(1, 2, 16)}, "only what the pods report"
+    assert [reason for reason, _ in sizer.events] == ["GoodputModelDropped"], "told once"
+    assert sizer.models_written, "what it learns replaces the value it dropped"
+    assert sizer.models_written[-1]["types"][0]["shapes"][0][:3] == [1, 2, 16]
+
+
+def test_a_job_that_states_no_batch_range_keeps_the_batch_its_model_was_learned_at() -> None:
+    first = RecordingSizer(batchSize=None)  # priced at the batch it first reports: 2 x 32
+    loop = reporting_job()
+    start = time.time()
+    report_from_both(loop, start, replicas=2, local=32, step=0.4, var=50.0)
+    first.grow(loop.state, loop.mirror, start)
+    (sized,) = first.jobs.values()
+    assert sized.model is not None
+    assert (sized.model.initial_bsz, sized.model.max_bsz) == (64, 64)
+    restarted = RecordingSizer(batchSize=None)
+    restarted.model_kept = first.model_kept
+    loop = reporting_job()
+    report_from_both(loop, start + 60, replicas=2, local=16, step=0.3, var=50.0)  # the script halved its batch
+    restarted.grow(loop.state, loop.mirror, start + 60)
+    (sized,) = restarted.jobs.values()
+    assert sized.model is not None
+    assert (sized.model.initial_bsz, sized.model.max_bsz) == (64, 64), "the batch it was learned at"
+    assert {row[:3] for row in sized.model.measurements()["V100M32"]} == {(1, 2, 32), (1, 2, 16)}
+    assert restarted.events == []
+
+
+def test_the_micro_batch_limit_a_job_reports_prices_its_larger_batches_as_accumulation() -> None:
+    sizer = RecordingSizer()
+    loop = reporting_job()
+    start = time.time()
+    report_from_both(loop, start, replicas=2, local=32, step=0.4, var=5000.0)  # noisy: it wants a large batch
+    sizer.grow(loop.state, loop.mirror, start)
+    (sized,) = sizer.jobs.values()
+    model = sized.model
+    assert model is not None
+    local, accumulation = model.best_batch("V100M32", 1, 2)  # type: ignore[misc]
+    assert (local > 40, accumulation) == (True, 1), "nothing said: one large micro-batch"
+    report_from_both(loop, start + 30, replicas=2, local=32, step=0.4, var=5000.0, most=40)
+    sizer.grow(loop.state, loop.mirror, start + 30)
+    assert model.max_local_bsz == {"V100M32": 40}
+    local, accumulation = model.best_batch("V100M32", 1, 2)  # type: ignore[misc]
+    assert local <= 40
+    assert accumulation > 1
+    assert sizer.models_written[-1]["types"][0]["maxLocal"] == 40, "kept for a restarted scheduler"

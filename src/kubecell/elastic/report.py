@@ -5,7 +5,7 @@ Use, in the training script (torch is the script's, never imported here)::
 
     from kubecell.elastic.report import StepReporter
 
-    reporter = StepReporter.from_environment()          # does nothing outside a kubecell ElasticJob pod
+    reporter = StepReporter.from_environment(max_local_batch=64)  # nothing outside a kubecell ElasticJob pod
     local_rank_zero = int(os.environ.get("LOCAL_RANK", "0")) == 0
     for batch in loader:
         ...                                             # forward, backward (timing the all-reduce), step
@@ -23,7 +23,9 @@ would write the same annotation on the same pod: call it on local rank 0 only (`
 the gradient synchronisation included (time it with ``torch.cuda.synchronize()`` on both ends, or with CUDA
 events). ``sync_seconds``: the part of it spent waiting for the gradient all-reduce (0 with one replica).
 ``local_batch``: the micro-batch this replica processes per forward/backward pass; ``accumulation_steps``:
-micro-batches per optimizer step. ``kubecell.kube.step_reports`` says how the scheduler reads these.
+micro-batches per optimizer step. ``max_local_batch`` (optional, once): the largest micro-batch the script fits
+in one GPU's memory, beyond which it accumulates, so that the scheduler prices larger batches as the script will
+run them. ``kubecell.kube.step_reports`` says how the scheduler reads these.
 
 **Gradient statistics (Pollux's estimator, as AdaptDL computes it).** At an optimizer step, let ``n`` be the
 number of micro-batch gradients averaged into it (``replicas * accumulation_steps``), ``local_sqr`` the mean
@@ -87,9 +89,17 @@ class StepReporter:
     have their own client."""
 
     def __init__(self, kube: Kube | None, *, pod_name: str = "", namespace: str = "", replicas: int = 1,
-                 nodes: int = 1, interval_seconds: float = 30.0,
+                 nodes: int = 1, interval_seconds: float = 30.0, max_local_batch: int | None = None,
                  clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time) -> None:
         self.enabled: bool = kube is not None and bool(pod_name) and bool(namespace)
+        limit = _integer(max_local_batch) if max_local_batch is not None else None
+        if max_local_batch is not None and (limit is None or limit < 1):
+            log.warning("max_local_batch %r is not a positive integer; step reports do not state one",
+                        max_local_batch)
+            limit = None
+        self.max_local_batch: int | None = limit
+        """The largest micro-batch the script fits in its GPU's memory, stated in every report (None: not
+        stated): the scheduler then prices larger batches as the accumulation the script will do."""
         self._kube = kube
         self._path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod_name, safe='')}"
         self.replicas = replicas
@@ -107,7 +117,7 @@ class StepReporter:
         self._reset(0, 0)
 
     @classmethod
-    def from_environment(cls, *, interval_seconds: float = 30.0) -> StepReporter:
+    def from_environment(cls, *, interval_seconds: float = 30.0, max_local_batch: int | None = None) -> StepReporter:
         """The reporter of this pod: from ``KUBECELL_POD_NAME``/``KUBECELL_POD_NAMESPACE`` (the ElasticJob
         controller sets them on every worker), ``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE`` (torchrun sets them;
         1 when absent) and the pod's credentials. Never raises: without the pod's names it does nothing, and
@@ -117,7 +127,7 @@ class StepReporter:
         if not pod_name or not namespace:
             log.debug("no %s/%s: not in a kubecell ElasticJob pod, step reports are off", ENV_POD_NAME,
                       ENV_POD_NAMESPACE)
-            return cls(None, interval_seconds=interval_seconds)
+            return cls(None, interval_seconds=interval_seconds, max_local_batch=max_local_batch)
         replicas = _positive(environ, "WORLD_SIZE")
         local = _positive(environ, "LOCAL_WORLD_SIZE")
         nodes = max(1, replicas // local)
@@ -125,9 +135,9 @@ class StepReporter:
             kube = _client(environ)
         except Exception as error:  # any failure of credentials: the training must go on without reports
             log.warning("step reports are off: no Kubernetes credentials (in-cluster or kubeconfig): %s", error)
-            return cls(None, interval_seconds=interval_seconds)
+            return cls(None, interval_seconds=interval_seconds, max_local_batch=max_local_batch)
         return cls(kube, pod_name=pod_name, namespace=namespace, replicas=replicas, nodes=nodes,
-                   interval_seconds=interval_seconds)
+                   interval_seconds=interval_seconds, max_local_batch=max_local_batch)
 
     def step(self, *, step_seconds: float, sync_seconds: float, local_batch: int, accumulation_steps: int = 1,
              grad_sqr: float | None = None, grad_var: float | None = None) -> bool:
@@ -189,7 +199,8 @@ class StepReporter:
             time=self._wall_clock(), replicas=self.replicas, nodes=self.nodes, local_batch=self._local_batch,
             accumulation_steps=self._accumulation, step_seconds=self._step_sum / self._count,
             sync_seconds=self._sync_sum / self._count, grad_sqr=self._sqr_sum / grads if grads else None,
-            grad_var=self._var_sum / grads if grads else None, steps=self._count)
+            grad_var=self._var_sum / grads if grads else None, steps=self._count,
+            max_local_batch=max(self.max_local_batch, self._local_batch) if self.max_local_batch else None)
         try:
             self._kube.patch(self._path, {"metadata": {"annotations": {ANNOTATION_STEP_REPORT: text}}}, kind="merge")
         except ApiError as error:

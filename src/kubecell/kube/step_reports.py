@@ -18,8 +18,11 @@ world it measured in (``WORLD_SIZE`` and ``WORLD_SIZE // LOCAL_WORLD_SIZE``); ``
 one optimizer step accumulates; ``stepSeconds`` is the mean wall time of one *optimizer* step (every
 micro-batch and the synchronisation included) and ``syncSeconds`` the part of it spent waiting for gradient
 synchronisation; ``gradSqr``/``gradVar`` are Pollux's gradient statistics (or ``null``), and ``steps`` how
-many optimizer steps the means cover. A reader ignores keys it does not know (a later writer may add some
-without a new version); a change of meaning of a key is a new ``v``.
+many optimizer steps the means cover. Optional: ``maxLocalBatch``, the largest micro-batch the worker's script
+fits in one GPU's memory (at least ``localBatch``; what it accumulates beyond), so that the scheduler prices a
+larger batch on this GPU model as the job will run it (micro-batches of at most that, accumulated) and not as
+one micro-batch that never fitted. A reader ignores keys it does not know (a later writer may add some without
+a new version); a change of meaning of a key is a new ``v``.
 
 **From the wire to a** ``StepReport``. ``OnlineGoodput`` keys its measurements by ``(nodes, replicas,
 local_bsz)`` with ``local_bsz`` the micro-batch, and fits every measurement as one *synchronising* micro-step
@@ -67,6 +70,7 @@ MAX_CLOCK_SKEW_SECONDS: Final = 60.0
 not minutes; beyond that the time, and so its staleness, means nothing."""
 MAX_ACCUMULATION_STEPS: Final = 1 << 20
 MAX_STEPS: Final = 1 << 40
+MAX_LOCAL_BATCH: Final = 1 << 31
 """Bounds no real job reaches: a larger value is a broken writer, not a measurement."""
 
 # The keys of version 1, in the order the builder writes them.
@@ -81,6 +85,7 @@ KEY_SYNC_SECONDS: Final = "syncSeconds"
 KEY_GRAD_SQR: Final = "gradSqr"
 KEY_GRAD_VAR: Final = "gradVar"
 KEY_STEPS: Final = "steps"
+KEY_MAX_LOCAL_BATCH: Final = "maxLocalBatch"
 
 REASON_MALFORMED_POD: Final = "MalformedPod"
 REASON_MALFORMED: Final = "MalformedReport"
@@ -117,11 +122,13 @@ class ParsedReport:
     accumulation_steps: int
     """Micro-batches per optimizer step the worker said it ran (see the module on why ``report`` holds the
     synchronising micro-step and not the whole step)."""
+    max_local_batch: int | None = None
+    """The largest micro-batch its GPU's memory holds, as the worker's script says (None: not said)."""
 
 
 def build_step_report(*, time: float, replicas: int, nodes: int, local_batch: int, accumulation_steps: int,
                       step_seconds: float, sync_seconds: float, grad_sqr: float | None, grad_var: float | None,
-                      steps: int) -> str:
+                      steps: int, max_local_batch: int | None = None) -> str:
     """The annotation's text for these values: the one writer of the format (the worker's reporter and the
     tests use it). Compact JSON with the keys in a fixed order; raises ``ValueError`` for a non-finite number
     (JSON has none) or a text longer than ``MAX_REPORT_CHARS``, which only non-finite or absurd inputs reach."""
@@ -130,6 +137,8 @@ def build_step_report(*, time: float, replicas: int, nodes: int, local_batch: in
             KEY_STEP_SECONDS: float(step_seconds), KEY_SYNC_SECONDS: float(sync_seconds),
             KEY_GRAD_SQR: None if grad_sqr is None else float(grad_sqr),
             KEY_GRAD_VAR: None if grad_var is None else float(grad_var), KEY_STEPS: int(steps)}
+    if max_local_batch is not None:
+        body[KEY_MAX_LOCAL_BATCH] = int(max_local_batch)
     text = json.dumps(body, separators=(",", ":"), allow_nan=False)
     if len(text) > MAX_REPORT_CHARS:
         raise ValueError(f"a step report of {len(text)} characters is over {MAX_REPORT_CHARS}")
@@ -244,6 +253,8 @@ def _read(pod: Mapping[str, Any], *, gpu_type: str, now: float, max_age_seconds:
         grad_sqr = _optional_number(raw, KEY_GRAD_SQR)
         grad_var = _optional_number(raw, KEY_GRAD_VAR)
         steps = _integer(raw, KEY_STEPS, 1, MAX_STEPS)
+        most = None if raw.get(KEY_MAX_LOCAL_BATCH) is None else \
+            _integer(raw, KEY_MAX_LOCAL_BATCH, local_batch, MAX_LOCAL_BATCH)
     except _MalformedError as problem:
         return ReportProblem(problem.reason, problem.message)
 
@@ -265,7 +276,8 @@ def _read(pod: Mapping[str, Any], *, gpu_type: str, now: float, max_age_seconds:
             why += (f" (from {KEY_STEP_SECONDS} {step:.6g}, {KEY_SYNC_SECONDS} {sync:.6g}, "
                     f"{KEY_ACCUMULATION_STEPS} {accumulation})")
         return ReportProblem(REASON_UNTRUSTED, _cut(why))
-    return ParsedReport(report=report, time=written, steps=steps, accumulation_steps=accumulation)
+    return ParsedReport(report=report, time=written, steps=steps, accumulation_steps=accumulation,
+                        max_local_batch=most)
 
 
 def _cut(text: str, limit: int = 300) -> str:

@@ -29,8 +29,10 @@ nothing here stops the cycle.
 
 Its API calls are made on the scheduling thread, not through the binder's pool: a shrink's target must be
 lowered before the evictions are sent (the pool keeps no order between writes), and the other calls are rare:
-one GET and one PATCH per resize (at most one per job per resize interval, or per give-back), and one GET per
-job when its model is made (the batch range). Reading reports and asking for headroom make no call.
+one GET and one PATCH per resize (at most one per job per resize interval, or per give-back), two GETs per
+job when its model is made (the batch range, and the model its status keeps), and one GET and one PATCH when
+the model is kept there (when it learned a new placement shape, else at most every 5 minutes). Reading reports
+and asking for headroom make no call.
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ from dataclasses import replace
 from typing import Any
 
 from kubecell.core.elastic.allocator import KubecellElasticPolicy
-from kubecell.core.elastic.goodput import OnlineGoodput
 from kubecell.core.elastic.targets import (
     GrowthCandidate,
     engine_candidate,
@@ -58,6 +59,7 @@ from kubecell.kube.names import ANNOTATION_STEP_REPORT
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.kube.step_reports import REASON_UNTRUSTED, ReportProblem, read_step_report
 from kubecell.scheduler.cluster import Mirror
+from kubecell.scheduler.elastic_model import ModelKeeper
 from kubecell.scheduler.elastic_sized import Sized
 from kubecell.scheduler.elastic_types import NOTHING_KNOWN, GpuTypes
 from kubecell.scheduler.jobs import Tracked
@@ -103,6 +105,11 @@ class ElasticSizer:
         """Which GPU model each ElasticJob's gang runs on: pins, starts and moves (``elastic_types``)."""
         self.types.on_move = self._count_move
         self.types.read_pin, self.types.write_pin = self._read_pin, self._write_pin
+        self.models = ModelKeeper(self._read_model, self._write_model, lambda ref, problem: self._event(
+            _involved(ref), "Warning", "GoodputModelDropped",
+            f"the goodput model kept in status.goodputModel is not used ({problem[:300]}): kubecell learns it "
+            "again from the workers' step reports"))
+        """Each job's goodput model, kept in its status across restarts of the scheduler (``elastic_model``)."""
         self._planned: tuple[tuple[str, int, int, int, tuple[tuple[str, int], ...]], ...] = ()
         self._planned_at = float("-inf")
 
@@ -321,9 +328,9 @@ class ElasticSizer:
             sized.consumed[uid] = read.time
             model = sized.model
             if model is None:
-                low, high = self._batch_range(sized, read.report.local_bsz * read.report.num_replicas)
+                low, high, stated = self._batch_range(sized, read.report.local_bsz * read.report.num_replicas)
                 try:
-                    model = sized.model = OnlineGoodput(initial_bsz=low, max_bsz=high)
+                    model = sized.model = self.models.make(sized, low, high, stated=stated)
                 except InvalidInputError as error:
                     self._count_report(REASON_UNTRUSTED)
                     self._tell(sized, pod, REASON_UNTRUSTED, str(error))
@@ -332,7 +339,11 @@ class ElasticSizer:
                 self._count_report(REASON_UNTRUSTED)
                 self._tell(sized, pod, REASON_UNTRUSTED, f"step report refused: {model.last_refusal}")
             else:
+                if read.max_local_batch is not None:
+                    model.limit_local_batch(gpu_type, read.max_local_batch)
+                sized.model_learned = True
                 self._count_report("accepted")
+        self.models.keep(sized, now)
         return gpu_type, len(nodes)
 
     def _count_report(self, outcome: str) -> None:
@@ -354,24 +365,25 @@ class ElasticSizer:
                     "shares); name one model in the template (kubecell.io/gpu-models, a nodeSelector) to have it "
                     "sized on goodput")
 
-    def _batch_range(self, sized: Sized, observed: int) -> tuple[int, int]:
-        """The global batch range the job's goodput model may choose in: the ElasticJob's ``batchSize`` where
-        it states one (then a larger batch is worth what its gradient noise says, Pollux's adaptive batch),
-        else the batch the job reported, kept (a script that keeps its global batch gains from more workers
-        only by splitting it). The restart cost the ElasticJob states is read on the way."""
+    def _batch_range(self, sized: Sized, observed: int) -> tuple[int, int, bool]:
+        """The global batch range the job's goodput model may choose in, and whether the job states it: the
+        ElasticJob's ``batchSize`` where it states one (then a larger batch is worth what its gradient noise
+        says, Pollux's adaptive batch), else the batch the job reported, kept (a script that keeps its global
+        batch gains from more workers only by splitting it). The restart cost the ElasticJob states is read on
+        the way."""
         observed = max(observed, 1)
         try:
             spec = elasticjobs.read_elastic_job(self._get(sized.ref))
         except (ApiError, InvalidInputError) as error:
             log.info("ElasticJob %s/%s unreadable (%s): its batch is taken as reported", sized.ref.namespace,
                      sized.ref.name, error)
-            return observed, observed
+            return observed, observed, False
         if spec.uid != sized.ref.uid:
-            return observed, observed
+            return observed, observed, False
         sized.restart_seconds, sized.grace_seconds = spec.restart_seconds, spec.termination_grace_period_seconds
         if spec.batch_size is None:
-            return observed, observed
-        return spec.batch_size.min, max(spec.batch_size.max, spec.batch_size.min)
+            return observed, observed, False
+        return spec.batch_size.min, max(spec.batch_size.max, spec.batch_size.min), True
 
     # -- writes -----------------------------------------------------------------------------------------
 
@@ -412,29 +424,46 @@ class ElasticSizer:
 
     def _read_pin(self, ref: ElasticRef) -> str | None:
         """The model ``status.gpuModel`` keeps, from the job the pods name (its uid checked), or None."""
-        try:
-            current = self._own(ref)
-        except ApiError as error:
-            if not error.not_found:
-                log.warning("cannot read the GPU model of ElasticJob %s/%s: %s", ref.namespace, ref.name, error)
-            return None
+        current = self._kept(ref, "GPU model")
         return elasticjobs.kept_gpu_model(current) if current is not None else None
 
+    def _read_model(self, ref: ElasticRef) -> Any:
+        """What ``status.goodputModel`` holds, from the job the pods name (its uid checked), or None."""
+        current = self._kept(ref, "goodput model")
+        status = current.get("status") if current is not None else None
+        return status.get("goodputModel") if isinstance(status, Mapping) else None
+
+    def _kept(self, ref: ElasticRef, what: str) -> dict[str, Any] | None:
+        try:
+            return self._own(ref)
+        except ApiError as error:
+            if not error.not_found:
+                log.warning("cannot read the %s of ElasticJob %s/%s: %s", what, ref.namespace, ref.name, error)
+            return None
+
     def _write_pin(self, ref: ElasticRef, model: str) -> bool:
-        """Keep the job's model in its ``status.gpuModel`` (a merge patch of that field alone, so the
-        controller's status is untouched; on the job the pods name only)."""
+        """Keep the job's model in its ``status.gpuModel``."""
+        return self._write_status(ref, {"gpuModel": model}, f"the GPU model {model}")
+
+    def _write_model(self, sized: Sized, value: dict[str, Any]) -> bool:
+        """Keep the job's goodput model in its ``status.goodputModel``."""
+        return self._write_status(sized.ref, {"goodputModel": value}, "the goodput model")
+
+    def _write_status(self, ref: ElasticRef, fields: dict[str, Any], what: str) -> bool:
+        """A merge patch of ``fields`` alone into the status (the controller's fields are untouched), on the
+        job the pods name only."""
         try:
             if self._own(ref) is None:
                 return False
             self.kube.patch(f"{elasticjobs.job_path(ref.namespace, ref.name)}/status",
-                            {"metadata": {"uid": ref.uid}, "status": {"gpuModel": model}})
+                            {"metadata": {"uid": ref.uid}, "status": fields})
         except ApiError as error:
             sized = self.jobs.get(ref.uid)
-            what = f"cannot keep the GPU model {model} of ElasticJob {ref.namespace}/{ref.name}"
+            message = f"cannot keep {what} of ElasticJob {ref.namespace}/{ref.name}"
             if sized is not None:
-                self._refused(sized, what, error)
+                self._refused(sized, message, error)
             else:
-                log.warning("%s: %s", what, error)
+                log.warning("%s: %s", message, error)
             return False
         return True
 

@@ -1,8 +1,8 @@
 """What the scheduler keeps per ElasticJob between passes of its sizer (``scheduler.elastic``) and of the
 chooser of its GPU model (``scheduler.elastic_types``): its goodput model, what it has read and told, the
-targets it wrote and why, and the model its gang runs on. In memory, but for the model: a restarted scheduler
-learns the rest again from the pods' step reports, and reads the model from the job's ``status.gpuModel``
-(see docs/elastic.md)."""
+targets it wrote and why, and the model its gang runs on. In memory, but for the goodput model and the GPU
+model: a restarted scheduler reads those from the job's ``status.goodputModel`` (``scheduler.elastic_model``)
+and ``status.gpuModel``, and learns the rest again from the pods (see docs/elastic.md)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,13 @@ class Sized:
 
     ref: ElasticRef
     model: OnlineGoodput | None = None
+    model_learned: bool = False
+    """Whether the model took a report since it was last kept in ``status.goodputModel``."""
+    model_kept: frozenset[tuple[str, int, int, int]] | None = None
+    """What the kept value knows (``saved_model.saved_extent``: its placement shapes and micro-batch limits; None:
+    nothing kept by this scheduler, nor taken up)."""
+    model_kept_at: float = float("-inf")
+    model_tried_at: float = float("-inf")
     consumed: dict[str, float] = field(default_factory=dict)
     """Pod uid -> the time of the last report taken from it."""
     read: dict[str, object] = field(default_factory=dict)

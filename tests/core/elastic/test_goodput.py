@@ -119,6 +119,23 @@ def test_best_batch_respects_limits() -> None:
     assert accum > 1
 
 
+def test_a_stated_micro_batch_limit_is_priced_as_accumulation_there_only() -> None:
+    model = OnlineGoodput(initial_bsz=100, max_bsz=1000, prior=reports(TRUE, "a100") + reports(TRUE, "t4"))
+    model.observe(report(TRUE, "a100", 1, 1, 32, grad=(1.0, 1e6)))
+    free_local, free_accum = model.best_batch("a100", 1, 2)  # type: ignore[misc]
+    assert (free_local > 48, free_accum) == (True, 1), "unbounded: one large micro-batch"
+    before = model.goodput("a100", 1, 2)
+    model.limit_local_batch("a100", 48)
+    local, accum = model.best_batch("a100", 1, 2)  # type: ignore[misc]
+    assert local <= 48
+    assert accum > 1
+    assert model.goodput("a100", 1, 2) < before, "accumulating costs a pass per micro-batch"
+    t4_local, _ = model.best_batch("t4", 1, 2)  # type: ignore[misc]
+    assert t4_local > 48, "another GPU model keeps its own memory"
+    with pytest.raises(InvalidInputError, match="max_local_bsz"):
+        model.limit_local_batch("a100", 0)
+
+
 def test_no_noise_keeps_the_initial_batch_and_noise_grows_it() -> None:
     quiet = known_job({"a100": 1.0}, phi=0.0)
     noisy = known_job({"a100": 1.0}, phi=1e4)

@@ -22,6 +22,7 @@ swing the batch size), as a function of the batch they were measured at (``Gradi
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -87,6 +88,20 @@ class GradientNoise:
         decay, w = self.smoothing, 1.0 - self.smoothing
         for i, value in enumerate((1.0, x, x * x, y, x * y)):
             self._s[i] = decay * self._s[i] + w * value
+        self._fit = None
+
+    @property
+    def sums(self) -> tuple[float, float, float, float, float]:
+        """The weighted sums the fit is solved from (weight, x, x^2, y, x*y): all the reports folded in so far
+        come down to them, so they are what a saved model keeps (``saved_model``)."""
+        w, sx, sxx, sy, sxy = self._s
+        return (w, sx, sxx, sy, sxy)
+
+    def restore(self, sums: Sequence[float]) -> None:
+        """Take up the sums another model saved (checked by the caller: ``saved_model`` reads them)."""
+        if len(sums) != 5:
+            raise ValueError(f"{len(sums)} sums, not 5")
+        self._s = [float(value) for value in sums]
         self._fit = None
 
     @property

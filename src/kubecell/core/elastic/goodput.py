@@ -236,6 +236,18 @@ class OnlineGoodput:
             self._check_noise()
         return True
 
+    def limit_local_batch(self, gpu_type: str, limit: int) -> None:
+        """The largest micro-batch the job fits on one GPU of ``gpu_type``, as it says (its step reports'
+        ``maxLocalBatch``): larger batches there are priced as accumulated micro-batches of at most this."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidInputError(f"max_local_bsz[{gpu_type!r}] = {limit!r} is not a positive integer",
+                                    field="max_local_bsz", accepted="an integer >= 1")
+        if self.max_local_bsz.get(gpu_type) != limit:
+            self.max_local_bsz[gpu_type] = limit
+            model = self._types.get(gpu_type)
+            if model is not None:
+                model.cache.clear()
+
     def _check_noise(self) -> None:
         low, high = self.noise.phi_at(self.initial_bsz), self.noise.phi_at(self.max_bsz)
         if low is None or high is None:
@@ -272,6 +284,12 @@ class OnlineGoodput:
         """The fitted throughput parameters on ``gpu_type`` (None: nothing reported there)."""
         model = self._fitted(gpu_type)
         return model.params if model is not None else None
+
+    def measurements(self) -> dict[str, list[tuple[int, int, int, float, float]]]:
+        """Per GPU type, each placement shape reported, oldest first: ``(nodes, replicas, local_bsz, step,
+        sync)`` with the smoothed times the fit uses (what a saved model keeps, ``saved_model``)."""
+        return {gpu_type: [(*key, step, sync) for key, (step, sync) in model.samples.items()]
+                for gpu_type, model in self._types.items() if model.samples}
 
     def max_observed_replicas(self, gpu_type: str) -> int:
         """The most replicas any trusted report on ``gpu_type`` ran with (0: none)."""
