@@ -10,6 +10,7 @@ import pytest
 from kubecell.core.engine.job import JobSpec
 from kubecell.core.engine.options import PRESETS
 from kubecell.core.interference import AdmissionRule, BlindSharing, JobKey, NoSharing, SoloProfile
+from kubecell.core.interference.history import HistoryInformed, PairHistory
 from kubecell.core.topology import CellForest
 from kubecell.sim.colocation.workload import share_job
 from kubecell.sim.dynamic.sharing import SpeedModel
@@ -31,13 +32,13 @@ class Unchanged:
         return 1.0
 
 
-def simulate(jobs: list[JobSpec], model: SpeedModel | None, *, gpus: int = 1,
-             rule: AdmissionRule | None = None) -> tuple[DynamicSimulation, SimulationResult]:
+def simulate(jobs: list[JobSpec], model: SpeedModel | None, *, gpus: int = 1, rule: AdmissionRule | None = None,
+             history: PairHistory | None = None) -> tuple[DynamicSimulation, SimulationResult]:
     """One node of ``gpus`` GPUs; blind sharing unless ``rule`` says otherwise."""
     nodes = make_nodes(1, gpus=gpus)
     simulation = DynamicSimulation(nodes, tenants(CellForest(nodes), {"shared": {"gpus": gpus}}),
                                    PRESETS["kubecell"].with_(colocation=rule or BlindSharing()), jobs, sample_seconds=0,
-                                   speed_model=model)
+                                   speed_model=model, pair_history=history)
     return simulation, simulation.run()
 
 
@@ -78,3 +79,22 @@ def test_without_slowdown_a_share_runs_as_fast_as_alone(model: SpeedModel | None
     simulation, result = simulate(jobs, model)
     assert finishes(result) == {"x": 100.0, "y": 150.0}
     assert (simulation.sharing is None) == (model is None)
+
+
+def test_what_a_pair_did_is_kept_in_the_history_when_its_segment_ends() -> None:
+    other = SoloProfile(JobKey("n"), 50.0, 20.0, 1000.0)
+    history = PairHistory()
+    jobs = [share_job("x", PROFILE, 0.0, 100.0), share_job("y", other, 50.0, 100.0)]
+    simulate(jobs, Halves(), history=history)
+    assert history.speed(JobKey("m"), JobKey("n")) == 0.5
+    assert history.seconds(JobKey("m"), JobKey("n")) == pytest.approx(100.0), "x beside y from 50 to 150"
+    assert history.seconds(JobKey("n"), JobKey("m")) == pytest.approx(100.0)
+    assert len(history) == 2, "nothing of the time each ran alone"
+
+
+def test_a_pair_that_slowed_each_other_does_not_share_again_under_a_history_informed_rule() -> None:
+    history = PairHistory()
+    history.observe(JobKey("m"), JobKey("m"), 0.5, 100.0)  # two jobs of family m halved each other before
+    jobs = [share_job("x", PROFILE, 0.0, 100.0), share_job("y", PROFILE, 50.0, 100.0)]
+    _, result = simulate(jobs, Halves(), history=history, rule=HistoryInformed(BlindSharing(), history, 1.0))
+    assert finishes(result) == {"x": pytest.approx(100.0), "y": pytest.approx(200.0)}, "y waited for the GPU"

@@ -19,17 +19,20 @@ from kubecell.core.interference.admission import (
     tune_predicted_floor,
     tune_summed_util,
 )
+from kubecell.core.interference.history import HistoryInformed, PairHistory
 from kubecell.core.interference.predictor import InterferenceParams, InterferencePredictor, fit, predict_speeds
 from kubecell.core.interference.profile import InvalidProfileError, JobKey, SharedRun, SoloProfile, UnknownJobError
 
 __all__ = [
     "AdmissionRule",
     "BlindSharing",
+    "HistoryInformed",
     "InterferenceParams",
     "InterferencePredictor",
     "InvalidProfileError",
     "JobKey",
     "NoSharing",
+    "PairHistory",
     "PredictedSlowdown",
     "PressureAdaptive",
     "SharedRun",

@@ -1,10 +1,15 @@
-"""One workload, five admission rules, one cluster: what interference-aware sharing buys end to end.
+"""One workload, the admission rules, one cluster: what interference-aware sharing buys end to end.
 
 Rules (``kubecell.core.interference``): ``no sharing``; ``blind`` (any jobs whose memory fits); ``alnair 70 %``
 (summed solo GPU utilization <= 70 %); ``best threshold`` (the summed-utilization limit tuned on the
 calibration pairs); ``kubecell`` (the predictor ``fit`` on the calibration pairs, its floor tuned the same
 way). Tuning is ``tune_limit``'s: the loosest limit whose calibration pairs have at most ``target_rate`` (1 %)
 with a job below ``floor`` (0.8x). A rule that tuning cannot make safe enough admits no sharing (noted).
+
+``kubecell + history`` is ``kubecell adaptive`` whose idle rule asks a ``PairHistory`` first (``HistoryInformed``,
+floor 1.0): the history is learned on an earlier workload of the same job families and kept through the run (a
+profiler's job history from the weeks before); ``history, cold`` starts it empty. Neither is calibrated on
+anything: the history holds what the cluster observed, held-out models included.
 
 The jobs always run at the speeds measured for *all* pairs (``PairSpeeds``), whatever the calibration.
 
@@ -46,6 +51,7 @@ from kubecell.core.interference import (
     tune_predicted_floor,
     tune_summed_util,
 )
+from kubecell.core.interference.history import HistoryInformed, PairHistory
 from kubecell.core.model import Node, make_node
 from kubecell.core.placement.registry import DEFAULT_POLICY
 from kubecell.core.tenancy.config import Tenants, resolve_tenants
@@ -54,12 +60,21 @@ from kubecell.sim.colocation.speeds import PairSpeeds
 from kubecell.sim.colocation.workload import VC, WorkloadSpec, make_workload, paired_configurations
 from kubecell.sim.dynamic.simulator import DynamicSimulation
 
-RULES = ("no sharing", "blind", "alnair 70 %", "best threshold", "kubecell", "kubecell + score", "kubecell adaptive")
+RULES = ("no sharing", "blind", "alnair 70 %", "best threshold", "kubecell", "kubecell + score", "kubecell adaptive",
+         "kubecell + history", "history, cold")
 IDLE_RATE, BUSY_RATE = 0.0, 0.05
 """``kubecell adaptive`` (``PressureAdaptive``): while nothing waits, a slowed job gains nothing from sharing, so
 its predictor's floor is tuned to admit no calibration pair with a job below the floor (0.8x); while jobs queue,
 up to 5 % of such pairs: a pair at 0.8x each still does 1.6 jobs' work. (A stricter idle rule, 1 % below 0.95x,
 was measured too: worse at loads 1.2 and 1.6, still behind the 70 % rule at 0.85.)"""
+HISTORY_FLOOR = 1.0
+"""``kubecell + history``: the adaptive rule, whose idle rule first asks the pair history (``HistoryInformed``):
+while nothing waits, two jobs that ran together share again only if neither lost anything beside the other."""
+HISTORY_RULES = {"kubecell + history": True, "history, cold": False}
+"""Rule -> whether its history was learned first on an earlier workload of the same job families (the next seed
+past ``WARM_SEED``: another draw, other arrivals), as a cluster's profiler keeps it from the weeks before; cold,
+it starts empty and learns as the run goes."""
+WARM_SEED = 1000
 PLACEMENTS = {"kubecell + score": "kubecell:1+interference:1"}
 """Rules placed with another policy than the default packing one: kubecell's filter with the interference score
 mixed in (an idle GPU is preferred to a busy neighbour, ``core/placement/policies/interference.py``)."""
@@ -161,13 +176,21 @@ def calibrate(runs: Sequence[SharedRun], solos: Mapping[JobKey, SoloProfile],
     return rules, calibration
 
 
+def with_history(rule: AdmissionRule, history: PairHistory) -> AdmissionRule:
+    """``rule`` whose idle part (all of it, if it does not adapt to pressure) asks ``history`` first."""
+    if isinstance(rule, PressureAdaptive):
+        return PressureAdaptive(HistoryInformed(rule.idle, history, HISTORY_FLOOR), rule.busy)
+    return HistoryInformed(rule, history, HISTORY_FLOOR)
+
+
 def simulate(rule_name: str, rule: AdmissionRule, speeds: PairSpeeds, config: ExperimentConfig,
-             workload: WorkloadSpec, configurations: Sequence[SoloProfile]) -> RuleResult:
+             workload: WorkloadSpec, configurations: Sequence[SoloProfile],
+             history: PairHistory | None = None) -> RuleResult:
     nodes, tenants = cluster(config)
     jobs = make_workload(configurations, workload)
     options = PRESETS["kubecell"].with_(colocation=rule)
-    simulation = DynamicSimulation(nodes, tenants, options, jobs, sample_seconds=0,
-                                   speed_model=speeds, placement=PLACEMENTS.get(rule_name, DEFAULT_POLICY))
+    simulation = DynamicSimulation(nodes, tenants, options, jobs, sample_seconds=0, speed_model=speeds,
+                                   placement=PLACEMENTS.get(rule_name, DEFAULT_POLICY), pair_history=history)
     result = simulation.run()
     tracker = simulation.sharing
     assert tracker is not None
@@ -203,5 +226,15 @@ def run_experiment(runs: Sequence[SharedRun], solos: Mapping[JobKey, SoloProfile
     speeds = PairSpeeds(runs, solos)
     configurations = paired_configurations(runs, solos)
     workload = WorkloadSpec(jobs=config.jobs, load=config.load, gpus=config.gpus, seed=config.seed)
-    results = {name: simulate(name, rules[name], speeds, config, workload, configurations) for name in RULES}
+    results: dict[str, RuleResult] = {}
+    for name in RULES:
+        if name not in HISTORY_RULES:
+            results[name] = simulate(name, rules[name], speeds, config, workload, configurations)
+            continue
+        history = PairHistory()
+        rule = with_history(rules["kubecell adaptive"], history)
+        if HISTORY_RULES[name]:
+            earlier = WorkloadSpec(jobs=config.jobs, load=config.load, gpus=config.gpus, seed=WARM_SEED + config.seed)
+            simulate(name, rule, speeds, config, earlier, configurations, history)
+        results[name] = simulate(name, rule, speeds, config, workload, configurations, history)
     return ExperimentResult(config, calibration, results)

@@ -16,7 +16,9 @@ without asking the model.
 
 The tracker also records what the metrics need and the engine does not know: every segment of constant speed
 (job, partners, speed, start, end) and the GPU occupancy integral (a GPU holding any job counts once, however
-many share it).
+many share it). Given a ``PairHistory`` it tells it, as a cluster's profiler would, what each segment of a job
+sharing its GPUs with one other job showed: the job's key, the partner's, the speed and how long (at the
+segment's end: what a scheduler knows of a pair is what already ran).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from typing import Protocol
 
 from kubecell.core.engine.engine import Engine
 from kubecell.core.engine.job import JobSpec
+from kubecell.core.interference.history import PairHistory
+from kubecell.core.interference.profile import JobKey
+from kubecell.core.placement.colocation import usage_of
 
 Partners = tuple[tuple[str, ...], ...]
 """For each GPU of a job (in (node, GPU) order), the names of the other jobs on it, sorted."""
@@ -63,13 +68,16 @@ class _State:
     partners: Partners
     speed: float
     since: float
+    pair: tuple[JobKey, JobKey] | None = None
+    """The job's key and its one partner's, where it shares its GPUs with one job (for the history)."""
 
 
 class SharingTracker:
     """Who shares which GPU, each running job's speed, and the log of both over time."""
 
-    def __init__(self, model: SpeedModel) -> None:
+    def __init__(self, model: SpeedModel, history: PairHistory | None = None) -> None:
         self.model = model
+        self.history = history
         self.segments: list[Segment] = []
         self.gpu_seconds_occupied = 0.0
         self._state: dict[str, _State] = {}
@@ -108,13 +116,14 @@ class SharingTracker:
             if state is not None and state.partners == partners:
                 continue
             speed = self._speed(engine, name, partners)
+            pair = self._pair(engine, name, partners)
             if state is None:
-                self._state[name] = _State(partners, speed, now)
+                self._state[name] = _State(partners, speed, now, pair)
                 if speed != 1.0:
                     changed.append(name)  # it began at 1.0 in this cycle
                 continue
             self._close(name, now)
-            self._state[name] = _State(partners, speed, now)
+            self._state[name] = _State(partners, speed, now, pair)
             changed.append(name)
         return changed
 
@@ -135,7 +144,16 @@ class SharingTracker:
             raise ValueError(f"speed model gave {speed!r} for job {name}; a running job needs a speed above 0")
         return speed
 
+    def _pair(self, engine: Engine, name: str, partners: Partners) -> tuple[JobKey, JobKey] | None:
+        others = {other for gpu in partners for other in gpu}
+        if self.history is None or len(others) != 1 or any(len(gpu) != 1 for gpu in partners):
+            return None
+        (other,) = others
+        return usage_of(engine.jobs[name].spec.member).key, usage_of(engine.jobs[other].spec.member).key
+
     def _close(self, name: str, now: float) -> None:
         state = self._state.pop(name)
         if now > state.since:
             self.segments.append(Segment(name, state.partners, state.speed, state.since, now))
+            if self.history is not None and state.pair is not None:
+                self.history.observe(*state.pair, state.speed, now - state.since)

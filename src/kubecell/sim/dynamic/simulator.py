@@ -26,6 +26,7 @@ from kubecell.core.engine.engine import CycleResult, Engine
 from kubecell.core.engine.job import Job, JobClass, JobPhase, JobSpec
 from kubecell.core.engine.options import EngineOptions
 from kubecell.core.estimates import DurationHistory
+from kubecell.core.interference.history import PairHistory
 from kubecell.core.model import Node
 from kubecell.core.placement.frag import FragmentationMeasure, PodShape, typical_pods
 from kubecell.core.placement.registry import DEFAULT_POLICY, PolicyContext, make_policy
@@ -146,13 +147,16 @@ class DynamicSimulation:
         placement: str = DEFAULT_POLICY,
         speed_model: SpeedModel | None = None,
         durations: DurationHistory | None = None,
+        pair_history: PairHistory | None = None,
     ) -> None:
         """``placement`` names the placement policy every member is placed with (FGD is given the
         workload's typical member shapes in advance, as published; the others need nothing). ``speed_model``:
         how fast jobs sharing a GPU run (``sharing``); None, every job runs at full speed. ``durations``: the
         job history the simulation keeps as it goes, as a cluster's profiler would: each job is submitted with
         the run time its family's finished jobs give (``JobSpec.expected_seconds``, for ``queue_order``), and
-        adds its own run time (first start to finish) when it finishes; None: no estimates."""
+        adds its own run time (first start to finish) when it finishes; None: no estimates. ``pair_history``:
+        what sharing did, kept as the simulation goes, as a cluster's profiler would (``sharing``; with a
+        ``speed_model`` only), for a ``HistoryInformed`` admission rule to read."""
         # Fragmentation is measured against the workload's own typical member shapes (by job count).
         typical = typical_pods(
             (PodShape(s.member.cpu_milli or 100, s.member.gpu_milli, s.member.gpu_count,
@@ -175,7 +179,7 @@ class DynamicSimulation:
         self._tokens = 0
         self.records: dict[str, JobRecord] = {}
         self._wake_pushed: float | None = None
-        self.sharing = SharingTracker(speed_model) if speed_model is not None else None
+        self.sharing = SharingTracker(speed_model, pair_history) if speed_model is not None else None
         self.durations = durations
 
     def _push(self, when: float, kind: EventKind, payload: object) -> None:
