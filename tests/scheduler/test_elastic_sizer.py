@@ -509,6 +509,16 @@ def test_a_job_that_states_no_batch_range_keeps_the_batch_its_model_was_learned_
     assert {row[:3] for row in sized.model.measurements()["V100M32"]} == {(1, 2, 32), (1, 2, 16)}
     assert restarted.events == []
 
+    forged = RecordingSizer(batchSize=None)
+    forged.model_kept = dict(first.model_kept, batchSize={"min": 16, "max": 16})  # its micro-batch of 32 does not fit
+    loop = reporting_job()
+    report_from_both(loop, start + 60, replicas=2, local=16, step=0.3, var=50.0)
+    forged.grow(loop.state, loop.mirror, start + 60)
+    (sized,) = forged.jobs.values()
+    assert sized.model is not None
+    assert (sized.model.initial_bsz, sized.model.max_bsz) == (32, 32), "a dropped value leaves not even its batch"
+    assert [reason for reason, _ in forged.events] == ["GoodputModelDropped"]
+
 
 def test_the_micro_batch_limit_a_job_reports_prices_its_larger_batches_as_accumulation() -> None:
     sizer = RecordingSizer()

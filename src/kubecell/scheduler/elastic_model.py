@@ -23,6 +23,9 @@ from kubecell.scheduler.elastic_sized import Sized
 
 log = logging.getLogger("kubecell.scheduler.elastic")
 
+MAX_BATCH = 1 << 31
+"""The CRD's bound on ``batchSize``: a kept batch beyond it is not one a job ran at."""
+
 ReadModel = Callable[[ElasticRef], Any]
 """The job's ``status.goodputModel`` as stored (None: none, or no such job)."""
 WriteModel = Callable[[Sized, dict[str, Any]], bool]
@@ -64,7 +67,7 @@ class ModelKeeper:
             log.warning("ElasticJob %s/%s: the goodput model its status keeps is not used (%s): it learns afresh",
                         ref.namespace, ref.name, problem)
             self.tell(ref, problem)
-            return model
+            return OnlineGoodput(initial_bsz=initial_bsz, max_bsz=max_bsz)  # nothing of it: not its batch either
         sized.model_kept = saved_extent(saved_model(model))
         log.info("ElasticJob %s/%s: goodput model taken up from its status (%d placement shapes)",
                  ref.namespace, ref.name, sum(1 for fact in sized.model_kept if fact[1]))
@@ -90,4 +93,6 @@ def _fixed_batch(kept: Any) -> int | None:
     if not isinstance(batch, Mapping):
         return None
     low, high = batch.get("min"), batch.get("max")
-    return low if isinstance(low, int) and not isinstance(low, bool) and low == high else None
+    if isinstance(low, bool) or not isinstance(low, int) or low != high or not 1 <= low <= MAX_BATCH:
+        return None
+    return low
