@@ -23,6 +23,7 @@ from kubecell import __version__
 from kubecell.cli.dynamic import sim_dynamic
 from kubecell.cli.elastic import sim_elastic
 from kubecell.cli.elastic_controller import elastic_controller
+from kubecell.cli.elasticjobs import elasticjobs_command
 from kubecell.cli.examples import example_paths, philly_example_paths
 from kubecell.cli.inspect import inspect
 from kubecell.cli.node_agent import node_agent
@@ -58,6 +59,7 @@ app.command("node-agent")(node_agent)
 app.command("replay")(replay_command)
 app.command("inspect")(inspect)
 app.command("elastic-controller")(elastic_controller)
+app.command("elasticjobs")(elasticjobs_command)
 app.add_typer(profile_app, name="profile")
 
 
