@@ -71,9 +71,9 @@ HISTORY_FLOOR = 1.0
 """``kubecell + history``: the adaptive rule, whose idle rule first asks the pair history (``HistoryInformed``):
 while nothing waits, two jobs that ran together share again only if neither lost anything beside the other."""
 HISTORY_RULES = {"kubecell + history": True, "history, cold": False}
-"""Rule -> whether its history was learned first on an earlier workload of the same job families (the next seed
-past ``WARM_SEED``: another draw, other arrivals), as a cluster's profiler keeps it from the weeks before; cold,
-it starts empty and learns as the run goes."""
+"""Rule -> whether its history was learned first on an earlier workload of the same job families (seed
+``WARM_SEED + seed``: another draw of jobs, other arrivals), as a cluster's profiler keeps it from the weeks
+before; cold, it starts empty and learns as the run goes."""
 WARM_SEED = 1000
 PLACEMENTS = {"kubecell + score": "kubecell:1+interference:1"}
 """Rules placed with another policy than the default packing one: kubecell's filter with the interference score
