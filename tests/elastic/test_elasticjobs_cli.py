@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from kubecell.cli.main import app
 from kubecell.kube import elasticjobs as ej
+from kubecell.kube.actions import event_body
 from kubecell.kube.rest import Kube
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.elastic.support import create_job
@@ -54,6 +55,20 @@ def test_it_lists_the_jobs_and_shows_one_jobs_model(testbed: ControlPlaneState, 
     assert "goodput per size over one worker of its best GPU model" in one.stdout
     assert "not priced" in one.stdout, "16 workers is beyond 8 x the 4 it ran at"
     assert "gradient noise ratio" in one.stdout
+    assert "No decision of the scheduler on it yet." in one.stdout
+
+    job = kube.get(ej.job_path(namespace, "bert"))
+    for reason, message in (("Resize", "target 2 -> 4 workers: grown 2->4 A100: goodput +60% (+15.0%/GPU)"),
+                            ("Started", "not one of the scheduler's decisions")):
+        kube.create(f"/api/v1/namespaces/{namespace}/events",
+                    event_body(ej.involved(job), namespace, event_type="Normal", reason=reason, message=message,
+                               component="kubecell", action="Schedule"))
+    told = elasticjobs(testbed, "bert", "-n", namespace, "-o", "json")
+    assert told.exit_code == 0, told.output
+    (row,) = json.loads(told.stdout)
+    assert len(row["decisions"]) == 1, "the sizer's Events only"
+    assert "Resize: target 2 -> 4 workers: grown 2->4 A100" in row["decisions"][0]
+    assert "grown 2->4 A100" in elasticjobs(testbed, "bert", "-n", namespace).stdout
 
 
 def test_a_missing_job_or_api_is_one_line_and_status_1(testbed: ControlPlaneState, namespace: str,

@@ -4,9 +4,10 @@ scheduler's goodput model says it is worth at other sizes (``kubecell.elastic.in
 A row per job: phase, minimum, maximum, target, ready workers, GPU model, counted restarts, and the kept model in
 one cell (per GPU model, the speed-up at the largest size it prices, over one worker of the job's best GPU
 model). Name one job for its model in full:
-per GPU model, the speed-up and the batch (micro-batch x accumulation) at each size, and the noise scale. Only
-ElasticJobs are read (one list, or one GET); an API server that cannot be reached or refuses is one line on
-stderr and exit status 1.
+per GPU model, the speed-up and the batch (micro-batch x accumulation) at each size, the noise scale, and the
+scheduler's newest decisions on it (its Resize and Move Events, with their reasons). Only ElasticJobs are read
+(one list; named: one GET and one list of the job's Events, whose refusal is shown, not fatal); an API server
+that cannot be reached or refuses the ElasticJobs is one line on stderr and exit status 1.
 """
 
 from __future__ import annotations
@@ -86,7 +87,36 @@ def model_table(view: JobView) -> Table:
     return table
 
 
-def print_views(console: Console, views: list[JobView], *, detail: bool) -> None:
+DECISIONS = ("Resize", "Move", "ResizeRefused", "GoodputModelDropped", "MaxReplicasUnreachable", "MixedGpuModels")
+"""The Events the scheduler's sizer writes on an ElasticJob: the reasons behind its size and GPU model."""
+SHOWN_DECISIONS = 5
+EVENTS_READ = 500
+"""At most this many of the job's Events are read (a job's Events are few: the API server merges repeats)."""
+
+
+def decisions(kube: Kube, namespace: str, name: str, uid: str | None) -> list[str] | str:
+    """The sizer's newest Events on the job, newest first, as ``time reason: message`` (a string: why none could
+    be read). One list of the job's Events."""
+    try:
+        listed = kube.get(f"/api/v1/namespaces/{namespace}/events", limit=EVENTS_READ,
+                          fieldSelector=f"involvedObject.kind={elasticjobs.KIND},involvedObject.name={name}")
+    except ApiError as error:
+        return f"Events not read: {error}"
+    found = listed.get("items") if isinstance(listed, dict) else None
+    rows = []
+    for event in found if isinstance(found, list) else []:
+        if not isinstance(event, dict):
+            continue
+        involved = event.get("involvedObject") or {}
+        if event.get("reason") not in DECISIONS or (uid and involved.get("uid") not in (None, "", uid)):
+            continue
+        when = str(event.get("lastTimestamp") or event.get("eventTime") or "")
+        rows.append((when, f"{when} {event.get('reason')}: {event.get('message', '')}"))
+    return [text for _, text in sorted(rows, reverse=True)[:SHOWN_DECISIONS]]
+
+
+def print_views(console: Console, views: list[JobView], *, detail: bool,
+                events: list[str] | str | None = None) -> None:
     if not views:
         console.print("No ElasticJobs found.")
         return
@@ -108,6 +138,15 @@ def print_views(console: Console, views: list[JobView], *, detail: bool) -> None
         console.print(f"global batch range {batch}; gradient noise ratio at the smallest batch: {noise}; "
                       "'not priced': beyond what the model trusts until a report at a nearer size",
                       highlight=False, soft_wrap=True)
+    if events is None:
+        return
+    console.print()
+    if isinstance(events, str):
+        console.print(events, highlight=False, soft_wrap=True, markup=False)
+        return
+    console.print("The scheduler's newest decisions on it:" if events else "No decision of the scheduler on it yet.")
+    for line in events:
+        console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
 
 
 def elasticjobs_command(
@@ -128,9 +167,12 @@ def elasticjobs_command(
         kube = Kube.from_kubeconfig(path, pool=1)
     except (ConfigException, OSError) as error:
         _fail(f"cannot read kubeconfig {path}: {error}")
+    events: list[str] | str | None = None
     try:
         if name is not None and namespace is not None:
             objects = [kube.get(elasticjobs.job_path(namespace, name))]
+            uid = (objects[0].get("metadata") or {}).get("uid")
+            events = decisions(kube, namespace, name, uid if isinstance(uid, str) else None)
         else:
             objects = list_all(kube, elasticjobs.collection_path(namespace))
     except ApiError as error:
@@ -141,12 +183,13 @@ def elasticjobs_command(
     finally:
         kube.close()
     views = job_views(objects, gpus_per_node=gpus_per_node)
+    data = [dict(view.to_data(), **({"decisions": events} if isinstance(events, list) else {})) for view in views]
     if output is Output.table:
-        print_views(stdout_console(), views, detail=name is not None)
+        print_views(stdout_console(), views, detail=name is not None, events=events)
     elif output is Output.json:
-        sys.stdout.write(json.dumps([view.to_data() for view in views], indent=2) + "\n")
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
-        sys.stdout.write(yaml.safe_dump([view.to_data() for view in views], sort_keys=False))
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
 
 
 def _fail(message: str) -> NoReturn:
