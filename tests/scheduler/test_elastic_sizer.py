@@ -538,3 +538,42 @@ def test_the_micro_batch_limit_a_job_reports_prices_its_larger_batches_as_accumu
     assert local <= 40
     assert accumulation > 1
     assert sizer.models_written[-1]["types"][0]["maxLocal"] == 40, "kept for a restarted scheduler"
+
+
+class FlakySizer(RecordingSizer):
+    """The API cannot be reached for the first ``failures`` reads of the job's kept model."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def _read_model(self, ref: Any) -> Any:
+        if self.failures > 0:
+            self.failures -= 1
+            raise ApiError(503, "Service Unavailable", "etcdserver: leader changed", method="GET", path="/apis")
+        return super()._read_model(ref)
+
+
+def test_a_kept_model_the_api_cannot_give_now_is_waited_for_not_overwritten(
+        caplog: pytest.LogCaptureFixture) -> None:
+    first = RecordingSizer()
+    loop = reporting_job()
+    start = time.time()
+    report_from_both(loop, start, replicas=2, local=32, step=0.4, var=50.0)
+    first.grow(loop.state, loop.mirror, start)
+    kept = first.model_kept
+    assert kept is not None
+
+    flaky = FlakySizer(failures=4)  # two passes, each reading for both pods' reports
+    flaky.model_kept = kept
+    loop = reporting_job()
+    report_from_both(loop, start + 60, replicas=2, local=16, step=0.3, var=50.0)
+    for now in (start + 60, start + 61):
+        flaky.grow(loop.state, loop.mirror, now)
+    (sized,) = flaky.jobs.values()
+    assert sized.model is None, "no model made without what the status keeps"
+    assert flaky.models_written == [], "so nothing overwrites it"
+    assert sum("unreadable" in record.message for record in caplog.records) == 1, "told once"
+    flaky.grow(loop.state, loop.mirror, start + 62)  # the API answers: the same reports are read again
+    assert sized.model is not None
+    assert {row[:3] for row in sized.model.measurements()["V100M32"]} == {(1, 2, 32), (1, 2, 16)}

@@ -52,8 +52,7 @@ from kubecell.core.elastic.targets import (
 )
 from kubecell.core.engine.job import Job, JobPhase
 from kubecell.core.errors import InvalidInputError
-from kubecell.kube import elasticjobs, pods
-from kubecell.kube.actions import event_body
+from kubecell.kube import elasticjobs
 from kubecell.kube.elasticjobs import ElasticRef
 from kubecell.kube.names import ANNOTATION_STEP_REPORT
 from kubecell.kube.rest import ApiError, Kube
@@ -61,6 +60,7 @@ from kubecell.kube.step_reports import REASON_UNTRUSTED, ReportProblem, read_ste
 from kubecell.scheduler.cluster import Mirror
 from kubecell.scheduler.elastic_model import ModelKeeper
 from kubecell.scheduler.elastic_sized import Sized
+from kubecell.scheduler.elastic_tell import SizerTelling, job_involved
 from kubecell.scheduler.elastic_types import NOTHING_KNOWN, GpuTypes
 from kubecell.scheduler.jobs import Tracked
 from kubecell.scheduler.observe.recorder import Recorder
@@ -72,7 +72,7 @@ CPU_ONLY = "cpu"
 """The goodput model's "GPU type" for members without GPUs (CPU training, the testbed's torchrun jobs)."""
 
 
-class ElasticSizer:
+class ElasticSizer(SizerTelling):
     """Moves ElasticJobs' targets after each engine cycle (see the module)."""
 
     def __init__(self, kube: Kube, component: str, *, restart_seconds: float = 30.0,
@@ -101,12 +101,12 @@ class ElasticSizer:
         self.recorder: Recorder | None = None
         """Where resizes, moves and step reports are counted (the scheduler's metrics; None: not counted)."""
         self.types = GpuTypes(self._sized, lambda ref, reason, message: self._event(
-            _involved(ref), "Normal", reason, message), self._write)
+            job_involved(ref), "Normal", reason, message), self._write)
         """Which GPU model each ElasticJob's gang runs on: pins, starts and moves (``elastic_types``)."""
         self.types.on_move = self._count_move
         self.types.read_pin, self.types.write_pin = self._read_pin, self._write_pin
         self.models = ModelKeeper(self._read_model, self._write_model, lambda ref, problem: self._event(
-            _involved(ref), "Warning", "GoodputModelDropped",
+            job_involved(ref), "Warning", "GoodputModelDropped",
             f"the goodput model kept in status.goodputModel is not used ({problem[:300]}): kubecell learns it "
             "again from the workers' step reports"))
         """Each job's goodput model, kept in its status across restarts of the scheduler (``elastic_model``)."""
@@ -225,7 +225,7 @@ class ElasticSizer:
         if not sized.checked and state is not None and job is not None:
             sized.checked = True
             if not state.engine.could_ever_run_all(job.name):
-                self._event(_involved(ref), "Warning", "MaxReplicasUnreachable",
+                self._event(job_involved(ref), "Warning", "MaxReplicasUnreachable",
                             f"maxReplicas {job.spec.members}: the cluster could never hold that many workers of "
                             "this shape at once; the job grows only as far as capacity allows")
         return sized
@@ -325,16 +325,21 @@ class ElasticSizer:
                 continue
             if read.time <= sized.consumed.get(uid, float("-inf")):
                 continue
-            sized.consumed[uid] = read.time
             model = sized.model
             if model is None:
-                low, high, stated = self._batch_range(sized, read.report.local_bsz * read.report.num_replicas)
                 try:
+                    low, high, stated = self._batch_range(sized, read.report.local_bsz * read.report.num_replicas)
                     model = sized.model = self.models.make(sized, low, high, stated=stated)
+                except ApiError as error:  # its spec or kept model unreadable now: the report waits for a pass
+                    sized.read.pop(uid, None)  # that can read both, so a transient error loses neither
+                    self._unreadable(sized, error)
+                    continue
                 except InvalidInputError as error:
+                    sized.consumed[uid] = read.time
                     self._count_report(REASON_UNTRUSTED)
                     self._tell(sized, pod, REASON_UNTRUSTED, str(error))
                     continue
+            sized.consumed[uid] = read.time
             if not model.observe(read.report, accumulation_steps=read.accumulation_steps):
                 self._count_report(REASON_UNTRUSTED)
                 self._tell(sized, pod, REASON_UNTRUSTED, f"step report refused: {model.last_refusal}")
@@ -346,25 +351,6 @@ class ElasticSizer:
         self.models.keep(sized, now)
         return gpu_type, len(nodes)
 
-    def _count_report(self, outcome: str) -> None:
-        if self.recorder is not None:
-            self.recorder.step_reports.labels(outcome).inc()
-
-    def _mixed(self, sized: Sized, models: Sequence[str]) -> None:
-        """One Warning Event on the ElasticJob whose workers run on several GPU models: data-parallel training
-        steps at the pace of its slowest GPU, and no goodput model prices such a placement, so the job only
-        takes idle capacity from then on."""
-        key = ("", "MixedGpuModels")
-        if key in sized.told:
-            return
-        sized.told.add(key)
-        self._event(_involved(sized.ref), "Warning", "MixedGpuModels",
-                    f"workers run on several GPU models ({', '.join(models)}): the training steps at the pace of "
-                    "the slowest, and kubecell cannot price its growth. kubecell keeps a gang of whole-GPU "
-                    "workers on one model (its gang was placed otherwise before, or its workers ask for GPU "
-                    "shares); name one model in the template (kubecell.io/gpu-models, a nodeSelector) to have it "
-                    "sized on goodput")
-
     def _batch_range(self, sized: Sized, observed: int) -> tuple[int, int, bool]:
         """The global batch range the job's goodput model may choose in, and whether the job states it: the
         ElasticJob's ``batchSize`` where it states one (then a larger batch is worth what its gradient noise
@@ -375,6 +361,8 @@ class ElasticSizer:
         try:
             spec = elasticjobs.read_elastic_job(self._get(sized.ref))
         except (ApiError, InvalidInputError) as error:
+            if isinstance(error, ApiError) and not error.not_found:
+                raise  # the API answered nothing about the job: ask again at the next report (``_feed``)
             log.info("ElasticJob %s/%s unreadable (%s): its batch is taken as reported", sized.ref.namespace,
                      sized.ref.name, error)
             return observed, observed, False
@@ -386,16 +374,6 @@ class ElasticSizer:
         return spec.batch_size.min, max(spec.batch_size.max, spec.batch_size.min), True
 
     # -- writes -----------------------------------------------------------------------------------------
-
-    def _tell(self, sized: Sized, pod: Mapping[str, Any], reason: str, message: str) -> None:
-        key = (pods.uid(pod), reason)
-        if key in sized.told:
-            return
-        sized.told.add(key)
-        meta = pod.get("metadata") or {}
-        involved = {"apiVersion": "v1", "kind": "Pod", "name": str(meta.get("name", "")),
-                    "namespace": str(meta.get("namespace", "default")), "uid": pods.uid(pod)}
-        self._event(involved, "Warning", reason, f"{message}; the report is ignored by kubecell's goodput model")
 
     def _write(self, sized: Sized, target: int, reason: str) -> bool:
         """Set the job's ``/scale`` target after checking that the job the pods name is the one that exists."""
@@ -424,22 +402,25 @@ class ElasticSizer:
 
     def _read_pin(self, ref: ElasticRef) -> str | None:
         """The model ``status.gpuModel`` keeps, from the job the pods name (its uid checked), or None."""
-        current = self._kept(ref, "GPU model")
+        try:
+            current = self._own(ref)
+        except ApiError as error:
+            if not error.not_found:
+                log.warning("cannot read the GPU model of ElasticJob %s/%s: %s", ref.namespace, ref.name, error)
+            return None
         return elasticjobs.kept_gpu_model(current) if current is not None else None
 
     def _read_model(self, ref: ElasticRef) -> Any:
-        """What ``status.goodputModel`` holds, from the job the pods name (its uid checked), or None."""
-        current = self._kept(ref, "goodput model")
+        """What ``status.goodputModel`` holds, from the job the pods name (its uid checked), or None; raises
+        ``ApiError`` when the API cannot say (a model made without it would overwrite it at its first save)."""
+        try:
+            current = self._own(ref)
+        except ApiError as error:
+            if error.not_found:
+                return None
+            raise
         status = current.get("status") if current is not None else None
         return status.get("goodputModel") if isinstance(status, Mapping) else None
-
-    def _kept(self, ref: ElasticRef, what: str) -> dict[str, Any] | None:
-        try:
-            return self._own(ref)
-        except ApiError as error:
-            if not error.not_found:
-                log.warning("cannot read the %s of ElasticJob %s/%s: %s", what, ref.namespace, ref.name, error)
-            return None
 
     def _write_pin(self, ref: ElasticRef, model: str) -> bool:
         """Keep the job's model in its ``status.gpuModel``."""
@@ -467,24 +448,6 @@ class ElasticSizer:
             return False
         return True
 
-    def _refused(self, sized: Sized, what: str, error: Exception) -> None:
-        """A write the API refused: logged and told in a Warning Event on the job once per kind of refusal
-        (the sizer decides again at every pass, so a lasting refusal, such as RBAC without
-        ``deploy/elastic/rbac.yaml``, would otherwise be logged at every pass); later ones are debug lines."""
-        kind = f"{type(error).__name__}:{getattr(error, 'status', '')}"
-        key = ("", f"refused:{kind}")
-        if key in sized.told:
-            log.debug("%s: %s", what, error)
-            return
-        sized.told.add(key)
-        log.warning("%s: %s (told once per kind of refusal)", what, error)
-        self._event(_involved(sized.ref), "Warning", "ResizeRefused",
-                    f"{what}: {str(error)[:400]}; kubecell keeps deciding and will write once the API accepts")
-
-    def _count_move(self) -> None:
-        if self.recorder is not None:
-            self.recorder.elastic_moves.inc()
-
     def _own(self, ref: ElasticRef) -> dict[str, Any] | None:
         """The ElasticJob the pods name, or None where the object of that name is another one (deleted and
         made again: its uid differs); raises ``ApiError``."""
@@ -495,21 +458,7 @@ class ElasticSizer:
         """The ElasticJob as stored now (raises ``ApiError``)."""
         return self.kube.get(elasticjobs.job_path(ref.namespace, ref.name))
 
-    def _event(self, involved: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
-        namespace = str(involved.get("namespace") or "default")
-        body = event_body(involved, namespace, event_type=kind, reason=reason, message=message,
-                          component=self.component, action="Schedule")
-        try:
-            self.kube.create(f"/api/v1/namespaces/{namespace}/events", body)
-        except ApiError as error:
-            log.warning("cannot write Event %s: %s", reason, error)
-
 
 def _positive(value: float) -> bool:
     return math.isfinite(value) and value > 0.0
 
-
-def _involved(ref: ElasticRef) -> dict[str, str]:
-    """The ElasticJob an Event is about, from what its pods name (no GET needed)."""
-    return {"apiVersion": elasticjobs.API_VERSION, "kind": elasticjobs.KIND, "name": ref.name,
-            "namespace": ref.namespace, "uid": ref.uid}
