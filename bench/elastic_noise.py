@@ -26,12 +26,10 @@ import sys
 import time
 from pathlib import Path
 
-from kubecell.core.errors import InvalidInputError
 from kubecell.sim.elastic.metrics import PAPER_TABLE3
-from kubecell.sim.elastic.policies import policy_spec
 from kubecell.sim.elastic.runner import ElasticInputs, run_elastic
 from kubecell.sim.elastic.workload import Workload
-from sia_inputs import DATA, load_or_explain
+from sia_inputs import DATA, load_or_explain, policy_or_explain
 
 FIGURES = (("avg JCT h", "avg_jct_hours"), ("p99 JCT h", "p99_jct_hours"), ("makespan h", "makespan_hours"),
            ("GPU h / job", "gpu_hours_per_job"), ("restarts/job", "restarts_per_job"))
@@ -60,13 +58,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.repeats < 2 or args.jitter < 0:
         parser.error("--repeats must be at least 2 and --jitter at least 0")
-    inputs = load_or_explain(args.workload)
-    if inputs is None:
-        return 2
-    try:
-        spec = policy_spec(args.policy)
-    except InvalidInputError as error:
-        print(str(error), file=sys.stderr)
+    inputs, spec = load_or_explain(args.workload), policy_or_explain(args.policy)
+    if inputs is None or spec is None:
         return 2
     started = time.perf_counter()
     per_copy: list[dict[str, dict[str, float]]] = []

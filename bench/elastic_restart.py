@@ -31,12 +31,10 @@ from pathlib import Path
 
 from kubecell.core.elastic.goodput import OnlineGoodput
 from kubecell.core.elastic.saved_model import restore_model, saved_model
-from kubecell.core.errors import InvalidInputError
 from kubecell.sim.elastic.job import SimJob
 from kubecell.sim.elastic.metrics import family_metrics
-from kubecell.sim.elastic.policies import policy_spec
 from kubecell.sim.elastic.simulator import ElasticSimulator, SimulationResult
-from sia_inputs import DATA, load_or_explain
+from sia_inputs import DATA, load_or_explain, policy_or_explain
 
 FIGURES = (("avg JCT h", "avg_jct_hours"), ("p99 JCT h", "p99_jct_hours"), ("makespan h", "makespan_hours"),
            ("restarts/job", "restarts_per_job"))
@@ -84,13 +82,8 @@ def main() -> int:
     args = parser.parse_args()
     if not args.every > 0:
         parser.error("--every must be positive")
-    inputs = load_or_explain(args.workload)
-    if inputs is None:
-        return 2
-    try:
-        spec = policy_spec(args.policy)
-    except InvalidInputError as error:
-        print(str(error), file=sys.stderr)
+    inputs, spec = load_or_explain(args.workload), policy_or_explain(args.policy)
+    if inputs is None or spec is None:
         return 2
     if spec.estimate != "online":
         parser.error(f"{args.policy} does not learn its goodput models online: nothing to keep")

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from kubecell.core.errors import InvalidInputError
+from kubecell.sim.elastic.policies import PolicySpec, policy_spec
 from kubecell.sim.elastic.runner import ElasticInputs, load_inputs
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "sia-sosp23-workloads"
@@ -20,6 +21,15 @@ def load_or_explain(workload: Path) -> ElasticInputs | None:
         return None
     try:
         return load_inputs(workload)
+    except InvalidInputError as error:
+        print(str(error), file=sys.stderr)
+        return None
+
+
+def policy_or_explain(name: str) -> PolicySpec | None:
+    """The elastic policy registered as ``name``, or None after saying on stderr why not."""
+    try:
+        return policy_spec(name)
     except InvalidInputError as error:
         print(str(error), file=sys.stderr)
         return None

@@ -49,6 +49,12 @@ def pod_events(kube: Kube, namespace: str, name: str) -> list[tuple[str, str, st
     return [(e["type"], e["reason"], e["message"]) for e in found]
 
 
+def annotate(kube: Kube, namespace: str, index: int, report: str | None) -> None:
+    """Write (None: remove) the step report on worker ``index`` of ``bert``, as its StepReporter would."""
+    kube.patch(f"/api/v1/namespaces/{namespace}/pods/bert-worker-{index}",
+               {"metadata": {"annotations": {ANNOTATION_STEP_REPORT: report}}})
+
+
 def job_events(kube: Kube, namespace: str, name: str, reason: str) -> list[str]:
     found = kube.get(f"/api/v1/namespaces/{namespace}/events",
                      fieldSelector=f"involvedObject.kind=ElasticJob,involvedObject.name={name}")["items"]
@@ -88,10 +94,9 @@ def test_the_scheduler_grows_an_elastic_job_into_idle_gpus_and_shrinks_it_for_a_
 
         uid = get_job(kube, namespace, "bert")["metadata"]["uid"]
         for index in (1, 2):  # what each worker's StepReporter writes
-            report = build_step_report(time=time.time(), replicas=4, nodes=1, local_batch=16, accumulation_steps=1,
-                                       step_seconds=0.5, sync_seconds=0.1, grad_sqr=0.8, grad_var=12.0, steps=20)
-            kube.patch(f"/api/v1/namespaces/{namespace}/pods/bert-worker-{index}",
-                       {"metadata": {"annotations": {ANNOTATION_STEP_REPORT: report}}})
+            annotate(kube, namespace, index, build_step_report(
+                time=time.time(), replicas=4, nodes=1, local_batch=16, accumulation_steps=1, step_seconds=0.5,
+                sync_seconds=0.1, grad_sqr=0.8, grad_var=12.0, steps=20))
         model = wait_for("the job's goodput model to learn from the reports", lambda: (
             (sized := running.scheduler.elastic.jobs.get(uid)) is not None and sized.model is not None
             and sized.model.gpu_types == frozenset({"A100"}) and sized.model), STEP)
@@ -123,13 +128,11 @@ def test_the_scheduler_grows_an_elastic_job_into_idle_gpus_and_shrinks_it_for_a_
         # the 4-worker placement, which no pod reports any more.
         running.close()
         for index in (0, 1):
-            kube.patch(f"/api/v1/namespaces/{namespace}/pods/bert-worker-{index}",
-                       {"metadata": {"annotations": {ANNOTATION_STEP_REPORT: None}}})
+            annotate(kube, namespace, index, None)
         running = start_scheduler(testbed, SchedulerOptions(resize_interval_seconds=1.0))
-        report = build_step_report(time=time.time(), replicas=2, nodes=1, local_batch=16, accumulation_steps=1,
-                                   step_seconds=0.45, sync_seconds=0.05, grad_sqr=0.8, grad_var=12.0, steps=40)
-        kube.patch(f"/api/v1/namespaces/{namespace}/pods/bert-worker-0",
-                   {"metadata": {"annotations": {ANNOTATION_STEP_REPORT: report}}})
+        annotate(kube, namespace, 0, build_step_report(
+            time=time.time(), replicas=2, nodes=1, local_batch=16, accumulation_steps=1, step_seconds=0.45,
+            sync_seconds=0.05, grad_sqr=0.8, grad_var=12.0, steps=40))
         restored = wait_for("the restarted scheduler's model of the job", lambda: (
             (sized := running.scheduler.elastic.jobs.get(uid)) is not None and sized.model is not None
             and sized.model), STEP)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubecell.core.elastic.goodput import OnlineGoodput
-from kubecell.core.elastic.saved_model import restore_model, saved_extent, saved_model
+from kubecell.core.elastic.saved_model import restore_model, saved_model
 from kubecell.core.errors import InvalidInputError
 from kubecell.kube.elasticjobs import ElasticRef
 from kubecell.scheduler.elastic_sized import Sized
@@ -68,9 +68,9 @@ class ModelKeeper:
                         ref.namespace, ref.name, problem)
             self.tell(ref, problem)
             return OnlineGoodput(initial_bsz=initial_bsz, max_bsz=max_bsz)  # nothing of it: not its batch either
-        sized.model_kept = saved_extent(saved_model(model))
+        sized.model_kept = model.extent
         log.info("ElasticJob %s/%s: goodput model taken up from its status (%d placement shapes)",
-                 ref.namespace, ref.name, sum(1 for fact in sized.model_kept if fact[1]))
+                 ref.namespace, ref.name, sized.model_kept[0])
         return model
 
     def keep(self, sized: Sized, now: float) -> None:
@@ -78,12 +78,11 @@ class ModelKeeper:
         model = sized.model
         if model is None or not sized.model_learned or now - sized.model_tried_at < self.retry_seconds:
             return
-        value = saved_model(model)
-        extent = saved_extent(value)
+        extent = model.extent  # cheap: the value itself is built only when it is written
         if extent == sized.model_kept and now - sized.model_kept_at < self.save_seconds:
             return
         sized.model_tried_at = now
-        if self.write(sized, value):
+        if self.write(sized, saved_model(model)):
             sized.model_kept, sized.model_kept_at, sized.model_learned = extent, now, False
 
 

@@ -20,9 +20,9 @@ class Sized:
     model: OnlineGoodput | None = None
     model_learned: bool = False
     """Whether the model took a report since it was last kept in ``status.goodputModel``."""
-    model_kept: frozenset[tuple[str, int, int, int]] | None = None
-    """What the kept value knows (``saved_model.saved_extent``: its placement shapes and micro-batch limits; None:
-    nothing kept by this scheduler, nor taken up)."""
+    model_kept: tuple[int, tuple[tuple[str, int], ...]] | None = None
+    """The model's ``extent`` when it was last kept or taken up (placement shapes measured, micro-batch limits;
+    None: nothing kept by this scheduler, nor taken up)."""
     model_kept_at: float = float("-inf")
     model_tried_at: float = float("-inf")
     consumed: dict[str, float] = field(default_factory=dict)

@@ -291,6 +291,12 @@ class OnlineGoodput:
         return {gpu_type: [(*key, step, sync) for key, (step, sync) in model.samples.items()]
                 for gpu_type, model in self._types.items() if model.samples}
 
+    @property
+    def extent(self) -> tuple[int, tuple[tuple[str, int], ...]]:
+        """How much it knows beyond the numbers it smooths: the placement shapes measured (over every type) and
+        the micro-batch limits; cheap, so a caller can tell at every pass whether it learned a new placement."""
+        return sum(len(model.samples) for model in self._types.values()), tuple(sorted(self.max_local_bsz.items()))
+
     def max_observed_replicas(self, gpu_type: str) -> int:
         """The most replicas any trusted report on ``gpu_type`` ran with (0: none)."""
         model = self._types.get(gpu_type)

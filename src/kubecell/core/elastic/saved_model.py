@@ -44,15 +44,6 @@ def saved_model(model: OnlineGoodput) -> dict[str, Any]:
             "noise": list(model.noise.sums) if model.noise.known else None}
 
 
-def saved_extent(value: Mapping[str, Any]) -> frozenset[tuple[str, int, int, int]]:
-    """What a value from ``saved_model`` knows beyond the numbers it smooths: each ``(gpu type, nodes, replicas,
-    local batch)`` measured, and each type's micro-batch limit as ``(gpu type, 0, 0, limit)`` (to tell whether
-    a model has learned something since it was saved that a restart would cost again)."""
-    shapes = {(entry["gpuType"], *row[:3]) for entry in value["types"] for row in entry["shapes"]}
-    limits = {(entry["gpuType"], 0, 0, entry["maxLocal"]) for entry in value["types"] if "maxLocal" in entry}
-    return frozenset(shapes | limits)
-
-
 def restore_model(model: OnlineGoodput, value: Any) -> str | None:
     """Teach ``model`` (new, nothing observed yet) what ``value`` holds; the reason it was dropped instead, or
     None once taken up. Never raises, whatever ``value`` is."""

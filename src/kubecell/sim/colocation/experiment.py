@@ -176,11 +176,11 @@ def calibrate(runs: Sequence[SharedRun], solos: Mapping[JobKey, SoloProfile],
     return rules, calibration
 
 
-def with_history(rule: AdmissionRule, history: PairHistory) -> AdmissionRule:
-    """``rule`` whose idle part (all of it, if it does not adapt to pressure) asks ``history`` first."""
-    if isinstance(rule, PressureAdaptive):
-        return PressureAdaptive(HistoryInformed(rule.idle, history, HISTORY_FLOOR), rule.busy)
-    return HistoryInformed(rule, history, HISTORY_FLOOR)
+def with_history(rule: AdmissionRule, history: PairHistory) -> PressureAdaptive:
+    """The adaptive ``rule`` whose idle part asks ``history`` first."""
+    if not isinstance(rule, PressureAdaptive):
+        raise TypeError(f"the history wraps the idle part of a pressure-adaptive rule, not {rule.name}")
+    return PressureAdaptive(HistoryInformed(rule.idle, history, HISTORY_FLOOR), rule.busy)
 
 
 def simulate(rule_name: str, rule: AdmissionRule, speeds: PairSpeeds, config: ExperimentConfig,
