@@ -8,6 +8,7 @@ and says which of the two the user means; ``kubecell policies`` lists both kinds
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from kubecell.cli.main import app
 from kubecell.cli.scheduler import learned
 from kubecell.core.engine.options import PRESETS
 from kubecell.core.errors import InvalidInputError
-from kubecell.core.interference import SummedUtilThreshold
+from kubecell.core.interference import BlindSharing, HistoryInformed, PressureAdaptive, SummedUtilThreshold
 from kubecell.core.placement.registry import policy_names
 from kubecell.profiler.knowledge import HistoryKnowledge
 from tests.cli.support import assert_one_line_error, run_main
@@ -92,9 +93,24 @@ def test_the_schedulers_knowledge_flags_are_checked_before_the_cluster_is_touche
         learned("", "age", "sometimes")
     with pytest.raises(InvalidInputError, match="--place-by-use needs --history"):
         learned("", "age", "", place_by_use=True)
-    fields = learned(f"sqlite:///{tmp_path}/h.db", "shortest-expected", "summed-util:100", place_by_use=True)
+    for floor in (-0.1, 1.5, math.nan):
+        with pytest.raises(InvalidInputError, match="pair-floor"):
+            learned("", "age", "", pair_floor=floor)
+    fields = learned(f"sqlite:///{tmp_path}/h.db", "shortest-expected", "summed-util:100", place_by_use=True,
+                     pair_floor=0)
     assert fields["queue_order"] == "shortest-expected"
     assert fields["colocation"] == SummedUtilThreshold(100.0)
     assert fields["place_by_use"] is True
     assert isinstance(fields["knowledge"], HistoryKnowledge)
     fields["knowledge"].history.close()
+    # by default the history's pairs are asked first, by the rule's idle part where it has one
+    fields = learned(f"sqlite:///{tmp_path}/h.db", "age", "summed-util:70/blind")
+    rule = fields["colocation"]
+    assert isinstance(rule, PressureAdaptive)
+    assert isinstance(rule.idle, HistoryInformed)
+    assert (rule.idle.rule, rule.idle.floor) == (SummedUtilThreshold(70.0), 0.95)
+    knowledge: HistoryKnowledge = fields["knowledge"]
+    assert rule.idle.history is knowledge
+    assert rule.busy == BlindSharing()
+    knowledge.history.close()
+    assert learned("", "age", "blind")["colocation"] == BlindSharing(), "without a history nothing to ask"

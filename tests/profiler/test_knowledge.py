@@ -12,7 +12,8 @@ import pytest
 
 from kubecell.profiler.distribution import distribution
 from kubecell.profiler.history import JobHistory, JobRecord, Outcome
-from kubecell.profiler.knowledge import HistoryKnowledge, family_of
+from kubecell.profiler.identity import family_of
+from kubecell.profiler.knowledge import HistoryKnowledge
 from kubecell.profiler.recommend import MIB
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)

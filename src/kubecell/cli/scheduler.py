@@ -12,6 +12,7 @@ from kubecell.cli.service import default_identity, run
 from kubecell.core.engine.options import PRESETS, QUEUE_ORDERS
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.interference.admission import RULE_SYNTAX, parse_rule
+from kubecell.core.interference.history import informed_by_pairs
 from kubecell.core.placement.registry import DEFAULT_POLICY, canonical_policy_name
 from kubecell.kube.leader_label import PodRef
 from kubecell.kube.rest import Kube
@@ -75,13 +76,24 @@ PlaceByUse = Annotated[bool, typer.Option("--place-by-use", help=(
     "record, and so MPS's limit, grants that smaller share."))]
 Colocation = Annotated[str, typer.Option(help="Which shares may share a GPU: " + RULE_SYNTAX + "; '' packs by "
                                          "capacity alone.")]
+DEFAULT_PAIR_FLOOR = 0.95
+"""Utilization is a noisy speed: a pair that lost nothing measures 0.95-1.0, one that lost a tenth below."""
+PairFloor = Annotated[float, typer.Option(help=(
+    "With --history and --colocation: two families the history saw share a GPU (time-sliced, each observed for "
+    "5 minutes or more) share again when each ran at this fraction of its solo speed or faster beside the other, "
+    "and never otherwise; other pairs follow --colocation (under an IDLE/BUSY rule, only while nothing waits). "
+    "0: the history's pairs are not asked."))]
 
 
-def learned(history: str, queue_order: str, colocation: str, place_by_use: bool = False) -> dict[str, Any]:
+def learned(history: str, queue_order: str, colocation: str, place_by_use: bool = False,
+            pair_floor: float = DEFAULT_PAIR_FLOOR) -> dict[str, Any]:
     """The SchedulerOptions fields of the knowledge options, checked before the cluster is touched."""
     if place_by_use and not history:
         raise InvalidInputError("--place-by-use needs --history", field="place-by-use",
                                 accepted="--history URL --place-by-use")
+    if not (pair_floor == 0 or 0 < pair_floor <= 1):
+        raise InvalidInputError(f"--pair-floor {pair_floor}", field="pair-floor",
+                                accepted="a fraction of solo speed in (0, 1], e.g. 0.95; 0 for none")
     if queue_order not in QUEUE_ORDERS:
         raise InvalidInputError(f"--queue-order {queue_order!r}", field="queue-order", accepted=", ".join(QUEUE_ORDERS))
     fields: dict[str, Any] = {"queue_order": queue_order, "place_by_use": place_by_use,
@@ -93,7 +105,9 @@ def learned(history: str, queue_order: str, colocation: str, place_by_use: bool 
         except ImportError as error:
             raise InvalidInputError(f"--history needs the profiler extra ({error})", field="history",
                                     accepted="pip install 'kubecell[profiler]'") from None
-        fields["knowledge"] = HistoryKnowledge(JobHistory.open(history))
+        knowledge = fields["knowledge"] = HistoryKnowledge(JobHistory.open(history))
+        if fields["colocation"] is not None and pair_floor > 0:
+            fields["colocation"] = informed_by_pairs(fields["colocation"], knowledge, pair_floor)
     return fields
 
 
@@ -121,6 +135,7 @@ def scheduler(
     history: History = "",
     queue_order: QueueOrder = "age",
     colocation: Colocation = "",
+    pair_floor: PairFloor = DEFAULT_PAIR_FLOOR,
     place_by_use: PlaceByUse = False,
     verbose: Verbose = False,
 ) -> None:
@@ -128,7 +143,7 @@ def scheduler(
     _prepare(tenancy, verbose)
     options = SchedulerOptions(name=name, tenancy=tenancy, placement=canonical_policy_name(placement),
                                tenants_namespace=tenants_namespace, release_terminating=release_terminating,
-                               **learned(history, queue_order, colocation, place_by_use))
+                               **learned(history, queue_order, colocation, place_by_use, pair_floor))
     kube = Kube.from_kubeconfig(kubeconfig)
     run(kube, options, listen=listen_address(listen), leader_elect=leader_elect,
         identity=identity or pod_name or default_identity(), pod=own_pod(pod_name, pod_namespace))
@@ -152,6 +167,7 @@ def extender(
     history: History = "",
     queue_order: QueueOrder = "age",
     colocation: Colocation = "",
+    pair_floor: PairFloor = DEFAULT_PAIR_FLOOR,
     place_by_use: PlaceByUse = False,
     verbose: Verbose = False,
 ) -> None:
@@ -168,7 +184,7 @@ def extender(
     options = SchedulerOptions(name=names[0], extra_names=tuple(names[1:]), tenancy=tenancy,
                                placement=canonical_policy_name(placement), tenants_namespace=tenants_namespace,
                                extender=True, release_terminating=release_terminating,
-                               **learned(history, queue_order, colocation, place_by_use))
+                               **learned(history, queue_order, colocation, place_by_use, pair_floor))
     kube = Kube.from_kubeconfig(kubeconfig)
     run(kube, options, listen=address, leader_elect=leader_elect, identity=identity or pod_name or default_identity(),
         pod=own_pod(pod_name, pod_namespace))

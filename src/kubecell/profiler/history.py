@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, Select, delete, insert, select
+from sqlalchemy import ColumnElement, Engine, Select, delete, func, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, selectinload
@@ -29,17 +29,20 @@ from kubecell.profiler.store.errors import ProfilerStoreError, describe
 from kubecell.profiler.store.schema import (
     KEY_LENGTH,
     METRIC_LENGTH,
+    PARTNER_LENGTH,
     SHORT_LENGTH,
     UID_LENGTH,
     JobMetricRow,
     JobRow,
     PodMetricRow,
     PodRow,
+    SharingRow,
     decile_values,
     deciles_of,
 )
 
-__all__ = ["DEFAULT_LIMIT", "JobHistory", "JobRecord", "Outcome", "PodRecord", "ProfilerStoreError"]
+__all__ = ["DEFAULT_LIMIT", "FamilySharing", "JobHistory", "JobRecord", "Outcome", "PodRecord", "ProfilerStoreError",
+           "SharedUse"]
 
 DEFAULT_LIMIT = 1000
 
@@ -106,6 +109,38 @@ class PodRecord:
 
 
 @dataclass(frozen=True)
+class SharedUse:
+    """How a job's share pods used their GPUs while one pod of the ``partner`` family (``namespace/family``) was
+    the only other pod on the GPU, or while they were alone on it (``partner`` ``""``): the seconds observed and
+    ``busy_seconds``, the integral of the pods' own utilization ratio of the GPU over them (at most
+    ``seconds``). Where a family's jobs are busy for less of the time beside a partner than alone, time-slicing
+    gave them less of the GPU: ``kubecell.profiler.pairs`` reads that ratio as their speed beside it."""
+
+    partner: str
+    seconds: float
+    busy_seconds: float
+
+    def __post_init__(self) -> None:
+        _text("sharing partner", self.partner, PARTNER_LENGTH)
+        seconds, busy = float(self.seconds), float(self.busy_seconds)
+        if not (math.isfinite(seconds) and math.isfinite(busy) and seconds > 0 and 0 <= busy <= seconds):
+            raise ProfilerStoreError(f"sharing beside {self.partner[:80]!r}: {busy} busy seconds of {seconds}; "
+                                     "expected 0 <= busy seconds <= seconds, seconds > 0")
+        object.__setattr__(self, "seconds", seconds)
+        object.__setattr__(self, "busy_seconds", busy)
+
+
+@dataclass(frozen=True)
+class FamilySharing:
+    """:class:`SharedUse` summed over the jobs of one family (``namespace/family``) beside one ``partner``."""
+
+    family: str
+    partner: str
+    seconds: float
+    busy_seconds: float
+
+
+@dataclass(frozen=True)
 class JobRecord:
     """A job in the history. ``family`` defaults to :func:`name_family` of the owner's name; times are
     timezone-aware and kept in UTC; ``problems`` are the series the profiler could not read, one message each."""
@@ -132,6 +167,7 @@ class JobRecord:
     pods: tuple[PodRecord, ...] = ()
     metrics: Mapping[str, Distribution] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
+    sharing: tuple[SharedUse, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.uid:
@@ -156,6 +192,10 @@ class JobRecord:
         object.__setattr__(self, "nodes", tuple(self.nodes))
         object.__setattr__(self, "pods", tuple(self.pods))
         object.__setattr__(self, "problems", tuple(self.problems))
+        object.__setattr__(self, "sharing", tuple(sorted(self.sharing, key=lambda use: use.partner)))
+        partners = [use.partner for use in self.sharing]
+        if len(set(partners)) != len(partners):
+            raise ProfilerStoreError(f"{where} names a sharing partner twice: {partners}")
         for name in ("created", "started", "finished"):
             object.__setattr__(self, name, _instant(f"{where} {name}", getattr(self, name)))
         _metrics(where, self.metrics)
@@ -196,7 +236,8 @@ def _record(row: JobRow) -> JobRecord:
                      gpu_memory_mib_per_pod=row.gpu_memory_mib_per_pod, gpu_model_requested=row.gpu_model_requested,
                      nodes=tuple(row.nodes), gpu_model=row.gpu_model, started=row.started, finished=row.finished,
                      outcome=Outcome(row.outcome), pods=pods,
-                     metrics={m.metric: _distribution(m) for m in row.metrics}, problems=tuple(row.problems))
+                     metrics={m.metric: _distribution(m) for m in row.metrics}, problems=tuple(row.problems),
+                     sharing=tuple(SharedUse(use.partner, use.seconds, use.busy_seconds) for use in row.sharing))
 
 
 def _conditions(namespace: str | None, family: str | None, user: str | None, vc: str | None,
@@ -253,7 +294,7 @@ class JobHistory:
             index_elements=[JobRow.uid], set_={key: value for key, value in values.items() if key != "uid"})
         with self._session(f"saving job {record.uid}") as session:
             session.execute(upsert)
-            for table in (PodMetricRow, JobMetricRow):
+            for table in (PodMetricRow, JobMetricRow, SharingRow):
                 session.execute(delete(table).where(table.job_uid == record.uid))
             session.execute(delete(PodRow).where(PodRow.job_uid == record.uid))
             if record.pods:
@@ -270,9 +311,14 @@ class JobHistory:
                 session.execute(insert(JobMetricRow), [
                     {"job_uid": record.uid, "metric": metric, **_distribution_values(dist)}
                     for metric, dist in record.metrics.items()])
+            if record.sharing:
+                session.execute(insert(SharingRow), [
+                    {"job_uid": record.uid, "partner": use.partner, "seconds": use.seconds,
+                     "busy_seconds": use.busy_seconds} for use in record.sharing])
 
     def _load(self, query: Select[JobRow], doing: str) -> list[JobRecord]:
-        query = query.options(selectinload(JobRow.pods).selectinload(PodRow.metrics), selectinload(JobRow.metrics))
+        query = query.options(selectinload(JobRow.pods).selectinload(PodRow.metrics), selectinload(JobRow.metrics),
+                              selectinload(JobRow.sharing))
         with self._session(doing) as session:
             return [_record(row) for row in session.scalars(query)]
 
@@ -303,3 +349,16 @@ class JobHistory:
             rows = session.execute(query).all()
         return [(finished - started).total_seconds() for started, finished in reversed(rows)
                 if started is not None and finished is not None]
+
+    def sharing(self, created_since: datetime | None = None) -> list[FamilySharing]:
+        """Per family and partner, the :class:`SharedUse` of its jobs (those created since ``created_since``,
+        all when None) summed: one row per pair a pass ever saw, the history's whole knowledge of sharing."""
+        query = select(JobRow.namespace, JobRow.family, SharingRow.partner, func.sum(SharingRow.seconds),
+                       func.sum(SharingRow.busy_seconds)).join(SharingRow, SharingRow.job_uid == JobRow.uid)
+        if created_since is not None:
+            query = query.where(JobRow.created >= _instant("created_since", created_since))
+        query = query.group_by(JobRow.namespace, JobRow.family, SharingRow.partner)
+        with self._session("reading sharing") as session:
+            rows = session.execute(query).all()
+        return [FamilySharing(f"{namespace}/{family}", partner, float(seconds), float(busy))
+                for namespace, family, partner, seconds, busy in rows]

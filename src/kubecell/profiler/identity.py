@@ -28,6 +28,8 @@ most :data:`MAX_FAMILY` characters. A trailing number is always taken as generat
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 MAX_FAMILY = 253
 """The longest Kubernetes object name: a family is a label for grouping, never longer than a name."""
@@ -70,3 +72,14 @@ def name_family(name: str) -> str:
         break
     family = "".join(pieces)[:MAX_FAMILY]
     return family.strip("-_.")
+
+
+def family_of(pod: Mapping[str, Any]) -> tuple[str, str]:
+    """(namespace, family) of ``pod``: its controller owner's name family, else its own name's."""
+    meta = pod.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    for reference in meta.get("ownerReferences") or ():
+        if isinstance(reference, Mapping) and reference.get("controller") is True and reference.get("name"):
+            name = str(reference["name"])
+            break
+    return str(meta.get("namespace", "default")), name_family(name)

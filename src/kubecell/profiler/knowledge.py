@@ -1,5 +1,7 @@
 """The job history as the scheduler's knowledge (``scheduler.knowledge.Knowledge``): a family's median run time,
-what its jobs used alone per GPU, and the share it needs (``core.rightsizing``).
+what its jobs used alone per GPU, and the share it needs (``core.rightsizing``); and, for the co-location rule
+(``core.interference.KnownPairs``), how fast each family ran beside each other one on a shared GPU
+(``kubecell.profiler.pairs``), read again at most once per ``ttl_seconds``.
 
 A pod's family is its controller owner's name family (else its own name's) **in its own namespace**: another
 team's jobs, whatever they are named, never change what the scheduler expects of this one. A run time comes from
@@ -18,11 +20,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kubecell.core.interference.history import PairHistory
 from kubecell.core.interference.profile import JobKey, SoloProfile
 from kubecell.core.rightsizing import recommend
 from kubecell.profiler.history import JobHistory, Outcome, ProfilerStoreError
-from kubecell.profiler.identity import name_family
+from kubecell.profiler.identity import family_of
 from kubecell.profiler.jobs import user_of
+from kubecell.profiler.pairs import pair_history
 from kubecell.profiler.recommend import usage_profile
 
 log = logging.getLogger("kubecell.profiler.knowledge")
@@ -35,17 +39,6 @@ MIN_JOBS = 3
 RECENT_JOBS = 50
 
 
-def family_of(pod: Mapping[str, Any]) -> tuple[str, str]:
-    """(namespace, family) of ``pod``: its controller owner's name family, else its own name's."""
-    meta = pod.get("metadata") or {}
-    name = str(meta.get("name", ""))
-    for reference in meta.get("ownerReferences") or ():
-        if isinstance(reference, Mapping) and reference.get("controller") is True and reference.get("name"):
-            name = str(reference["name"])
-            break
-    return str(meta.get("namespace", "default")), name_family(name)
-
-
 class HistoryKnowledge:
     """Answers from a :class:`JobHistory` (see the module)."""
 
@@ -55,6 +48,8 @@ class HistoryKnowledge:
         self.ttl_seconds = ttl_seconds
         self.clock = clock
         self._cache: dict[tuple[str, str, str | None], tuple[float, Answers]] = {}
+        self._pairs = PairHistory()
+        self._pairs_read: float | None = None
 
     def _answers(self, pod: Mapping[str, Any]) -> Answers:
         key = (*family_of(pod), user_of(pod))
@@ -100,3 +95,16 @@ class HistoryKnowledge:
 
     def share_milli(self, pod: Mapping[str, Any]) -> int | None:
         return self._answers(pod)[2]
+
+    def speed(self, own: JobKey, partner: JobKey) -> float | None:
+        """How fast ``own``'s family ran beside ``partner``'s on a shared GPU (None: not observed long enough).
+        The sharing rows are read again once ``ttl_seconds`` have passed; while the database fails, the pairs
+        read last are kept (a pair once seen does not turn unknown because a read failed)."""
+        now = self.clock()
+        if self._pairs_read is None or now - self._pairs_read >= self.ttl_seconds:
+            self._pairs_read = now
+            try:
+                self._pairs = pair_history(self.history.sharing())
+            except ProfilerStoreError as error:
+                log.warning("job history unreadable for the pairs that shared a GPU: %s", error)
+        return self._pairs.speed(own, partner)

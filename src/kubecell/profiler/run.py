@@ -6,18 +6,27 @@ read again. Pods disappear from the API some time after they finish, so a job is
 passes that saw it: run the profiler more often than finished pods are deleted. A job whose series are missing
 or bad is saved with its problems (one message per pod and metric); Prometheus or the database failing stops
 the pass with that error, since no job could be profiled.
+
+A share job's record also keeps how its pods used their GPUs alone and beside each partner family
+(:mod:`kubecell.profiler.pairs`); partners are named from the pods this pass lists, so a partner already
+deleted is not counted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
+from kubecell.core.model import MILLI_PER_GPU
 from kubecell.kube import pods as pod_fields
+from kubecell.kube.records import RecordError
 from kubecell.profiler.collect import Job, collect
-from kubecell.profiler.history import JobHistory, JobRecord, Outcome, PodRecord, ProfilerStoreError
+from kubecell.profiler.history import JobHistory, JobRecord, Outcome, PodRecord, ProfilerStoreError, SharedUse
+from kubecell.profiler.identity import family_of
 from kubecell.profiler.jobs import FoundJob, finished_at, parse_time
+from kubecell.profiler.pairs import PodId, observe_sharing
 from kubecell.profiler.prometheus import Prometheus
 
 
@@ -31,11 +40,35 @@ class Pass:
     refused: tuple[tuple[str, str], ...] = ()
 
 
-def record_of(job: FoundJob, client: Prometheus, now: datetime) -> JobRecord:
-    """``job`` with its series read over its life so far (from its first start, or its creation, to its end)."""
+def time_sliced(pod: Mapping[str, Any]) -> bool:
+    """Whether kubecell placed ``pod`` to share its GPU by time-slicing (``accounting`` isolation), the only
+    sharing whose per-pod utilization is a speed (:mod:`kubecell.profiler.pairs`)."""
+    try:
+        record = pod_fields.record_of(pod)
+    except RecordError:
+        return False
+    return record is not None and record.isolation == "accounting"
+
+
+def sharing_keys(jobs: Iterable[FoundJob]) -> dict[PodId, str]:
+    """(namespace, pod) -> ``namespace/family`` of every time-sliced pod of ``jobs``: the partners counted."""
+    return {(job.namespace, str(pod["metadata"]["name"])): "/".join(family_of(pod))
+            for job in jobs for pod in job.pods if time_sliced(pod)}
+
+
+def record_of(job: FoundJob, client: Prometheus, now: datetime,
+              partners: Mapping[PodId, str] | None = None) -> JobRecord:
+    """``job`` with its series read over its life so far (from its first start, or its creation, to its end),
+    and, for a share job, its sharing beside the ``partners`` (:func:`sharing_keys`)."""
     start = (job.started or job.created).timestamp()
     end = max((job.finished or now).timestamp(), start + 1.0)
     profile = collect(client, Job(job.namespace, job.pod_names, start, end))
+    sharing: tuple[SharedUse, ...] = ()
+    sharing_problems: tuple[str, ...] = ()
+    sliced = [str(pod["metadata"]["name"]) for pod in job.pods if time_sliced(pod)]
+    if partners is not None and job.gpus_per_pod == 1 and job.milli_gpu_per_pod < MILLI_PER_GPU and sliced:
+        observed = observe_sharing(client, job.namespace, sliced, start, end, partners.get)
+        sharing, sharing_problems = observed.sharing, observed.problems
     pods = []
     for pod in job.pods:
         name = str(pod["metadata"]["name"])
@@ -46,7 +79,8 @@ def record_of(job: FoundJob, client: Prometheus, now: datetime) -> JobRecord:
             phase=Outcome(phase) if phase in Outcome.__members__.values() else Outcome.UNKNOWN,
             started=parse_time(status.get("startTime")), finished=finished_at(pod),
             metrics={metric: found.pods[name] for metric, found in profile.metrics.items() if name in found.pods}))
-    problems = (*job.problems, *(f"pod {p.pod}: {p.metric}: {p.reason}" for p in profile.problems))
+    problems = (*job.problems, *(f"pod {p.pod}: {p.metric}: {p.reason}" for p in profile.problems),
+                *(f"sharing: {problem}" for problem in sharing_problems))
     return JobRecord(
         uid=job.uid, namespace=job.namespace, owner_kind=job.owner_kind, owner_name=job.owner_name,
         created=job.created, user=job.user, vc=job.vc, image=job.image, pod_count=len(job.pods),
@@ -54,7 +88,7 @@ def record_of(job: FoundJob, client: Prometheus, now: datetime) -> JobRecord:
         gpu_memory_mib_per_pod=job.gpu_memory_mib_per_pod, gpu_model_requested=job.gpu_model_requested,
         nodes=job.nodes, started=job.started, finished=job.finished, outcome=job.outcome, pods=tuple(pods),
         metrics={metric: found.job for metric, found in profile.metrics.items() if found.job is not None},
-        problems=problems)
+        problems=problems, sharing=sharing)
 
 
 def profile_jobs(jobs: Iterable[FoundJob], client: Prometheus, history: JobHistory, *,
@@ -62,6 +96,8 @@ def profile_jobs(jobs: Iterable[FoundJob], client: Prometheus, history: JobHisto
     """Profile and save ``jobs`` (those that asked for GPUs or whose request cannot be read, unless ``gpu_only``
     is False)."""
     now = now or datetime.now(UTC)
+    jobs = list(jobs)
+    partners = sharing_keys(jobs)
     saved: list[JobRecord] = []
     unchanged: list[str] = []
     refused: list[tuple[str, str]] = []
@@ -74,7 +110,7 @@ def profile_jobs(jobs: Iterable[FoundJob], client: Prometheus, history: JobHisto
                 unchanged.append(job.uid)
                 continue
         try:
-            record = record_of(job, client, now)  # a record the history would refuse fails here, before I/O
+            record = record_of(job, client, now, partners)  # a record the history would refuse fails here, before I/O
         except ProfilerStoreError as error:
             refused.append((job.uid, str(error)))
             continue

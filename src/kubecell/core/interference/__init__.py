@@ -19,7 +19,7 @@ from kubecell.core.interference.admission import (
     tune_predicted_floor,
     tune_summed_util,
 )
-from kubecell.core.interference.history import HistoryInformed, PairHistory
+from kubecell.core.interference.history import HistoryInformed, KnownPairs, PairHistory, informed_by_pairs
 from kubecell.core.interference.predictor import InterferenceParams, InterferencePredictor, fit, predict_speeds
 from kubecell.core.interference.profile import InvalidProfileError, JobKey, SharedRun, SoloProfile, UnknownJobError
 
@@ -31,6 +31,7 @@ __all__ = [
     "InterferencePredictor",
     "InvalidProfileError",
     "JobKey",
+    "KnownPairs",
     "NoSharing",
     "PairHistory",
     "PredictedSlowdown",
@@ -40,6 +41,7 @@ __all__ = [
     "SummedUtilThreshold",
     "UnknownJobError",
     "fit",
+    "informed_by_pairs",
     "memory_fits",
     "predict_speeds",
     "summed_util",

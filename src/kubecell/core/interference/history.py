@@ -21,9 +21,10 @@ import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from kubecell.core.errors import InvalidInputError
-from kubecell.core.interference.admission import AdmissionRule, memory_fits
+from kubecell.core.interference.admission import AdmissionRule, PressureAdaptive, memory_fits
 from kubecell.core.interference.profile import JobKey, SoloProfile
 
 MAX_SPEED = 2.0
@@ -70,13 +71,20 @@ class PairHistory:
         return len(self._seen)
 
 
+class KnownPairs(Protocol):
+    """What ``HistoryInformed`` asks: a ``PairHistory``, or a driver's view of one kept elsewhere (the
+    profiler's job history, refreshed while the scheduler runs)."""
+
+    def speed(self, own: JobKey, partner: JobKey) -> float | None: ...
+
+
 @dataclass(frozen=True, eq=False)
 class HistoryInformed:
     """Two sharers the history knows in both directions share if each ran at ``floor`` or faster beside the
     other; everything else is ``rule``'s to decide (see the module)."""
 
     rule: AdmissionRule
-    history: PairHistory
+    history: KnownPairs
     floor: float
 
     def __post_init__(self) -> None:
@@ -95,3 +103,12 @@ class HistoryInformed:
             if one is not None and other is not None:
                 return min(one, other) >= self.floor
         return self.rule.admits(sharers, gpu_memory_mib)
+
+
+def informed_by_pairs(rule: AdmissionRule, history: KnownPairs, floor: float) -> AdmissionRule:
+    """``rule`` with ``history`` asked first: for a pressure-adaptive rule, its idle part only (while jobs
+    queue, a pair that loses a little still beats a GPU left to one job, and the busy rule knows that); for any
+    other rule, the whole of it."""
+    if isinstance(rule, PressureAdaptive):
+        return PressureAdaptive(HistoryInformed(rule.idle, history, floor), rule.busy)
+    return HistoryInformed(rule, history, floor)

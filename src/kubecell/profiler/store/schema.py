@@ -37,6 +37,8 @@ KEY_LENGTH = 253
 SHORT_LENGTH = 63
 """owner kind, outcome: a Kubernetes label value."""
 METRIC_LENGTH = 128
+PARTNER_LENGTH = 2 * KEY_LENGTH + 1
+"""A partner family's key, ``namespace/family``."""
 DECILE_COLUMNS = tuple(f"p{10 * i}" for i in range(11))
 
 NAMING = {"ix": "ix_%(column_0_label)s", "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -95,6 +97,20 @@ class JobRow(Base):
 
     pods: Mapped[list[PodRow]] = relationship(order_by="PodRow.position", passive_deletes=True, lazy="raise")
     metrics: Mapped[list[JobMetricRow]] = relationship(passive_deletes=True, lazy="raise")
+    sharing: Mapped[list[SharingRow]] = relationship(order_by="SharingRow.partner", passive_deletes=True,
+                                                     lazy="raise")
+
+
+class SharingRow(Base):
+    """How a job's share pods used their GPUs beside one partner family (``partner`` ``namespace/family``), or
+    alone (``partner`` ``""``): the seconds observed and the integral of the pods' own utilization over them."""
+
+    __tablename__ = "profiler_job_sharing"
+
+    job_uid: Mapped[str] = mapped_column(ForeignKey("profiler_jobs.uid", ondelete="CASCADE"), primary_key=True)
+    partner: Mapped[str] = mapped_column(String(PARTNER_LENGTH), primary_key=True)
+    seconds: Mapped[float] = mapped_column(Double)
+    busy_seconds: Mapped[float] = mapped_column(Double)
 
 
 class PodRow(Base):

@@ -51,7 +51,7 @@ from kubecell.core.interference import (
     tune_predicted_floor,
     tune_summed_util,
 )
-from kubecell.core.interference.history import HistoryInformed, PairHistory
+from kubecell.core.interference.history import PairHistory, informed_by_pairs
 from kubecell.core.model import Node, make_node
 from kubecell.core.placement.registry import DEFAULT_POLICY
 from kubecell.core.tenancy.config import Tenants, resolve_tenants
@@ -176,11 +176,11 @@ def calibrate(runs: Sequence[SharedRun], solos: Mapping[JobKey, SoloProfile],
     return rules, calibration
 
 
-def with_history(rule: AdmissionRule, history: PairHistory) -> PressureAdaptive:
+def with_history(rule: AdmissionRule, history: PairHistory) -> AdmissionRule:
     """The adaptive ``rule`` whose idle part asks ``history`` first."""
     if not isinstance(rule, PressureAdaptive):
         raise TypeError(f"the history wraps the idle part of a pressure-adaptive rule, not {rule.name}")
-    return PressureAdaptive(HistoryInformed(rule.idle, history, HISTORY_FLOOR), rule.busy)
+    return informed_by_pairs(rule, history, HISTORY_FLOOR)
 
 
 def simulate(rule_name: str, rule: AdmissionRule, speeds: PairSpeeds, config: ExperimentConfig,

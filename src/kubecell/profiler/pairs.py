@@ -1,0 +1,160 @@
+"""What sharing a GPU did to each family, observed on the cluster: the pair history the scheduler admits by.
+
+Why: a prediction from solo profiles ranks pairs of models it was never calibrated on no better than summed
+utilization does, yet a cluster runs the same families again and again, and the node agent already measures
+every pod's own share of each GPU (``kubecell_node_gpu_pod_utilization_ratio``, per process, labels ``pod``,
+``namespace``, ``node``, ``gpu``). Under time-slicing (kubecell's ``accounting`` isolation) the driver gives
+each context the whole GPU in turns, so a job whose kernels kept the GPU busy a fraction ``u`` of the time
+alone, and ``u'`` beside a partner, got ``u' / u`` of the GPU time it wanted: that ratio is its speed beside
+the partner, to the extent its speed follows its GPU time (a job bound by its input pipeline loses less).
+Under MPS kernels of both run at once and each one's busy time says nothing of its progress, and a MIG
+instance is never shared: pods under those isolations are neither observed nor counted as partners.
+
+**Observing** (:func:`observe_sharing`, one profiling pass): for each GPU a share pod of the job used, every
+pod's series on that GPU is read; at each of the pod's samples (weighted as the profile weighs them) the pod
+was *alone* (no other pod sampled in that scrape interval), *beside* one partner, or among three or more (not
+kept: a pair is what the history knows). Per partner family (``namespace/family``, as the scheduler keys
+a pod's profile) and alone, the job keeps the seconds and the integral of its own utilization
+(:class:`~kubecell.profiler.history.SharedUse`), replaced with the job at each pass.
+
+**Reading** (:func:`pair_history`): per family, its solo busy fraction over all its jobs' time alone; per
+ordered pair, its busy fraction beside the partner over that, as a speed capped at 1 (a job is not faster
+beside another by this measure; more busy time beside one is a phase of the job, not a gain). Only pairs and
+solo baselines observed long enough (``min_seconds``) count, and a family that barely uses the GPU alone
+(``MIN_SOLO_BUSY``) has no speed to lose: nothing is said of it.
+
+Untrusted input: the series are what a node wrote. A sample that is not a ratio of one GPU (not finite, below
+0, above 1) is dropped, and whatever the history is told stays within :class:`PairHistory`'s checks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from kubecell.core.interference.history import PairHistory
+from kubecell.core.interference.profile import JobKey
+from kubecell.profiler.collect import DEFAULT_FALLBACK_INTERVAL, DEFAULT_MAX_GAP_FACTOR, median_interval, sample_weights
+from kubecell.profiler.history import FamilySharing, SharedUse
+from kubecell.profiler.prometheus import DEFAULT_CHUNK, Prometheus, Sample, quote
+from kubecell.profiler.sources import Source
+
+UTILIZATION: Source = Source("kubecell_node_gpu_pod_utilization_ratio")
+"""The only series that splits a shared GPU between its pods (dcgm-exporter gives each the device's total)."""
+ALONE = ""
+"""The partner of the time a job's pod had its GPU to itself."""
+MAX_GPUS_PER_JOB = 16
+"""GPUs whose neighbours are read per job and pass: each is one query, and a share job has a few pods."""
+MIN_SECONDS = 300.0
+"""Observed time below which a pair (or a family's time alone) says nothing: a few samples of one phase."""
+MIN_SOLO_BUSY = 0.05
+"""A family busy less than this alone has no GPU time to lose: its ratio would be noise over noise."""
+
+PodId = tuple[str, str]
+"""(namespace, pod name)."""
+
+
+def use_beside(own: Sequence[Sample], others: Mapping[PodId, Sequence[Sample]], *,
+               max_gap_factor: float = DEFAULT_MAX_GAP_FACTOR,
+               fallback_interval: float = DEFAULT_FALLBACK_INTERVAL) -> dict[PodId | None, tuple[float, float]]:
+    """(seconds, busy seconds) of ``own`` (one pod's utilization of one GPU, sorted by time, each sample
+    weighted as the profile weighs it) alone (key None) and beside each pod of ``others`` (their series on the
+    same GPU) while it was the only other one there.
+
+    Another pod is there at ``t`` when its latest sample at or before ``t`` is less than one of its usual
+    scrape intervals old: the agent exports every pod of a GPU in one scrape, so a pod still there has a
+    sample of the very same scrape, and one that left stops counting at once. Pure: a test applies it to the
+    raw data a Prometheus was filled with."""
+    own = [(t, v) for t, v in own if math.isfinite(t)]
+    if not own:
+        return {}
+    weights = sample_weights([t for t, _ in own], max_gap_factor=max_gap_factor, fallback_interval=fallback_interval)
+    series = {pod: [(t, v) for t, v in samples if math.isfinite(t)] for pod, samples in others.items()}
+    usual = {pod: median_interval([t for t, _ in s], fallback_interval) for pod, s in series.items()}
+    cursors = dict.fromkeys(series, -1)
+    found: dict[PodId | None, tuple[list[float], list[float]]] = {}
+    for (t, value), weight in zip(own, weights, strict=True):
+        there: list[PodId] = []
+        for pod, samples in series.items():
+            at = cursors[pod]
+            while at + 1 < len(samples) and samples[at + 1][0] <= t:
+                at += 1
+            cursors[pod] = at
+            if at >= 0 and t - samples[at][0] < usual[pod]:
+                there.append(pod)
+        if len(there) > 1 or not (math.isfinite(value) and 0.0 <= value <= 1.0):
+            continue  # three sharers are not a pair; a sample that is not a ratio of one GPU is no measurement
+        seconds, busy = found.setdefault(there[0] if there else None, ([], []))
+        seconds.append(weight)
+        busy.append(weight * value)
+    return {partner: (math.fsum(seconds), math.fsum(busy)) for partner, (seconds, busy) in found.items()}
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A job's sharing as one pass saw it, and the GPUs it could not read (one message each)."""
+
+    sharing: tuple[SharedUse, ...]
+    problems: tuple[str, ...]
+
+
+def observe_sharing(client: Prometheus, namespace: str, pods: Sequence[str], start: float, end: float,
+                    family_key: Callable[[PodId], str | None], *, chunk: float = DEFAULT_CHUNK) -> Observed:
+    """How ``pods`` (of one job in ``namespace``) used their GPUs alone and beside each partner family over
+    ``[start, end]`` (see the module). ``family_key`` names a pod's family (``namespace/family``), or None for
+    a pod that is not to be counted (unknown, or under MPS): time beside it is dropped.
+
+    Raises :class:`~kubecell.profiler.prometheus.PrometheusError` only when Prometheus fails."""
+    if not pods:
+        return Observed((), ())
+    own = client.raw(UTILIZATION.selector(namespace, tuple(pods)), start, end, chunk=chunk, finite=False)
+    by_gpu: dict[tuple[str, str], dict[str, dict[float, float]]] = {}
+    problems: list[str] = []
+    for series in own:
+        pod, node, gpu = (series.labels.get(label, "") for label in ("pod", "node", "gpu"))
+        if pod not in pods:
+            continue
+        if not node or not gpu:
+            problems.append(f"pod {pod}: a {UTILIZATION.name} series without node or gpu label: not observed")
+            continue
+        merged = by_gpu.setdefault((node, gpu), {}).setdefault(pod, {})
+        for t, v in series.samples:  # one pod scraped by two jobs of Prometheus: its samples once
+            merged.setdefault(t, v)
+    if len(by_gpu) > MAX_GPUS_PER_JOB:
+        problems.append(f"{len(by_gpu)} GPUs; sharing observed on the first {MAX_GPUS_PER_JOB}")
+    sums: dict[str, list[float]] = {}
+    for node, gpu in sorted(by_gpu)[:MAX_GPUS_PER_JOB]:
+        selector = f"{UTILIZATION.name}{{node={quote(node)}, gpu={quote(gpu)}}}"
+        everyone: dict[PodId, list[Sample]] = {}
+        for series in client.raw(selector, start, end, chunk=chunk, finite=False):
+            pod_id = (series.labels.get("namespace", ""), series.labels.get("pod", ""))
+            everyone.setdefault(pod_id, []).extend(series.samples)
+        for pod, samples in by_gpu[(node, gpu)].items():
+            others = {pod_id: sorted(s) for pod_id, s in everyone.items() if pod_id != (namespace, pod)}
+            for partner, (seconds, busy) in use_beside(sorted(samples.items()), others).items():
+                key = ALONE if partner is None else family_key(partner)
+                if key is None:
+                    continue
+                total = sums.setdefault(key, [0.0, 0.0])
+                total[0] += seconds
+                total[1] += busy
+    sharing = tuple(SharedUse(key, seconds, min(busy, seconds)) for key, (seconds, busy) in sorted(sums.items())
+                    if seconds > 0)
+    return Observed(sharing, tuple(problems))
+
+
+def pair_history(rows: Iterable[FamilySharing], *, min_seconds: float = MIN_SECONDS,
+                 max_pairs: int = 100_000) -> PairHistory:
+    """The speeds the history's sharing rows say each family ran at beside each partner (see the module)."""
+    rows = list(rows)
+    solo = {row.family: row.busy_seconds / row.seconds for row in rows
+            if row.partner == ALONE and row.seconds >= min_seconds and row.busy_seconds / row.seconds >= MIN_SOLO_BUSY}
+    history = PairHistory(max_pairs)
+    for row in sorted(rows, key=lambda r: r.seconds):  # the best-observed pairs last: kept when the bound is hit
+        alone = solo.get(row.family)
+        if row.partner == ALONE or alone is None or row.seconds < min_seconds:
+            continue
+        speed = min(1.0, row.busy_seconds / row.seconds / alone)
+        history.observe(JobKey(row.family), JobKey(row.partner), max(speed, 1e-6), row.seconds)
+    return history
