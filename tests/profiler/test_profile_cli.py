@@ -20,6 +20,8 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from typer.testing import CliRunner
 
 from kubecell.cli.main import app
+from kubecell.kube.names import ANNOTATION_ALLOCATION
+from kubecell.kube.records import AllocationRecord, GpuGrant
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.profiler.history import JobHistory, Outcome
 from kubecell.testbed.control_plane import ControlPlaneState
@@ -165,3 +167,76 @@ def test_collect_recommend_and_report_on_real_servers(testbed: ControlPlaneState
     page = (tmp_path / "report" / "index.html").read_text()
     assert "train" in page
     assert (tmp_path / "report" / "usage.png").stat().st_size > 1000
+
+
+def share(name: str, owner: dict[str, Any]) -> dict[str, Any]:
+    """A pod of half a GPU (what kubecell time-slices), named like the jobs of its family."""
+    created = pod(name, owner)
+    created["spec"]["containers"][0]["resources"]["limits"] = {"kubecell.io/gpu-milli": "500"}
+    return created
+
+
+def placed(kube: Kube, namespace: str, name: str) -> None:
+    """The allocation record kubecell's binder writes: half of GPU-shared under time-slicing."""
+    uid = kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")["metadata"]["uid"]
+    record = AllocationRecord(allocation_id=f"{uid}-0", pod_uid=uid, attempt=0, node="n0",
+                              gpus=[GpuGrant(index=0, uuid="GPU-shared", milli=500, memory_mib=0)], cpu_milli=0,
+                              memory_mib=0, isolation="accounting", job=f"{namespace}/{name}", vc="v",
+                              job_class="guaranteed", member=0, batch=1, scheduler="kubecell",
+                              created_at=datetime.now(UTC))
+    kube.patch(f"/api/v1/namespaces/{namespace}/pods/{name}",
+               {"metadata": {"annotations": {ANNOTATION_ALLOCATION: record.to_annotation()}}})
+
+
+def wait_for(url: str, selector: str, count: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        result = requests.get(f"{url}/api/v1/query", params={"query": f"count_over_time({selector}[5m])"},
+                              timeout=5).json()["data"]["result"]
+        if result and all(float(item["value"][1]) >= count for item in result):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"Prometheus did not scrape {count} samples of {selector} within 60 s")
+
+
+def test_two_pods_on_one_gpu_feed_the_pair_history(testbed: ControlPlaneState, kube: Kube, namespace: str,
+                                                   agent: tuple[str, CollectorRegistry], tmp_path: Path) -> None:
+    """bert runs alone on GPU-shared, then resnet joins it: the pass keeps both families' time alone and
+    beside each other, under the keys the scheduler asks, and ``kubecell profile pairs`` shows them."""
+    busy = {"bert-1-x": 0.6, "resnet-2-y": 0.5}
+    for name in busy:
+        owner_name = name.rsplit("-", 1)[0]
+        created = kube.create(f"/api/v1/namespaces/{namespace}/configmaps", {"metadata": {"name": owner_name}})
+        kube.create(f"/api/v1/namespaces/{namespace}/pods", share(name, {
+            "apiVersion": "v1", "kind": "ConfigMap", "name": owner_name, "uid": created["metadata"]["uid"],
+            "controller": True}))
+        placed(kube, namespace, name)
+    target, registry = agent
+    util = Gauge("kubecell_node_gpu_pod_utilization_ratio", "", ["pod", "namespace", "node", "gpu"],
+                 registry=registry)
+    db = f"sqlite:///{tmp_path}/history.db"
+    runner = CliRunner()
+    profiler = shipped_identity(testbed, kube, tmp_path)
+    with serve(tmp_path / "tsdb", scrape=[target]) as url:
+        util.labels("bert-1-x", namespace, "n0", "GPU-shared").set(busy["bert-1-x"])
+        wait_for(url, f'kubecell_node_gpu_pod_utilization_ratio{{pod="bert-1-x", namespace="{namespace}"}}', 3)
+        util.labels("resnet-2-y", namespace, "n0", "GPU-shared").set(busy["resnet-2-y"])
+        wait_for(url, f'kubecell_node_gpu_pod_utilization_ratio{{pod="resnet-2-y", namespace="{namespace}"}}', 3)
+        result = runner.invoke(app, ["profile", "collect", "--prometheus", url, "--db", db, "--kubeconfig",
+                                     str(profiler), "--namespace", namespace])
+        assert result.exit_code == 0, result.output
+    with JobHistory.open(db) as history:
+        kept = {(row.family, row.partner): row for row in history.sharing()}
+    bert, resnet = f"{namespace}/bert", f"{namespace}/resnet"
+    assert set(kept) >= {(bert, ""), (bert, resnet), (resnet, bert)}, kept
+    pod_of = {bert: "bert-1-x", resnet: "resnet-2-y"}
+    for (family, _), row in kept.items():
+        assert row.busy_seconds / row.seconds == pytest.approx(busy[pod_of[family]]), "each pod's own gauge"
+    assert kept[(bert, "")].seconds >= 2
+    assert kept[(bert, resnet)].seconds >= 2
+    listed = json.loads(runner.invoke(app, ["profile", "pairs", "--db", db, "-o", "json"]).output)
+    pairs = {(item["family"], item["partner"]): item for item in listed}
+    assert set(pairs) == {(bert, resnet), (resnet, bert)}
+    assert pairs[(bert, resnet)]["busyBeside"] == pytest.approx(0.6)
+    assert pairs[(bert, resnet)]["speed"] is None, "seconds of sharing say nothing yet"
+    assert "300 s needed" in pairs[(bert, resnet)]["why"]

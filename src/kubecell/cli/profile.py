@@ -136,6 +136,40 @@ def recommend(
     stdout_console().print(table)
 
 
+@profile_app.command("pairs")
+def pairs(
+    db: DbOption = DEFAULT_DB,
+    namespace: Annotated[str | None, typer.Option(help="Only families of this namespace.")] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+) -> None:
+    """How fast each family ran beside each other one on a time-sliced GPU, as 'kubecell scheduler --history'
+    reads it for --colocation: busy beside the partner over busy alone."""
+    from kubecell.profiler.pairs import pair_speeds
+
+    if output not in ("table", "json"):
+        _fail(f"--output {output!r}: table or json")
+    history = _history(db)
+    try:
+        found = [pair for pair in pair_speeds(history.sharing())
+                 if namespace is None or pair.family.split("/", 1)[0] == namespace]
+    finally:
+        history.close()
+    if output == "json":
+        sys.stdout.write(json.dumps([{
+            "family": p.family, "partner": p.partner, "seconds": p.seconds, "busyBeside": p.busy_beside,
+            "busyAlone": p.busy_alone, "speed": p.speed, "why": p.why} for p in found], indent=2) + "\n")
+        return
+    table = Table(title="speed beside a partner on a shared GPU (time-sliced), from the pods' own utilization",
+                  box=box.SIMPLE_HEAD)
+    for column in ("family", "beside", "hours together", "busy beside", "busy alone", "speed", "why"):
+        table.add_column(column, overflow="fold")
+    for p in found:
+        table.add_row(p.family, p.partner, f"{p.seconds / 3600:.2f}", f"{p.busy_beside:.0%}",
+                      "—" if p.busy_alone is None else f"{p.busy_alone:.0%}",
+                      "—" if p.speed is None else f"{p.speed:.2f}", p.why)
+    stdout_console().print(table)
+
+
 @profile_app.command("report")
 def report(
     out: Annotated[Path, typer.Option(help="Directory for index.html and its plots (created).")],

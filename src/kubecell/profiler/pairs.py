@@ -144,17 +144,52 @@ def observe_sharing(client: Prometheus, namespace: str, pods: Sequence[str], sta
     return Observed(sharing, tuple(problems))
 
 
+@dataclass(frozen=True)
+class PairSpeed:
+    """What the history says of one ordered pair: ``family``'s busy fraction beside ``partner`` over the
+    ``seconds`` observed, its busy fraction alone (None: not observed long enough), and the speed read from
+    them (None, with ``why``, where nothing is said)."""
+
+    family: str
+    partner: str
+    seconds: float
+    busy_beside: float
+    busy_alone: float | None
+    speed: float | None
+    why: str
+
+
+def pair_speeds(rows: Iterable[FamilySharing], *, min_seconds: float = MIN_SECONDS) -> list[PairSpeed]:
+    """Every ordered pair the sharing rows name, with its speed where the history says one (see the module),
+    the longest observed first."""
+    rows = list(rows)
+    alone = {row.family: row for row in rows if row.partner == ALONE}
+    found = []
+    for row in rows:
+        if row.partner == ALONE:
+            continue
+        solo = alone.get(row.family)
+        beside = row.busy_seconds / row.seconds
+        fraction = None if solo is None or solo.seconds < min_seconds else solo.busy_seconds / solo.seconds
+        speed = None
+        if row.seconds < min_seconds:
+            why = f"observed {row.seconds:.0f} s together, {min_seconds:.0f} s needed"
+        elif fraction is None:
+            why = f"alone {0 if solo is None else solo.seconds:.0f} s, {min_seconds:.0f} s needed"
+        elif fraction < MIN_SOLO_BUSY:
+            why = f"busy {fraction:.0%} alone: no GPU time to lose"
+        else:
+            speed = max(min(1.0, beside / fraction), 1e-6)
+            why = "busy beside it / busy alone" + (", capped at 1" if beside > fraction else "")
+        found.append(PairSpeed(row.family, row.partner, row.seconds, beside, fraction, speed, why))
+    return sorted(found, key=lambda pair: (-pair.seconds, pair.family, pair.partner))
+
+
 def pair_history(rows: Iterable[FamilySharing], *, min_seconds: float = MIN_SECONDS,
                  max_pairs: int = 100_000) -> PairHistory:
     """The speeds the history's sharing rows say each family ran at beside each partner (see the module)."""
-    rows = list(rows)
-    solo = {row.family: row.busy_seconds / row.seconds for row in rows
-            if row.partner == ALONE and row.seconds >= min_seconds and row.busy_seconds / row.seconds >= MIN_SOLO_BUSY}
     history = PairHistory(max_pairs)
-    for row in sorted(rows, key=lambda r: r.seconds):  # the best-observed pairs last: kept when the bound is hit
-        alone = solo.get(row.family)
-        if row.partner == ALONE or alone is None or row.seconds < min_seconds:
-            continue
-        speed = min(1.0, row.busy_seconds / row.seconds / alone)
-        history.observe(JobKey(row.family), JobKey(row.partner), max(speed, 1e-6), row.seconds)
+    for pair in reversed(pair_speeds(rows, min_seconds=min_seconds)):  # the best observed last: kept at the bound
+        if pair.speed is not None:
+            history.observe(JobKey(pair.family), JobKey(pair.partner), pair.speed, pair.seconds)
     return history
