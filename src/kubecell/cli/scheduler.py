@@ -77,7 +77,8 @@ PlaceByUse = Annotated[bool, typer.Option("--place-by-use", help=(
 Colocation = Annotated[str, typer.Option(help="Which shares may share a GPU: " + RULE_SYNTAX + "; '' packs by "
                                          "capacity alone.")]
 DEFAULT_PAIR_FLOOR = 0.95
-"""Utilization is a noisy speed: a pair that lost nothing measures 0.95-1.0, one that lost a tenth below."""
+"""Below the simulator's 1.0: utilization is sampled and moves with a job's phases, so a pair that lost nothing
+may read a little under 1 (a judgement; docs/profiler.md)."""
 PairFloor = Annotated[float, typer.Option(help=(
     "With --history and --colocation: two families the history saw share a GPU (time-sliced, each observed for "
     "5 minutes or more) share again when each ran at this fraction of its solo speed or faster beside the other, "
