@@ -11,7 +11,8 @@ held out (``--in-sample``: on every pair); ``kubecell + score`` is kubecell's ru
 interference score mixed into the packing score (``kubecell:1+interference:1``); ``kubecell adaptive`` adapts
 its floor to whether jobs wait; ``kubecell + history`` is the adaptive rule whose idle part first asks what the
 pair did when it shared a GPU before (a history learned on an earlier workload; ``history, cold``: learned
-from nothing as the run goes). See ``kubecell.sim.colocation.experiment`` for the setup.
+from nothing as the run goes; ``history, as measured``: learned as a cluster's profiler measures it, from
+utilization, capped at 1 and noisy, with the cluster's floor 0.95). See ``kubecell.sim.colocation.experiment`` for the setup.
 
 For each load it prints, per rule, the means over seeds of: average JCT (with the lowest and highest seed's),
 p50 / p99 JCT, makespan, GPU-hours (a GPU holding any job, however many, counts once), the mean speed of jobs
@@ -35,7 +36,8 @@ from kubecell.sim.colocation.experiment import RULES, ExperimentConfig, Experime
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "colocation"
 BASELINES = ("no sharing", "blind", "alnair 70 %")
-OURS = ("kubecell", "kubecell + score", "kubecell adaptive", "kubecell + history", "history, cold")
+OURS = ("kubecell", "kubecell + score", "kubecell adaptive", "kubecell + history", "history, cold",
+        "history, as measured")
 
 
 def numbers(text: str, kind: type[float] | type[int]) -> list[float] | list[int]:
@@ -59,14 +61,14 @@ def report(load: float, results: list[ExperimentResult]) -> None:
           f"seeds {', '.join(str(result.config.seed) for result in results)})")
     for result in results:
         print(f"  seed {result.config.seed}: {result.calibration.describe()}")
-    print(f"  {'rule':18s} {'avg JCT h (min-max)':>21s} {'p50 h':>6s} {'p99 h':>6s} {'makespan h':>10s} "
+    print(f"  {'rule':20s} {'avg JCT h (min-max)':>21s} {'p50 h':>6s} {'p99 h':>6s} {'makespan h':>10s} "
           f"{'GPU-h':>7s} {'speed shared':>12s} {'< 0.8x':>7s} {'shared':>7s} {'measured':>8s}")
     for rule in RULES:
         rows = [result.results[rule] for result in results]
         jct = [row.avg_jct / 3600 for row in rows]
         p50, p99 = mean([row.p50_jct / 3600 for row in rows]), mean([row.p99_jct / 3600 for row in rows])
         below, shared = mean([row.below_floor for row in rows]), mean([row.shared_time for row in rows])
-        print(f"  {rule:18s} {mean(jct):7.3f} ({min(jct):5.2f}-{max(jct):5.2f}) {p50:6.2f} {p99:6.2f} "
+        print(f"  {rule:20s} {mean(jct):7.3f} ({min(jct):5.2f}-{max(jct):5.2f}) {p50:6.2f} {p99:6.2f} "
               f"{mean([row.makespan / 3600 for row in rows]):10.1f} {mean([row.gpu_hours for row in rows]):7.0f} "
               f"{mean([row.shared_speed for row in rows]):12.3f} {100 * below:6.1f}% {100 * shared:6.1f}% "
               f"{100 * mean([row.measured for row in rows]):7.1f}%")

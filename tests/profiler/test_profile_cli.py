@@ -240,3 +240,8 @@ def test_two_pods_on_one_gpu_feed_the_pair_history(testbed: ControlPlaneState, k
     assert pairs[(bert, resnet)]["busyBeside"] == pytest.approx(0.6)
     assert pairs[(bert, resnet)]["speed"] is None, "seconds of sharing say nothing yet"
     assert "300 s needed" in pairs[(bert, resnet)]["why"]
+    result = runner.invoke(app, ["profile", "report", "--db", db, "--out", str(tmp_path / "report")])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "Speed beside a partner" in page
+    assert f"<td>{bert}</td><td>{resnet}</td>" in page

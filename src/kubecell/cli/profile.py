@@ -24,6 +24,7 @@ from kubecell.cli.output import stderr_console, stdout_console
 
 if TYPE_CHECKING:
     from kubecell.profiler.history import JobHistory
+    from kubecell.profiler.pairs import PairSpeed
 
 DEFAULT_DB = "sqlite:///kubecell-history.db"
 DbOption = Annotated[str, typer.Option("--db", envvar="KUBECELL_HISTORY", help="The job history: a SQLAlchemy URL "
@@ -136,6 +137,14 @@ def recommend(
     stdout_console().print(table)
 
 
+def _pairs(history: JobHistory, namespace: str | None) -> list[PairSpeed]:
+    """The history's pairs whose family is in ``namespace`` (all where None)."""
+    from kubecell.profiler.pairs import pair_speeds
+
+    return [pair for pair in pair_speeds(history.sharing())
+            if namespace is None or pair.family.split("/", 1)[0] == namespace]
+
+
 @profile_app.command("pairs")
 def pairs(
     db: DbOption = DEFAULT_DB,
@@ -144,14 +153,11 @@ def pairs(
 ) -> None:
     """How fast each family ran beside each other one on a time-sliced GPU, as 'kubecell scheduler --history'
     reads it for --colocation: busy beside the partner over busy alone."""
-    from kubecell.profiler.pairs import pair_speeds
-
     if output not in ("table", "json"):
         _fail(f"--output {output!r}: table or json")
     history = _history(db)
     try:
-        found = [pair for pair in pair_speeds(history.sharing())
-                 if namespace is None or pair.family.split("/", 1)[0] == namespace]
+        found = _pairs(history, namespace)
     finally:
         history.close()
     if output == "json":
@@ -176,13 +182,15 @@ def report(
     db: DbOption = DEFAULT_DB,
     namespace: Annotated[str | None, typer.Option(help="Only this namespace.")] = None,
 ) -> None:
-    """An HTML report of the history: per-job use, asked against used per VC and family, recommendations."""
+    """An HTML report of the history: per-job use, asked against used per VC and family, recommendations, and
+    how fast families ran beside each other on shared GPUs."""
     from kubecell.profiler.report import write_report
 
     history = _history(db)
     try:
         records = history.jobs(namespace=namespace, limit=100_000)
+        pairs = _pairs(history, namespace)
     finally:
         history.close()
-    page = write_report(records, out)
+    page = write_report(records, out, pairs)
     stdout_console().print(f"{len(records)} job(s): {page}", highlight=False)

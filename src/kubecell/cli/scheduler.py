@@ -12,7 +12,7 @@ from kubecell.cli.service import default_identity, run
 from kubecell.core.engine.options import PRESETS, QUEUE_ORDERS
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.interference.admission import RULE_SYNTAX, parse_rule
-from kubecell.core.interference.history import informed_by_pairs
+from kubecell.core.interference.history import MEASURED_FLOOR, informed_by_pairs
 from kubecell.core.placement.registry import DEFAULT_POLICY, canonical_policy_name
 from kubecell.kube.leader_label import PodRef
 from kubecell.kube.rest import Kube
@@ -76,9 +76,7 @@ PlaceByUse = Annotated[bool, typer.Option("--place-by-use", help=(
     "record, and so MPS's limit, grants that smaller share."))]
 Colocation = Annotated[str, typer.Option(help="Which shares may share a GPU: " + RULE_SYNTAX + "; '' packs by "
                                          "capacity alone.")]
-DEFAULT_PAIR_FLOOR = 0.95
-"""Below the simulator's 1.0: utilization is sampled and moves with a job's phases, so a pair that lost nothing
-may read a little under 1 (a judgement; docs/profiler.md)."""
+DEFAULT_PAIR_FLOOR = MEASURED_FLOOR
 PairFloor = Annotated[float, typer.Option(help=(
     "With --history and --colocation: two families the history saw share a GPU (time-sliced, each observed for "
     "5 minutes or more) share again when each ran at this fraction of its solo speed or faster beside the other, "

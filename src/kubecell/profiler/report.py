@@ -2,8 +2,10 @@
 
 Three questions, one plot each: what did each job use (its utilization deciles as a bar from p10 to p90, a mark
 at the median and whiskers to p0 and p100); how much of what each VC and workload family asked for did it use
-(GPU-hours asked against GPU-hours used); and what each family should ask for instead (``recommend``). Plots are
-PNG files beside the page (matplotlib, no JavaScript), so the report can be mailed or archived as a folder.
+(GPU-hours asked against GPU-hours used); and what each family should ask for instead (``recommend``). Then,
+where time-sliced pods shared GPUs, how fast each family ran beside each other one (``pairs``), as the
+scheduler's co-location rule reads it. Plots are PNG files beside the page (matplotlib, no JavaScript), so the
+report can be mailed or archived as a folder.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import matplotlib.pyplot as plt
 
 from kubecell.core.model import MILLI_PER_GPU
 from kubecell.profiler.history import JobRecord
+from kubecell.profiler.pairs import PairSpeed
 from kubecell.profiler.recommend import GPU_UTILIZATION, FamilyAdvice, advise
 
 MAX_JOBS_PLOTTED = 40
@@ -100,8 +103,20 @@ def _advice_rows(advice: Sequence[FamilyAdvice]) -> str:
     return "\n".join(rows)
 
 
-def write_report(records: Sequence[JobRecord], out: Path) -> Path:
-    """Write ``index.html`` and its plots under ``out`` (created); return the page's path."""
+def _pair_rows(pairs: Sequence[PairSpeed]) -> str:
+    rows = []
+    for pair in pairs:
+        alone = "—" if pair.busy_alone is None else f"{pair.busy_alone:.0%}"
+        speed = "—" if pair.speed is None else f"{pair.speed:.2f}"
+        rows.append("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in (
+            pair.family, pair.partner, f"{pair.seconds / 3600:.2f}", f"{pair.busy_beside:.0%}", alone, speed,
+            pair.why)) + "</tr>")
+    return "\n".join(rows)
+
+
+def write_report(records: Sequence[JobRecord], out: Path, pairs: Sequence[PairSpeed] = ()) -> Path:
+    """Write ``index.html`` and its plots under ``out`` (created); return the page's path. ``pairs``: what the
+    history says of families that shared a GPU (``pair_speeds``), a table where there are any."""
     out.mkdir(parents=True, exist_ok=True)
     groups = _asked_used(records)
     advice = advise(records)
@@ -115,6 +130,13 @@ def write_report(records: Sequence[JobRecord], out: Path) -> Path:
     parts.append("<h2>Recommended requests (per GPU)</h2><table border='1' cellpadding='4'>"
                  "<tr><th>namespace</th><th>family</th><th>jobs</th><th>asked per pod</th><th>share</th>"
                  f"<th>GPU memory</th><th>why</th></tr>{_advice_rows(advice)}</table>")
+    if pairs:
+        parts.append("<h2>Speed beside a partner on a shared GPU (time-sliced)</h2>"
+                     "<p>Busy beside the partner over busy alone, from the pods' own utilization; the scheduler's "
+                     "<code>--colocation</code> asks it first (<code>--pair-floor</code>).</p>"
+                     "<table border='1' cellpadding='4'><tr><th>family</th><th>beside</th><th>hours together</th>"
+                     "<th>busy beside</th><th>busy alone</th><th>speed</th><th>why</th></tr>"
+                     f"{_pair_rows(pairs)}</table>")
     problems = [(r, p) for r in records for p in r.problems]
     if problems:
         parts.append("<h2>Series problems</h2><ul>" + "".join(

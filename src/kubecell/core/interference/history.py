@@ -29,6 +29,10 @@ from kubecell.core.interference.profile import JobKey, SoloProfile
 
 MAX_SPEED = 2.0
 """No job runs twice as fast beside another as alone: a larger ratio is a broken measurement."""
+MEASURED_FLOOR = 0.95
+"""The floor for a history a cluster measured (``kubecell.profiler.pairs``: utilization under time-slicing,
+capped at 1): below 1, since a pair that lost nothing still reads a little under it when sampling and a job's
+phases move its busy fraction (the simulator's ``history, as measured`` rule checks the choice)."""
 
 
 class PairHistory:

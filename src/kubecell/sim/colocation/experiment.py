@@ -9,7 +9,9 @@ with a job below ``floor`` (0.8x). A rule that tuning cannot make safe enough ad
 ``kubecell + history`` is ``kubecell adaptive`` whose idle rule asks a ``PairHistory`` first (``HistoryInformed``,
 floor 1.0): the history is learned on an earlier workload of the same job families and kept through the run (a
 profiler's job history from the weeks before); ``history, cold`` starts it empty. Neither is calibrated on
-anything: the history holds what the cluster observed, held-out models included.
+anything: the history holds what the cluster observed, held-out models included. ``history, as measured`` is
+the warm history as a cluster's profiler learns it (``kubecell.profiler.pairs``): each observed speed capped
+at 1 and off by sampling noise (``AsMeasured``), asked with the cluster's floor (``MEASURED_FLOOR``, 0.95).
 
 The jobs always run at the speeds measured for *all* pairs (``PairSpeeds``), whatever the calibration.
 
@@ -51,7 +53,7 @@ from kubecell.core.interference import (
     tune_predicted_floor,
     tune_summed_util,
 )
-from kubecell.core.interference.history import PairHistory, informed_by_pairs
+from kubecell.core.interference.history import MEASURED_FLOOR, PairHistory, informed_by_pairs
 from kubecell.core.model import Node, make_node
 from kubecell.core.placement.registry import DEFAULT_POLICY
 from kubecell.core.tenancy.config import Tenants, resolve_tenants
@@ -61,7 +63,7 @@ from kubecell.sim.colocation.workload import VC, WorkloadSpec, make_workload, pa
 from kubecell.sim.dynamic.simulator import DynamicSimulation
 
 RULES = ("no sharing", "blind", "alnair 70 %", "best threshold", "kubecell", "kubecell + score", "kubecell adaptive",
-         "kubecell + history", "history, cold")
+         "kubecell + history", "history, cold", "history, as measured")
 IDLE_RATE, BUSY_RATE = 0.0, 0.05
 """``kubecell adaptive`` (``PressureAdaptive``): while nothing waits, a slowed job gains nothing from sharing, so
 its predictor's floor is tuned to admit no calibration pair with a job below the floor (0.8x); while jobs queue,
@@ -70,10 +72,13 @@ was measured too: worse at loads 1.2 and 1.6, still behind the 70 % rule at 0.85
 HISTORY_FLOOR = 1.0
 """``kubecell + history``: the adaptive rule, whose idle rule first asks the pair history (``HistoryInformed``):
 while nothing waits, two jobs that ran together share again only if neither lost anything beside the other."""
-HISTORY_RULES = {"kubecell + history": True, "history, cold": False}
+HISTORY_RULES = {"kubecell + history": True, "history, cold": False, "history, as measured": True}
 """Rule -> whether its history was learned first on an earlier workload of the same job families (seed
 ``WARM_SEED + seed``: another draw of jobs, other arrivals), as a cluster's profiler keeps it from the weeks
 before; cold, it starts empty and learns as the run goes."""
+MEASUREMENT_NOISE, FAMILY_BIAS = 0.05, 0.03
+"""``AsMeasured``: the relative spread of one observed speed, and of the error in a family's solo baseline that
+every speed of the family shares (both pessimistic: a stretch of sharing is minutes of samples)."""
 WARM_SEED = 1000
 PLACEMENTS = {"kubecell + score": "kubecell:1+interference:1"}
 """Rules placed with another policy than the default packing one: kubecell's filter with the interference score
@@ -176,11 +181,27 @@ def calibrate(runs: Sequence[SharedRun], solos: Mapping[JobKey, SoloProfile],
     return rules, calibration
 
 
-def with_history(rule: AdmissionRule, history: PairHistory) -> AdmissionRule:
+class AsMeasured(PairHistory):
+    """A pair history told what a cluster's profiler measures instead of the true speed: under time-slicing a
+    job's busy fraction beside a partner over its family's alone, capped at 1 (``kubecell.profiler.pairs``),
+    times a family's baseline error and one observation's noise (``MEASUREMENT_NOISE``, ``FAMILY_BIAS``)."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self.rng = random.Random(seed)
+        self.bias: dict[JobKey, float] = {}
+
+    def observe(self, own: JobKey, partner: JobKey, speed: float, seconds: float) -> bool:
+        bias = self.bias.setdefault(own, self.rng.gauss(1.0, FAMILY_BIAS))
+        measured = min(1.0, min(1.0, speed) * bias * self.rng.gauss(1.0, MEASUREMENT_NOISE))
+        return super().observe(own, partner, max(measured, 1e-6), seconds)
+
+
+def with_history(rule: AdmissionRule, history: PairHistory, floor: float = HISTORY_FLOOR) -> AdmissionRule:
     """The adaptive ``rule`` whose idle part asks ``history`` first."""
     if not isinstance(rule, PressureAdaptive):
         raise TypeError(f"the history wraps the idle part of a pressure-adaptive rule, not {rule.name}")
-    return informed_by_pairs(rule, history, HISTORY_FLOOR)
+    return informed_by_pairs(rule, history, floor)
 
 
 def simulate(rule_name: str, rule: AdmissionRule, speeds: PairSpeeds, config: ExperimentConfig,
@@ -231,8 +252,9 @@ def run_experiment(runs: Sequence[SharedRun], solos: Mapping[JobKey, SoloProfile
         if name not in HISTORY_RULES:
             results[name] = simulate(name, rules[name], speeds, config, workload, configurations)
             continue
-        history = PairHistory()
-        rule = with_history(rules["kubecell adaptive"], history)
+        measured = name == "history, as measured"
+        history = AsMeasured(config.seed) if measured else PairHistory()
+        rule = with_history(rules["kubecell adaptive"], history, MEASURED_FLOOR if measured else HISTORY_FLOOR)
         if HISTORY_RULES[name]:
             earlier = WorkloadSpec(jobs=config.jobs, load=config.load, gpus=config.gpus, seed=WARM_SEED + config.seed)
             simulate(name, rule, speeds, config, earlier, configurations, history)
