@@ -12,6 +12,7 @@ from kubecell.core.engine.options import PRESETS
 from kubecell.core.interference import AdmissionRule, BlindSharing, JobKey, NoSharing, SoloProfile
 from kubecell.core.interference.history import HistoryInformed, PairHistory
 from kubecell.core.topology import CellForest
+from kubecell.sim.colocation.experiment import AsMeasured
 from kubecell.sim.colocation.workload import share_job
 from kubecell.sim.dynamic.sharing import SpeedModel
 from kubecell.sim.dynamic.simulator import DynamicSimulation, SimulationResult
@@ -98,3 +99,19 @@ def test_a_pair_that_slowed_each_other_does_not_share_again_under_a_history_info
     jobs = [share_job("x", PROFILE, 0.0, 100.0), share_job("y", PROFILE, 50.0, 100.0)]
     _, result = simulate(jobs, Halves(), history=history, rule=HistoryInformed(BlindSharing(), history, 1.0))
     assert finishes(result) == {"x": pytest.approx(100.0), "y": pytest.approx(200.0)}, "y waited for the GPU"
+
+
+def test_a_history_as_measured_caps_speeds_at_one_and_stays_near_the_truth() -> None:
+    measured = AsMeasured(seed=7)
+    a, b = JobKey("a"), JobKey("b")
+    for _ in range(200):
+        assert measured.observe(a, b, 1.3, 60.0), "faster beside b is read as at most solo speed"
+        assert measured.observe(b, a, 0.5, 60.0)
+    speed_a, speed_b = measured.speed(a, b), measured.speed(b, a)
+    assert speed_a is not None
+    assert speed_b is not None
+    assert speed_a <= 1.0
+    # 200 observations average the noise away; what is left is b's solo-baseline error (3 %)
+    assert speed_a == pytest.approx(1.0, abs=0.1)
+    assert speed_b == pytest.approx(0.5, rel=0.1)
+    assert not measured.observe(a, b, float("nan"), 60.0), "what is not a speed is still refused"

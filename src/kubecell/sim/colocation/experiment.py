@@ -192,6 +192,8 @@ class AsMeasured(PairHistory):
         self.bias: dict[JobKey, float] = {}
 
     def observe(self, own: JobKey, partner: JobKey, speed: float, seconds: float) -> bool:
+        if not (math.isfinite(speed) and speed > 0):
+            return super().observe(own, partner, speed, seconds)  # refused there, as any broken measurement
         bias = self.bias.setdefault(own, self.rng.gauss(1.0, FAMILY_BIAS))
         measured = min(1.0, min(1.0, speed) * bias * self.rng.gauss(1.0, MEASUREMENT_NOISE))
         return super().observe(own, partner, max(measured, 1e-6), seconds)
