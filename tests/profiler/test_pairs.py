@@ -231,9 +231,11 @@ SERIES: dict[tuple[str, str], list[tuple[float, float]]] = {
 
 
 def families() -> list[Family]:
-    return [Family("kubecell_node_gpu_pod_utilization_ratio", "gauge", [
-        ({"pod": pod, "namespace": namespace, "node": NODE, "gpu": GPU}, [(T + t, v) for t, v in samples])
-        for (namespace, pod), samples in SERIES.items()])]
+    series = [({"pod": pod, "namespace": namespace, "node": NODE, "gpu": GPU}, [(T + t, v) for t, v in samples])
+              for (namespace, pod), samples in SERIES.items()]
+    for labels, samples in list(series):  # every pod scraped twice (two agents' endpoints): counted once
+        series.append(({**labels, "instance": "second-scrape"}, samples))
+    return [Family("kubecell_node_gpu_pod_utilization_ratio", "gauge", series)]
 
 
 @pytest.fixture(scope="module")

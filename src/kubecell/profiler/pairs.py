@@ -126,12 +126,14 @@ def observe_sharing(client: Prometheus, namespace: str, pods: Sequence[str], sta
     sums: dict[str, list[float]] = {}
     for node, gpu in sorted(by_gpu)[:MAX_GPUS_PER_JOB]:
         selector = f"{UTILIZATION.name}{{node={quote(node)}, gpu={quote(gpu)}}}"
-        everyone: dict[PodId, list[Sample]] = {}
+        everyone: dict[PodId, dict[float, float]] = {}
         for series in client.raw(selector, start, end, chunk=chunk, finite=False):
             pod_id = (series.labels.get("namespace", ""), series.labels.get("pod", ""))
-            everyone.setdefault(pod_id, []).extend(series.samples)
+            seen = everyone.setdefault(pod_id, {})
+            for t, v in series.samples:
+                seen.setdefault(t, v)
         for pod, samples in by_gpu[(node, gpu)].items():
-            others = {pod_id: sorted(s) for pod_id, s in everyone.items() if pod_id != (namespace, pod)}
+            others = {pod_id: sorted(s.items()) for pod_id, s in everyone.items() if pod_id != (namespace, pod)}
             for partner, (seconds, busy) in use_beside(sorted(samples.items()), others).items():
                 key = ALONE if partner is None else family_key(partner)
                 if key is None:
