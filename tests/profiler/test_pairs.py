@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,7 +22,7 @@ from kubecell.kube.names import ANNOTATION_ALLOCATION
 from kubecell.kube.records import AllocationRecord, GpuGrant
 from kubecell.profiler.history import FamilySharing, JobHistory, JobRecord, ProfilerStoreError, SharedUse
 from kubecell.profiler.jobs import group_pods
-from kubecell.profiler.knowledge import HistoryKnowledge
+from kubecell.profiler.knowledge import PAIR_MEMORY, HistoryKnowledge
 from kubecell.profiler.pairs import ALONE, MIN_SECONDS, pair_history, use_beside
 from kubecell.profiler.prometheus import Prometheus
 from kubecell.profiler.run import profile_jobs, sharing_keys
@@ -30,7 +30,8 @@ from kubecell.profiler.store.migrate import alembic_config, create
 from tests.profiler.prometheus_server import BASE_TIME, Family, backfilled
 from tests.profiler.test_knowledge import finished
 
-T0 = datetime(2026, 11, 1, 10, tzinfo=UTC)
+T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
+"""Jobs of yesterday: the scheduler reads pairs from the jobs of the last 30 days."""
 A, B, C = ("ns", "a-1"), ("ns", "b-1"), ("ns", "c-1")
 
 
@@ -102,7 +103,7 @@ def test_sharing_is_saved_replaced_with_its_job_and_summed_per_family(store_url:
         summed = {(r.family, r.partner): (r.seconds, r.busy_seconds) for r in history.sharing()}
         assert summed[("ns/a", "ns/b")] == (360, 36)
         assert ("ns/a", ALONE) not in summed
-        assert {r.family for r in history.sharing(created_since=datetime(2027, 1, 1, tzinfo=UTC))} == set()
+        assert {r.family for r in history.sharing(created_since=T0 + timedelta(seconds=1))} == set()
 
 
 @pytest.mark.parametrize(("use", "message"), [
@@ -173,8 +174,12 @@ def test_the_knowledge_serves_pairs_refreshes_them_and_keeps_them_through_a_fail
         def locked(created_since: datetime | None = None) -> list[FamilySharing]:
             raise ProfilerStoreError("reading sharing in sqlite: database is locked")
 
+        history.save(job("u0", "a-0", (SharedUse(ALONE, 600, 60), SharedUse("ns/b", 600, 60)),
+                         created=T0 - PAIR_MEMORY))  # a month and a day ago: forgotten
+        clock.now = 450
+        assert knowledge.speed(JobKey("ns/a"), JobKey("ns/b")) == pytest.approx(0.5), "old pairs are not read"
         monkeypatch.setattr(history, "sharing", locked)
-        clock.now = 600
+        clock.now = 750
         assert knowledge.speed(JobKey("ns/a"), JobKey("ns/b")) == pytest.approx(0.5), "kept through a failed read"
         assert "database is locked" in caplog.text
 
@@ -271,9 +276,9 @@ def test_a_pass_keeps_what_a_real_prometheus_shows_of_each_pair(prometheus: Prom
 def test_the_scheduler_asks_the_pairs_under_the_keys_the_profiler_keeps(tmp_path: Path) -> None:
     with JobHistory.open(f"sqlite:///{tmp_path / 'h.db'}") as history:
         for i in range(3):  # three finished jobs each: the scheduler knows both families' solo use
-            history.save(dataclasses.replace(finished("ns", f"bert-{i}", 600, 0.8), sharing=(
+            history.save(dataclasses.replace(finished("ns", f"bert-{i}", 600, 0.8), created=T0, sharing=(
                 SharedUse(ALONE, 600, 480), SharedUse("ns/resnet", 600, 120))))
-            history.save(dataclasses.replace(finished("ns", f"resnet-{i}", 600, 0.2), sharing=(
+            history.save(dataclasses.replace(finished("ns", f"resnet-{i}", 600, 0.2), created=T0, sharing=(
                 SharedUse(ALONE, 600, 120), SharedUse("ns/bert", 600, 120))))
         knowledge = HistoryKnowledge(history)
         bert, resnet = share_pod("bert-7-x", "bert-7"), share_pod("resnet-9-y", "resnet-9")

@@ -18,6 +18,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubecell.core.interference.history import PairHistory
@@ -37,6 +38,9 @@ Answers = tuple[float | None, SoloProfile | None, int | None]
 MIN_JOBS = 3
 """Finished jobs a family needs before anything is said of it (as ``core.rightsizing``)."""
 RECENT_JOBS = 50
+PAIR_MEMORY = timedelta(days=30)
+"""Pairs are read from the jobs created this recently: a family's code and data change, and what it did beside
+another a season ago says little of what it does now."""
 
 
 class HistoryKnowledge:
@@ -97,14 +101,16 @@ class HistoryKnowledge:
         return self._answers(pod)[2]
 
     def speed(self, own: JobKey, partner: JobKey) -> float | None:
-        """How fast ``own``'s family ran beside ``partner``'s on a shared GPU (None: not observed long enough).
-        The sharing rows are read again once ``ttl_seconds`` have passed; while the database fails, the pairs
-        read last are kept (a pair once seen does not turn unknown because a read failed)."""
+        """How fast ``own``'s family ran beside ``partner``'s on a shared GPU (None: not observed long enough),
+        from the jobs of the last ``PAIR_MEMORY``. The sharing rows are read again once ``ttl_seconds`` have
+        passed; while the database fails, the pairs read last are kept (a pair once seen does not turn unknown
+        because a read failed)."""
         now = self.clock()
         if self._pairs_read is None or now - self._pairs_read >= self.ttl_seconds:
             self._pairs_read = now
             try:
-                self._pairs = pair_history(self.history.sharing())
+                recent = self.history.sharing(created_since=datetime.now(UTC) - PAIR_MEMORY)
+                self._pairs = pair_history(recent)
             except ProfilerStoreError as error:
                 log.warning("job history unreadable for the pairs that shared a GPU: %s", error)
         return self._pairs.speed(own, partner)
