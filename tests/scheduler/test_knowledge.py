@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kubecell.core.interference import JobKey, SoloProfile, SummedUtilThreshold
+from kubecell.core.interference import JobKey, PairHistory, SoloProfile, SummedUtilThreshold, informed_by_pairs
 from kubecell.scheduler.knowledge import Knowledge
 from tests.core.support import engine, make_nodes
 from tests.scheduler.test_shrink_pods import Loop
@@ -86,3 +86,27 @@ def test_place_by_use_places_a_share_at_its_familys_need_never_above_what_it_ask
     assert job_of(loop, "idle-1").spec.member.gpu_memory_mib == 1000, "memory is never lowered"
     assert job_of(loop, "busy-1").spec.member.gpu_milli == 400, "the request is the limit"
     assert job_of(loop, "new-1").spec.member.gpu_milli == 400, "no advice: as asked"
+
+
+def test_known_pairs_decide_before_the_rule_on_the_intake_path() -> None:
+    """What two families did when they last shared a GPU (``kubecell scheduler --history``: the profiler's pairs)
+    outranks what their solo use predicts, both ways."""
+    pairs = PairHistory()
+    for own, partner, speed in (("mid", "other", 0.6), ("other", "mid", 1.0),
+                                ("calm", "quiet", 1.0), ("quiet", "calm", 0.97)):
+        pairs.observe(JobKey(own), JobKey(partner), speed, 3600.0)
+    rule = informed_by_pairs(SummedUtilThreshold(100), pairs, 0.95)
+    uses = {"mid": 40.0, "other": 40.0, "calm": 60.0, "quiet": 60.0}
+    loop = Loop(engine(make_nodes(1, gpus=2), {"b": {"gpus": 2}}, colocation=rule))
+    loop.intake.knowledge = Known({}, uses)
+    loop.add(share("mid-0"), share("other-0"))
+    loop.cycle(1)
+    gpus = {pod: loop.state.engine.book.allocations[next(iter(job_of(loop, pod).running_members))].gpu_indices
+            for pod in ("mid-0", "other-0")}
+    assert gpus["mid-0"] != gpus["other-0"], "40 % + 40 % fits the limit, but mid ran at 0.6x beside other"
+    loop = Loop(engine(make_nodes(1, gpus=1), {"b": {"gpus": 1}}, colocation=rule))
+    loop.intake.knowledge = Known({}, uses)
+    loop.add(share("calm-0"), share("quiet-0"))
+    loop.cycle(1)
+    assert all(job_of(loop, pod).running_members for pod in ("calm-0", "quiet-0")), (
+        "60 % + 60 % is above the limit, but neither lost anything beside the other: both run on the one GPU")
