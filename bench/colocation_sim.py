@@ -12,7 +12,8 @@ interference score mixed into the packing score (``kubecell:1+interference:1``);
 its floor to whether jobs wait; ``kubecell + history`` is the adaptive rule whose idle part first asks what the
 pair did when it shared a GPU before (a history learned on an earlier workload; ``history, cold``: learned
 from nothing as the run goes; ``history, as measured``: learned as a cluster's profiler measures it, from
-utilization, capped at 1 and noisy, with the cluster's floor 0.95). See ``kubecell.sim.colocation.experiment`` for the setup.
+utilization, capped at 1 and noisy, with the cluster's floor 0.95). See ``kubecell.sim.colocation.experiment``
+for the setup.
 
 For each load it prints, per rule, the means over seeds of: average JCT (with the lowest and highest seed's),
 p50 / p99 JCT, makespan, GPU-hours (a GPU holding any job, however many, counts once), the mean speed of jobs
