@@ -1,152 +1,37 @@
-"""A real Prometheus holding series a test chose: written as OpenMetrics, backfilled into TSDB blocks with
-``promtool tsdb create-blocks-from openmetrics``, served by ``prometheus`` on 127.0.0.1 with no scrape targets.
-
-OpenMetrics as promtool reads it: a ``# TYPE`` line per family (a counter's family name without its ``_total``),
-each family's samples together, each series' samples in time order, timestamps in seconds, a final ``# EOF``.
-The server keeps blocks for 100 years: backfilled data is old by nature and the default 15 days would delete it
-at start-up. Every wait is bounded; the server is terminated, then killed, when the test is done.
-"""
+"""The test suite's view of :mod:`kubecell.testbed.prometheus`: the same real Prometheus, skipped (not failed)
+where the binaries are absent."""
 
 from __future__ import annotations
 
-import math
-import shutil
-import subprocess
-import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import pytest
-import requests
 
-from kubecell.testbed.processes import free_port
+from kubecell.testbed import prometheus as real
+from kubecell.testbed.prometheus import BASE_TIME, Family
 
-PROMETHEUS = "/usr/bin/prometheus"
-PROMTOOL = "/usr/bin/promtool"
-BACKFILL_TIMEOUT = 120.0
-READY_TIMEOUT = 30.0
-STOP_TIMEOUT = 10.0
-BASE_TIME = 1_767_225_600
-"""2026-01-01T00:00:00Z: where tests put the start of anonymized series (fixed, so runs are reproducible;
-in the past, so Prometheus treats the blocks as history)."""
-
-
-@dataclass(frozen=True)
-class Family:
-    """One metric family: its series' labels and ``(unix seconds, value)`` samples."""
-
-    name: str
-    kind: Literal["gauge", "counter"]
-    series: Sequence[tuple[Mapping[str, str], Sequence[tuple[float, float]]]]
+__all__ = ["BASE_TIME", "Family", "backfilled", "binaries", "serve"]
 
 
 def binaries() -> tuple[str, str]:
     """The prometheus and promtool binaries, or skip the test saying which is absent."""
-    for path in (PROMETHEUS, PROMTOOL):
-        if shutil.which(path) is None:
-            pytest.skip(f"{path} absent: install Debian's prometheus package to run the Prometheus tests")
-    return PROMETHEUS, PROMTOOL
-
-
-def _label_value(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _number(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))  # the shortest text that reads back as the same float
-
-
-def write_openmetrics(path: Path, families: Iterable[Family]) -> None:
-    with path.open("w") as out:
-        for family in families:
-            if family.kind == "counter" and not family.name.endswith("_total"):
-                raise ValueError(f"a counter's samples end in _total: {family.name}")
-            out.write(f"# TYPE {family.name.removesuffix('_total') if family.kind == 'counter' else family.name} "
-                      f"{family.kind}\n")
-            for labels, samples in family.series:
-                text = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted(labels.items()))
-                head = f"{family.name}{{{text}}}" if text else family.name
-                for at, value in sorted(samples):
-                    out.write(f"{head} {_number(value)} {at!r}\n")
-        out.write("# EOF\n")
-
-
-def backfill(openmetrics: Path, data: Path) -> None:
-    """TSDB blocks in ``data`` from an OpenMetrics file (bounded: a hung promtool fails the test)."""
-    _, promtool = binaries()
-    done = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(openmetrics),
-                           str(data)], capture_output=True, text=True, timeout=BACKFILL_TIMEOUT, check=False)
-    if done.returncode != 0:
-        raise AssertionError(f"promtool backfill of {openmetrics} failed ({done.returncode}): "
-                             f"{done.stderr[-2000:]}{done.stdout[-2000:]}")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(STOP_TIMEOUT)
+    try:
+        return real.binaries()
+    except real.PrometheusMissingError as error:
+        pytest.skip(f"{error}, to run the Prometheus tests")
 
 
 @contextmanager
 def serve(data: Path, scrape: Sequence[str] = ()) -> Iterator[str]:
-    """Prometheus over the TSDB in ``data`` on a free 127.0.0.1 port: yields its base URL once ready. With
-    ``scrape`` (``127.0.0.1:PORT`` targets), it scrapes them every second, as it would a node agent."""
-    prometheus, _ = binaries()
-    config = data.parent / f"{data.name}-prometheus.yml"
-    if scrape:
-        targets = ", ".join(f"'{target}'" for target in scrape)
-        config.write_text("global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n"
-                          f"  - job_name: agents\n    static_configs: [{{targets: [{targets}]}}]\n")
-    else:
-        config.write_text("global:\n  scrape_interval: 1m\nscrape_configs: []\n")
-    log_path = data.parent / f"{data.name}-prometheus.log"
-    for _attempt in range(3):  # another process may take the free port between the probe and the bind
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                [prometheus, f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}",
-                 f"--config.file={config}", "--storage.tsdb.retention.time=100y", "--log.level=warn"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + READY_TIMEOUT
-            while time.monotonic() < deadline and process.poll() is None:
-                try:
-                    if requests.get(f"{url}/-/ready", timeout=2).status_code == 200:
-                        break
-                except requests.RequestException:
-                    pass
-                time.sleep(0.1)
-            else:
-                if process.poll() is not None and "address already in use" in log_path.read_text(errors="replace"):
-                    continue
-                raise AssertionError(f"prometheus not ready within {READY_TIMEOUT} s: "
-                                     f"{log_path.read_text(errors='replace')[-2000:]}")
-            yield url
-            return
-        finally:
-            _stop(process)
-    raise AssertionError(f"prometheus found no free port: {log_path.read_text(errors='replace')[-2000:]}")
+    binaries()
+    with real.serve(data, scrape) as url:
+        yield url
 
 
 @contextmanager
 def backfilled(directory: Path, families: Iterable[Family]) -> Iterator[str]:
-    """A Prometheus holding ``families`` (written and backfilled under ``directory``): yields its base URL."""
     binaries()
-    directory.mkdir(parents=True, exist_ok=True)
-    source, data = directory / "series.om.txt", directory / "data"
-    write_openmetrics(source, families)
-    backfill(source, data)
-    with serve(data) as url:
+    with real.backfilled(directory, families) as url:
         yield url

@@ -17,9 +17,9 @@ kept: a pair is what the history knows). Per partner family (``namespace/family`
 a pod's profile) and alone, the job keeps the seconds and the integral of its own utilization
 (:class:`~kubecell.profiler.history.SharedUse`), replaced with the job at each pass.
 
-**Reading** (:func:`pair_history`): per family, its solo busy fraction over all its jobs' time alone; per
-ordered pair, its busy fraction beside the partner over that, as a speed capped at 1 (a job is not faster
-beside another by this measure; more busy time beside one is a phase of the job, not a gain). Only pairs and
+**Reading** (:func:`pair_speeds`, :func:`pair_history`): per family, its solo busy fraction over all its jobs'
+time alone; per ordered pair, its busy fraction beside the partner over that, as a speed capped at 1 (a job is
+not faster beside another by this measure; more busy time beside one is a phase of the job, not a gain). Only pairs and
 solo baselines observed long enough (``min_seconds``) count, and a family that barely uses the GPU alone
 (``MIN_SOLO_BUSY``) has no speed to lose: nothing is said of it.
 
