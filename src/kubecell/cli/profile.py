@@ -30,6 +30,7 @@ DEFAULT_DB = "sqlite:///kubecell-history.db"
 DbOption = Annotated[str, typer.Option("--db", envvar="KUBECELL_HISTORY", help="The job history: a SQLAlchemy URL "
                                        "(sqlite:///FILE, postgresql://USER@HOST/DB); env KUBECELL_HISTORY.")]
 
+OutputOption = Annotated[str, typer.Option("--output", "-o", help="table or json.")]
 profile_app = typer.Typer(help="The profiler: what jobs used, kept in a job history, and the requests it advises.",
                           no_args_is_help=True)
 
@@ -107,18 +108,14 @@ def collect(
 def recommend(
     db: DbOption = DEFAULT_DB,
     namespace: Annotated[str | None, typer.Option(help="Only this namespace.")] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+    output: OutputOption = "table",
 ) -> None:
     """The GPU share and memory each workload family needs, from its finished jobs."""
     from kubecell.profiler.recommend import advise
 
-    if output not in ("table", "json"):
-        _fail(f"--output {output!r}: table or json")
-    history = _history(db)
-    try:
+    _check_output(output)
+    with _history(db) as history:
         advice = advise(history.jobs(namespace=namespace, limit=100_000))
-    finally:
-        history.close()
     if output == "json":
         sys.stdout.write(json.dumps([{
             "namespace": a.namespace, "family": a.family, "jobs": a.advice.jobs, "askedGpus": a.asked_gpus,
@@ -137,6 +134,11 @@ def recommend(
     stdout_console().print(table)
 
 
+def _check_output(output: str) -> None:
+    if output not in ("table", "json"):
+        _fail(f"--output {output!r}: table or json")
+
+
 def _pairs(history: JobHistory, namespace: str | None) -> list[PairSpeed]:
     """The history's pairs whose family is in ``namespace`` (all where None)."""
     from kubecell.profiler.pairs import pair_speeds
@@ -149,17 +151,13 @@ def _pairs(history: JobHistory, namespace: str | None) -> list[PairSpeed]:
 def pairs(
     db: DbOption = DEFAULT_DB,
     namespace: Annotated[str | None, typer.Option(help="Only families of this namespace.")] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+    output: OutputOption = "table",
 ) -> None:
     """How fast each family ran beside each other one on a time-sliced GPU, as 'kubecell scheduler --history'
     reads it for --colocation: busy beside the partner over busy alone."""
-    if output not in ("table", "json"):
-        _fail(f"--output {output!r}: table or json")
-    history = _history(db)
-    try:
+    _check_output(output)
+    with _history(db) as history:
         found = _pairs(history, namespace)
-    finally:
-        history.close()
     if output == "json":
         sys.stdout.write(json.dumps([{
             "family": p.family, "partner": p.partner, "seconds": p.seconds, "busyBeside": p.busy_beside,
@@ -186,11 +184,8 @@ def report(
     how fast families ran beside each other on shared GPUs."""
     from kubecell.profiler.report import write_report
 
-    history = _history(db)
-    try:
+    with _history(db) as history:
         records = history.jobs(namespace=namespace, limit=100_000)
         pairs = _pairs(history, namespace)
-    finally:
-        history.close()
     page = write_report(records, out, pairs)
     stdout_console().print(f"{len(records)} job(s): {page}", highlight=False)

@@ -59,15 +59,16 @@ def sharing_keys(jobs: Iterable[FoundJob]) -> dict[PodId, str]:
 def record_of(job: FoundJob, client: Prometheus, now: datetime,
               partners: Mapping[PodId, str] | None = None) -> JobRecord:
     """``job`` with its series read over its life so far (from its first start, or its creation, to its end),
-    and, for a share job, its sharing beside the ``partners`` (:func:`sharing_keys`)."""
+    and, for a share job, its sharing beside the ``partners`` (:func:`sharing_keys`, which names the job's own
+    time-sliced pods too: the only ones observed)."""
     start = (job.started or job.created).timestamp()
     end = max((job.finished or now).timestamp(), start + 1.0)
     profile = collect(client, Job(job.namespace, job.pod_names, start, end))
     sharing: tuple[SharedUse, ...] = ()
     sharing_problems: tuple[str, ...] = ()
-    sliced = [str(pod["metadata"]["name"]) for pod in job.pods if time_sliced(pod)]
-    if partners is not None and job.gpus_per_pod == 1 and job.milli_gpu_per_pod < MILLI_PER_GPU and sliced:
-        observed = observe_sharing(client, job.namespace, sliced, start, end, partners.get)
+    sliced = [name for name in job.pod_names if (job.namespace, name) in (partners or {})]
+    if job.gpus_per_pod == 1 and job.milli_gpu_per_pod < MILLI_PER_GPU and sliced:
+        observed = observe_sharing(client, job.namespace, sliced, start, end, (partners or {}).get)
         sharing, sharing_problems = observed.sharing, observed.problems
     pods = []
     for pod in job.pods:

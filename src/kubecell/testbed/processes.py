@@ -77,6 +77,17 @@ def stop(pid: int, executable: str | None = None, *, grace: float = 10.0) -> Non
         os.waitpid(pid, 0)
 
 
+def terminate(process: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    """SIGTERM, SIGKILL after ``grace`` s; by the Popen object, so a process is never mistaken for another."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
 def tail(log: Path, lines: int = 12) -> str:
     try:
         return "\n".join(log.read_text(errors="replace").strip().splitlines()[-lines:])

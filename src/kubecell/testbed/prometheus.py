@@ -5,8 +5,8 @@ targets (or scraping the loopback targets given).
 OpenMetrics as promtool reads it: a ``# TYPE`` line per family (a counter's family name without its ``_total``),
 each family's samples together, each series' samples in time order, timestamps in seconds, a final ``# EOF``.
 The server keeps blocks for 100 years: backfilled data is old by nature and the default 15 days would delete it
-at start-up. Every wait is bounded; the server is terminated, then killed, when the caller is done. Where the
-binaries are absent, :class:`PrometheusMissingError` says which (the test suite turns it into a skip).
+at start-up. Every wait is bounded; the server is terminated (``processes.terminate``) when the caller is
+done. Where the binaries are absent, :class:`PrometheusMissingError` says which (the test suite turns it into a skip).
 """
 
 from __future__ import annotations
@@ -14,23 +14,19 @@ from __future__ import annotations
 import math
 import shutil
 import subprocess
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import requests
-
 from kubecell.core.errors import KubecellError
-from kubecell.testbed.processes import free_port
+from kubecell.testbed.processes import TestbedError, free_port, terminate, wait_http
 
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
 BACKFILL_TIMEOUT = 120.0
 READY_TIMEOUT = 30.0
-STOP_TIMEOUT = 10.0
 BASE_TIME = 1_767_225_600
 """2026-01-01T00:00:00Z: where tests and benches put the start of anonymized series (fixed, so runs are reproducible;
 in the past, so Prometheus treats the blocks as history)."""
@@ -99,16 +95,6 @@ def backfill(openmetrics: Path, data: Path) -> None:
                              f"{done.stderr[-2000:]}{done.stdout[-2000:]}")
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(STOP_TIMEOUT)
-
-
 @contextmanager
 def serve(data: Path, scrape: Sequence[str] = ()) -> Iterator[str]:
     """Prometheus over the TSDB in ``data`` on a free 127.0.0.1 port: yields its base URL once ready. With
@@ -131,23 +117,16 @@ def serve(data: Path, scrape: Sequence[str] = ()) -> Iterator[str]:
                  f"--config.file={config}", "--storage.tsdb.retention.time=100y", "--log.level=warn"],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
-            deadline = time.monotonic() + READY_TIMEOUT
-            while time.monotonic() < deadline and process.poll() is None:
-                try:
-                    if requests.get(f"{url}/-/ready", timeout=2).status_code == 200:
-                        break
-                except requests.RequestException:
-                    pass
-                time.sleep(0.1)
-            else:
+            try:
+                wait_http(f"{url}/-/ready", process=process, log=log_path, timeout=READY_TIMEOUT)
+            except TestbedError as error:
                 if process.poll() is not None and "address already in use" in log_path.read_text(errors="replace"):
                     continue
-                raise PrometheusRunError(f"prometheus not ready within {READY_TIMEOUT} s: "
-                                     f"{log_path.read_text(errors='replace')[-2000:]}")
+                raise PrometheusRunError(f"prometheus not ready: {error}") from None
             yield url
             return
         finally:
-            _stop(process)
+            terminate(process)
     raise PrometheusRunError(f"prometheus found no free port: {log_path.read_text(errors='replace')[-2000:]}")
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from kubecell.testbed.build import NodeBinaries, TestbedUnavailable
-from kubecell.testbed.processes import TestbedError, free_port, spawn, tail, wait_http
+from kubecell.testbed.processes import TestbedError, free_port, spawn, tail, terminate, wait_http
 
 TAINT_KEY = "kubecell.io/real-kubelet"
 """The kubelet registers its Node with this ``NoSchedule`` taint, so that the testbed's schedulers never
@@ -190,21 +190,10 @@ class RealKubelet:
     def stop(self, grace: float = 10.0) -> None:
         """Stop the kubelet, then the runtime (its mount namespace goes with it); the Node object stays."""
         while self._processes:
-            _terminate(self._processes.pop()[0], grace)
+            terminate(self._processes.pop()[0], grace)
 
     def restart_kubelet(self, timeout: float = 60.0) -> None:
         """Stop and start the kubelet only (it recreates its registration socket; plugins re-register)."""
         if len(self._processes) > 1:
-            _terminate(self._processes.pop()[0], 10.0)
+            terminate(self._processes.pop()[0], 10.0)
         self._start_kubelet(preflight(), timeout)
-
-
-def _terminate(process: subprocess.Popen[bytes], grace: float) -> None:
-    """SIGTERM, SIGKILL after ``grace`` s; by the Popen object, so a process is never mistaken for another."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(grace)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
