@@ -4,6 +4,7 @@ checkpoint across restarts, and the plugin's two gRPC services on real Unix sock
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -250,6 +251,7 @@ def served(node: Node) -> Iterator[KubeletPlugin]:
         yield plugin
     finally:
         plugin.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_registration_and_prepare_over_grpc(node: Node, served: KubeletPlugin) -> None:
