@@ -5,6 +5,7 @@ scheduler's knowledge that serves them to the co-location rule."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -20,12 +21,13 @@ from kubecell.core.interference.history import HistoryInformed, informed_by_pair
 from kubecell.core.interference.profile import JobKey, SoloProfile
 from kubecell.kube.names import ANNOTATION_ALLOCATION
 from kubecell.kube.records import AllocationRecord, GpuGrant
+from kubecell.profiler import pairs
 from kubecell.profiler.history import FamilySharing, JobHistory, JobRecord, ProfilerStoreError, SharedUse
 from kubecell.profiler.jobs import group_pods
 from kubecell.profiler.knowledge import PAIR_MEMORY, HistoryKnowledge
 from kubecell.profiler.pairs import ALONE, MIN_SECONDS, pair_history, use_beside
-from kubecell.profiler.prometheus import Prometheus
-from kubecell.profiler.run import profile_jobs, sharing_keys
+from kubecell.profiler.prometheus import Prometheus, Series
+from kubecell.profiler.run import profile_jobs, record_of, sharing_keys
 from kubecell.profiler.store.migrate import alembic_config, create
 from tests.profiler.prometheus_server import BASE_TIME, Family, backfilled
 from tests.profiler.test_knowledge import finished
@@ -210,14 +212,14 @@ T = float(BASE_TIME)
 
 
 def share_pod(name: str, owner: str, isolation: Literal["accounting", "mps", "mig"] = "accounting",
-              namespace: str = "ns") -> dict[str, Any]:
+              namespace: str = "ns", start_minute: int = 0) -> dict[str, Any]:
     uid = f"uid-{namespace}-{name}"
     record = AllocationRecord(allocation_id=f"{uid}-0", pod_uid=uid, attempt=0, node=NODE,
                               gpus=[GpuGrant(index=0, uuid=GPU, milli=500, memory_mib=1000)], cpu_milli=0,
                               memory_mib=0, isolation=isolation, job=f"{namespace}/{owner}", vc="v",
                               job_class="guaranteed", member=0, batch=1, scheduler="kubecell",
                               created_at=datetime.fromtimestamp(T, UTC))
-    started = datetime.fromtimestamp(T, UTC).isoformat().replace("+00:00", "Z")
+    started = datetime.fromtimestamp(T + 60 * start_minute, UTC).isoformat().replace("+00:00", "Z")
     return {"metadata": {"name": name, "namespace": namespace, "uid": uid, "creationTimestamp": started,
                          "ownerReferences": [{"kind": "Job", "name": owner, "uid": f"owner-{owner}",
                                               "controller": True}],
@@ -271,6 +273,75 @@ def test_a_pass_keeps_what_a_real_prometheus_shows_of_each_pair(prometheus: Prom
         speeds = pair_history(history.sharing())
         assert speeds.speed(JobKey("ns/bert"), JobKey("ns/resnet")) == pytest.approx(285 / 900 / 0.6)
         assert speeds.speed(JobKey("ns/resnet"), JobKey("ns/bert")) == pytest.approx(0.5 / 0.8)
+
+
+class CountingPrometheus(Prometheus):
+    """The real server's client, counting the windows it is asked for (each ``raw`` chunk is one query)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.queries: list[str] = []
+
+    def query(self, promql: str, at: float | None = None, *, finite: bool = True) -> list[Series]:
+        self.queries.append(promql)
+        return super().query(promql, at, finite=finite)
+
+
+def gpu_reads(client: CountingPrometheus, gpu: str = GPU) -> int:
+    return sum(f"gpu={json.dumps(gpu)}" in query for query in client.queries)
+
+
+def test_a_pass_reads_each_gpu_once_and_keeps_what_each_job_alone_would(prometheus: Prometheus,
+                                                                          tmp_path: Path) -> None:
+    pods = [share_pod("bert-1-x", "bert-1"), share_pod("resnet-3-y", "resnet-3", start_minute=10)]
+    jobs, now = group_pods(pods), datetime.fromtimestamp(T + 45 * 60, UTC)
+    one_reader, each_alone = CountingPrometheus(prometheus.url), CountingPrometheus(prometheus.url)
+    with JobHistory.open(f"sqlite:///{tmp_path / 'one-reader.db'}") as history:
+        profile_jobs(jobs, one_reader, history, now=now)
+        shared = {record.owner_name: record.sharing for record in history.jobs()}
+    alone = {job.owner_name: record_of(job, each_alone, now, sharing_keys(jobs)).sharing for job in jobs}
+    assert shared == alone
+    assert shared["resnet-3"]
+    assert shared["bert-1"]
+    assert gpu_reads(each_alone) == 2
+    assert [job.owner_name for job in jobs] == ["bert-1", "resnet-3"]
+    assert gpu_reads(one_reader) == 1, "resnet-3 lived within what bert-1 read"
+    assert len(one_reader.queries) < len(each_alone.queries)
+
+
+@pytest.mark.parametrize(("placed", "own_reads"), [
+    ({"bert-1-x": (NODE, GPU)}, 0),
+    ({}, 1),
+    ({"bert-1-x": (NODE, "GPU-elsewhere")}, 1),
+    ({"bert-1-x": ("node-9", GPU)}, 1),
+], ids=["its-record", "no-record", "another-gpu", "another-node"])
+def test_a_pod_is_found_on_the_gpu_its_record_names_or_else_by_its_own_series(
+        prometheus: Prometheus, placed: dict[str, tuple[str, str]], own_reads: int) -> None:
+    client = CountingPrometheus(prometheus.url)
+    keys = {("ns", "bert-1-x"): "ns/bert", ("ns", "resnet-3-y"): "ns/resnet"}
+    observed = pairs.observe_sharing(client, "ns", ["bert-1-x"], T, T + 2700, keys.get, placed=placed)
+    assert {use.partner: (use.seconds, round(use.busy_seconds, 9)) for use in observed.sharing} == {
+        ALONE: (600, 360), "ns/resnet": (900, 285)}
+    assert observed.problems == ()
+    assert sum('pod=~"' in query for query in client.queries) == own_reads
+
+
+def test_the_gpu_reader_widens_what_it_holds_and_lets_go_of_the_oldest(prometheus: Prometheus) -> None:
+    client = CountingPrometheus(prometheus.url)
+    reader = pairs.GpuSeries(client, max_samples=1)
+
+    def fresh(start: float, end: float) -> dict[tuple[str, str], list[tuple[float, float]]]:
+        return pairs.GpuSeries(prometheus).on(NODE, GPU, start, end)
+
+    assert reader.on(NODE, GPU, T + 600, T + 1200) == fresh(T + 600, T + 1200)
+    assert gpu_reads(client) == 1
+    assert reader.on(NODE, GPU, T, T + 2400) == fresh(T, T + 2400)
+    assert gpu_reads(client) == 3, "the time before and the time after what it held"
+    assert reader.on(NODE, GPU, T + 300, T + 900) == fresh(T + 300, T + 900)
+    assert gpu_reads(client) == 3, "served from what it holds"
+    assert reader.on(NODE, "GPU-none", T, T + 2400) == {}
+    assert reader.on(NODE, GPU, T + 300, T + 900) == fresh(T + 300, T + 900)
+    assert gpu_reads(client) == 4, "over max_samples, the GPU read least recently was let go and read again"
 
 
 def test_the_scheduler_asks_the_pairs_under_the_keys_the_profiler_keeps(tmp_path: Path) -> None:

@@ -15,7 +15,9 @@ pod's series on that GPU is read; at each of the pod's samples (weighted as the 
 was *alone* (no other pod sampled in that scrape interval), *beside* one partner, or among three or more (not
 kept: a pair is what the history knows). Per partner family (``namespace/family``, as the scheduler keys
 a pod's profile) and alone, the job keeps the seconds and the integral of its own utilization
-(:class:`~kubecell.profiler.history.SharedUse`), replaced with the job at each pass.
+(:class:`~kubecell.profiler.history.SharedUse`), replaced with the job at each pass. Two jobs on one GPU
+need the same series: a pass reads each GPU once (:class:`GpuSeries`), widening what it holds only by the
+time a later job lived beyond it.
 
 **Reading** (:func:`pair_speeds`, :func:`pair_history`): per family, its solo busy fraction over all its jobs'
 time alone; per ordered pair, its busy fraction beside the partner over that, as a speed capped at 1 (a job is
@@ -30,6 +32,7 @@ Untrusted input: the series are what a node wrote. A sample that is not a ratio 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -50,6 +53,9 @@ MIN_SECONDS = 300.0
 """Observed time below which a pair (or a family's time alone) says nothing: a few samples of one phase."""
 MIN_SOLO_BUSY = 0.05
 """A family busy less than this alone has no GPU time to lose: its ratio would be noise over noise."""
+
+MAX_HELD_SAMPLES = 1_000_000
+"""Samples a pass keeps of the GPUs it read (about 100 MB), the GPU read least recently let go first."""
 
 PodId = tuple[str, str]
 """(namespace, pod name)."""
@@ -99,21 +105,87 @@ class Observed:
     problems: tuple[str, ...]
 
 
+class GpuSeries:
+    """Every pod's utilization samples on each GPU, read from ``client`` once per pass.
+
+    Why: the jobs sharing a GPU each need every pod's series on it over their own lives, which overlap. The
+    first job's window is read; a later job's is served from it, and only the time it lived beyond what is
+    held is read (before it, after it, or both). Held samples are bounded (``max_samples``): the GPU read
+    least recently is let go first, and read again if a job asks for it later."""
+
+    def __init__(self, client: Prometheus, *, chunk: float = DEFAULT_CHUNK,
+                 max_samples: int = MAX_HELD_SAMPLES) -> None:
+        self.client = client
+        self.chunk = chunk
+        self.max_samples = max_samples
+        self._held: OrderedDict[tuple[str, str], tuple[float, float, dict[PodId, dict[float, float]]]] = (
+            OrderedDict())
+        self._counts: dict[tuple[str, str], int] = {}
+
+    def on(self, node: str, gpu: str, start: float, end: float) -> dict[PodId, list[Sample]]:
+        """Each pod's samples on ``gpu`` of ``node`` with ``start <= time <= end``, in time order (a pod
+        scraped twice: its samples once; a pod without samples then: absent)."""
+        key = (node, gpu)
+        held = self._held.pop(key, None)
+        if held is None:
+            low, high, pods = start, end, self._read(node, gpu, start, end, {})
+        else:
+            low, high, pods = held
+            if start < low:
+                self._read(node, gpu, start, low, pods)
+            if end > high:
+                self._read(node, gpu, high, end, pods)
+            low, high = min(low, start), max(high, end)
+        self._held[key] = (low, high, pods)
+        self._counts[key] = sum(len(samples) for samples in pods.values())
+        while len(self._held) > 1 and sum(self._counts.values()) > self.max_samples:
+            oldest, _ = self._held.popitem(last=False)
+            del self._counts[oldest]
+        within = {pod: sorted((t, v) for t, v in samples.items() if start <= t <= end)
+                  for pod, samples in pods.items()}
+        return {pod: samples for pod, samples in within.items() if samples}
+
+    def _read(self, node: str, gpu: str, start: float, end: float,
+              into: dict[PodId, dict[float, float]]) -> dict[PodId, dict[float, float]]:
+        selector = f"{UTILIZATION.name}{{node={quote(node)}, gpu={quote(gpu)}}}"
+        for series in self.client.raw(selector, start, end, chunk=self.chunk, finite=False):
+            seen = into.setdefault((series.labels.get("namespace", ""), series.labels.get("pod", "")), {})
+            for t, v in series.samples:
+                seen.setdefault(t, v)
+        return into
+
+
 def observe_sharing(client: Prometheus, namespace: str, pods: Sequence[str], start: float, end: float,
-                    family_key: Callable[[PodId], str | None], *, chunk: float = DEFAULT_CHUNK) -> Observed:
+                    family_key: Callable[[PodId], str | None], *, chunk: float = DEFAULT_CHUNK,
+                    gpus: GpuSeries | None = None, placed: Mapping[str, tuple[str, str]] | None = None) -> Observed:
     """How ``pods`` (of one job in ``namespace``) used their GPUs alone and beside each partner family over
     ``[start, end]`` (see the module). ``family_key`` names a pod's family (``namespace/family``), or None for
-    a pod that is not to be counted (unknown, or under MPS): time beside it is dropped.
+    a pod that is not to be counted (unknown, or under MPS): time beside it is dropped. ``gpus`` is the pass's
+    reader of whole GPUs, shared between its jobs (one of its own otherwise).
+
+    ``placed`` names the (node, GPU UUID) a pod was given (its allocation record): its samples are then read
+    with its GPU's. A pod not placed, or without samples there, is looked up by its own series' labels.
 
     Raises :class:`~kubecell.profiler.prometheus.PrometheusError` only when Prometheus fails."""
     if not pods:
         return Observed((), ())
-    own = client.raw(UTILIZATION.selector(namespace, tuple(pods)), start, end, chunk=chunk, finite=False)
+    gpus = gpus or GpuSeries(client, chunk=chunk)
     by_gpu: dict[tuple[str, str], dict[str, dict[float, float]]] = {}
+    unplaced: list[str] = []
+    for pod in pods:
+        where = (placed or {}).get(pod)
+        found = gpus.on(*where, start, end).get((namespace, pod)) if where and len(by_gpu) < MAX_GPUS_PER_JOB \
+            else None
+        if where and found:
+            by_gpu.setdefault(where, {})[pod] = dict(found)
+        else:
+            unplaced.append(pod)
     problems: list[str] = []
+    own = client.raw(UTILIZATION.selector(namespace, tuple(unplaced)), start, end, chunk=chunk, finite=False) \
+        if unplaced else []
     for series in own:
         pod, node, gpu = (series.labels.get(label, "") for label in ("pod", "node", "gpu"))
-        if pod not in pods:
+        if pod not in unplaced:
             continue
         if not node or not gpu:
             problems.append(f"pod {pod}: a {UTILIZATION.name} series without node or gpu label: not observed")
@@ -125,15 +197,9 @@ def observe_sharing(client: Prometheus, namespace: str, pods: Sequence[str], sta
         problems.append(f"{len(by_gpu)} GPUs; sharing observed on the first {MAX_GPUS_PER_JOB}")
     sums: dict[str, list[float]] = {}
     for node, gpu in sorted(by_gpu)[:MAX_GPUS_PER_JOB]:
-        selector = f"{UTILIZATION.name}{{node={quote(node)}, gpu={quote(gpu)}}}"
-        everyone: dict[PodId, dict[float, float]] = {}
-        for series in client.raw(selector, start, end, chunk=chunk, finite=False):
-            pod_id = (series.labels.get("namespace", ""), series.labels.get("pod", ""))
-            seen = everyone.setdefault(pod_id, {})
-            for t, v in series.samples:
-                seen.setdefault(t, v)
+        everyone = gpus.on(node, gpu, start, end)
         for pod, samples in by_gpu[(node, gpu)].items():
-            others = {pod_id: sorted(s.items()) for pod_id, s in everyone.items() if pod_id != (namespace, pod)}
+            others = {pod_id: s for pod_id, s in everyone.items() if pod_id != (namespace, pod)}
             for partner, (seconds, busy) in use_beside(sorted(samples.items()), others).items():
                 key = ALONE if partner is None else family_key(partner)
                 if key is None:

@@ -9,7 +9,8 @@ the pass with that error, since no job could be profiled.
 
 A share job's record also keeps how its pods used their GPUs alone and beside each partner family
 (:mod:`kubecell.profiler.pairs`); partners are named from the pods this pass lists, so a partner already
-deleted is not counted.
+deleted is not counted. The jobs of a pass share one reader of whole GPUs
+(:class:`~kubecell.profiler.pairs.GpuSeries`), so two jobs on one GPU read its series once.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from kubecell.profiler.collect import Job, collect
 from kubecell.profiler.history import JobHistory, JobRecord, Outcome, PodRecord, ProfilerStoreError, SharedUse
 from kubecell.profiler.identity import family_of
 from kubecell.profiler.jobs import FoundJob, finished_at, parse_time
-from kubecell.profiler.pairs import PodId, observe_sharing
+from kubecell.profiler.pairs import GpuSeries, PodId, observe_sharing
 from kubecell.profiler.prometheus import Prometheus
 
 
@@ -50,6 +51,18 @@ def time_sliced(pod: Mapping[str, Any]) -> bool:
     return record is not None and record.isolation == "accounting"
 
 
+def gpu_of(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(node, GPU UUID) of the one GPU ``pod``'s allocation record gives it (None: no record, or not one GPU):
+    where the node agent labels its utilization series."""
+    try:
+        record = pod_fields.record_of(pod)
+    except RecordError:
+        return None
+    if record is None or len(record.gpus) != 1 or not record.node or not record.gpus[0].uuid:
+        return None
+    return record.node, record.gpus[0].uuid
+
+
 def sharing_keys(jobs: Iterable[FoundJob]) -> dict[PodId, str]:
     """(namespace, pod) -> ``namespace/family`` of every time-sliced pod of ``jobs``: the partners counted."""
     return {(job.namespace, str(pod["metadata"]["name"])): "/".join(family_of(pod))
@@ -57,18 +70,21 @@ def sharing_keys(jobs: Iterable[FoundJob]) -> dict[PodId, str]:
 
 
 def record_of(job: FoundJob, client: Prometheus, now: datetime,
-              partners: Mapping[PodId, str] | None = None) -> JobRecord:
+              partners: Mapping[PodId, str] | None = None, gpus: GpuSeries | None = None) -> JobRecord:
     """``job`` with its series read over its life so far (from its first start, or its creation, to its end),
     and, for a share job, its sharing beside the ``partners`` (:func:`sharing_keys`, which names the job's own
-    time-sliced pods too: the only ones observed)."""
+    time-sliced pods too: the only ones observed), its GPUs read through the pass's ``gpus``."""
     start = (job.started or job.created).timestamp()
     end = max((job.finished or now).timestamp(), start + 1.0)
     profile = collect(client, Job(job.namespace, job.pod_names, start, end))
     sharing: tuple[SharedUse, ...] = ()
     sharing_problems: tuple[str, ...] = ()
-    sliced = [name for name in job.pod_names if (job.namespace, name) in (partners or {})]
+    sliced = {str(pod["metadata"]["name"]): pod for pod in job.pods
+              if (job.namespace, str(pod["metadata"]["name"])) in (partners or {})}
     if job.gpus_per_pod == 1 and job.milli_gpu_per_pod < MILLI_PER_GPU and sliced:
-        observed = observe_sharing(client, job.namespace, sliced, start, end, (partners or {}).get)
+        placed = {name: where for name, pod in sliced.items() if (where := gpu_of(pod)) is not None}
+        observed = observe_sharing(client, job.namespace, list(sliced), start, end, (partners or {}).get,
+                                   gpus=gpus, placed=placed)
         sharing, sharing_problems = observed.sharing, observed.problems
     pods = []
     for pod in job.pods:
@@ -99,6 +115,7 @@ def profile_jobs(jobs: Iterable[FoundJob], client: Prometheus, history: JobHisto
     now = now or datetime.now(UTC)
     jobs = list(jobs)
     partners = sharing_keys(jobs)
+    gpus = GpuSeries(client)
     saved: list[JobRecord] = []
     unchanged: list[str] = []
     refused: list[tuple[str, str]] = []
@@ -111,7 +128,8 @@ def profile_jobs(jobs: Iterable[FoundJob], client: Prometheus, history: JobHisto
                 unchanged.append(job.uid)
                 continue
         try:
-            record = record_of(job, client, now, partners)  # a record the history would refuse fails here, before I/O
+            # a record the history would refuse fails here, before I/O
+            record = record_of(job, client, now, partners, gpus)
         except ProfilerStoreError as error:
             refused.append((job.uid, str(error)))
             continue
