@@ -39,9 +39,14 @@ def _gpu_problem(record: AllocationRecord, request: Request) -> str | None:
             return (f"holds {held} GPU(s) at {record.gpu_milli} milli but the pod asks for {request.gpu_count} whole "
                     "GPU(s)")
         return None
-    if held != 1 or record.gpu_milli != request.gpu_milli or record.gpu_memory_mib != request.gpu_memory_mib:
+    # A share may be granted less compute than it asks (``--place-by-use``: its family's need), but some, never
+    # none (0 is "no compute limit" to the node agent) and never more; and exactly the memory it asks (memory is
+    # not elastic). A smaller grant binds only the pod itself (the node agent enforces the record), so a record
+    # written by hand gains nothing that asking for less would not.
+    granted = record.gpu_milli == request.gpu_milli or 0 < record.gpu_milli < request.gpu_milli
+    if held != 1 or not granted or record.gpu_memory_mib != request.gpu_memory_mib:
         return (f"holds {held} GPU(s) with {record.gpu_milli} milli and {record.gpu_memory_mib} MiB each but the pod "
-                f"asks for a share of one GPU ({request.gpu_milli} milli, {request.gpu_memory_mib} MiB)")
+                f"asks for a share of one GPU (at most {request.gpu_milli} milli, {request.gpu_memory_mib} MiB)")
     return None
 
 

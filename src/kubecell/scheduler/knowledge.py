@@ -11,7 +11,7 @@ knows nothing about: None is the answer then.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from kubecell.core.engine.job import JobSpec
@@ -53,3 +53,17 @@ def informed(spec: JobSpec, pod: Mapping[str, Any], knowledge: Knowledge | None,
     if expected is None and member is spec.member:
         return spec
     return dataclasses.replace(spec, member=member, expected_seconds=expected)
+
+
+def as_granted(spec: JobSpec, granted_milli: Sequence[int]) -> JobSpec:
+    """``spec``, restored from its pods, with the compute share its records grant where that is less than the
+    pods ask: a share placed by its family's use holds what it was granted (what the node agent enforces),
+    whether or not ``place_by_use`` is still on. Members granted unequal shares (none of kubecell's making) hold
+    the largest, so a GPU is never counted emptier than it is."""
+    member = spec.member
+    if spec.groups or not member.is_share or not granted_milli:
+        return spec
+    milli = max(granted_milli)
+    if not 0 < milli < member.gpu_milli:
+        return spec
+    return dataclasses.replace(spec, member=dataclasses.replace(member, gpu_milli=milli))

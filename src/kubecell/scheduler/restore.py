@@ -47,6 +47,7 @@ from kubecell.scheduler.cluster import Mirror
 from kubecell.scheduler.gate import NodeGate
 from kubecell.scheduler.intake import Intake, isolation_nodes
 from kubecell.scheduler.jobs import Tracked, gang_spec, on_one_model
+from kubecell.scheduler.knowledge import as_granted, informed
 from kubecell.scheduler.tracking import Tracking
 
 log = logging.getLogger("kubecell.scheduler")
@@ -286,6 +287,10 @@ class Restorer:
         except InvalidInputError as error:
             log.error("cannot restore %s: %s", name, error)
             return None
+        # as granted (a share placed by use), and with what the history says of it, as intake gave it: the
+        # co-location rule judges the shares already on a GPU by their families' use, before a restart and after
+        spec = informed(as_granted(spec, [m.record.gpu_milli for m in members if m.record.gpus]), first.pod,
+                        self.intake.knowledge)
         pinned = _one_model(state, spec, members) if group is not None and group.maximum is not None \
             and elastic_owner(first.pod) is not None else None
         if pinned is not None:  # an ElasticJob's gang runs on one model: the one its members run on
