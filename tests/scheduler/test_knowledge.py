@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubecell.core.interference import JobKey, PairHistory, SoloProfile, SummedUtilThreshold, informed_by_pairs
-from kubecell.scheduler.knowledge import Knowledge
+from kubecell.scheduler.knowledge import Knowledge, counted_by_kubernetes
 from tests.core.support import engine, make_nodes
 from tests.scheduler.test_shrink_pods import Loop
 from tests.scheduler.trust_support import pod_body
@@ -75,17 +75,44 @@ def test_the_colocation_rule_keeps_heavy_shares_apart_on_the_intake_path() -> No
     assert gpus["light-0"] in (gpus["heavy-0"], gpus["heavy-1"]), "20 % fits beside either"
 
 
+def labelled_share(name: str, fraction: str = "0.4") -> dict[str, Any]:
+    """A share asked by KubeShare's labels: no extended resource, so nothing but kubecell counts it."""
+    body = pod_body("ns", name, {}, labels={"sharedgpu/gpu_request": fraction,
+                                            "sharedgpu/gpu_mem": str(1000 * 1024 * 1024)})
+    body["metadata"].update(uid=f"uid-{name}", creationTimestamp="1970-01-01T00:00:00Z")
+    body["status"] = {"phase": "Pending"}
+    return body
+
+
 def test_place_by_use_places_a_share_at_its_familys_need_never_above_what_it_asked() -> None:
     loop = Loop(engine(make_nodes(1, gpus=2), {"b": {"gpus": 2}}))
     loop.intake.knowledge = Known({}, {}, {"idle": 150, "busy": 900})
-    loop.add(share("idle-0", 400), share("busy-0", 400), share("new-0", 400))
+    loop.add(labelled_share("idle-0"), labelled_share("busy-0"), labelled_share("new-0"))
     assert job_of(loop, "idle-0").spec.member.gpu_milli == 400, "off by default"
     loop.intake.place_by_use = True
-    loop.add(share("idle-1", 400), share("busy-1", 400), share("new-1", 400))
+    loop.add(labelled_share("idle-1"), labelled_share("busy-1"), labelled_share("new-1"))
     assert job_of(loop, "idle-1").spec.member.gpu_milli == 150
     assert job_of(loop, "idle-1").spec.member.gpu_memory_mib == 1000, "memory is never lowered"
     assert job_of(loop, "busy-1").spec.member.gpu_milli == 400, "the request is the limit"
     assert job_of(loop, "new-1").spec.member.gpu_milli == 400, "no advice: as asked"
+
+
+def test_place_by_use_never_lowers_a_share_kubernetes_counts() -> None:
+    """A share asked as ``kubecell.io/gpu-milli``: the kubelet hands the device plugin as many slots as the
+    limit, and the node agent refuses more than the record grants, so a smaller grant would fail the pod; one
+    asked through a ResourceClaim has its capacity recorded in the claim's allocation."""
+    loop = Loop(engine(make_nodes(1, gpus=2), {"b": {"gpus": 2}}))
+    loop.intake.knowledge = Known({}, {}, {"idle": 150})
+    loop.intake.place_by_use = True
+    loop.add(share("idle-2", 400))
+    assert job_of(loop, "idle-2").spec.member.gpu_milli == 400
+    assert counted_by_kubernetes(share("idle-3", 400))
+    assert counted_by_kubernetes({"spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}],
+                                           "containers": [{"name": "main"}]}})
+    assert not counted_by_kubernetes(labelled_share("idle-4"))
+    init_only = labelled_share("idle-5")
+    init_only["spec"]["initContainers"] = [{"name": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+    assert counted_by_kubernetes(init_only)
 
 
 def test_known_pairs_decide_before_the_rule_on_the_intake_path() -> None:

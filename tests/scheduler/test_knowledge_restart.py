@@ -59,8 +59,9 @@ def test_a_share_placed_by_use_is_restored_as_granted_and_its_profile_still_rule
         testbed: ControlPlaneState, kube: Kube, namespace: str, start_scheduler: type[RunningScheduler]) -> None:
     options = SchedulerOptions(knowledge=Families(), place_by_use=True, colocation=SummedUtilThreshold(100))
     first = start_scheduler(testbed, options)
-    limits = {"kubecell.io/gpu-milli": "400", "kubecell.io/gpu-memory": "1000"}
-    create_pod(kube, namespace, "light-0", limits)
+    # asked by KubeShare's labels: a share only kubecell counts, so one placed by use may get less than it asks
+    create_pod(kube, namespace, "light-0", {}, labels={"sharedgpu/gpu_request": "0.4",
+                                                      "sharedgpu/gpu_mem": str(1000 * 1024 * 1024)})
     node = wait_for("the light share to be bound", lambda: node_and_gpus(kube, namespace, "light-0"))
     before = [held for held in held_on(first.scheduler, node) if held[0].startswith(f"{namespace}/light-0")]
     assert [milli for _, _, milli in before] == [150], "placed at its family's need, below the 400 it asked"

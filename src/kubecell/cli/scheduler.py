@@ -73,7 +73,8 @@ History = Annotated[str, typer.Option(help=(
 QueueOrder = Annotated[str, typer.Option(help="Inside a VC: 'age' or 'shortest-expected' (from --history).")]
 PlaceByUse = Annotated[bool, typer.Option("--place-by-use", help=(
     "Place a GPU share at the share its family needed (from --history), when less than it asked; the allocation "
-    "record, and so MPS's limit, grants that smaller share."))]
+    "record, and so MPS's limit, grants that smaller share. Only shares asked by labels (KubeShare's): one asked "
+    "as an extended resource or a ResourceClaim is counted by Kubernetes as asked, and keeps it."))]
 Colocation = Annotated[str, typer.Option(help="Which shares may share a GPU: " + RULE_SYNTAX + "; '' packs by "
                                          "capacity alone.")]
 DEFAULT_PAIR_FLOOR = MEASURED_FLOOR
