@@ -357,6 +357,10 @@ def test_the_scheduler_asks_the_pairs_under_the_keys_the_profiler_keeps(tmp_path
         profiles = [knowledge.profile(bert), knowledge.profile(resnet)]
         assert [p.key if p else None for p in profiles] == [JobKey(keys[("ns", "bert-7-x")]),
                                                             JobKey(keys[("ns", "resnet-9-y")])]
+        assert [knowledge.family(bert), knowledge.family(resnet)] == [p.key for p in profiles if p], (
+            "a family without a solo profile yet is keyed as one with")
+        assert knowledge.profile(share_pod("gpt-1-z", "gpt-1")) is None
+        assert knowledge.family(share_pod("gpt-1-z", "gpt-1")) == JobKey("ns/gpt")
         sharers = [p for p in profiles if p is not None]
         assert SummedUtilThreshold(100).admits(sharers, 80_000), "80 % and 20 % alone: the sum admits them"
         assert not informed_by_pairs(SummedUtilThreshold(100), knowledge, 0.95).admits(sharers, 80_000), (

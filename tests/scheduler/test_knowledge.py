@@ -19,8 +19,8 @@ class Known:
     """Knowledge by pod name prefix (what a history would say of each family)."""
 
     def __init__(self, runs: Mapping[str, float], uses: Mapping[str, float],
-                 shares: Mapping[str, int] | None = None) -> None:
-        self.runs, self.uses, self.shares = runs, uses, shares or {}
+                 shares: Mapping[str, int] | None = None, keyed: frozenset[str] = frozenset()) -> None:
+        self.runs, self.uses, self.shares, self.keyed = runs, uses, shares or {}, keyed
         self.asked: list[str] = []
 
     def _family(self, pod: Mapping[str, Any]) -> str:
@@ -38,6 +38,10 @@ class Known:
 
     def share_milli(self, pod: Mapping[str, Any]) -> int | None:
         return self.shares.get(self._family(pod))
+
+    def family(self, pod: Mapping[str, Any]) -> JobKey | None:
+        family = self._family(pod)
+        return JobKey(family) if family in self.keyed else None
 
 
 def share(name: str, milli: int = 400) -> dict[str, Any]:
@@ -137,3 +141,23 @@ def test_known_pairs_decide_before_the_rule_on_the_intake_path() -> None:
     loop.cycle(1)
     assert all(job_of(loop, pod).running_members for pod in ("calm-0", "quiet-0")), (
         "60 % + 60 % is above the limit, but neither lost anything beside the other: both run on the one GPU")
+
+
+def test_known_pairs_decide_for_a_family_without_a_solo_profile_yet() -> None:
+    """A family with fewer finished jobs than a solo profile needs, but observed beside another (the profiler
+    keeps pairs from running jobs too): its request stands for its use, under its family's key, so the pair
+    history decides as it would with a profile."""
+    pairs = PairHistory()
+    for own, partner, speed in (("mid", "other", 0.6), ("other", "mid", 1.0)):
+        pairs.observe(JobKey(own), JobKey(partner), speed, 3600.0)
+    rule = informed_by_pairs(SummedUtilThreshold(100), pairs, 0.95)
+    for keyed, apart in ((frozenset({"mid", "other"}), True), (frozenset(), False)):
+        loop = Loop(engine(make_nodes(1, gpus=2), {"b": {"gpus": 2}}, colocation=rule))
+        loop.intake.knowledge = Known({}, {}, keyed=keyed)
+        loop.add(share("mid-0"), share("other-0"))
+        loop.cycle(1)
+        gpus = {pod: loop.state.engine.book.allocations[next(iter(job_of(loop, pod).running_members))].gpu_indices
+                for pod in ("mid-0", "other-0")}
+        assert (gpus["mid-0"] != gpus["other-0"]) == apart, keyed
+        if keyed:
+            assert job_of(loop, "mid-0").spec.member.profile == SoloProfile(JobKey("mid"), 40.0, 40.0, 1000.0)

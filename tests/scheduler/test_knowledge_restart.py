@@ -42,6 +42,9 @@ class Families:
         family = self._family(pod)
         return self.USE[family][1] if family in self.USE else None
 
+    def family(self, pod: Mapping[str, Any]) -> JobKey | None:
+        return None
+
 
 def node_and_gpus(kube: Kube, namespace: str, name: str) -> str:
     return str(pod(kube, namespace, name)["spec"].get("nodeName") or "")

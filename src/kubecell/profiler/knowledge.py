@@ -89,7 +89,7 @@ class HistoryKnowledge:
         peak = max(p.gpu_memory_mib[-1] for p in profiles)
         # No memory-controller series is kept: its utilization is taken as the compute's (the conservative side
         # for a calibrated bandwidth term, and exact where the model's bandwidth term is 0).
-        return expected, SoloProfile(JobKey(f"{namespace}/{family}"), util, util, peak), share
+        return expected, SoloProfile(JobKey(f"{namespace}/{family}"), util, util, peak), share  # as ``family``
 
     def expected_seconds(self, pod: Mapping[str, Any]) -> float | None:
         return self._answers(pod)[0]
@@ -99,6 +99,10 @@ class HistoryKnowledge:
 
     def share_milli(self, pod: Mapping[str, Any]) -> int | None:
         return self._answers(pod)[2]
+
+    def family(self, pod: Mapping[str, Any]) -> JobKey | None:
+        """``namespace/family``: the key of the family's profile here and of its pairs (``profiler.pairs``)."""
+        return JobKey("/".join(family_of(pod)))
 
     def speed(self, own: JobKey, partner: JobKey) -> float | None:
         """How fast ``own``'s family ran beside ``partner``'s on a shared GPU (None: not observed long enough),

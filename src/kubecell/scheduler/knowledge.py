@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from kubecell.core.engine.job import JobSpec
-from kubecell.core.interference.profile import SoloProfile
+from kubecell.core.interference.profile import JobKey, SoloProfile
+from kubecell.core.placement.colocation import as_asked
 
 
 class Knowledge(Protocol):
@@ -27,6 +28,9 @@ class Knowledge(Protocol):
 
     def share_milli(self, pod: Mapping[str, Any]) -> int | None:
         """The compute share per GPU this pod's family needs (``core.rightsizing``); None: no advice."""
+
+    def family(self, pod: Mapping[str, Any]) -> JobKey | None:
+        """The key this pod's family's profile and pairs are kept under; None: none."""
 
 
 def counted_by_kubernetes(pod: Mapping[str, Any]) -> bool:
@@ -49,7 +53,9 @@ def counted_by_kubernetes(pod: Mapping[str, Any]) -> bool:
 def informed(spec: JobSpec, pod: Mapping[str, Any], knowledge: Knowledge | None, *,
              place_by_use: bool = False) -> JobSpec:
     """``spec`` with what ``knowledge`` says of ``pod``'s family. A gang of member groups gets the run time only:
-    a profile describes one shape, and only shares are judged by the co-location rule.
+    a profile describes one shape, and only shares are judged by the co-location rule. A share whose family has
+    no solo profile yet is judged by its request as before, under its family's key, so that what the history
+    observed of the family beside others (``core.interference.informed_by_pairs``) applies to it already.
 
     ``place_by_use``: a share is placed at the share its family needs when that is less than it asked (never
     more: the request is the pod's limit). The allocation record then grants the smaller share, and the node
@@ -62,6 +68,8 @@ def informed(spec: JobSpec, pod: Mapping[str, Any], knowledge: Knowledge | None,
     expected = knowledge.expected_seconds(pod)
     simple_share = not spec.groups and spec.member.is_share
     profile = knowledge.profile(pod) if simple_share else None
+    if profile is None and simple_share and (family := knowledge.family(pod)) is not None:
+        profile = as_asked(spec.member, family)  # no solo profile yet: its request, under its family's key
     lowerable = simple_share and place_by_use and not counted_by_kubernetes(pod)
     milli = knowledge.share_milli(pod) if lowerable else None
     member = spec.member

@@ -25,12 +25,16 @@ from kubecell.core.interference.profile import JobKey, SoloProfile
 from kubecell.core.model import MILLI_PER_GPU, Request
 
 
+def as_asked(request: Request, key: JobKey | None = None) -> SoloProfile:
+    """What ``request`` says it uses (see the module), under ``key`` (its family's, where a driver knows the
+    family but not yet its use: a pair history can still know the family's pairs) or the request's name."""
+    percent = 100.0 * min(request.gpu_milli, MILLI_PER_GPU) / MILLI_PER_GPU
+    return SoloProfile(key or JobKey(request.name), percent, percent, float(request.gpu_memory_mib))
+
+
 def usage_of(request: Request) -> SoloProfile:
     """The request's profile, or what its request says it uses (see the module)."""
-    if request.profile is not None:
-        return request.profile
-    percent = 100.0 * min(request.gpu_milli, MILLI_PER_GPU) / MILLI_PER_GPU
-    return SoloProfile(JobKey(request.name), percent, percent, float(request.gpu_memory_mib))
+    return request.profile if request.profile is not None else as_asked(request)
 
 
 class SharersTable:
