@@ -114,3 +114,20 @@ def test_the_schedulers_knowledge_flags_are_checked_before_the_cluster_is_touche
     assert rule.busy == BlindSharing()
     knowledge.history.close()
     assert learned("", "age", "blind")["colocation"] == BlindSharing(), "without a history nothing to ask"
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--tls-cert", "/nonexistent.crt", "--tls-key", "/nonexistent.key"], "not a certificate and its key"),
+    (["--listen", "127.0.0.1:99999"], "--listen '127.0.0.1:99999'"),
+    (["--listen", ""], "a webhook must listen"),
+], ids=["no such certificate", "no such port", "no address"])
+def test_the_right_sizing_webhook_checks_its_flags_before_it_serves(args: list[str], says: str,
+                                                                     tmp_path: Path) -> None:
+    from kubecell.testbed import pki
+
+    files = pki.create(tmp_path / "pki", "https://127.0.0.1:1")
+    given = ["--tls-cert", str(files.serving_cert), "--tls-key", str(files.serving_key)]
+    result = CliRunner().invoke(app, ["profile", "webhook", "--db", f"sqlite:///{tmp_path / 'h.db'}",
+                                      *given, *args])
+    assert result.exit_code == 2, result.output
+    assert says in " ".join(result.output.split())

@@ -189,3 +189,50 @@ def report(
         pairs = _pairs(history, namespace)
     page = write_report(records, out, pairs)
     stdout_console().print(f"{len(records)} job(s): {page}", highlight=False)
+
+
+@profile_app.command("webhook")
+def webhook(
+    tls_cert: Annotated[Path, typer.Option(help="The serving certificate (PEM) the API server verifies.")],
+    tls_key: Annotated[Path, typer.Option(help="Its private key (PEM).")],
+    db: DbOption = DEFAULT_DB,
+    listen: Annotated[str, typer.Option(help="HOST:PORT to serve HTTPS on.")] = "0.0.0.0:8443",
+) -> None:
+    """The right-sizing admission webhook: lowers a new pod's kubecell.io/gpu-milli to its family's need
+    (deploy/rightsize). Runs until SIGTERM or Ctrl-C."""
+    import ssl
+    import threading
+
+    from kubecell.cli.service import stop_on_signals
+    from kubecell.scheduler.observe.web.app import serve
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(str(tls_cert), str(tls_key))
+    except (OSError, ssl.SSLError) as error:
+        _fail(f"--tls-cert {tls_cert} / --tls-key {tls_key}: not a certificate and its key: {error}")
+    from kubecell.cli.scheduler import listen_address
+    from kubecell.core.errors import InvalidInputError
+
+    try:
+        address = listen_address(listen)
+    except InvalidInputError as error:
+        _fail(str(error))
+    if address is None:
+        _fail("--listen: a webhook must listen (HOST:PORT)")
+    host, port = address
+    from kubecell.profiler.knowledge import HistoryKnowledge
+    from kubecell.profiler.webhook import webhook_app
+
+    stop = threading.Event()
+    stop_on_signals(stop)
+    with _history(db) as history:
+        knowledge = HistoryKnowledge(history)
+        try:
+            served = serve(webhook_app(knowledge.share_milli), host, port, tls=(str(tls_cert), str(tls_key)))
+        except (OSError, RuntimeError) as error:
+            _fail(f"cannot listen on {host}:{port}: {error}")
+        stderr_console().print(f"right-sizing webhook on {served.url}/mutate", highlight=False)
+        try:
+            stop.wait()
+        finally:
+            served.stop()

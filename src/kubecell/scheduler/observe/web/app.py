@@ -76,10 +76,11 @@ class Served:
     thread: threading.Thread
     host: str
     port: int
+    tls: bool = False
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     def stop(self, timeout: float = 5.0) -> None:
         """Close the listener, end open event streams (within ~1 s) and wait for the thread (bounded)."""
@@ -91,8 +92,10 @@ class Served:
             log.warning("the HTTP server did not stop within %.0f s", 2 * timeout)
 
 
-def serve(app: Starlette, host: str, port: int, *, started_timeout: float = 10.0) -> Served:
-    """Serve ``app`` on ``host``:``port`` (0: any free port) from a daemon thread.
+def serve(app: Starlette, host: str, port: int, *, started_timeout: float = 10.0,
+          tls: tuple[str, str] | None = None) -> Served:
+    """Serve ``app`` on ``host``:``port`` (0: any free port) from a daemon thread; over HTTPS with ``tls``
+    (certificate and key files, PEM), as an admission webhook must be.
 
     The socket is bound here, in the caller's thread, so a port in use fails the caller at once with the
     usual ``OSError`` instead of dying silently in the server thread.
@@ -111,7 +114,8 @@ def serve(app: Starlette, host: str, port: int, *, started_timeout: float = 10.0
         raise
     bound = int(sock.getsockname()[1])
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                            timeout_graceful_shutdown=1, ws="none")
+                            timeout_graceful_shutdown=1, ws="none",
+                            ssl_certfile=tls[0] if tls else None, ssl_keyfile=tls[1] if tls else None)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="http", daemon=True)
     thread.start()
@@ -123,4 +127,4 @@ def serve(app: Starlette, host: str, port: int, *, started_timeout: float = 10.0
         with contextlib.suppress(OSError):
             sock.close()
         raise RuntimeError(f"the HTTP server on {host}:{bound} did not start within {started_timeout:.0f} s")
-    return Served(server, thread, host, bound)
+    return Served(server, thread, host, bound, tls is not None)

@@ -1,0 +1,96 @@
+"""The right-sizing admission webhook: ``POST /mutate`` lowers a new pod's GPU share to its family's need.
+
+kube-apiserver sends each pod being created (where the MutatingWebhookConfiguration selects it) as an
+``AdmissionReview`` (``admission.k8s.io/v1``); the answer always allows the pod, with a JSON patch where
+:func:`kubecell.kube.rightsize.right_sized` lowers its ``kubecell.io/gpu-milli`` to the share its family's
+finished jobs needed (the job history through :class:`~kubecell.profiler.knowledge.HistoryKnowledge`: cached per
+family, a database error answers no advice). A patched pod gets a warning that ``kubectl`` prints, saying what
+was changed and why.
+
+The webhook never refuses a pod: what it cannot read, it lets through unchanged (a request that is not an
+AdmissionReview gets 400, which the API server treats by the configuration's ``failurePolicy``, ``Ignore`` in
+``deploy/rightsize``). Nothing a pod says raises its share: the advice comes from the history, and only lowers.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from kubecell.kube.names import RESOURCE_GPU_MILLI
+from kubecell.kube.rightsize import right_sized
+
+log = logging.getLogger("kubecell.profiler.webhook")
+
+MAX_BODY_BYTES = 3 * 1024 * 1024
+"""The API server's own limit on an object is about 1.5 MiB; a review carries it (and its old copy) once."""
+
+Advice = Callable[[Mapping[str, Any]], int | None]
+"""A pod -> the compute share per GPU its family needs (``HistoryKnowledge.share_milli``)."""
+
+
+class ReviewError(ValueError):
+    """A body that is not an AdmissionReview this webhook can answer."""
+
+
+def answer(body: bytes, advice: Advice) -> dict[str, Any]:
+    """The AdmissionReview answering the review in ``body`` (see the module). Raises :class:`ReviewError`."""
+    try:
+        review = json.loads(body)
+    except ValueError as error:
+        raise ReviewError(f"not JSON: {error}") from None
+    if not isinstance(review, dict) or review.get("kind") != "AdmissionReview" \
+            or review.get("apiVersion") != "admission.k8s.io/v1":
+        raise ReviewError("not an admission.k8s.io/v1 AdmissionReview")
+    request = review.get("request")
+    if not isinstance(request, dict) or not isinstance(request.get("uid"), str) or not request["uid"]:
+        raise ReviewError("an AdmissionReview without request.uid")
+    response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+    pod = request.get("object")
+    kind = (request.get("kind") or {}).get("kind") if isinstance(request.get("kind"), dict) else None
+    if kind == "Pod" and request.get("operation") == "CREATE" and isinstance(pod, dict) \
+            and isinstance(pod.get("metadata") or {}, dict):
+        asked_of = {**pod, "metadata": {**(pod.get("metadata") or {}),
+                                        "namespace": (pod.get("metadata") or {}).get("namespace")
+                                        or str(request.get("namespace") or "default")}}
+        try:
+            advised = advice(asked_of)
+        except Exception:  # a broken history is no reason to hold a pod: it goes through as it asks
+            log.exception("no advice for a pod in %s", asked_of["metadata"]["namespace"])
+            advised = None
+        resize = right_sized(pod, advised)
+        if resize.patch:
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(json.dumps(list(resize.patch)).encode()).decode()
+            response["warnings"] = [f"kubecell right-sized {RESOURCE_GPU_MILLI}: {resize.why} "
+                                    "(annotate kubecell.io/right-size: \"false\" to keep what it asks)"]
+            log.info("right-sized %s/%s: %s", asked_of["metadata"]["namespace"],
+                     asked_of["metadata"].get("name") or asked_of["metadata"].get("generateName"), resize.why)
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def webhook_app(advice: Advice) -> Starlette:
+    """``POST /mutate`` (the review) and ``GET /healthz``."""
+
+    async def mutate(request: Request) -> Response:
+        body = await request.body()
+        if len(body) > MAX_BODY_BYTES:
+            return PlainTextResponse(f"a review of {len(body)} bytes is over {MAX_BODY_BYTES}", status_code=413)
+        try:
+            return JSONResponse(await run_in_threadpool(answer, body, advice))
+        except ReviewError as error:
+            return PlainTextResponse(str(error), status_code=400)
+
+    async def healthz(_: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    return Starlette(routes=[Route("/mutate", mutate, methods=["POST"]), Route("/healthz", healthz)])
