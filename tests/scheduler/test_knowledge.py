@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubecell.core.interference import JobKey, PairHistory, SoloProfile, SummedUtilThreshold, informed_by_pairs
-from kubecell.scheduler.knowledge import Knowledge, counted_by_kubernetes
+from kubecell.kube.pods import counted_by_kubernetes
+from kubecell.scheduler.knowledge import Knowledge
 from tests.core.support import engine, make_nodes
 from tests.scheduler.test_shrink_pods import Loop
 from tests.scheduler.trust_support import pod_body

@@ -77,6 +77,23 @@ def asks_for_any(pod: Mapping[str, Any], resources: frozenset[str]) -> bool:
     return False
 
 
+def counted_by_kubernetes(pod: Mapping[str, Any]) -> bool:
+    """Whether Kubernetes itself counts what the pod asks for: a container asking an extended resource
+    (``kubecell.io/gpu-milli``: the kubelet hands the device plugin exactly as many slots as the limit, and the
+    node agent refuses more slots than the record grants, so a smaller grant would fail the pod's admission; and
+    the kubelet's count would keep the GPU fuller than the engine's), or a ResourceClaim (its allocation records
+    the capacity the claim asked). Only a share asked by labels or annotations (KubeShare's) is counted by
+    kubecell alone."""
+    spec = pod.get("spec") or {}
+    if spec.get("resourceClaims"):
+        return True
+    for container in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
+        resources = container.get("resources") or {}
+        if any("/" in str(name) for part in ("requests", "limits") for name in (resources.get(part) or {})):
+            return True
+    return False
+
+
 def created(pod: Mapping[str, Any]) -> float:
     """The pod's creation time in epoch seconds: its age in the queue survives a scheduler restart."""
     stamp = pod["metadata"].get("creationTimestamp")

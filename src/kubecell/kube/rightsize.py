@@ -3,7 +3,7 @@
 Why at admission: on a node served by kubecell's device plugin the kubelet counts a share's
 ``kubecell.io/gpu-milli`` as the container asks it (it hands the plugin exactly that many slots), so a share can
 only run at less than it asked if the pod itself asks for less. The scheduler cannot lower it later
-(``scheduler.knowledge.counted_by_kubernetes``); a mutating admission webhook can, before anyone counts it, as
+(``kube.pods.counted_by_kubernetes``); a mutating admission webhook can, before anyone counts it, as
 the Vertical Pod Autoscaler's admission controller does for CPU and memory. The advice is the family's
 (``core.rightsizing``, from the job history): the share its earlier jobs needed.
 

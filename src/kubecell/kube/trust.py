@@ -30,7 +30,7 @@ def job_base(demand: PodDemand, pod: Mapping[str, Any]) -> str:
     return f"{pods.key(pod)}@{pods.uid(pod)[:8]}"
 
 
-def _gpu_problem(record: AllocationRecord, request: Request) -> str | None:
+def _gpu_problem(record: AllocationRecord, request: Request, *, lowerable: bool) -> str | None:
     held = len(record.gpus)
     if not request.wants_gpu:
         return None if not held else f"holds {held} GPU(s) but the pod asks for none"
@@ -39,14 +39,16 @@ def _gpu_problem(record: AllocationRecord, request: Request) -> str | None:
             return (f"holds {held} GPU(s) at {record.gpu_milli} milli but the pod asks for {request.gpu_count} whole "
                     "GPU(s)")
         return None
-    # A share may be granted less compute than it asks (``--place-by-use``: its family's need), but some, never
-    # none (0 is "no compute limit" to the node agent) and never more; and exactly the memory it asks (memory is
-    # not elastic). A smaller grant binds only the pod itself (the node agent enforces the record), so a record
-    # written by hand gains nothing that asking for less would not.
-    granted = record.gpu_milli == request.gpu_milli or 0 < record.gpu_milli < request.gpu_milli
+    # A share that kubecell alone counts (``lowerable``) may be granted less compute than it asks
+    # (``--place-by-use``: its family's need), but some, never none (0 is "no compute limit" to the node agent);
+    # any share exactly the memory it asks (memory is not elastic). One that Kubernetes counts (an extended
+    # resource, a claim) holds exactly what it asks: a lower record there would only let kubecell pack its GPU
+    # past what the kubelet or the claim counts, which makes other pods fail.
+    granted = record.gpu_milli == request.gpu_milli or (lowerable and 0 < record.gpu_milli < request.gpu_milli)
     if held != 1 or not granted or record.gpu_memory_mib != request.gpu_memory_mib:
+        most = "at most " if lowerable else ""
         return (f"holds {held} GPU(s) with {record.gpu_milli} milli and {record.gpu_memory_mib} MiB each but the pod "
-                f"asks for a share of one GPU (at most {request.gpu_milli} milli, {request.gpu_memory_mib} MiB)")
+                f"asks for a share of one GPU ({most}{request.gpu_milli} milli, {request.gpu_memory_mib} MiB)")
     return None
 
 
@@ -74,4 +76,4 @@ def disagreement(pod: Mapping[str, Any], record: AllocationRecord, demand: PodDe
     if not node and (record.cpu_milli != request.cpu_milli or record.memory_mib != request.memory_mib):
         return (f"reserves {record.cpu_milli}m CPU and {record.memory_mib} MiB but the pod asks for "
                 f"{request.cpu_milli}m and {request.memory_mib} MiB")
-    return _gpu_problem(record, request)
+    return _gpu_problem(record, request, lowerable=not pods.counted_by_kubernetes(pod))

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from kubecell.core.engine.job import JobSpec
 from kubecell.core.interference.profile import JobKey, SoloProfile
 from kubecell.core.placement.colocation import as_asked
+from kubecell.kube.pods import counted_by_kubernetes
 
 
 class Knowledge(Protocol):
@@ -33,23 +34,6 @@ class Knowledge(Protocol):
         """The key this pod's family's profile and pairs are kept under; None: none."""
 
 
-def counted_by_kubernetes(pod: Mapping[str, Any]) -> bool:
-    """Whether Kubernetes itself counts what the pod asks for: a container asking an extended resource
-    (``kubecell.io/gpu-milli``: the kubelet hands the device plugin exactly as many slots as the limit, and the
-    node agent refuses more slots than the record grants, so a smaller grant would fail the pod's admission; and
-    the kubelet's count would keep the GPU fuller than the engine's), or a ResourceClaim (its allocation records
-    the capacity the claim asked). Only a share asked by labels or annotations (KubeShare's) is counted by
-    kubecell alone."""
-    spec = pod.get("spec") or {}
-    if spec.get("resourceClaims"):
-        return True
-    for container in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
-        resources = container.get("resources") or {}
-        if any("/" in str(name) for part in ("requests", "limits") for name in (resources.get(part) or {})):
-            return True
-    return False
-
-
 def informed(spec: JobSpec, pod: Mapping[str, Any], knowledge: Knowledge | None, *,
              place_by_use: bool = False) -> JobSpec:
     """``spec`` with what ``knowledge`` says of ``pod``'s family. A gang of member groups gets the run time only:
@@ -62,7 +46,7 @@ def informed(spec: JobSpec, pod: Mapping[str, Any], knowledge: Knowledge | None,
     agent enforces what the record grants (MPS's thread limit; under accounting only the overuse report): an
     operator turns this on knowing that a pod which uses more than its family did is held to the family's
     share. GPU memory is never lowered: running out of it kills a job. A share Kubernetes counts itself
-    (:func:`counted_by_kubernetes`) is never lowered either: the grant would disagree with that count."""
+    (``kube.pods.counted_by_kubernetes``) is never lowered either: the grant would disagree with that count."""
     if knowledge is None:
         return spec
     expected = knowledge.expected_seconds(pod)
