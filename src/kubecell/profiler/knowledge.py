@@ -89,7 +89,7 @@ class HistoryKnowledge:
         peak = max(p.gpu_memory_mib[-1] for p in profiles)
         # No memory-controller series is kept: its utilization is taken as the compute's (the conservative side
         # for a calibrated bandwidth term, and exact where the model's bandwidth term is 0).
-        return expected, SoloProfile(JobKey(f"{namespace}/{family}"), util, util, peak), share  # as ``family``
+        return expected, SoloProfile(JobKey(f"{namespace}/{family}"), util, util, peak), share  # keyed as family()
 
     def expected_seconds(self, pod: Mapping[str, Any]) -> float | None:
         return self._answers(pod)[0]
