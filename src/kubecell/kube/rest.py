@@ -30,6 +30,13 @@ PATCH_TYPES: Mapping[str, str] = {
 }
 
 
+
+def json_pointer(*parts: str) -> str:
+    """An RFC 6901 JSON pointer for a ``json`` patch: ``("status", "capacity", "kubecell.io/gpu-memory")`` ->
+    ``/status/capacity/kubecell.io~1gpu-memory`` (``~`` is ``~0``, ``/`` in a key ``~1``)."""
+    return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
+
+
 class ApiError(KubecellError):
     """An error answer of the API server: its HTTP status, reason and message."""
 

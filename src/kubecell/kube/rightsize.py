@@ -23,6 +23,7 @@ from typing import Any
 from kubecell.core.model import MILLI_PER_GPU
 from kubecell.kube.dialects.resources import QuantityError, parse_quantity
 from kubecell.kube.names import DOMAIN, RESOURCE_GPU_MILLI
+from kubecell.kube.rest import json_pointer
 
 ANNOTATION_ASKED = f"{DOMAIN}/asked-gpu-milli"
 """What the container asked for before it was right-sized."""
@@ -38,17 +39,17 @@ class Resize:
     why: str
 
 
-def _pointer(*parts: str) -> str:
-    """An RFC 6901 JSON pointer (``/`` in a key is ``~1``, ``~`` is ``~0``)."""
-    return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
-
-
 def _milli(value: object) -> int | None:
     try:
         amount = parse_quantity(value)
     except QuantityError:
         return None
     return int(amount) if amount == amount.to_integral_value() and amount > 0 else None
+
+
+def _asks_share(container: Mapping[str, Any]) -> bool:
+    resources = container.get("resources") or {}
+    return any(RESOURCE_GPU_MILLI in (resources.get(part) or {}) for part in ("limits", "requests"))
 
 
 def right_sized(pod: Mapping[str, Any], advice_milli: int | None) -> Resize:
@@ -58,13 +59,10 @@ def right_sized(pod: Mapping[str, Any], advice_milli: int | None) -> Resize:
     if str(annotations.get(ANNOTATION_RIGHT_SIZE, "")).lower() == "false":
         return Resize((), f"annotated {ANNOTATION_RIGHT_SIZE}: false")
     spec = pod.get("spec") or {}
-    if any(RESOURCE_GPU_MILLI in {*((c.get("resources") or {}).get("limits") or {}),
-                                  *((c.get("resources") or {}).get("requests") or {})}
-           for c in spec.get("initContainers") or ()):
+    if any(_asks_share(container) for container in spec.get("initContainers") or ()):
         return Resize((), f"an init container asks for {RESOURCE_GPU_MILLI}")
     asking = [(index, container) for index, container in enumerate(spec.get("containers") or ())
-              if RESOURCE_GPU_MILLI in {*((container.get("resources") or {}).get("limits") or {}),
-                                        *((container.get("resources") or {}).get("requests") or {})}]
+              if _asks_share(container)]
     if len(asking) != 1:
         return Resize((), f"{len(asking)} containers ask for {RESOURCE_GPU_MILLI}, not one")
     index, container = asking[0]
@@ -82,10 +80,11 @@ def right_sized(pod: Mapping[str, Any], advice_milli: int | None) -> Resize:
     if not 0 < advice_milli < milli:
         return Resize((), f"its family needs {advice_milli} milli-GPU, not less than the {milli} it asks")
     patch: list[dict[str, Any]] = [
-        {"op": "replace", "path": _pointer("spec", "containers", str(index), "resources", part, RESOURCE_GPU_MILLI),
+        {"op": "replace", "path": json_pointer("spec", "containers", str(index), "resources", part, RESOURCE_GPU_MILLI),
          "value": str(advice_milli)} for part in sorted(asked)]
     if not meta.get("annotations"):
         patch.append({"op": "add", "path": "/metadata/annotations", "value": {ANNOTATION_ASKED: str(milli)}})
     else:
-        patch.append({"op": "add", "path": _pointer("metadata", "annotations", ANNOTATION_ASKED), "value": str(milli)})
+        where = json_pointer("metadata", "annotations", ANNOTATION_ASKED)
+        patch.append({"op": "add", "path": where, "value": str(milli)})
     return Resize(tuple(patch), f"its family needs {advice_milli} milli-GPU of the {milli} it asks")

@@ -29,7 +29,7 @@ from kubecell.kube.clock import rfc3339
 from kubecell.kube.gfd import catalog_model
 from kubecell.kube.inventory_schema import GpuRecord, IsolationMode, MigInstanceRecord, NodeInventory
 from kubecell.kube.names import ANNOTATION_INVENTORY, RESOURCE_GPU_MEMORY
-from kubecell.kube.rest import ApiError, Kube
+from kubecell.kube.rest import ApiError, Kube, json_pointer
 from kubecell.node.nvml import GpuBackend, GpuDevice, summary
 from kubecell.node.xid import HealthTracker, describe
 
@@ -62,11 +62,6 @@ def advertised_isolation(configured: Sequence[IsolationMode], devices: Sequence[
     if any(device.mig_mode == "enabled" for device in devices):
         return ["mig"]
     return [mode for mode in configured if mode != "mig"]
-
-
-def _escape(resource: str) -> str:
-    """A JSON-pointer path segment (RFC 6901): ``kubecell.io/gpu-memory`` -> ``kubecell.io~1gpu-memory``."""
-    return resource.replace("~", "~0").replace("/", "~1")
 
 
 class InventoryPublisher:
@@ -206,10 +201,10 @@ class InventoryPublisher:
         healthy = sum(gpu.memory_mib for gpu in inventory.gpus if gpu.healthy)
         if self._advertised == (total, healthy):
             return
-        key = _escape(RESOURCE_GPU_MEMORY)
         path = f"/api/v1/nodes/{self.node_name}/status"
-        ops: list[dict[str, Any]] = [{"op": "add", "path": f"/status/capacity/{key}", "value": str(total)},
-                                     {"op": "add", "path": f"/status/allocatable/{key}", "value": str(healthy)}]
+        ops: list[dict[str, Any]] = [
+            {"op": "add", "path": json_pointer("status", "capacity", RESOURCE_GPU_MEMORY), "value": str(total)},
+            {"op": "add", "path": json_pointer("status", "allocatable", RESOURCE_GPU_MEMORY), "value": str(healthy)}]
         try:
             self.kube.patch(path, ops, kind="json")
         except ApiError as error:
