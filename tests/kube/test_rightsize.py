@@ -108,3 +108,19 @@ def test_a_broken_history_lets_the_pod_through_as_it_asks() -> None:
 def test_a_body_that_is_not_a_review_is_refused_with_the_reason(body: bytes, message: str) -> None:
     with pytest.raises(ReviewError, match=message):
         answer(body, lambda _: 150)
+
+
+def test_the_app_answers_a_review_and_refuses_a_body_over_its_bound() -> None:
+    from starlette.testclient import TestClient
+
+    from kubecell.profiler.webhook import MAX_BODY_BYTES, webhook_app
+
+    with TestClient(webhook_app(lambda _: 150)) as client:
+        reply = client.post("/mutate", content=review(share_pod()))
+        assert reply.status_code == 200
+        assert reply.json()["response"]["patchType"] == "JSONPatch"
+        assert client.post("/mutate", content=b" " * (MAX_BODY_BYTES + 1)).status_code == 413
+        streamed = client.post("/mutate", content=iter([b" " * MAX_BODY_BYTES, b"{"]))  # no length given
+        assert streamed.status_code == 413
+        assert client.post("/mutate", content=b"{").status_code == 400
+        assert client.get("/healthz").text == "ok"

@@ -82,9 +82,18 @@ def webhook_app(advice: Advice) -> Starlette:
     """``POST /mutate`` (the review) and ``GET /healthz``."""
 
     async def mutate(request: Request) -> Response:
-        body = await request.body()
-        if len(body) > MAX_BODY_BYTES:
-            return PlainTextResponse(f"a review of {len(body)} bytes is over {MAX_BODY_BYTES}", status_code=413)
+        too_large = PlainTextResponse(f"a review over {MAX_BODY_BYTES} bytes", status_code=413)
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            return too_large
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():  # read up to the bound, whatever the header said (or left out)
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                return too_large
+            chunks.append(chunk)
+        body = b"".join(chunks)
         try:
             return JSONResponse(await run_in_threadpool(answer, body, advice))
         except ReviewError as error:
