@@ -27,7 +27,7 @@ from kubecell.profiler.jobs import group_pods
 from kubecell.profiler.knowledge import PAIR_MEMORY, HistoryKnowledge
 from kubecell.profiler.pairs import ALONE, MIN_SECONDS, pair_history, use_beside
 from kubecell.profiler.prometheus import Prometheus, Series
-from kubecell.profiler.run import profile_jobs, record_of, sharing_keys
+from kubecell.profiler.run import SharePod, profile_jobs, record_of, share_pods
 from kubecell.profiler.store.migrate import alembic_config, create
 from tests.profiler.prometheus_server import BASE_TIME, Family, backfilled
 from tests.profiler.test_knowledge import finished
@@ -255,7 +255,8 @@ def test_a_pass_keeps_what_a_real_prometheus_shows_of_each_pair(prometheus: Prom
     pods = [share_pod("bert-1-x", "bert-1"), share_pod("resnet-3-y", "resnet-3"),
             share_pod("mps-1-z", "mps-1", isolation="mps")]
     jobs = group_pods(pods)
-    assert sharing_keys(jobs) == {("ns", "bert-1-x"): "ns/bert", ("ns", "resnet-3-y"): "ns/resnet"}
+    assert share_pods(jobs) == {("ns", "bert-1-x"): SharePod("ns/bert", (NODE, GPU)),
+                                ("ns", "resnet-3-y"): SharePod("ns/resnet", (NODE, GPU))}, "the MPS pod is no share"
     with JobHistory.open(store_url) as history:
         profile_jobs(jobs, prometheus, history, now=datetime.fromtimestamp(T + 45 * 60, UTC))
         records = {record.owner_name: record for record in history.jobs()}
@@ -299,7 +300,7 @@ def test_a_pass_reads_each_gpu_once_and_keeps_what_each_job_alone_would(promethe
     with JobHistory.open(f"sqlite:///{tmp_path / 'one-reader.db'}") as history:
         profile_jobs(jobs, one_reader, history, now=now)
         shared = {record.owner_name: record.sharing for record in history.jobs()}
-    alone = {job.owner_name: record_of(job, each_alone, now, sharing_keys(jobs)).sharing for job in jobs}
+    alone = {job.owner_name: record_of(job, each_alone, now, share_pods(jobs)).sharing for job in jobs}
     assert shared == alone
     assert shared["resnet-3"]
     assert shared["bert-1"]
@@ -353,7 +354,7 @@ def test_the_scheduler_asks_the_pairs_under_the_keys_the_profiler_keeps(tmp_path
                 SharedUse(ALONE, 600, 120), SharedUse("ns/bert", 600, 120))))
         knowledge = HistoryKnowledge(history)
         bert, resnet = share_pod("bert-7-x", "bert-7"), share_pod("resnet-9-y", "resnet-9")
-        keys = sharing_keys(group_pods([bert, resnet]))
+        keys = {pod: share.family for pod, share in share_pods(group_pods([bert, resnet])).items()}
         profiles = [knowledge.profile(bert), knowledge.profile(resnet)]
         assert [p.key if p else None for p in profiles] == [JobKey(keys[("ns", "bert-7-x")]),
                                                             JobKey(keys[("ns", "resnet-9-y")])]

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from kubecell.core.model import MILLI_PER_GPU
 from kubecell.kube import pods as pod_fields
@@ -41,50 +40,56 @@ class Pass:
     refused: tuple[tuple[str, str], ...] = ()
 
 
-def time_sliced(pod: Mapping[str, Any]) -> bool:
-    """Whether kubecell placed ``pod`` to share its GPU by time-slicing (``accounting`` isolation), the only
-    sharing whose per-pod utilization is a speed (:mod:`kubecell.profiler.pairs`)."""
-    try:
-        record = pod_fields.record_of(pod)
-    except RecordError:
-        return False
-    return record is not None and record.isolation == "accounting"
+@dataclass(frozen=True)
+class SharePod:
+    """A pod kubecell placed to share its GPU by time-slicing (``accounting`` isolation), the only sharing whose
+    per-pod utilization is a speed (:mod:`kubecell.profiler.pairs`): its family (``namespace/family``, the key
+    it is counted under as a partner) and the (node, GPU UUID) its record gives it, where the node agent labels
+    its series (None: not one GPU)."""
+
+    family: str
+    gpu: tuple[str, str] | None
 
 
-def gpu_of(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(node, GPU UUID) of the one GPU ``pod``'s allocation record gives it (None: no record, or not one GPU):
-    where the node agent labels its utilization series."""
-    try:
-        record = pod_fields.record_of(pod)
-    except RecordError:
-        return None
-    if record is None or len(record.gpus) != 1 or not record.node or not record.gpus[0].uuid:
-        return None
-    return record.node, record.gpus[0].uuid
-
-
-def sharing_keys(jobs: Iterable[FoundJob]) -> dict[PodId, str]:
-    """(namespace, pod) -> ``namespace/family`` of every time-sliced pod of ``jobs``: the partners counted."""
-    return {(job.namespace, str(pod["metadata"]["name"])): "/".join(family_of(pod))
-            for job in jobs for pod in job.pods if time_sliced(pod)}
+def share_pods(jobs: Iterable[FoundJob]) -> dict[PodId, SharePod]:
+    """(namespace, pod) -> :class:`SharePod` of every time-sliced pod of ``jobs``, each record parsed once: the
+    partners a pass counts, and the pods it observes."""
+    found: dict[PodId, SharePod] = {}
+    for job in jobs:
+        for pod in job.pods:
+            try:
+                record = pod_fields.record_of(pod)
+            except RecordError:
+                continue
+            if record is None or record.isolation != "accounting":
+                continue
+            one = record.gpus[0].uuid if len(record.gpus) == 1 else ""
+            found[(job.namespace, str(pod["metadata"]["name"]))] = SharePod(
+                "/".join(family_of(pod)), (record.node, one) if record.node and one else None)
+    return found
 
 
 def record_of(job: FoundJob, client: Prometheus, now: datetime,
-              partners: Mapping[PodId, str] | None = None, gpus: GpuSeries | None = None) -> JobRecord:
+              partners: Mapping[PodId, SharePod] | None = None, gpus: GpuSeries | None = None) -> JobRecord:
     """``job`` with its series read over its life so far (from its first start, or its creation, to its end),
-    and, for a share job, its sharing beside the ``partners`` (:func:`sharing_keys`, which names the job's own
+    and, for a share job, its sharing beside the ``partners`` (:func:`share_pods`, which names the job's own
     time-sliced pods too: the only ones observed), its GPUs read through the pass's ``gpus``."""
     start = (job.started or job.created).timestamp()
     end = max((job.finished or now).timestamp(), start + 1.0)
     profile = collect(client, Job(job.namespace, job.pod_names, start, end))
     sharing: tuple[SharedUse, ...] = ()
     sharing_problems: tuple[str, ...] = ()
-    sliced = {str(pod["metadata"]["name"]): pod for pod in job.pods
-              if (job.namespace, str(pod["metadata"]["name"])) in (partners or {})}
+    partners = partners or {}
+    sliced = {name: partners[(job.namespace, name)] for name in job.pod_names if (job.namespace, name) in partners}
     if job.gpus_per_pod == 1 and job.milli_gpu_per_pod < MILLI_PER_GPU and sliced:
-        placed = {name: where for name, pod in sliced.items() if (where := gpu_of(pod)) is not None}
-        observed = observe_sharing(client, job.namespace, list(sliced), start, end, (partners or {}).get,
-                                   gpus=gpus, placed=placed)
+        placed = {name: share.gpu for name, share in sliced.items() if share.gpu is not None}
+
+        def family(pod: PodId) -> str | None:
+            share = partners.get(pod)
+            return share.family if share is not None else None
+
+        observed = observe_sharing(client, job.namespace, list(sliced), start, end, family, gpus=gpus,
+                                   placed=placed)
         sharing, sharing_problems = observed.sharing, observed.problems
     pods = []
     for pod in job.pods:
@@ -114,7 +119,7 @@ def profile_jobs(jobs: Iterable[FoundJob], client: Prometheus, history: JobHisto
     is False)."""
     now = now or datetime.now(UTC)
     jobs = list(jobs)
-    partners = sharing_keys(jobs)
+    partners = share_pods(jobs)
     gpus = GpuSeries(client)
     saved: list[JobRecord] = []
     unchanged: list[str] = []
