@@ -118,9 +118,10 @@ class GpuSeries:
         self.client = client
         self.chunk = chunk
         self.max_samples = max_samples
-        self._held: OrderedDict[tuple[str, str], tuple[float, float, dict[PodId, dict[float, float]]]] = (
+        self._held: OrderedDict[tuple[str, str], tuple[float, float, dict[PodId, dict[float, float]], int]] = (
             OrderedDict())
-        self._counts: dict[tuple[str, str], int] = {}
+        """(node, GPU) -> (from, to, each pod's samples by time, how many), the GPU asked for last at the end."""
+        self._total = 0
 
     def on(self, node: str, gpu: str, start: float, end: float) -> dict[PodId, list[Sample]]:
         """Each pod's samples on ``gpu`` of ``node`` with ``start <= time <= end``, in time order (a pod
@@ -130,17 +131,18 @@ class GpuSeries:
         if held is None:
             low, high, pods = start, end, self._read(node, gpu, start, end, {})
         else:
-            low, high, pods = held
+            low, high, pods, count = held
+            self._total -= count
             if start < low:
                 self._read(node, gpu, start, low, pods)
             if end > high:
                 self._read(node, gpu, high, end, pods)
             low, high = min(low, start), max(high, end)
-        self._held[key] = (low, high, pods)
-        self._counts[key] = sum(len(samples) for samples in pods.values())
-        while len(self._held) > 1 and sum(self._counts.values()) > self.max_samples:
-            oldest, _ = self._held.popitem(last=False)
-            del self._counts[oldest]
+        count = sum(len(samples) for samples in pods.values())
+        self._held[key] = (low, high, pods, count)
+        self._total += count
+        while len(self._held) > 1 and self._total > self.max_samples:
+            self._total -= self._held.popitem(last=False)[1][3]
         within = {pod: sorted((t, v) for t, v in samples.items() if start <= t <= end)
                   for pod, samples in pods.items()}
         return {pod: samples for pod, samples in within.items() if samples}
