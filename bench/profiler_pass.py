@@ -34,22 +34,19 @@ from kubecell.kube.records import AllocationRecord, GpuGrant
 from kubecell.profiler.history import JobHistory
 from kubecell.profiler.jobs import FoundJob, group_pods
 from kubecell.profiler.pairs import pair_speeds
-from kubecell.profiler.prometheus import Prometheus, Series
+from kubecell.profiler.prometheus import Prometheus
 from kubecell.profiler.run import profile_jobs, record_of
-from kubecell.testbed.prometheus import BASE_TIME, Family, PrometheusMissingError, backfilled, binaries
+from kubecell.testbed.prometheus import (
+    BASE_TIME,
+    CountingPrometheus,
+    Family,
+    PrometheusMissingError,
+    backfilled,
+    binaries,
+)
 
 FIRST_ALONE, FIRST_BESIDE, SECOND = 0.6, 0.3, 0.5
 """Busy fractions: the first pod alone, then beside the second; the second beside the first."""
-
-
-class CountingPrometheus(Prometheus):
-    """Prometheus that counts its queries (each ``raw`` chunk is one)."""
-
-    queries = 0
-
-    def query(self, promql: str, at: float | None = None, *, finite: bool = True) -> list[Series]:
-        self.queries += 1
-        return super().query(promql, at, finite=finite)
 
 
 def pod(name: str, family: str, node: str, gpu: str, start: float) -> dict[str, Any]:
@@ -125,14 +122,14 @@ def main() -> None:
         client = CountingPrometheus(url)
         with JobHistory.open(f"sqlite:///{Path(scratch) / 'history.db'}") as history:
             for _ in range(args.repeat):
-                client.queries = 0
+                client.queries.clear()
                 with timed(before):
                     without_sharing(jobs, client, history, now)
-                queries["without"] = client.queries
-                client.queries = 0
+                queries["without"] = len(client.queries)
+                client.queries.clear()
                 with timed(after):
                     profile_jobs(jobs, client, history, now=now)
-                queries["with"] = client.queries
+                queries["with"] = len(client.queries)
             speeds = {(p.family, p.partner): p.speed for p in pair_speeds(history.sharing())}
     print(f"{len(jobs)} share jobs on {args.gpus} GPUs, {args.hours:g} h of samples every {args.scrape:g} s "
           f"(best of {args.repeat})")

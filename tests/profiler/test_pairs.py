@@ -26,9 +26,10 @@ from kubecell.profiler.history import FamilySharing, JobHistory, JobRecord, Prof
 from kubecell.profiler.jobs import group_pods
 from kubecell.profiler.knowledge import PAIR_MEMORY, HistoryKnowledge
 from kubecell.profiler.pairs import ALONE, MIN_SECONDS, pair_history, use_beside
-from kubecell.profiler.prometheus import Prometheus, Series
+from kubecell.profiler.prometheus import Prometheus
 from kubecell.profiler.run import SharePod, profile_jobs, record_of, share_pods
 from kubecell.profiler.store.migrate import alembic_config, create
+from kubecell.testbed.prometheus import CountingPrometheus
 from tests.profiler.prometheus_server import BASE_TIME, Family, backfilled
 from tests.profiler.test_knowledge import finished
 
@@ -274,18 +275,6 @@ def test_a_pass_keeps_what_a_real_prometheus_shows_of_each_pair(prometheus: Prom
         speeds = pair_history(history.sharing())
         assert speeds.speed(JobKey("ns/bert"), JobKey("ns/resnet")) == pytest.approx(285 / 900 / 0.6)
         assert speeds.speed(JobKey("ns/resnet"), JobKey("ns/bert")) == pytest.approx(0.5 / 0.8)
-
-
-class CountingPrometheus(Prometheus):
-    """The real server's client, counting the windows it is asked for (each ``raw`` chunk is one query)."""
-
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
-        self.queries: list[str] = []
-
-    def query(self, promql: str, at: float | None = None, *, finite: bool = True) -> list[Series]:
-        self.queries.append(promql)
-        return super().query(promql, at, finite=finite)
 
 
 def gpu_reads(client: CountingPrometheus, gpu: str = GPU) -> int:

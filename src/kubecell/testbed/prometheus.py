@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from kubecell.core.errors import KubecellError
+from kubecell.profiler.prometheus import Prometheus, Series
 from kubecell.testbed.processes import TestbedError, free_port, terminate, wait_http
 
 PROMETHEUS = "/usr/bin/prometheus"
@@ -140,3 +141,16 @@ def backfilled(directory: Path, families: Iterable[Family]) -> Iterator[str]:
     backfill(source, data)
     with serve(data) as url:
         yield url
+
+
+class CountingPrometheus(Prometheus):
+    """The profiler's client of a testbed Prometheus, keeping every query it sends (each ``raw`` chunk is one),
+    so a test or bench can say how many queries a pass made, and which."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.queries: list[str] = []
+
+    def query(self, promql: str, at: float | None = None, *, finite: bool = True) -> list[Series]:
+        self.queries.append(promql)
+        return super().query(promql, at, finite=finite)
