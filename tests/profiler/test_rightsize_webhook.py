@@ -27,7 +27,7 @@ from kubecell.profiler.webhook import webhook_app
 from kubecell.scheduler.observe.web.app import Served, serve
 from kubecell.testbed import pki
 from kubecell.testbed.control_plane import ControlPlaneState
-from kubecell.testbed.processes import free_port, wait_http
+from kubecell.testbed.processes import free_port, terminate, wait_http
 from tests.profiler.test_knowledge import finished
 from tests.support import wait_for
 
@@ -127,6 +127,4 @@ def test_the_command_serves_the_history_over_https_and_stops_on_sigterm(tmp_path
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=10)
+        terminate(process)
