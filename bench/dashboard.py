@@ -22,7 +22,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 
-from kubecell.scheduler.observe.web.app import serve
+from kubecell.cli.serving import serve
 from kubecell.scheduler.observe.web.browser import chromium, missing, wait_until
 from kubecell.scheduler.observe.web.dashboard import Dashboard
 from kubecell.scheduler.observe.web.payload import build_payload, build_summary, encode

@@ -21,8 +21,8 @@ from typing import Any
 
 from starlette.applications import Starlette
 
+from kubecell.cli.serving import serve
 from kubecell.scheduler.observe.snapshot import Snapshot
-from kubecell.scheduler.observe.web.app import serve
 from kubecell.scheduler.observe.web.browser import chromium, distinct_colours, element_box, missing, wait_until
 from kubecell.scheduler.observe.web.dashboard import Dashboard
 from kubecell.scheduler.observe.web.synthetic import synthetic_snapshot

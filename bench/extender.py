@@ -38,12 +38,12 @@ from typing import Any, cast
 import numpy as np
 from starlette.applications import Starlette
 
+from kubecell.cli.serving import serve
 from kubecell.kube.rest import Kube
 from kubecell.kube.watch import Event
 from kubecell.scheduler.extender.config import render
 from kubecell.scheduler.extender.http import routes
 from kubecell.scheduler.extender.verbs import Extender
-from kubecell.scheduler.observe.web.app import serve
 from kubecell.scheduler.scheduler import Scheduler, SchedulerOptions
 from kubecell.testbed import testbed
 from kubecell.testbed.build import ensure_binaries

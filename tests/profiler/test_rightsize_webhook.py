@@ -19,12 +19,12 @@ import pytest
 import requests
 import yaml
 
+from kubecell.cli.serving import Served, serve
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.kube.rightsize import ANNOTATION_ASKED
 from kubecell.profiler.history import JobHistory
 from kubecell.profiler.knowledge import HistoryKnowledge
 from kubecell.profiler.webhook import webhook_app
-from kubecell.scheduler.observe.web.app import Served, serve
 from kubecell.testbed import pki
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.processes import free_port, terminate, wait_http

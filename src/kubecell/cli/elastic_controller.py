@@ -27,10 +27,10 @@ from starlette.routing import Route
 
 from kubecell.cli.scheduler import Identity, Kubeconfig, LeaderElect, Verbose, listen_address
 from kubecell.cli.service import default_identity, lead, stop_on_signals
+from kubecell.cli.serving import serve
 from kubecell.elastic.controller import ControllerOptions, ElasticController
 from kubecell.kube.leader import LeaderElector, LeaseConfig
 from kubecell.kube.rest import Kube
-from kubecell.scheduler.observe.web.app import serve
 
 LEASE = "kubecell-elastic-controller"
 DEFAULT_LISTEN = "0.0.0.0:10261"

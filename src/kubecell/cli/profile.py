@@ -204,7 +204,7 @@ def webhook(
     import threading
 
     from kubecell.cli.service import stop_on_signals
-    from kubecell.scheduler.observe.web.app import serve
+    from kubecell.cli.serving import serve
 
     try:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(str(tls_cert), str(tls_key))

@@ -23,10 +23,11 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
+from kubecell.cli.serving import Served, serve
 from kubecell.kube.leader import LeaderElector, LeaseConfig
 from kubecell.kube.leader_label import LeaderLabel, PodRef
 from kubecell.kube.rest import Kube
-from kubecell.scheduler.observe.web.app import Served, build_app, serve
+from kubecell.scheduler.observe.web.app import build_app
 from kubecell.scheduler.scheduler import Scheduler, SchedulerOptions
 
 log = logging.getLogger("kubecell.scheduler")

@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 
 from kubecell.cli.main import example_paths
+from kubecell.cli.serving import serve
 from kubecell.kube import pods
 from kubecell.kube.records import AllocationRecord
 from kubecell.kube.rest import Kube
 from kubecell.scheduler.extender.config import render
 from kubecell.scheduler.extender.http import routes
 from kubecell.scheduler.extender.verbs import Extender
-from kubecell.scheduler.observe.web.app import build_app, serve
+from kubecell.scheduler.observe.web.app import build_app
 from kubecell.scheduler.scheduler import Scheduler, SchedulerOptions
 from kubecell.sim.traces.openb import load_nodes, load_pods
 from kubecell.testbed import testbed as testbed_driver

@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
+from kubecell.cli.serving import Served, serve
 from kubecell.kube.names import ANNOTATION_ALLOCATION
 from kubecell.kube.records import parse_record
 from kubecell.kube.rest import Kube
 from kubecell.scheduler.observe.inspect import build_report
 from kubecell.scheduler.observe.snapshot import GpuCell, NodeCell, PendingJob, Snapshot, VcState
 from kubecell.scheduler.observe.web import browser
-from kubecell.scheduler.observe.web.app import Served, build_app, serve
+from kubecell.scheduler.observe.web.app import build_app
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.cluster_fixtures import RunningScheduler
 from tests.scheduler.test_scheduler import bound, make_pod

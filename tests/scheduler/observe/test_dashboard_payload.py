@@ -16,8 +16,9 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
+from kubecell.cli.serving import serve
 from kubecell.scheduler.observe.snapshot import Decision, GpuCell, NodeCell, PendingJob, Snapshot, VcState
-from kubecell.scheduler.observe.web.app import build_app, serve
+from kubecell.scheduler.observe.web.app import build_app
 from kubecell.scheduler.observe.web.payload import SCHEMA, build_payload, encode
 from kubecell.scheduler.observe.web.synthetic import synthetic_snapshot
 from kubecell.scheduler.scheduler import Scheduler

@@ -1,6 +1,6 @@
 """The scheduler's HTTP port: health, metrics and the live dashboard as one Starlette app (``build_app``), served
-by uvicorn from a thread (``serve``)."""
+by uvicorn from a thread (``kubecell.cli.serving.serve``)."""
 
-from kubecell.scheduler.observe.web.app import Served, build_app, serve
+from kubecell.scheduler.observe.web.app import build_app
 
-__all__ = ["Served", "build_app", "serve"]
+__all__ = ["build_app"]
