@@ -5,17 +5,20 @@ rule keeps holding after the restart what it held before."""
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from kubecell.core.interference import JobKey, SoloProfile, SummedUtilThreshold
+from kubecell.kube.names import ANNOTATION_ALLOCATION
 from kubecell.kube.pods import record_of
 from kubecell.kube.rest import Kube
 from kubecell.scheduler.restore import UNTRUSTED
 from kubecell.scheduler.scheduler import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.cluster_fixtures import RunningScheduler
-from tests.scheduler.trust_support import create_pod, held_on, pod, warnings_of
+from tests.scheduler.trust_support import create_pod, held_on, pod, warnings_of, write_record
 from tests.support import wait_for
 
 
@@ -87,3 +90,30 @@ def test_a_share_placed_by_use_is_restored_as_granted_and_its_profile_still_rule
     assert light == (node, before[0][1][0])
     assert heavy != light, "20 % + 85 % is above the limit"
     assert not warnings_of(kube, namespace, "light-0", UNTRUSTED)
+
+
+def test_a_record_edited_below_its_familys_need_is_counted_at_what_the_pod_asks(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, start_scheduler: type[RunningScheduler]) -> None:
+    """On a cluster without deploy/admission a pod's owner can edit its record. A lower grant is believed for a
+    share kubecell alone counts, but a restarted scheduler counts it no lower than its family needs: an edit to
+    1 milli is counted at the 400 the pod asks (else its VC would be charged nothing and its GPU packed past
+    what it runs with); an edit to 200, above the family's 150, is what kubecell could have granted itself."""
+    options = SchedulerOptions(knowledge=Families(), place_by_use=True)
+    first = start_scheduler(testbed, options)
+    share = {"sharedgpu/gpu_request": "0.4", "sharedgpu/gpu_mem": str(1000 * 1024 * 1024)}
+    for name in ("light-0", "light-1"):
+        create_pod(kube, namespace, name, {}, labels=share)
+    nodes: dict[str, str] = {}
+    for name in ("light-0", "light-1"):
+        nodes[name] = wait_for(f"{name} to be bound", functools.partial(node_and_gpus, kube, namespace, name))
+    first.close()
+    for name, milli in (("light-0", 1), ("light-1", 200)):
+        record = json.loads(pod(kube, namespace, name)["metadata"]["annotations"][ANNOTATION_ALLOCATION])
+        for gpu in record["gpus"]:
+            gpu["milli"] = milli
+        write_record(kube, namespace, name, json.dumps(record))
+
+    second = start_scheduler(testbed, options)
+    held = {name: [milli for held_name, _, milli in held_on(second.scheduler, node)
+                   if held_name.startswith(f"{namespace}/{name}")] for name, node in nodes.items()}
+    assert held == {"light-0": [400], "light-1": [200]}

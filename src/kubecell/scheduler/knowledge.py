@@ -66,15 +66,25 @@ def informed(spec: JobSpec, pod: Mapping[str, Any], knowledge: Knowledge | None,
     return dataclasses.replace(spec, member=member, expected_seconds=expected)
 
 
-def as_granted(spec: JobSpec, granted_milli: Sequence[int]) -> JobSpec:
+def as_granted(spec: JobSpec, granted_milli: Sequence[int], advice_milli: int | None) -> JobSpec:
     """``spec``, restored from its pods, with the compute share its records grant where that is less than the
-    pods ask: a share placed by its family's use holds what it was granted (what the node agent enforces),
-    whether or not ``place_by_use`` is still on. Members granted unequal shares (none of kubecell's making) hold
-    the largest, so a GPU is never counted emptier than it is."""
+    pods ask and no less than its family needs now (``advice_milli``, what ``place_by_use`` would grant it
+    today): a share placed by its family's use holds what it was granted (what the node agent enforces),
+    whether or not ``place_by_use`` is still on.
+
+    Why the floor: a record is an annotation, and on a cluster without ``deploy/admission`` its pod's owner can
+    edit it. The trust rule (``kube.trust``) believes a lower grant for a share kubecell alone counts, so without
+    a floor an edit to 1 milli would make a restarted scheduler count the pod at almost nothing (its VC charged
+    as much, its GPU packed past what it runs with). With it, an edit can lower the count at most to what
+    kubecell would grant the pod itself. Without advice (no history, or too little) nothing lower is believed.
+    Members granted unequal shares (none of kubecell's making) hold the largest, so a GPU is never counted
+    emptier than it is."""
     member = spec.member
     if spec.groups or not member.is_share or not granted_milli:
         return spec
     milli = max(granted_milli)
     if not 0 < milli < member.gpu_milli:
+        return spec
+    if advice_milli is None or milli < advice_milli:
         return spec
     return dataclasses.replace(spec, member=dataclasses.replace(member, gpu_milli=milli))

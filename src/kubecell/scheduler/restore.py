@@ -289,8 +289,16 @@ class Restorer:
             return None
         # as granted (a share placed by use), and with what the history says of it, as intake gave it: the
         # co-location rule judges the shares already on a GPU by their families' use, before a restart and after
-        spec = informed(as_granted(spec, [m.record.gpu_milli for m in members if m.record.gpus]), first.pod,
-                        self.intake.knowledge)
+        knowledge = self.intake.knowledge
+        granted = [m.record.gpu_milli for m in members if m.record.gpus]
+        advice = knowledge.share_milli(first.pod) if knowledge is not None and granted else None
+        restored = as_granted(spec, granted, advice)
+        if restored is spec and not spec.groups and spec.member.is_share and granted \
+                and 0 < max(granted) < spec.member.gpu_milli:
+            why = f"its family's advice is {advice}" if advice else "no job history advises a share for its family"
+            log.warning("%s: its record grants %d milli-GPU of the %d it asks, but %s: counted at %d", name,
+                        max(granted), spec.member.gpu_milli, why, spec.member.gpu_milli)
+        spec = informed(restored, first.pod, knowledge)
         pinned = _one_model(state, spec, members) if group is not None and group.maximum is not None \
             and elastic_owner(first.pod) is not None else None
         if pinned is not None:  # an ElasticJob's gang runs on one model: the one its members run on
