@@ -98,8 +98,38 @@ def test_a_broken_history_lets_the_pod_through_as_it_asks() -> None:
     assert answer(review(share_pod()), broken)["response"] == {"uid": "r-1", "allowed": True}
 
 
+def test_the_history_is_asked_only_for_a_pod_with_a_share_to_lower() -> None:
+    """Every pod created in a selected namespace reaches the webhook (dry runs too, and names a user chooses):
+    the cheap checks come first, so the history (and its cache) is asked only where there is a share to lower."""
+    asked: list[str] = []
+
+    def advice(pod: Any) -> int | None:
+        asked.append(pod["metadata"]["name"])
+        return 150
+
+    opted_out = share_pod(annotations={"kubecell.io/right-size": "false"})
+    whole = share_pod({"kubecell.io/gpu-milli": "1000"})
+    for pod in (opted_out, whole, share_pod({"cpu": "1"})):
+        assert answer(review(pod), advice)["response"] == {"uid": "r-1", "allowed": True}
+    assert asked == []
+    assert "patch" in answer(review(share_pod()), advice)["response"]
+    assert len(asked) == 1
+
+
+@pytest.mark.parametrize("pod", [
+    {"metadata": {"annotations": ["kubecell.io/right-size"]}, "spec": {}},
+    {"metadata": {}, "spec": {"containers": ["main"]}},
+    {"metadata": {}, "spec": {"containers": [{"name": "main", "resources": "a lot"}]}},
+    {"metadata": {}, "spec": {"containers": [{"name": "main", "resources": {"limits": ["kubecell.io/gpu-milli"]}}]}},
+    {"metadata": {}, "spec": "nothing"},
+])
+def test_a_pod_of_a_shape_no_api_server_sends_goes_through_unchanged(pod: dict[str, Any]) -> None:
+    assert answer(review(pod), lambda _: 150)["response"] == {"uid": "r-1", "allowed": True}
+
+
 @pytest.mark.parametrize(("body", "message"), [
     (b"{not json", "not JSON"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
     (b"[]", "not an admission.k8s.io/v1 AdmissionReview"),
     (json.dumps({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"}).encode(), "v1"),
     (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}).encode(),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubecell.profiler.identity import MAX_FAMILY, name_family
+from kubecell.profiler.identity import MAX_FAMILY, family_of, name_family
 
 CASES = [
     # the issue's examples
@@ -88,3 +88,11 @@ def test_long_inputs_are_bounded() -> None:
 
 def test_cut_never_ends_in_a_separator() -> None:
     assert name_family("a" * 252 + "-bcd") == "a" * 252
+
+
+def test_a_pod_with_only_a_generated_name_prefix_is_of_that_familys() -> None:
+    """An admission webhook sees a pod created with ``generateName`` before it has a name; the profiler later
+    files the same pod by its name, so both must give one family."""
+    prefix = {"metadata": {"generateName": "train-", "namespace": "team-a"}}
+    named = {"metadata": {"name": "train-x7k2p", "generateName": "train-", "namespace": "team-a"}}
+    assert family_of(prefix) == family_of(named) == ("team-a", "train")

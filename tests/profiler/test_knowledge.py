@@ -71,6 +71,25 @@ def test_answers_are_cached_for_the_ttl(history: JobHistory) -> None:
     assert knowledge.expected_seconds(pod("team-a", "gpt-1")) == 50
 
 
+def test_the_cache_holds_a_bounded_number_of_families(history: JobHistory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names and users come from pods: a namespace creating pods of ever new names must not grow the cache
+    without end. The family asked least recently goes first; one asked again stays."""
+    monkeypatch.setattr("kubecell.profiler.knowledge.MAX_CACHED", 3)
+    knowledge = HistoryKnowledge(history, ttl_seconds=3600)
+    reads: list[str] = []
+    read = knowledge._read
+
+    def counted(namespace: str, family: str, user: str | None) -> Any:
+        reads.append(family)
+        return read(namespace, family, user)
+
+    monkeypatch.setattr(knowledge, "_read", counted)
+    for owner in ("bert-1", "a-1", "bert-1", "b-1", "c-1", "bert-1", "a-1"):
+        knowledge.share_milli(pod("team-a", owner))
+    assert reads == ["bert", "a", "b", "c", "a"], "bert stayed held (asked again), a was let go"
+    assert len(knowledge._cache) == 3
+
+
 def test_a_broken_history_answers_nothing(history: JobHistory, tmp_path: Path) -> None:
     knowledge = HistoryKnowledge(history)
     history.close()

@@ -52,8 +52,21 @@ def _asks_share(container: Mapping[str, Any]) -> bool:
     return any(RESOURCE_GPU_MILLI in (resources.get(part) or {}) for part in ("limits", "requests"))
 
 
-def right_sized(pod: Mapping[str, Any], advice_milli: int | None) -> Resize:
-    """The patch that gives ``pod`` the ``advice_milli`` share its family needs (see the module)."""
+@dataclass(frozen=True)
+class AskedShare:
+    """The one container's share a pod asks, as right-sizing may lower it."""
+
+    container: int
+    """Its index in ``spec.containers``."""
+    parts: tuple[str, ...]
+    """Where it asks it: ``limits``, ``requests`` or both (with equal values)."""
+    milli: int
+
+
+def asked_share(pod: Mapping[str, Any]) -> AskedShare | Resize:
+    """The share ``pod`` asks that right-sizing may lower, or (an empty ``Resize``) why it may lower none.
+
+    Cheap and read from the pod alone, so a caller asks the history for advice only when this finds a share."""
     meta = pod.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     if str(annotations.get(ANNOTATION_RIGHT_SIZE, "")).lower() == "false":
@@ -75,16 +88,29 @@ def right_sized(pod: Mapping[str, Any], advice_milli: int | None) -> Resize:
     assert milli is not None
     if milli >= MILLI_PER_GPU:
         return Resize((), f"it asks for {milli} milli-GPU: whole GPUs are not right-sized")
+    return AskedShare(index, tuple(sorted(asked)), milli)
+
+
+def lowered(pod: Mapping[str, Any], asked: AskedShare, advice_milli: int | None) -> Resize:
+    """The patch that gives the share ``asked`` (of ``pod``) the ``advice_milli`` its family needs, if lower."""
     if advice_milli is None:
         return Resize((), "no advice for its family (fewer than 3 finished jobs, or none that used a GPU)")
-    if not 0 < advice_milli < milli:
-        return Resize((), f"its family needs {advice_milli} milli-GPU, not less than the {milli} it asks")
+    if not 0 < advice_milli < asked.milli:
+        return Resize((), f"its family needs {advice_milli} milli-GPU, not less than the {asked.milli} it asks")
     patch: list[dict[str, Any]] = [
-        {"op": "replace", "path": json_pointer("spec", "containers", str(index), "resources", part, RESOURCE_GPU_MILLI),
-         "value": str(advice_milli)} for part in sorted(asked)]
+        {"op": "replace",
+         "path": json_pointer("spec", "containers", str(asked.container), "resources", part, RESOURCE_GPU_MILLI),
+         "value": str(advice_milli)} for part in asked.parts]
+    meta = pod.get("metadata") or {}
     if not meta.get("annotations"):
-        patch.append({"op": "add", "path": "/metadata/annotations", "value": {ANNOTATION_ASKED: str(milli)}})
+        patch.append({"op": "add", "path": "/metadata/annotations", "value": {ANNOTATION_ASKED: str(asked.milli)}})
     else:
         where = json_pointer("metadata", "annotations", ANNOTATION_ASKED)
-        patch.append({"op": "add", "path": where, "value": str(milli)})
-    return Resize(tuple(patch), f"its family needs {advice_milli} milli-GPU of the {milli} it asks")
+        patch.append({"op": "add", "path": where, "value": str(asked.milli)})
+    return Resize(tuple(patch), f"its family needs {advice_milli} milli-GPU of the {asked.milli} it asks")
+
+
+def right_sized(pod: Mapping[str, Any], advice_milli: int | None) -> Resize:
+    """The patch that gives ``pod`` the ``advice_milli`` share its family needs (see the module)."""
+    asked = asked_share(pod)
+    return asked if isinstance(asked, Resize) else lowered(pod, asked, advice_milli)

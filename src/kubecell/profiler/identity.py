@@ -75,9 +75,10 @@ def name_family(name: str) -> str:
 
 
 def family_of(pod: Mapping[str, Any]) -> tuple[str, str]:
-    """(namespace, family) of ``pod``: its controller owner's name family, else its own name's."""
+    """(namespace, family) of ``pod``: its controller owner's name family, else its own name's (else its
+    ``generateName``'s: a pod created with one has no name yet when an admission webhook sees it)."""
     meta = pod.get("metadata") or {}
-    name = str(meta.get("name", ""))
+    name = str(meta.get("name") or meta.get("generateName") or "")
     for reference in meta.get("ownerReferences") or ():
         if isinstance(reference, Mapping) and reference.get("controller") is True and reference.get("name"):
             name = str(reference["name"])

@@ -7,9 +7,10 @@ A pod's family is its controller owner's name family (else its own name's) **in 
 team's jobs, whatever they are named, never change what the scheduler expects of this one. A run time comes from
 the user's own runs of the family where there are enough of them (``kubecell.io/user``, else the service
 account), else from the family's. Answers are cached
-per (namespace, family) for ``ttl_seconds``, so the scheduling thread touches the database at most once per
-family and period; a database error is logged and answered with None (no knowledge), never raised into the
-scheduler.
+per (namespace, family, user) for ``ttl_seconds``, so the scheduling thread touches the database at most once
+per family and period; a database error is logged and answered with None (no knowledge), never raised into the
+scheduler. The cache holds at most ``MAX_CACHED`` families, the one asked least recently let go first: names
+and users come from pods, and the admission webhook is asked for every pod a namespace creates.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -38,6 +40,8 @@ Answers = tuple[float | None, SoloProfile | None, int | None]
 MIN_JOBS = 3
 """Finished jobs a family needs before anything is said of it (as ``core.rightsizing``)."""
 RECENT_JOBS = 50
+MAX_CACHED = 4096
+"""Families whose answers are held (a few hundred bytes each)."""
 PAIR_MEMORY = timedelta(days=30)
 """Pairs are read from the jobs created this recently: a family's code and data change, and what it did beside
 another a season ago says little of what it does now."""
@@ -51,7 +55,7 @@ class HistoryKnowledge:
         self.history = history
         self.ttl_seconds = ttl_seconds
         self.clock = clock
-        self._cache: dict[tuple[str, str, str | None], tuple[float, Answers]] = {}
+        self._cache: OrderedDict[tuple[str, str, str | None], tuple[float, Answers]] = OrderedDict()
         self._pairs = PairHistory()
         self._pairs_read: float | None = None
 
@@ -60,6 +64,7 @@ class HistoryKnowledge:
         now = self.clock()
         cached = self._cache.get(key)
         if cached is not None and now - cached[0] < self.ttl_seconds:
+            self._cache.move_to_end(key)
             return cached[1]
         try:
             answers = self._read(*key)
@@ -67,6 +72,9 @@ class HistoryKnowledge:
             log.warning("job history unreadable for %s/%s: %s", key[0], key[1], error)
             answers = (None, None, None)
         self._cache[key] = (now, answers)
+        self._cache.move_to_end(key)
+        while len(self._cache) > MAX_CACHED:
+            self._cache.popitem(last=False)
         return answers
 
     def _read(self, namespace: str, family: str, user: str | None) -> Answers:

@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from kubecell.kube.names import RESOURCE_GPU_MILLI
-from kubecell.kube.rightsize import right_sized
+from kubecell.kube.rightsize import Resize, asked_share, lowered
 
 log = logging.getLogger("kubecell.profiler.webhook")
 
@@ -48,6 +48,8 @@ def answer(body: bytes, advice: Advice) -> dict[str, Any]:
         review = json.loads(body)
     except ValueError as error:
         raise ReviewError(f"not JSON: {error}") from None
+    except RecursionError:
+        raise ReviewError("not JSON this webhook reads: nested too deeply") from None
     if not isinstance(review, dict) or review.get("kind") != "AdmissionReview" \
             or review.get("apiVersion") != "admission.k8s.io/v1":
         raise ReviewError("not an admission.k8s.io/v1 AdmissionReview")
@@ -62,12 +64,7 @@ def answer(body: bytes, advice: Advice) -> dict[str, Any]:
         asked_of = {**pod, "metadata": {**(pod.get("metadata") or {}),
                                         "namespace": (pod.get("metadata") or {}).get("namespace")
                                         or str(request.get("namespace") or "default")}}
-        try:
-            advised = advice(asked_of)
-        except Exception:  # a broken history is no reason to hold a pod: it goes through as it asks
-            log.exception("no advice for a pod in %s", asked_of["metadata"]["namespace"])
-            advised = None
-        resize = right_sized(pod, advised)
+        resize = _resize(asked_of, advice)
         if resize.patch:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(json.dumps(list(resize.patch)).encode()).decode()
@@ -76,6 +73,25 @@ def answer(body: bytes, advice: Advice) -> dict[str, Any]:
             log.info("right-sized %s/%s: %s", asked_of["metadata"]["namespace"],
                      asked_of["metadata"].get("name") or asked_of["metadata"].get("generateName"), resize.why)
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def _resize(pod: Mapping[str, Any], advice: Advice) -> Resize:
+    """What right-sizing changes in ``pod``. The history is asked only for a pod with a share to lower (not for
+    every pod created, dry runs and opted-out pods included), and a pod of a shape no API server sends (a list
+    where an object belongs) is let through unchanged, as anything this webhook cannot read."""
+    try:
+        asked = asked_share(pod)
+    except (AttributeError, TypeError) as error:
+        log.warning("a pod this webhook cannot read is let through unchanged: %s", error)
+        return Resize((), f"unreadable: {error}")
+    if isinstance(asked, Resize):
+        return asked
+    try:
+        advised = advice(pod)
+    except Exception:  # a broken history is no reason to hold a pod: it goes through as it asks
+        log.exception("no advice for a pod in %s", pod["metadata"]["namespace"])
+        advised = None
+    return lowered(pod, asked, advised)
 
 
 def webhook_app(advice: Advice) -> Starlette:
