@@ -318,7 +318,7 @@ def test_a_pod_is_found_on_the_gpu_its_record_names_or_else_by_its_own_series(
 
 def test_the_gpu_reader_widens_what_it_holds_and_lets_go_of_the_oldest(prometheus: Prometheus) -> None:
     client = CountingPrometheus(prometheus.url)
-    reader = pairs.GpuSeries(client, max_samples=1)
+    reader = pairs.GpuSeries(client)
 
     def fresh(start: float, end: float) -> dict[tuple[str, str], list[tuple[float, float]]]:
         return pairs.GpuSeries(prometheus).on(NODE, GPU, start, end)
@@ -329,9 +329,32 @@ def test_the_gpu_reader_widens_what_it_holds_and_lets_go_of_the_oldest(prometheu
     assert gpu_reads(client) == 3, "the time before and the time after what it held"
     assert reader.on(NODE, GPU, T + 300, T + 900) == fresh(T + 300, T + 900)
     assert gpu_reads(client) == 3, "served from what it holds"
-    assert reader.on(NODE, "GPU-none", T, T + 2400) == {}
-    assert reader.on(NODE, GPU, T + 300, T + 900) == fresh(T + 300, T + 900)
-    assert gpu_reads(client) == 4, "over max_samples, the GPU read least recently was let go and read again"
+    held = sum(len(samples) for samples in fresh(T, T + 2400).values())
+    assert held > 1
+    small = pairs.GpuSeries(client, max_samples=held)
+    assert small.on(NODE, GPU, T, T + 2400) == fresh(T, T + 2400)
+    assert small.on(NODE, "GPU-none", T, T + 2400) == {}
+    assert small.on(NODE, GPU, T + 300, T + 900) == fresh(T + 300, T + 900)
+    assert gpu_reads(client) == 4, "within max_samples, held beside a GPU without samples"
+    tiny = pairs.GpuSeries(client, max_samples=held - 1)
+    for _ in range(2):
+        assert tiny.on(NODE, GPU, T, T + 2400) == fresh(T, T + 2400)
+    assert gpu_reads(client) == 6, "a window over max_samples is answered, not kept"
+    assert tiny._total == 0
+
+
+def test_the_gpu_reader_never_reads_the_time_between_two_jobs(prometheus: Prometheus) -> None:
+    """A job of another day on the same GPU: the reader reads its window alone (not the day between), and
+    answers exactly what a fresh read of that window gives."""
+    client = CountingPrometheus(prometheus.url)
+    reader = pairs.GpuSeries(client, chunk=300)
+    assert reader.on(NODE, GPU, T, T + 300) == pairs.GpuSeries(prometheus).on(NODE, GPU, T, T + 300)
+    assert gpu_reads(client) == 1
+    later = (T + 2100, T + 2400)
+    assert reader.on(NODE, GPU, *later) == pairs.GpuSeries(prometheus).on(NODE, GPU, *later)
+    assert gpu_reads(client) == 2, "one chunk of 300 s, not the 2,100 s since the first window"
+    assert reader.on(NODE, GPU, T + 2200, T + 2300) == pairs.GpuSeries(prometheus).on(NODE, GPU, T + 2200, T + 2300)
+    assert gpu_reads(client) == 2, "the later window is what it holds now"
 
 
 def test_the_scheduler_asks_the_pairs_under_the_keys_the_profiler_keeps(tmp_path: Path) -> None:

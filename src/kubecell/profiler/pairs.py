@@ -110,8 +110,10 @@ class GpuSeries:
 
     Why: the jobs sharing a GPU each need every pod's series on it over their own lives, which overlap. The
     first job's window is read; a later job's is served from it, and only the time it lived beyond what is
-    held is read (before it, after it, or both). Held samples are bounded (``max_samples``): the GPU read
-    least recently is let go first, and read again if a job asks for it later."""
+    held is read (before it, after it, or both). A window that does not meet what is held (a job of another
+    day on the same GPU) replaces it instead, so the time between them is never read. Held samples are
+    bounded (``max_samples``): the GPU read least recently is let go first, and read again if a job asks for
+    it later; a GPU whose window alone holds more is answered and not kept."""
 
     def __init__(self, client: Prometheus, *, chunk: float = DEFAULT_CHUNK,
                  max_samples: int = MAX_HELD_SAMPLES) -> None:
@@ -128,21 +130,23 @@ class GpuSeries:
         scraped twice: its samples once; a pod without samples then: absent)."""
         key = (node, gpu)
         held = self._held.pop(key, None)
-        if held is None:
+        if held is not None:
+            self._total -= held[3]
+        if held is None or end < held[0] or start > held[1]:
             low, high, pods = start, end, self._read(node, gpu, start, end, {})
         else:
-            low, high, pods, count = held
-            self._total -= count
+            low, high, pods, _ = held
             if start < low:
                 self._read(node, gpu, start, low, pods)
             if end > high:
                 self._read(node, gpu, high, end, pods)
             low, high = min(low, start), max(high, end)
         count = sum(len(samples) for samples in pods.values())
-        self._held[key] = (low, high, pods, count)
-        self._total += count
-        while len(self._held) > 1 and self._total > self.max_samples:
-            self._total -= self._held.popitem(last=False)[1][3]
+        if count <= self.max_samples:
+            self._held[key] = (low, high, pods, count)
+            self._total += count
+            while self._total > self.max_samples:
+                self._total -= self._held.popitem(last=False)[1][3]
         within = {pod: sorted((t, v) for t, v in samples.items() if start <= t <= end)
                   for pod, samples in pods.items()}
         return {pod: samples for pod, samples in within.items() if samples}
