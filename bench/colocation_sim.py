@@ -12,8 +12,13 @@ interference score mixed into the packing score (``kubecell:1+interference:1``);
 its floor to whether jobs wait; ``kubecell + history`` is the adaptive rule whose idle part first asks what the
 pair did when it shared a GPU before (a history learned on an earlier workload; ``history, cold``: learned
 from nothing as the run goes; ``history, as measured``: learned as a cluster's profiler measures it, from
-utilization, capped at 1 and noisy, with the cluster's floor 0.95). See ``kubecell.sim.colocation.experiment``
-for the setup.
+utilization, capped at 1 and noisy, with the cluster's floor 0.95; ``history, short readings``: the same, each
+speed also cut by how far the pair table's own GPU reading of that pair falls short of one job at a time).
+See ``kubecell.sim.colocation.experiment`` for the setup.
+
+First it prints how the pair table's GPU readings add up: per band of summed solo utilization, the reading
+while the two shared over the sum of each one's solo utilization times its speed (at most 100 %), and how
+many pairs that ran at 0.95x or faster a reading-based speed would still show at 0.95x.
 
 For each load it prints, per rule, the means over seeds of: average JCT (with the lowest and highest seed's),
 p50 / p99 JCT, makespan, GPU-hours (a GPU holding any job, however many, counts once), the mean speed of jobs
@@ -32,13 +37,15 @@ import time
 from pathlib import Path
 
 from kubecell.core.errors import InvalidInputError
+from kubecell.core.interference import JobKey, SharedRun, SoloProfile
+from kubecell.core.interference.history import MEASURED_FLOOR
 from kubecell.inputs.colocation import load_shared_runs, load_solo_profiles
 from kubecell.sim.colocation.experiment import RULES, ExperimentConfig, ExperimentResult, run_experiment
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "colocation"
 BASELINES = ("no sharing", "blind", "alnair 70 %")
 OURS = ("kubecell", "kubecell + score", "kubecell adaptive", "kubecell + history", "history, cold",
-        "history, as measured")
+        "history, as measured", "history, short readings")
 
 
 def numbers(text: str, kind: type[float] | type[int]) -> list[float] | list[int]:
@@ -56,20 +63,46 @@ def mean(values: list[float]) -> float:
     return statistics.fmean(finite) if finite else math.nan
 
 
+SHORTFALL_BANDS = ((0.0, 70.0), (70.0, 100.0), (100.0, 130.0), (130.0, 200.0))
+
+
+def reading_report(runs: list[SharedRun], solos: dict[JobKey, SoloProfile]) -> None:
+    rows = []
+    for run in runs:
+        short = run.reading_shortfall(solos) if len(run.jobs) == 2 else None
+        if short is not None:
+            summed = sum(solo.gpu_util for solo in run.profiles(solos))
+            rows.append((summed, short, min(min(run.speeds), 1.0)))
+    if not rows:
+        print("no pair has a GPU reading (gpu_util column): the readings' shortfall is not known")
+        return
+    print("GPU reading while shared / sum of solo utilization x speed (one job at a time), per summed solo "
+          "utilization:")
+    for low, high in SHORTFALL_BANDS:
+        band = sorted(short for summed, short, _ in rows if low < summed <= high)
+        if band:
+            print(f"  {low:3.0f}-{high:3.0f} %: {len(band):4d} pairs, median {statistics.median(band):.2f}, "
+                  f"mean {statistics.fmean(band):.2f}")
+    good = [(short, speed) for _, short, speed in rows if speed >= MEASURED_FLOOR]
+    kept = sum(speed * min(short, 1.0) >= MEASURED_FLOOR for short, speed in good)
+    print(f"  pairs whose slower job ran at {MEASURED_FLOOR}x or faster: {len(good)}; read through the shortfall, "
+          f"{kept} of them still at {MEASURED_FLOOR}x or faster")
+
+
 def report(load: float, results: list[ExperimentResult]) -> None:
     config = results[0].config
     print(f"\nload {load:g} ({config.jobs} jobs, {config.nodes} x {config.gpus_per_node} GPUs, "
           f"seeds {', '.join(str(result.config.seed) for result in results)})")
     for result in results:
         print(f"  seed {result.config.seed}: {result.calibration.describe()}")
-    print(f"  {'rule':20s} {'avg JCT h (min-max)':>21s} {'p50 h':>6s} {'p99 h':>6s} {'makespan h':>10s} "
+    print(f"  {'rule':24s} {'avg JCT h (min-max)':>21s} {'p50 h':>6s} {'p99 h':>6s} {'makespan h':>10s} "
           f"{'GPU-h':>7s} {'speed shared':>12s} {'< 0.8x':>7s} {'shared':>7s} {'measured':>8s}")
     for rule in RULES:
         rows = [result.results[rule] for result in results]
         jct = [row.avg_jct / 3600 for row in rows]
         p50, p99 = mean([row.p50_jct / 3600 for row in rows]), mean([row.p99_jct / 3600 for row in rows])
         below, shared = mean([row.below_floor for row in rows]), mean([row.shared_time for row in rows])
-        print(f"  {rule:20s} {mean(jct):7.3f} ({min(jct):5.2f}-{max(jct):5.2f}) {p50:6.2f} {p99:6.2f} "
+        print(f"  {rule:24s} {mean(jct):7.3f} ({min(jct):5.2f}-{max(jct):5.2f}) {p50:6.2f} {p99:6.2f} "
               f"{mean([row.makespan / 3600 for row in rows]):10.1f} {mean([row.gpu_hours for row in rows]):7.0f} "
               f"{mean([row.shared_speed for row in rows]):12.3f} {100 * below:6.1f}% {100 * shared:6.1f}% "
               f"{100 * mean([row.measured for row in rows]):7.1f}%")
@@ -108,6 +141,7 @@ def main() -> None:
     except InvalidInputError as error:
         sys.exit(str(error))
     started = time.perf_counter()
+    reading_report(runs, solos)
     print(f"{len(runs)} measured runs, {len(solos)} solo profiles; calibration "
           f"{'in-sample (every pair)' if args.in_sample else f'held out: {args.holdout_models} models per seed'}")
     for load in args.load:

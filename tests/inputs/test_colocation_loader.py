@@ -34,6 +34,19 @@ def test_good_tables_load(tmp_path: Path) -> None:
     runs = load_shared_runs(write(tmp_path, "pairs.csv", PAIRS), solos)
     assert runs[0].jobs == (JobKey("ResNet18", "CIFAR-10", 32, False), vgg)
     assert runs[0].speeds == (0.91, 0.88)
+    assert runs[0].gpu_util == 80.1
+
+
+def test_the_pair_reading_is_optional_and_a_percentage(tmp_path: Path) -> None:
+    without = PAIRS.replace(",gpu_util\n", "\n").replace(",80.1\n", "\n").replace(",60.0\n", "\n")
+    assert [run.gpu_util for run in load_shared_runs(write(tmp_path, "pairs.csv", without))] == [None, None]
+    blank = PAIRS.replace(",60.0\n", ",\n")
+    assert [run.gpu_util for run in load_shared_runs(write(tmp_path, "pairs.csv", blank))] == [80.1, None]
+    path = write(tmp_path, "pairs.csv", PAIRS.replace("80.1", "0.801e3"))
+    assert error(lambda: load_shared_runs(path)) == \
+        f"{path}:2: field 'gpu_util': must be a percentage, got 801 (accepted: 0 to 100)"
+    path = write(tmp_path, "pairs.csv", PAIRS.replace("80.1", "nan"))
+    assert error(lambda: load_shared_runs(path)) == f"{path}:2: field 'gpu_util': must be a finite number, got 'nan'"
 
 
 def test_a_minimal_solo_table_loads(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ The format is Lucid's (ASPLOS '23), which is also what a user gets from profilin
   ignored.
 * run table: ``model1,dataset1,batchsize1,amp1,speed1,model2,...,speed2`` and so on for as many jobs as
   the run had (``model3``... when three shared); ``speedN`` is job N's shared throughput over its solo
-  throughput. Columns with no name (a pandas index) and any others are ignored.
+  throughput; ``gpu_util`` (optional) is the GPU's utilization while they shared it, in percent. Columns with
+  no name (a pandas index) and any others are ignored.
 
 Parsed with the ``csv`` module, not pandas, so that every error names ``file:line`` and the column: a
 measurement table is typed by hand or by a script, and "could not convert string to float" is not enough to
@@ -136,5 +137,9 @@ def load_shared_runs(path: str | Path, solos: Mapping[JobKey, SoloProfile] | Non
                                         field=f"model{index}", accepted="jobs of the solo table")
             if speed <= 0:
                 raise InvalidInputError(f"must be above 0, got {speed:g}", location=where, field=f"speed{index}")
-        runs.append(SharedRun(keys, speeds))
+        gpu_util = _number(row, "gpu_util", where) if (row.get("gpu_util") or "").strip() else None
+        if gpu_util is not None and not 0 <= gpu_util <= 100:
+            raise InvalidInputError(f"must be a percentage, got {gpu_util:g}", location=where, field="gpu_util",
+                                    accepted="0 to 100")
+        runs.append(SharedRun(keys, speeds, gpu_util))
     return runs

@@ -54,3 +54,19 @@ def test_a_run_of_a_job_without_a_profile_is_refused() -> None:
         run.profiles(solos)
     assert isinstance(caught.value, InvalidInputError)
     assert run.worst_speed() == 0.8
+
+
+def test_the_reading_shortfall_compares_the_gpu_reading_with_one_job_at_a_time() -> None:
+    """Two jobs busy 30 % and 40 % alone, running at 1.0 and 0.5 beside each other: one job at a time with the
+    same GPU time per step would read 30 + 20 = 50 %; a reading of 40 % falls short by 0.8. Past 100 % the
+    expectation is capped: two saturating jobs that read 100 % fall short of nothing."""
+    a, b = JobKey("a"), JobKey("b")
+    solos = {a: SoloProfile(a, 30.0, 5.0, 100.0), b: SoloProfile(b, 40.0, 5.0, 100.0)}
+    assert SharedRun((a, b), (1.0, 0.5), gpu_util=40.0).reading_shortfall(solos) == pytest.approx(0.8)
+    assert SharedRun((a, b), (1.0, 0.5)).reading_shortfall(solos) is None
+    busy = {a: SoloProfile(a, 90.0, 5.0, 100.0), b: SoloProfile(b, 95.0, 5.0, 100.0)}
+    assert SharedRun((a, b), (0.6, 0.6), gpu_util=100.0).reading_shortfall(busy) == pytest.approx(1.0)
+    idle = {a: SoloProfile(a, 0.0, 0.0, 100.0), b: SoloProfile(b, 0.0, 0.0, 100.0)}
+    assert SharedRun((a, b), (1.0, 1.0), gpu_util=3.0).reading_shortfall(idle) is None
+    with pytest.raises(InvalidProfileError, match="gpu_util"):
+        SharedRun((a, b), (1.0, 1.0), gpu_util=120.0)

@@ -9,10 +9,10 @@ import pytest
 
 from kubecell.core.engine.job import JobSpec
 from kubecell.core.engine.options import PRESETS
-from kubecell.core.interference import AdmissionRule, BlindSharing, JobKey, NoSharing, SoloProfile
+from kubecell.core.interference import AdmissionRule, BlindSharing, JobKey, NoSharing, SharedRun, SoloProfile
 from kubecell.core.interference.history import HistoryInformed, PairHistory
 from kubecell.core.topology import CellForest
-from kubecell.sim.colocation.experiment import AsMeasured
+from kubecell.sim.colocation.experiment import AsMeasured, reading_shortfalls
 from kubecell.sim.colocation.workload import share_job
 from kubecell.sim.dynamic.sharing import SpeedModel
 from kubecell.sim.dynamic.simulator import DynamicSimulation, SimulationResult
@@ -115,3 +115,22 @@ def test_a_history_as_measured_caps_speeds_at_one_and_stays_near_the_truth() -> 
     assert speed_a == pytest.approx(1.0, abs=0.1)
     assert speed_b == pytest.approx(0.5, rel=0.1)
     assert not measured.observe(a, b, float("nan"), 60.0), "what is not a speed is still refused"
+
+
+def test_short_readings_lower_what_the_history_is_told_pair_by_pair() -> None:
+    """Two jobs busy 30 % alone, both at full speed beside each other, on a GPU that read 45 % (not 60 %): a
+    reading-based speed would be 0.75, and the history hears that of this pair only, in both orders."""
+    a, b, c = JobKey("a"), JobKey("b"), JobKey("c")
+    solos = {key: SoloProfile(key, 30.0, 5.0, 100.0) for key in (a, b, c)}
+    runs = [SharedRun((a, b), (1.0, 1.0), gpu_util=45.0), SharedRun((b, a), (1.0, 1.0), gpu_util=75.0),
+            SharedRun((a, c), (1.0, 1.0))]
+    shortfall = reading_shortfalls(runs, solos)
+    assert shortfall == {(a, b): pytest.approx(0.875), (b, a): pytest.approx(0.875)}, "a reading above is capped"
+    measured = AsMeasured(seed=3, shortfall={(a, b): 0.75})
+    for _ in range(200):
+        measured.observe(a, b, 1.0, 60.0)
+        measured.observe(a, c, 1.0, 60.0)
+    beside_b, beside_c = measured.speed(a, b), measured.speed(a, c)
+    assert beside_b is not None
+    assert beside_c is not None
+    assert beside_b == pytest.approx(0.75 * beside_c, rel=0.02)

@@ -95,9 +95,13 @@ class SharedRun:
 
     jobs: tuple[JobKey, ...]
     speeds: tuple[float, ...]
+    gpu_util: float | None = None
+    """The GPU's utilization while they shared it (percent, nvidia-smi "utilization.gpu"), where measured."""
 
     def __post_init__(self) -> None:
         names = " + ".join(str(job) for job in self.jobs)
+        if self.gpu_util is not None:
+            _check_number(self.gpu_util, "gpu_util", f"run {names}", high=100.0)
         if len(self.jobs) < 2:
             raise InvalidProfileError(f"a shared run needs at least two jobs, got {len(self.jobs)}",
                                       location=f"run {names or '(empty)'}", field="jobs")
@@ -117,6 +121,22 @@ class SharedRun:
             raise UnknownJobError(f"no solo profile for {', '.join(str(job) for job in missing)}",
                                   location="run " + " + ".join(str(job) for job in self.jobs), field="jobs")
         return tuple(solos[job] for job in self.jobs)
+
+    def reading_shortfall(self, solos: Mapping[JobKey, SoloProfile]) -> float | None:
+        """The GPU's measured utilization over what it would read if each job's GPU time per step were the same
+        as alone and the driver ran one job at a time: the sum of each job's solo utilization times its speed,
+        at most 100 %. None without a measured utilization, or where the jobs would have left the GPU idle.
+
+        Why: the profiler reads a time-sliced job's speed as its busy fraction beside a partner over its busy
+        fraction alone (``kubecell.profiler.pairs``), which holds only if utilization adds up that way. A
+        shortfall below 1 says the readings do not: under it, a reading-based speed is too low by up to that
+        factor.
+        """
+        if self.gpu_util is None:
+            return None
+        expected = min(100.0, sum(solo.gpu_util * speed for solo, speed in zip(self.profiles(solos), self.speeds,
+                                                                             strict=True)))
+        return self.gpu_util / expected if expected > 0 else None
 
     def worst_speed(self) -> float:
         """The speed of the job that suffered most: a shared run is as bad as its worst-off job."""

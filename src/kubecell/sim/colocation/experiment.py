@@ -12,6 +12,10 @@ profiler's job history from the weeks before); ``history, cold`` starts it empty
 anything: the history holds what the cluster observed, held-out models included. ``history, as measured`` is
 the warm history as a cluster's profiler learns it (``kubecell.profiler.pairs``): each observed speed capped
 at 1 and off by sampling noise (``AsMeasured``), asked with the cluster's floor (``MEASURED_FLOOR``, 0.95).
+``history, short readings`` is the same where the profiler's readings fall short as the pair table's own GPU
+readings do (``SharedRun.reading_shortfall``): each observed speed is also multiplied by its pair's shortfall.
+It bounds what the history costs if utilization does not add up under time-slicing, which no GPU here could
+check for the per-process readings the profiler divides.
 
 The jobs always run at the speeds measured for *all* pairs (``PairSpeeds``), whatever the calibration.
 
@@ -63,7 +67,7 @@ from kubecell.sim.colocation.workload import VC, WorkloadSpec, make_workload, pa
 from kubecell.sim.dynamic.simulator import DynamicSimulation
 
 RULES = ("no sharing", "blind", "alnair 70 %", "best threshold", "kubecell", "kubecell + score", "kubecell adaptive",
-         "kubecell + history", "history, cold", "history, as measured")
+         "kubecell + history", "history, cold", "history, as measured", "history, short readings")
 IDLE_RATE, BUSY_RATE = 0.0, 0.05
 """``kubecell adaptive`` (``PressureAdaptive``): while nothing waits, a slowed job gains nothing from sharing, so
 its predictor's floor is tuned to admit no calibration pair with a job below the floor (0.8x); while jobs queue,
@@ -72,7 +76,8 @@ was measured too: worse at loads 1.2 and 1.6, still behind the 70 % rule at 0.85
 HISTORY_FLOOR = 1.0
 """``kubecell + history``: the adaptive rule, whose idle rule first asks the pair history (``HistoryInformed``):
 while nothing waits, two jobs that ran together share again only if neither lost anything beside the other."""
-HISTORY_RULES = {"kubecell + history": True, "history, cold": False, "history, as measured": True}
+HISTORY_RULES = {"kubecell + history": True, "history, cold": False, "history, as measured": True,
+                 "history, short readings": True}
 """Rule -> whether its history was learned first on an earlier workload of the same job families (seed
 ``WARM_SEED + seed``: another draw of jobs, other arrivals), as a cluster's profiler keeps it from the weeks
 before; cold, it starts empty and learns as the run goes."""
@@ -184,19 +189,37 @@ def calibrate(runs: Sequence[SharedRun], solos: Mapping[JobKey, SoloProfile],
 class AsMeasured(PairHistory):
     """A pair history told what a cluster's profiler measures instead of the true speed: under time-slicing a
     job's busy fraction beside a partner over its family's alone, capped at 1 (``kubecell.profiler.pairs``),
-    times a family's baseline error and one observation's noise (``MEASUREMENT_NOISE``, ``FAMILY_BIAS``)."""
+    times a family's baseline error and one observation's noise (``MEASUREMENT_NOISE``, ``FAMILY_BIAS``), and
+    times ``shortfall[own, partner]`` where given: how far short of one job at a time the GPU's reading of that
+    pair fell (``reading_shortfalls``)."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, shortfall: Mapping[tuple[JobKey, JobKey], float] | None = None) -> None:
         super().__init__()
         self.rng = random.Random(seed)
         self.bias: dict[JobKey, float] = {}
+        self.shortfall = dict(shortfall or {})
 
     def observe(self, own: JobKey, partner: JobKey, speed: float, seconds: float) -> bool:
         if not (math.isfinite(speed) and speed > 0):
             return super().observe(own, partner, speed, seconds)  # refused there, as any broken measurement
         bias = self.bias.setdefault(own, self.rng.gauss(1.0, FAMILY_BIAS))
-        measured = min(1.0, min(1.0, speed) * bias * self.rng.gauss(1.0, MEASUREMENT_NOISE))
+        short = self.shortfall.get((own, partner), 1.0)
+        measured = min(1.0, min(1.0, speed) * short * bias * self.rng.gauss(1.0, MEASUREMENT_NOISE))
         return super().observe(own, partner, max(measured, 1e-6), seconds)
+
+
+def reading_shortfalls(runs: Sequence[SharedRun], solos: Mapping[JobKey, SoloProfile]
+                       ) -> dict[tuple[JobKey, JobKey], float]:
+    """Per ordered pair with a measured GPU reading: the mean of its runs' ``reading_shortfall``, at most 1 (a
+    reading above one job at a time is not a gain a utilization-based speed could show, as it is capped)."""
+    found: dict[tuple[JobKey, JobKey], list[float]] = {}
+    for run in runs:
+        short = run.reading_shortfall(solos) if len(run.jobs) == 2 else None
+        if short is not None:
+            first, second = run.jobs
+            found.setdefault((first, second), []).append(min(short, 1.0))
+            found.setdefault((second, first), []).append(min(short, 1.0))
+    return {pair: sum(values) / len(values) for pair, values in found.items()}
 
 
 def with_history(rule: AdmissionRule, history: PairHistory, floor: float = HISTORY_FLOOR) -> AdmissionRule:
@@ -254,8 +277,9 @@ def run_experiment(runs: Sequence[SharedRun], solos: Mapping[JobKey, SoloProfile
         if name not in HISTORY_RULES:
             results[name] = simulate(name, rules[name], speeds, config, workload, configurations)
             continue
-        measured = name == "history, as measured"
-        history = AsMeasured(config.seed) if measured else PairHistory()
+        measured = name in ("history, as measured", "history, short readings")
+        shortfall = reading_shortfalls(runs, solos) if name == "history, short readings" else None
+        history = AsMeasured(config.seed, shortfall) if measured else PairHistory()
         rule = with_history(rules["kubecell adaptive"], history, MEASURED_FLOOR if measured else HISTORY_FLOOR)
         if HISTORY_RULES[name]:
             earlier = WorkloadSpec(jobs=config.jobs, load=config.load, gpus=config.gpus, seed=WARM_SEED + config.seed)
