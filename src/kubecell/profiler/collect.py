@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from kubecell.core.errors import KubecellError
-from kubecell.profiler.distribution import Distribution, distribution, pooled
+from kubecell.profiler.distribution import Distribution, DistributionError, distribution, pooled
 from kubecell.profiler.prometheus import DEFAULT_CHUNK, Prometheus, Sample
 from kubecell.profiler.sources import METRICS, Metric, Source
 
@@ -36,6 +36,10 @@ DEFAULT_MIN_SAMPLES = 2
 """Fewer samples than this make no distribution: one sample says nothing about a spread."""
 PODS_PER_QUERY = 100
 """Pods named in one selector's regex, so a large job's query stays a bounded size."""
+MAX_MAGNITUDE = 1e18
+"""The largest sample value believed, in the series' own unit: an exabyte of memory, a counter of 30 billion
+CPU-years, far past any GPU ratio. Beyond it a value is no measurement (a broken exporter, or a series someone
+wrote on purpose), and sums and means of such values overflow."""
 
 
 def median_interval(timestamps: Sequence[float], fallback: float = DEFAULT_FALLBACK_INTERVAL) -> float:
@@ -168,18 +172,22 @@ def _pod_series(source: Source, raw: Sequence[Sequence[Sample]], pod: str, metri
     clean: list[list[Sample]] = []
     dropped = total = 0
     for samples in raw:
-        finite = [(t, v) for t, v in samples if math.isfinite(v)]
+        # finite in the canonical unit too (MiB x 2**20 can overflow), and counted where a rate or a sum
+        # could not be finite: a series is a node's or a user's to write
+        finite = [(t, v) for t, v in samples if math.isfinite(v) and math.isfinite(source.canonical(v))
+                  and abs(v) <= MAX_MAGNITUDE]
         dropped, total = dropped + len(samples) - len(finite), total + len(samples)
         if source.kind == "counter":
             finite = counter_rates(finite)
         if finite:
             clean.append([(t, source.canonical(v)) for t, v in finite])
     if dropped == total:
-        problems.append(Problem(pod, metric.name, f"{source.name}: all {total} samples are NaN or infinite"))
+        problems.append(Problem(pod, metric.name, f"{source.name}: all {total} samples are NaN, infinite or "
+                                                  f"beyond {MAX_MAGNITUDE:g}"))
         return None
     if dropped:
         problems.append(Problem(pod, metric.name, f"{source.name}: dropped {dropped} of {total} samples "
-                                                  "(NaN or infinite)"))
+                                                  f"(NaN, infinite or beyond {MAX_MAGNITUDE:g})"))
     return summed(clean, max_gap_factor=max_gap_factor, fallback_interval=fallback_interval) if clean else []
 
 
@@ -218,8 +226,18 @@ def collect(client: Prometheus, job: Job, metrics: Sequence[Metric] = METRICS, *
             weights = sample_weights([t for t, _ in samples], max_gap_factor=max_gap_factor,
                                      fallback_interval=fallback_interval)
             series[pod] = PodSeries(source.name, tuple(samples), tuple(weights))
-        pods = {pod: distribution([v for _, v in s.samples], s.weights) for pod, s in series.items()}
-        job_distribution = pooled(([v for _, v in s.samples], s.weights) for s in series.values()) if series \
-            else None
+        pods: dict[str, Distribution] = {}
+        for pod, s in list(series.items()):
+            try:
+                pods[pod] = distribution([v for _, v in s.samples], s.weights)
+            except DistributionError as error:
+                problems.append(Problem(pod, metric.name, f"{s.source}: {error}"))
+                del series[pod]
+        job_distribution = None
+        if series:
+            try:
+                job_distribution = pooled(([v for _, v in s.samples], s.weights) for s in series.values())
+            except DistributionError as error:
+                problems.append(Problem("(job)", metric.name, str(error)))
         profiles[metric.name] = MetricProfile(metric.name, metric.unit, series, pods, job_distribution)
     return Profile(job, profiles, tuple(problems))

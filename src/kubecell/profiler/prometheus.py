@@ -36,11 +36,19 @@ Sample = tuple[float, float]
 class PrometheusError(KubecellError):
     """A query Prometheus did not answer, refused, or answered with something that is not a usable number."""
 
-    def __init__(self, url: str, query: str, reason: str) -> None:
+    def __init__(self, url: str, query: str, reason: str, *, status: int | None = None) -> None:
         self.url = url
         self.query = query
         self.reason = reason
+        self.status = status
+        """The HTTP status of Prometheus' answer (None: no answer). A 4xx is this query's fault (a value in it,
+        or its answer too large), not Prometheus': the caller may go on with other queries."""
         super().__init__(f"prometheus {url}: query {query!r}: {reason}")
+
+    @property
+    def refused(self) -> bool:
+        """Whether Prometheus answered and refused this query (400, 422): another query may still be answered."""
+        return self.status is not None and 400 <= self.status < 500
 
 
 @dataclass(frozen=True)
@@ -52,8 +60,17 @@ class Series:
 
 
 def quote(text: str) -> str:
-    """``text`` as a PromQL string literal (JSON's escapes are a subset of what PromQL accepts)."""
-    return json.dumps(text)
+    """``text`` as a PromQL string literal (JSON's escapes are a subset of what PromQL accepts).
+
+    Characters beyond ASCII are written as themselves: JSON would write one outside the Basic Multilingual
+    Plane as a surrogate pair (``\\ud83d\\ude00``), which PromQL's lexer refuses, failing the whole query. Text
+    that is not valid Unicode (a lone surrogate, from a hand-edited annotation) cannot be any label's value, and
+    is refused here with a :class:`~kubecell.core.errors.KubecellError`."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise KubecellError(f"not valid Unicode, so no series' label: {text!r}") from None
+    return json.dumps(text, ensure_ascii=False)
 
 
 def duration(seconds: float) -> str:
@@ -93,7 +110,8 @@ class Prometheus:
             raise PrometheusError(self.url, query, f"HTTP {response.status_code}, not the API's JSON: {snippet!r}")
         if response.status_code != 200 or body.get("status") != "success":
             kind, reason = body.get("errorType", "error"), body.get("error", "no error given")
-            raise PrometheusError(self.url, query, f"HTTP {response.status_code}, {kind}: {reason}")
+            raise PrometheusError(self.url, query, f"HTTP {response.status_code}, {kind}: {reason}",
+                                  status=response.status_code)
         if "data" not in body:
             raise PrometheusError(self.url, query, "a successful answer without data")
         return body["data"]

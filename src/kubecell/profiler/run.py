@@ -19,15 +19,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from kubecell.core.errors import KubecellError
 from kubecell.core.model import MILLI_PER_GPU
 from kubecell.kube import pods as pod_fields
 from kubecell.kube.records import RecordError
 from kubecell.profiler.collect import Job, collect
-from kubecell.profiler.history import JobHistory, JobRecord, Outcome, PodRecord, ProfilerStoreError, SharedUse
+from kubecell.profiler.history import JobHistory, JobRecord, Outcome, PodRecord, SharedUse
 from kubecell.profiler.identity import family_of
 from kubecell.profiler.jobs import FoundJob, finished_at, parse_time
 from kubecell.profiler.pairs import GpuSeries, PodId, observe_sharing
-from kubecell.profiler.prometheus import Prometheus
+from kubecell.profiler.prometheus import Prometheus, PrometheusError
 
 
 @dataclass(frozen=True)
@@ -135,8 +136,15 @@ def profile_jobs(jobs: Iterable[FoundJob], client: Prometheus, history: JobHisto
         try:
             # a record the history would refuse fails here, before I/O
             record = record_of(job, client, now, partners, gpus)
-        except ProfilerStoreError as error:
+        except PrometheusError as error:
+            if not error.refused:
+                raise  # Prometheus is down or failing: the pass stops, as every job would fail alike
             refused.append((job.uid, str(error)))
+            continue
+        except (KubecellError, ArithmeticError) as error:
+            # one job's pods or series (a user's names, a node's values) never stop the others' profiles
+            reason = str(error) if isinstance(error, KubecellError) else f"{type(error).__name__}: {error}"
+            refused.append((job.uid, reason))
             continue
         history.save(record)
         saved.append(record)

@@ -1,0 +1,90 @@
+"""Series and names the profiler cannot make sense of cost one pod's metric or one job's record, never the
+pass: a node's exporter or a user's pod can write absurd values (1e308, a sum that overflows) or labels
+PromQL cannot quote as JSON does, and every other job must still be profiled and saved."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubecell.core.errors import KubecellError
+from kubecell.profiler.collect import Job, collect
+from kubecell.profiler.history import JobHistory
+from kubecell.profiler.jobs import group_pods
+from kubecell.profiler.prometheus import Prometheus, PrometheusError, Sample, Series, quote
+from kubecell.profiler.run import profile_jobs
+from kubecell.profiler.sources import GPU_UTILIZATION
+
+T = 1_767_225_600.0
+POD_LABEL = re.compile(r'pod=~"([^"]*)"')
+
+
+def minutes(value: float, count: int = 30) -> tuple[Sample, ...]:
+    return tuple((T + 60 * i, value) for i in range(count))
+
+
+class CannedPrometheus(Prometheus):
+    """Answers ``raw`` for the kubecell GPU gauge from canned series per pod; a pod in ``refuse`` makes its
+    query fail as Prometheus refuses one (HTTP 400), and ``down`` fails every query as if it were unreachable."""
+
+    def __init__(self, series: dict[str, tuple[Sample, ...]], refuse: frozenset[str] = frozenset(),
+                 down: bool = False) -> None:
+        super().__init__("http://127.0.0.1:9")
+        self.canned, self.refuse, self.down = series, refuse, down
+
+    def raw(self, selector: str, start: float, end: float, **_: Any) -> list[Series]:
+        if self.down:
+            raise PrometheusError(self.url, selector, "cannot reach Prometheus")
+        if not selector.startswith(GPU_UTILIZATION.sources[0].name + "{"):
+            return []
+        match = POD_LABEL.search(selector)
+        names = match.group(1).split("|") if match else []
+        if self.refuse & set(names):
+            raise PrometheusError(self.url, selector, "HTTP 400, bad_data: invalid escape", status=400)
+        return [Series({"pod": name, "namespace": "ns"}, self.canned[name]) for name in names
+                if name in self.canned]
+
+
+def test_absurd_values_are_dropped_and_told_and_the_rest_of_the_job_is_profiled() -> None:
+    client = CannedPrometheus({"a": minutes(1e308), "b": minutes(0.5), "c": minutes(0.4)[:10] + minutes(1e300)[10:]})
+    profile = collect(client, Job("ns", ("a", "b", "c"), T, T + 1800), (GPU_UTILIZATION,))
+    util = profile.metrics["gpu_utilization"]
+    assert set(util.pods) == {"b", "c"}
+    assert util.pods["c"].mean == pytest.approx(0.4), "c's absurd samples dropped, its others kept"
+    assert util.job is not None
+    reasons = {problem.pod: problem.reason for problem in profile.problems}
+    assert "all 30 samples are NaN, infinite or beyond 1e+18" in reasons["a"]
+    assert "dropped 20 of 30 samples" in reasons["c"]
+
+
+def pod(name: str, namespace: str = "ns") -> dict[str, Any]:
+    started = datetime.fromtimestamp(T, UTC).isoformat().replace("+00:00", "Z")
+    return {"metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "creationTimestamp": started},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "img:1", "resources": {
+                "limits": {"nvidia.com/gpu": "1"}}}]},
+            "status": {"phase": "Running", "startTime": started}}
+
+
+def test_a_query_prometheus_refuses_costs_that_job_alone(tmp_path: Path) -> None:
+    jobs = group_pods([pod("victim"), pod("odd")])
+    client = CannedPrometheus({"victim": minutes(0.5), "odd": minutes(0.5)}, refuse=frozenset({"odd"}))
+    now = datetime.fromtimestamp(T, UTC) + timedelta(minutes=30)
+    with JobHistory.open(f"sqlite:///{tmp_path / 'h.db'}") as history:
+        done = profile_jobs(jobs, client, history, now=now)
+        assert [record.owner_name for record in done.saved] == ["victim"]
+        (uid, reason), = done.refused
+        assert uid == "uid-odd"
+        assert "HTTP 400" in reason
+        with pytest.raises(PrometheusError, match="cannot reach"):
+            profile_jobs(jobs, CannedPrometheus({}, down=True), history, now=now)
+
+
+def test_labels_beyond_the_basic_plane_are_quoted_as_promql_reads_them() -> None:
+    assert quote("GPU-\U0001f600") == '"GPU-\U0001f600"', "no surrogate pair escape: PromQL refuses those"
+    assert quote('a"b\\c\n') == '"a\\"b\\\\c\\n"'
+    with pytest.raises(KubecellError, match="not valid Unicode"):
+        quote("GPU-\ud83d")
