@@ -12,6 +12,7 @@ from functools import partial
 from typing import Any
 
 from kubecell.core.model import make_node
+from kubecell.kube.elasticjobs import ElasticRef
 from kubecell.kube.names import ANNOTATION_STEP_REPORT
 from kubecell.kube.rest import Kube
 from kubecell.kube.step_reports import build_step_report
@@ -70,9 +71,9 @@ def test_a_job_is_pinned_started_where_there_is_room_and_moved_where_it_is_faste
                  lambda: running_workers(kube, namespace, "bert", 4)
                  and on_node(kube, namespace, "bert") == {A100_NODE}, 2 * STEP)
         report(kube, namespace, "bert", step_seconds=0.2)
-        uid = get_job(kube, namespace, "bert")["metadata"]["uid"]
+        ref = ElasticRef(namespace, "bert", get_job(kube, namespace, "bert")["metadata"]["uid"])
         wait_for("its goodput model to learn the A100 reports", lambda: (
-            (sized := running.scheduler.elastic.jobs.get(uid)) is not None and sized.model is not None
+            (sized := running.scheduler.elastic.jobs.get(ref)) is not None and sized.model is not None
             and "A100" in sized.model.gpu_types), STEP)
 
         create_pod(kube, namespace, "claim", {"nvidia.com/gpu": "8"}, annotations={"kubecell.io/vc": "vision"},
@@ -85,7 +86,7 @@ def test_a_job_is_pinned_started_where_there_is_room_and_moved_where_it_is_faste
                  and on_node(kube, namespace, "bert") == {V100_NODE}, 2 * STEP)
         report(kube, namespace, "bert", step_seconds=1.6)  # 8x slower per step than on the A100s
         wait_for("its model to learn the V100 reports", lambda: (
-            (sized := running.scheduler.elastic.jobs.get(uid)) is not None and sized.model is not None
+            (sized := running.scheduler.elastic.jobs.get(ref)) is not None and sized.model is not None
             and "V100M32" in sized.model.gpu_types), STEP)
 
         kube.delete(f"/api/v1/namespaces/{namespace}/pods/claim", gracePeriodSeconds=0)

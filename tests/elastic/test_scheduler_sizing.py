@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from kubecell.core.model import make_node
+from kubecell.kube.elasticjobs import ElasticRef
 from kubecell.kube.names import ANNOTATION_STEP_REPORT
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.kube.step_reports import REASONS, build_step_report
@@ -92,13 +93,13 @@ def test_the_scheduler_grows_an_elastic_job_into_idle_gpus_and_shrinks_it_for_a_
                                    and "report" in e[2]], STEP)
         assert "ignored" in warned[0][2], warned
 
-        uid = get_job(kube, namespace, "bert")["metadata"]["uid"]
+        ref = ElasticRef(namespace, "bert", get_job(kube, namespace, "bert")["metadata"]["uid"])
         for index in (1, 2):  # what each worker's StepReporter writes
             annotate(kube, namespace, index, build_step_report(
                 time=time.time(), replicas=4, nodes=1, local_batch=16, accumulation_steps=1, step_seconds=0.5,
                 sync_seconds=0.1, grad_sqr=0.8, grad_var=12.0, steps=20))
         model = wait_for("the job's goodput model to learn from the reports", lambda: (
-            (sized := running.scheduler.elastic.jobs.get(uid)) is not None and sized.model is not None
+            (sized := running.scheduler.elastic.jobs.get(ref)) is not None and sized.model is not None
             and sized.model.gpu_types == frozenset({"A100"}) and sized.model), STEP)
         assert model.goodput("A100", 1, 4) > 0, "it prices the placement it was told about"
         assert model.refused == 0, "the forged report never reached the model"
@@ -134,7 +135,7 @@ def test_the_scheduler_grows_an_elastic_job_into_idle_gpus_and_shrinks_it_for_a_
             time=time.time(), replicas=2, nodes=1, local_batch=16, accumulation_steps=1, step_seconds=0.45,
             sync_seconds=0.05, grad_sqr=0.8, grad_var=12.0, steps=40))
         restored = wait_for("the restarted scheduler's model of the job", lambda: (
-            (sized := running.scheduler.elastic.jobs.get(uid)) is not None and sized.model is not None
+            (sized := running.scheduler.elastic.jobs.get(ref)) is not None and sized.model is not None
             and sized.model), STEP)
         assert {row[:3] for row in restored.measurements()["A100"]} == {(1, 4, 16), (1, 2, 16)}
         assert not job_events(kube, namespace, "bert", "GoodputModelDropped")

@@ -45,6 +45,7 @@ import pytest
 from kubecell.core.model import make_node
 from kubecell.kube import elasticjob_objects as objects
 from kubecell.kube import elasticjobs as ej
+from kubecell.kube.elasticjobs import ElasticRef
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.scheduler.scheduler import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
@@ -333,7 +334,7 @@ def target(job: Job) -> int:
 def learned(job: Job, cluster: Cluster) -> bool:
     """The scheduler's goodput model of the job has taken a report from the workers, priced on the A100s."""
     uid = str(job.kube.get(job.path)["metadata"]["uid"])
-    sized = cluster.scheduler.scheduler.elastic.jobs.get(uid)
+    sized = cluster.scheduler.scheduler.elastic.jobs.get(ElasticRef(job.namespace, job.name, uid))
     return sized is not None and sized.model is not None and sized.model.goodput("A100", 1, 2) > 0
 
 

@@ -331,3 +331,21 @@ def test_the_selector_is_the_workers() -> None:
 def test_the_kept_gpu_model_is_read_defensively(status: Any, model: str | None) -> None:
     assert ej.kept_gpu_model({"status": status}) == model
     assert ej.kept_gpu_model({}) is None
+
+
+@pytest.mark.parametrize(("name", "uid"), [
+    ("../../b/elasticjobs/victim", "U-victim"),   # urllib3 resolves '..': the request would reach namespace b
+    ("victim/scale", "U-victim"),
+    ("Victim", "U-victim"),
+    ("v" * (ej.MAX_NAME_CHARS + 1), "U-victim"),
+    ("victim", "../x"),
+    ("victim", "u" * 129),
+])
+def test_an_owner_reference_no_elasticjob_could_have_makes_the_pod_owned_by_none(name: str, uid: str) -> None:
+    """The API server checks only that an owner reference's name and uid are not empty."""
+    owner = {"apiVersion": ej.API_VERSION, "kind": ej.KIND, "name": name, "uid": uid, "controller": True}
+    assert ej.elastic_owner({"metadata": {"namespace": "a", "ownerReferences": [owner]}}) is None
+    good = "0d9f3c1e-1b2a-4c5d-8e7f-112233445566"
+    fine = {**owner, "name": "victim", "uid": good}
+    assert ej.elastic_owner({"metadata": {"namespace": "a", "ownerReferences": [fine]}}) == \
+        ej.ElasticRef("a", "victim", good)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -33,6 +34,7 @@ from kubecell.kube import virtualclusters as vcs
 from kubecell.kube.dialects import DemandError, pod_demand
 from kubecell.kube.inventory import node_view
 from kubecell.kube.records import RecordError, parse_record
+from kubecell.kube.rest import ApiError, Kube, checked_path
 from kubecell.scheduler.observe.inspect import InspectReport, build_report
 from kubecell.testbed.nodes import node_manifest
 from tests.core.support import make_nodes
@@ -391,3 +393,24 @@ def test_inspect_lists_every_hostile_object_and_never_raises(
 
 
 # ---------------------------------------------------------------------------------------------- regressions
+
+
+@pytest.mark.parametrize("path", [
+    "/apis/kubecell.io/v1alpha1/namespaces/a/elasticjobs/../../b/elasticjobs/victim",
+    "/api/v1/namespaces/a/pods/./x",
+    "/api/v1/namespaces//pods",
+    "/api/v1/namespaces/a/pods/x?dryRun=All",
+    "/api/v1/namespaces/a/pods/x#y",
+    "/api/v1/namespaces/a/pods/%2e%2e",
+    "/api/v1/namespaces/a/pods/x y",
+    "api/v1/pods",
+])
+def test_no_request_leaves_for_a_path_a_name_could_have_bent(path: str) -> None:
+    """Paths are built from names pods and owner references carry; urllib3 resolves '..' before sending, so a
+    name like '../../b/elasticjobs/victim' would reach another namespace. Every request is refused before it
+    leaves (no connection is made: this Kube has none)."""
+    kube = Kube.__new__(Kube)
+    with pytest.raises(ApiError, match="refused to send a request") as caught:
+        kube.get(path)
+    assert caught.value.status == 400
+    assert checked_path("/apis/kubecell.io/v1alpha1/namespaces/a/elasticjobs/x/scale").endswith("/x/scale")

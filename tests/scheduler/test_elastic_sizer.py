@@ -167,7 +167,7 @@ def test_reports_feed_the_model_and_a_forged_one_is_told_once() -> None:
     sizer.grow(loop.state, loop.mirror, time.time())
     tracked = loop.state.tracked[job.name]
     assert tracked.elastic is not None
-    model = sizer.jobs[tracked.elastic.uid].model
+    model = sizer.jobs[tracked.elastic].model
     assert model is not None
     assert model.gpu_types == frozenset({"V100M32"})
     assert (model.initial_bsz, model.max_bsz) == (64, 1024), "the job's stated batch range, for Pollux's batch"
@@ -237,8 +237,8 @@ def test_a_job_that_reports_is_sized_by_the_simulators_allocator(sync_seconds: f
     sizer.grow(loop.state, loop.mirror, time.time())
     tracked = loop.state.tracked[job.name]
     assert tracked.elastic is not None
-    assert sizer.jobs[tracked.elastic.uid].model is not None
-    reason = sizer.explain(tracked.elastic.uid)
+    assert sizer.jobs[tracked.elastic].model is not None
+    reason = sizer.explain(tracked.elastic)
     if grows:
         assert sizer.written == [(4, reason)], sizer.written
         assert reason.startswith("grown 2->4"), reason
@@ -450,8 +450,8 @@ def test_the_goodput_model_is_kept_in_the_status_when_it_learns_a_placement_and_
     assert len(first.models_written) == 3, "the smoothed times and the noise, 5 minutes later"
     first.grow(loop.state, loop.mirror, start + 900)
     assert len(first.models_written) == 3, "nothing learned since: nothing written"
-    (uid,) = {sized.ref.uid for sized in first.jobs.values()}
-    old = first.jobs[uid].model
+    (ref,) = first.jobs
+    old = first.jobs[ref].model
     assert old is not None
 
     restarted = RecordingSizer()
@@ -460,7 +460,7 @@ def test_the_goodput_model_is_kept_in_the_status_when_it_learns_a_placement_and_
     for each, sizer in ((loop, first), (again, restarted)):  # both read the report that follows
         report_from_both(each, start + 960, replicas=2, local=64, step=0.75, var=80.0)
         sizer.grow(each.state, each.mirror, start + 960)
-    new = restarted.jobs[uid].model
+    new = restarted.jobs[ref].model
     assert new is not None
     assert new.measurements() == old.measurements(), \
         "all it learned, the placement the pods no longer report included, as if it had not restarted"
@@ -577,3 +577,43 @@ def test_a_kept_model_the_api_cannot_give_now_is_waited_for_not_overwritten(
     flaky.grow(loop.state, loop.mirror, start + 62)  # the API answers: the same reports are read again
     assert sized.model is not None
     assert {row[:3] for row in sized.model.measurements()["V100M32"]} == {(1, 2, 32), (1, 2, 16)}
+
+
+def test_a_report_of_a_world_the_job_can_never_form_is_refused() -> None:
+    """A worker writes its own reports: one that states more replicas than the job's most workers can run
+    (4 workers of one process here) would lift the model's exploration limit and let the job grow on a claim."""
+    loop, sizer = reporting_job(), RecordingSizer()
+    now = time.time()
+    report_from_both(loop, now, replicas=512, local=32, step=0.4, var=50.0)
+    sizer.grow(loop.state, loop.mirror, now)
+    (sized,) = sizer.jobs.values()
+    assert sized.model is not None
+    assert sized.model.measurements() == {}, "nothing learned from it"
+    assert [reason for reason, _ in sizer.events] == ["UntrustedReport", "UntrustedReport"], "each pod told once"
+    assert "512 replicas on 1 nodes: this job runs at most 4 workers of 1 processes each" in sizer.events[0][1]
+    report_from_both(loop, now + 60, replicas=2, local=32, step=0.4, var=50.0)
+    sizer.grow(loop.state, loop.mirror, now + 60)
+    assert sized.model.measurements() != {}, "a world it can form is learned"
+
+
+def test_reports_of_a_gang_member_another_job_controls_are_not_this_jobs() -> None:
+    """Any pod of the namespace may carry the gang's annotations; only pods the ElasticJob controls speak for it,
+    and what was read from pods that are gone is let go."""
+    loop, sizer = reporting_job(), RecordingSizer()
+    now = time.time()
+    stranger = copy.deepcopy(loop.mirror.pods["uid-1"])
+    stranger["metadata"]["ownerReferences"] = [{**OWNER, "uid": "another-job-uid"}]
+    loop.mirror.pods["uid-1"] = stranger
+    text = build_step_report(time=now, replicas=2, nodes=1, local_batch=32, accumulation_steps=1, step_seconds=0.4,
+                             sync_seconds=0.05, grad_sqr=1.0, grad_var=50.0, steps=10)
+    for uid in ("uid-0", "uid-1"):
+        body = copy.deepcopy(loop.mirror.pods[uid])
+        body["metadata"]["annotations"][ANNOTATION_STEP_REPORT] = text
+        loop.mirror.pods[uid] = body
+    sizer.grow(loop.state, loop.mirror, now)
+    (sized,) = sizer.jobs.values()
+    assert set(sized.read) == set(sized.consumed) == {"uid-0"}, "the stranger's report is not read"
+    tracked = next(t for t in loop.state.tracked.values() if t.elastic is not None)
+    tracked.members = {key: uid for key, uid in tracked.members.items() if uid != "uid-0"}
+    sizer.grow(loop.state, loop.mirror, now + 1)
+    assert (sized.read, sized.consumed) == ({}, {}), "what was read from a pod no longer a member is let go"

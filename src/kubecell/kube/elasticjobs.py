@@ -181,8 +181,15 @@ class ElasticRef:
     uid: str
 
 
+_UID = re.compile(r"[0-9A-Za-z-]{1,128}")
+"""What an object's uid is made of (the API server writes RFC 4122 UUIDs)."""
+
+
 def elastic_owner(pod: Mapping[str, Any]) -> ElasticRef | None:
-    """The pod's controlling ElasticJob, or None. Read defensively: the pod's metadata is untrusted."""
+    """The pod's controlling ElasticJob, or None. Read defensively: the pod's metadata is untrusted, and the
+    API server checks only that an owner reference's name and uid are not empty. A name that could not be an
+    ElasticJob's (``../../b/elasticjobs/x`` would reach another namespace's job once put in a path) or a uid
+    that could not be one makes the pod owned by none."""
     meta = pod.get("metadata")
     if not isinstance(meta, Mapping):
         return None
@@ -193,7 +200,10 @@ def elastic_owner(pod: Mapping[str, Any]) -> ElasticRef | None:
         if (isinstance(owner, Mapping) and owner.get("controller") is True and owner.get("kind") == KIND
                 and owner.get("apiVersion") == API_VERSION and isinstance(owner.get("name"), str)
                 and isinstance(owner.get("uid"), str) and owner["name"] and owner["uid"]):
-            return ElasticRef(str(meta.get("namespace") or "default"), owner["name"][:253], owner["uid"][:128])
+            name, uid = owner["name"], owner["uid"]
+            if len(name) > MAX_NAME_CHARS or not _DNS_1035.fullmatch(name) or not _UID.fullmatch(uid):
+                return None
+            return ElasticRef(str(meta.get("namespace") or "default"), name, uid)
     return None
 
 

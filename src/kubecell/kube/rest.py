@@ -11,6 +11,7 @@ watches are read line by line from the same connection.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,24 @@ import urllib3
 from kubernetes import client, config
 
 from kubecell.core.errors import KubecellError
+
+_SEGMENT = re.compile(r"[^/?#%\s\\]+")
+"""A path segment as kubecell's paths have them (API groups, versions, names): nothing that could make a name
+read from a pod or an owner reference point elsewhere once sent (``..``, ``?``, ``#``, an escape)."""
+
+
+def checked_path(path: str) -> str:
+    """``path`` if every segment is one a name can be (see ``_SEGMENT``), else :class:`ApiError` 400.
+
+    Why here: paths are built from names that pods and owner references carry, and urllib3 resolves ``..``
+    before sending (``/namespaces/a/elasticjobs/../../b/elasticjobs/x`` reaches namespace ``b``), so every
+    request goes through this, whatever each caller checked."""
+    segments = path.split("/")
+    if segments[0] or not all(_SEGMENT.fullmatch(s) and s not in (".", "..") for s in segments[1:]):
+        raise ApiError(400, "BadRequest", f"refused to send a request to {path!r}: a segment is empty, '.', "
+                                          "'..' or holds '?', '#', '%', a backslash or a space")
+    return path
+
 
 PatchKind = Literal["strategic", "merge", "json", "apply"]
 PATCH_TYPES: Mapping[str, str] = {
@@ -88,6 +107,7 @@ class Kube:
     def _send(self, method: str, path: str, *, query: Sequence[tuple[str, Any]] = (), body: Any = None,
               content_type: str | None = None, timeout: float | tuple[float, float] | None = None,
               stream: bool = False) -> Any:
+        checked_path(path)
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"

@@ -97,7 +97,9 @@ class ElasticSizer(SizerTelling):
         """How long what the sizer knows of an ElasticJob (its goodput model, its pin) outlives the last job
         formed of its pods: a moved job's workers end before their replacements form its next gang, and a
         job whose pods are all replaced at once (a counted restart) keeps what it learned."""
-        self.jobs: dict[str, Sized] = {}
+        self.jobs: dict[ElasticRef, Sized] = {}
+        """What the sizer keeps per ElasticJob, by the whole reference its pods give (namespace, name, uid): a pod
+        naming another namespace's job's uid under its own namespace is another key, never that job's state."""
         self.recorder: Recorder | None = None
         """Where resizes, moves and step reports are counted (the scheduler's metrics; None: not counted)."""
         self.types = GpuTypes(self._sized, lambda ref, reason, message: self._event(
@@ -127,12 +129,12 @@ class ElasticSizer(SizerTelling):
     def grow(self, state: Tracking, mirror: Mirror, now: float) -> None:
         """Feed every running elastic job's model its new reports and raise the targets worth raising."""
         engine = state.engine
-        live: set[str] = set()
+        live: set[ElasticRef] = set()
         candidates: dict[str, tuple[Sized, Job, GrowthCandidate]] = {}
         for name, tracked in list(state.tracked.items()):
             if tracked.elastic is None:
                 continue
-            live.add(tracked.elastic.uid)
+            live.add(tracked.elastic)
             job = engine.jobs.get(name)
             if job is not None and job.phase == JobPhase.PENDING and tracked.pinned is not None:
                 waiting = self._waiting(state, job, tracked, tracked.elastic, now)
@@ -149,11 +151,11 @@ class ElasticSizer(SizerTelling):
                 continue
             if candidate is not None:
                 candidates[name] = candidate
-        for uid, sized in list(self.jobs.items()):
-            if uid in live:
+        for ref, sized in list(self.jobs.items()):
+            if ref in live:
                 sized.seen_at = now
             elif now - sized.seen_at > self.forget_seconds:
-                del self.jobs[uid]  # (kept a while: a moved job's pods form its next gang after the old ones end)
+                del self.jobs[ref]  # (kept a while: a moved job's pods form its next gang after the old ones end)
         if candidates:
             self._plan(state, candidates, now)
 
@@ -199,8 +201,8 @@ class ElasticSizer(SizerTelling):
                 if group in ending:
                     sized.patient_until = now + ending[group] + self.pending_grace_seconds
 
-    def explain(self, uid: str) -> str:
-        sized = self.jobs.get(uid)
+    def explain(self, ref: ElasticRef) -> str:
+        sized = self.jobs.get(ref)
         return sized.last_reason if sized is not None else ""
 
     # -- one job ----------------------------------------------------------------------------------------
@@ -219,9 +221,9 @@ class ElasticSizer(SizerTelling):
         return sized, job, candidate
 
     def _sized(self, ref: ElasticRef, state: Tracking | None = None, job: Job | None = None) -> Sized:
-        sized = self.jobs.get(ref.uid)
+        sized = self.jobs.get(ref)
         if sized is None:
-            sized = self.jobs[ref.uid] = Sized(ref)
+            sized = self.jobs[ref] = Sized(ref)
         if not sized.checked and state is not None and job is not None:
             sized.checked = True
             if not state.engine.could_ever_run_all(job.name):
@@ -308,10 +310,15 @@ class ElasticSizer(SizerTelling):
         gpu_type = types.pop() if types else None
         if gpu_type is None:
             return None, len(nodes)
+        members = set(tracked.members.values())
+        for kept in (sized.read, sized.consumed):  # what was read from pods that are gone goes with them
+            for uid in [uid for uid in kept if uid not in members]:
+                del kept[uid]
+        sized.told = {told for told in sized.told if not told[0] or told[0] in members}  # "": the job's own
         for uid in tracked.members.values():
             pod = mirror.pods.get(uid)
-            if pod is None:
-                continue
+            if pod is None or elasticjobs.elastic_owner(pod) != sized.ref:
+                continue  # a pod of the gang that another job (or none) controls: its reports are not this job's
             text = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_STEP_REPORT)
             if text is None or sized.read.get(uid) is text:
                 continue  # no report, or the one already read (the mirror replaces a pod's dict when it changes)
@@ -340,7 +347,15 @@ class ElasticSizer(SizerTelling):
                     self._tell(sized, pod, REASON_UNTRUSTED, str(error))
                     continue
             sized.consumed[uid] = read.time
-            if not model.observe(read.report, accumulation_steps=read.accumulation_steps):
+            most = job.spec.members * (sized.nproc or elasticjobs.MAX_NPROC_PER_NODE)
+            if read.report.num_nodes > job.spec.members or read.report.num_replicas > most:
+                # a world this job can never form: believed, it would lift the model's exploration limit
+                self._count_report(REASON_UNTRUSTED)
+                self._tell(sized, pod, REASON_UNTRUSTED,
+                           f"step report of {read.report.num_replicas} replicas on {read.report.num_nodes} nodes: "
+                           f"this job runs at most {job.spec.members} workers of "
+                           f"{sized.nproc or elasticjobs.MAX_NPROC_PER_NODE} processes each")
+            elif not model.observe(read.report, accumulation_steps=read.accumulation_steps):
                 self._count_report(REASON_UNTRUSTED)
                 self._tell(sized, pod, REASON_UNTRUSTED, f"step report refused: {model.last_refusal}")
             else:
@@ -369,6 +384,7 @@ class ElasticSizer(SizerTelling):
         if spec.uid != sized.ref.uid:
             return observed, observed, False
         sized.restart_seconds, sized.grace_seconds = spec.restart_seconds, spec.termination_grace_period_seconds
+        sized.nproc = spec.nproc_per_node
         if spec.batch_size is None:
             return observed, observed, False
         return spec.batch_size.min, max(spec.batch_size.max, spec.batch_size.min), True
@@ -439,7 +455,7 @@ class ElasticSizer(SizerTelling):
             self.kube.patch(f"{elasticjobs.job_path(ref.namespace, ref.name)}/status",
                             {"metadata": {"uid": ref.uid}, "status": fields})
         except ApiError as error:
-            sized = self.jobs.get(ref.uid)
+            sized = self.jobs.get(ref)
             message = f"cannot keep {what} of ElasticJob {ref.namespace}/{ref.name}"
             if sized is not None:
                 self._refused(sized, message, error)

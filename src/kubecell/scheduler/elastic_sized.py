@@ -14,7 +14,7 @@ from kubecell.kube.elasticjobs import ElasticRef
 
 @dataclass
 class Sized:
-    """What the sizer keeps per ElasticJob (by uid)."""
+    """What the sizer keeps per ElasticJob (by the reference its pods give)."""
 
     ref: ElasticRef
     model: OnlineGoodput | None = None
@@ -41,6 +41,9 @@ class Sized:
     """What a resize costs the job, as its ElasticJob states (``spec.restartSeconds``; None: the default)."""
     grace_seconds: int | None = None
     """Its workers' ``terminationGracePeriodSeconds`` (None: not read yet)."""
+    nproc: int | None = None
+    """Processes per worker (``spec.nprocPerNode``; None: not read yet): with the job's most workers, the
+    largest world a step report of it may state."""
     patient_until: float = float("-inf")
     """A raise that counts on members other jobs give up waits for their workers to end until then, not only
     ``pending_grace_seconds``."""
