@@ -88,3 +88,51 @@ def test_labels_beyond_the_basic_plane_are_quoted_as_promql_reads_them() -> None
     assert quote('a"b\\c\n') == '"a\\"b\\\\c\\n"'
     with pytest.raises(KubecellError, match="not valid Unicode"):
         quote("GPU-\ud83d")
+
+
+def owned(name: str, namespace: str, owner_uid: str, *, finished_minute: int | None = None) -> dict[str, Any]:
+    body = pod(name, namespace)
+    body["metadata"]["ownerReferences"] = [{"kind": "Job", "name": "train", "uid": owner_uid, "controller": True}]
+    if finished_minute is not None:
+        done = datetime.fromtimestamp(T + 60 * finished_minute, UTC).isoformat().replace("+00:00", "Z")
+        body["status"] = {"phase": "Succeeded", "startTime": body["status"]["startTime"], "containerStatuses": [
+            {"name": "c", "state": {"terminated": {"exitCode": 0, "finishedAt": done}}}]}
+    return body
+
+
+def test_a_pod_naming_another_namespaces_owner_cannot_replace_that_jobs_record(tmp_path: Path) -> None:
+    """Owner uids are unique in a cluster, but the API server checks no owner reference: a pod in 'attacker'
+    naming the uid of a Job in 'victim' is refused, and the victim's record stays as it was saved."""
+    client = CannedPrometheus({"v-0": minutes(0.5), "a-0": minutes(0.9)})
+    now = datetime.fromtimestamp(T, UTC) + timedelta(minutes=30)
+    with JobHistory.open(f"sqlite:///{tmp_path / 'h.db'}") as history:
+        profile_jobs(group_pods([owned("v-0", "victim", "job-uid")]), client, history, now=now)
+        done = profile_jobs(group_pods([owned("a-0", "attacker", "job-uid")]), client, history, now=now)
+        assert done.saved == ()
+        assert "keeps a job of namespace victim" in done.refused[0][1]
+        kept = history.get("job-uid")
+        assert kept is not None
+        assert (kept.namespace, [p.name for p in kept.pods]) == ("victim", ["v-0"])
+
+
+def test_a_finished_jobs_record_keeps_the_pods_the_garbage_collector_deleted(tmp_path: Path) -> None:
+    client = CannedPrometheus({"p-0": minutes(0.5), "p-1": minutes(0.5)})
+    now = datetime.fromtimestamp(T, UTC) + timedelta(hours=2)
+    both = [owned("p-0", "ns", "job-uid", finished_minute=20), owned("p-1", "ns", "job-uid", finished_minute=29)]
+    with JobHistory.open(f"sqlite:///{tmp_path / 'h.db'}") as history:
+        assert len(profile_jobs(group_pods(both), client, history, now=now).saved) == 1
+        first = history.get("job-uid")
+        assert first is not None
+        done = profile_jobs(group_pods(both[:1]), client, history, now=now)  # p-1, the latest, deleted
+        assert done.unchanged == ("job-uid",)
+        assert history.get("job-uid") == first
+
+
+def test_a_job_name_matplotlib_would_read_as_maths_does_not_fail_the_report(tmp_path: Path) -> None:
+    from kubecell.profiler.report import write_report
+    from tests.profiler.test_knowledge import finished
+
+    records = [finished("ns", "x$\\foo{$-1", 600, 0.3), finished("ns", "ok-1", 600, 0.5)]
+    page = write_report(records, tmp_path / "report")
+    assert (tmp_path / "report" / "usage.png").stat().st_size > 0
+    assert page.is_file()

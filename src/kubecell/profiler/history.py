@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, selectinload
 from kubecell.profiler.distribution import Distribution, DistributionError
 from kubecell.profiler.identity import name_family
 from kubecell.profiler.store import migrate
-from kubecell.profiler.store.errors import ProfilerStoreError, describe
+from kubecell.profiler.store.errors import JobOfAnotherNamespaceError, ProfilerStoreError, describe
 from kubecell.profiler.store.schema import (
     KEY_LENGTH,
     METRIC_LENGTH,
@@ -293,6 +293,11 @@ class JobHistory:
         upsert = dialect_insert.values(values).on_conflict_do_update(
             index_elements=[JobRow.uid], set_={key: value for key, value in values.items() if key != "uid"})
         with self._session(f"saving job {record.uid}") as session:
+            kept = session.scalar(select(JobRow.namespace).where(JobRow.uid == record.uid))
+            if kept is not None and kept != record.namespace:
+                raise JobOfAnotherNamespaceError(
+                    f"job {record.uid} of namespace {record.namespace}: the history keeps a job of namespace {kept} "
+                    "under that owner uid; not replaced (a pod's owner reference names another namespace's owner)")
             session.execute(upsert)
             for table in (PodMetricRow, JobMetricRow, SharingRow):
                 session.execute(delete(table).where(table.job_uid == record.uid))

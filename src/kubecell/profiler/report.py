@@ -121,10 +121,15 @@ def write_report(records: Sequence[JobRecord], out: Path, pairs: Sequence[PairSp
     groups = _asked_used(records)
     advice = advise(records)
     parts = [f"<h1>kubecell job history</h1><p>{len(records)} jobs.</p>"]
-    if _usage_plot(records, out / "usage.png"):
+    # labels are job and family names, a user's to choose: matplotlib would read '$...$' in them as maths,
+    # and one it cannot parse would fail every plot of the report
+    with plt.rc_context({"text.parse_math": False}):
+        usage = _usage_plot(records, out / "usage.png")
+        asked_used = _asked_used_plot(groups, out / "asked-used.png")
+    if usage:
         parts.append(f"<h2>What jobs used (the {MAX_JOBS_PLOTTED} newest with a GPU series)</h2>"
                      "<img src='usage.png' alt='per-job GPU utilization deciles'>")
-    if _asked_used_plot(groups, out / "asked-used.png"):
+    if asked_used:
         parts.append("<h2>Asked and used, per VC and workload family</h2>"
                      "<img src='asked-used.png' alt='GPU-hours asked and used'>")
     parts.append("<h2>Recommended requests (per GPU)</h2><table border='1' cellpadding='4'>"

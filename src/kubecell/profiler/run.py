@@ -29,6 +29,7 @@ from kubecell.profiler.identity import family_of
 from kubecell.profiler.jobs import FoundJob, finished_at, parse_time
 from kubecell.profiler.pairs import GpuSeries, PodId, observe_sharing
 from kubecell.profiler.prometheus import Prometheus, PrometheusError
+from kubecell.profiler.store.errors import JobOfAnotherNamespaceError
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,10 @@ def profile_jobs(jobs: Iterable[FoundJob], client: Prometheus, history: JobHisto
             continue  # a job whose request cannot be read may hold GPUs: profiled, with its problems
         if job.finished is not None:
             known = history.get(job.uid)
-            if known is not None and known.finished == job.finished and len(known.pods) == len(job.pods):
+            # kept as it was saved once its pods are all in it: the pod garbage collector deletes a finished
+            # job's oldest pods first, and a record made again from what is left would lose them (and its length)
+            if known is not None and known.finished is not None \
+                    and set(job.pod_names) <= {pod.name for pod in known.pods}:
                 unchanged.append(job.uid)
                 continue
         try:
@@ -146,6 +150,10 @@ def profile_jobs(jobs: Iterable[FoundJob], client: Prometheus, history: JobHisto
             reason = str(error) if isinstance(error, KubecellError) else f"{type(error).__name__}: {error}"
             refused.append((job.uid, reason))
             continue
-        history.save(record)
+        try:
+            history.save(record)
+        except JobOfAnotherNamespaceError as error:
+            refused.append((job.uid, str(error)))
+            continue
         saved.append(record)
     return Pass(tuple(saved), tuple(unchanged), tuple(refused))

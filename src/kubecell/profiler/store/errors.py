@@ -15,6 +15,12 @@ class ProfilerStoreError(KubecellError):
     job history, a schema newer than this code, a record it cannot keep."""
 
 
+class JobOfAnotherNamespaceError(ProfilerStoreError):
+    """A job whose key the history holds already for a job of another namespace. Owners' uids are unique in a
+    cluster, so this is a pod whose owner reference names another namespace's owner (the API server checks
+    neither its kind, name nor uid): it is refused, and the job kept is not replaced."""
+
+
 def describe(error: BaseException) -> str:
     """The driver's own message, first line only, without the statement and parameters SQLAlchemy appends."""
     if isinstance(error, DBAPIError) and error.orig is not None:
