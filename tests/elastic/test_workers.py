@@ -27,6 +27,16 @@ def pod(phase: str = "Pending", *, node: str = "", ready: bool = False, deleting
             "status": {"phase": phase, "conditions": conditions, "containerStatuses": statuses}}
 
 
+def evicted_by_the_kubelet() -> dict[str, Any]:
+    """A node-pressure eviction: the kubelet takes first the pods using most above their requests (a script that
+    leaks memory), so it is counted as the worker's failure, not replaced for ever."""
+    body = pod("Failed", node="n1")
+    body["status"]["reason"] = "Evicted"
+    body["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True",
+                                         "reason": "TerminationByKubelet"})
+    return body
+
+
 @pytest.mark.parametrize(("obj", "state"), [
     (pod(), Worker.UNSCHEDULED),
     (pod(node="n1"), Worker.SCHEDULED),
@@ -39,8 +49,9 @@ def pod(phase: str = "Pending", *, node: str = "", ready: bool = False, deleting
     (pod("Failed", node="n1", disrupted=True), Worker.DISRUPTED),
     (pod("Running", node="n1", ready=True, deleting=True), Worker.TERMINATING),
     (pod("Failed", node="n1", deleting=True), Worker.TERMINATING),
+    (evicted_by_the_kubelet(), Worker.FAILED),
 ], ids=["unscheduled", "scheduled", "running", "ready", "crash loop", "creating", "succeeded", "failed",
-        "disrupted", "terminating", "failed and deleted"])
+        "disrupted", "terminating", "failed and deleted", "evicted under node pressure: counted"])
 def test_a_worker_pods_state(obj: dict[str, Any], state: Worker) -> None:
     assert readers.worker_state(obj) is state
     assert readers.worker_state(readers.trimmed(obj)) is state  # what the watch keeps is enough
@@ -82,3 +93,17 @@ def test_times_are_read_or_none() -> None:
     assert readers.parse_time("2026-01-01T00:00:10Z") == readers.parse_time("2026-01-01T00:00:00Z") + 10  # type: ignore[operator]
     assert readers.parse_time("yesterday") is None
     assert readers.parse_time(5) is None
+
+
+def test_a_pod_terminating_long_past_its_grace_period_is_overdue() -> None:
+    """deletionTimestamp is when the grace period ends; a Pod still there well after it has a kubelet that is not
+    answering (its node lost), and only a deletion at once frees its name for a replacement."""
+    deleting = pod("Running", node="n1", deleting=True)  # deletionTimestamp 2026-01-01T00:00:00Z
+    end = readers.parse_time("2026-01-01T00:00:00Z")
+    assert end is not None
+    assert not readers.overdue(deleting, end + 299, 300)
+    assert readers.overdue(deleting, end + 301, 300)
+    assert not readers.overdue(pod("Running", node="n1"), end + 10_000, 300), "not being deleted"
+    broken = pod("Running", node="n1")
+    broken["metadata"]["deletionTimestamp"] = "not a time"
+    assert not readers.overdue(broken, end + 10_000, 300)

@@ -96,6 +96,9 @@ class ControllerOptions:
     """How long a rendezvous Service seen is believed to exist before it is looked up again."""
     expectation_seconds: float = 60.0
     """How long a create or delete of the controller's own stands for its Pod before the watch shows it."""
+    stuck_seconds: float = 300.0
+    """How long past its grace period a Pod of a job may stay Terminating before it is deleted at once (its node
+    is lost: nothing else would ever end it, and the job could not replace it)."""
 
 
 class ElasticController:
@@ -242,6 +245,14 @@ class ElasticController:
             self._default_replicas(obj, spec)
             return  # the job comes back through the watch with spec.replicas set
         workers, pods_by_index, host, runs = self._observe(key, uid, expect)
+        for pod in (*pods_by_index.values(), *((host,) if host is not None else ())):
+            pod_uid = str(pod["metadata"]["uid"])
+            if pod_uid not in expect.deleted and readers.overdue(pod, now, self.options.stuck_seconds) \
+                    and self._delete_pod(pod, 0):
+                expect.deleted[pod_uid] = now + self.options.expectation_seconds
+                self._event(obj, Emit(True, "PodForceDeleted", f"pod {pod['metadata']['name']} Terminating "
+                                          f"{self.options.stuck_seconds:.0f} s past its grace period (its node is "
+                                          "not answering): deleted at once, to be replaced"))
         stale = frozenset(index for index, run in runs.items() if run != previous.restarts)
         generation = count(meta.get("generation"), MAX_GENERATION)
         phase = previous.phase

@@ -230,14 +230,18 @@ def _completion(obs: Observation) -> Decision | None:
     done = {i for i, state in current.items() if state is Worker.SUCCEEDED}
     if not done:
         return None
-    busy = {i for i, state in current.items() if state in ACTIVE and state is not Worker.UNSCHEDULED}
+    # waited for: a worker still training, or one bound and starting while the run is young; never one that
+    # crash-loops (it failed) nor one that has not started within the rendezvous timeout (it never will join)
+    patient = obs.seconds_stalled <= obs.rendezvous_timeout
+    busy = {i for i, state in current.items()
+            if state in STARTED or (state is Worker.SCHEDULED and patient)}
     if busy:
         return Decision(Phase.RUNNING, REASON_COMPLETING,
                         f"{workers_named(done)} finished; waiting for {workers_named(busy)} to finish",
                         (), obs.restarts, obs.previous_target)
     leftovers = [DeleteWorker(i, graceful=False) for i, state in sorted(obs.workers.items())
                  if state in ACTIVE]  # never started, or of an earlier run: nothing to wait for
-    failed = {i for i, state in current.items() if state is Worker.FAILED}
+    failed = {i for i, state in current.items() if state in (Worker.FAILED, Worker.CRASH_LOOP)}
     if failed:
         message = f"{workers_named(done)} exited 0 but {workers_named(failed)} failed"
         return Decision(Phase.FAILED, REASON_WORKER_FAILED, message,

@@ -18,6 +18,10 @@ from kubecell.kube.names import ANNOTATION_GROUP_SIZE
 
 CRASH_LOOP_REASON = "CrashLoopBackOff"
 """The kubelet's waiting reason for a container it keeps restarting (``restartPolicy: OnFailure``)."""
+EVICTED_REASON = "Evicted"
+"""``status.reason`` of a Pod the kubelet evicted under node pressure (memory, disk, PIDs)."""
+BY_KUBELET = "TerminationByKubelet"
+"""The reason of the ``DisruptionTarget`` condition the kubelet adds when it ends a Pod itself."""
 
 
 def labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
@@ -72,6 +76,14 @@ def _condition(pod: Mapping[str, Any], kind: str) -> bool:
     return False
 
 
+def _reason(pod: Mapping[str, Any], kind: str) -> str | None:
+    for entry in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(entry, Mapping) and entry.get("type") == kind:
+            reason = entry.get("reason")
+            return reason if isinstance(reason, str) else None
+    return None
+
+
 def worker_state(pod: Mapping[str, Any]) -> Worker:
     """One worker Pod's state, from what its kubelet and the API server wrote."""
     meta = pod.get("metadata") or {}
@@ -82,7 +94,11 @@ def worker_state(pod: Mapping[str, Any]) -> Worker:
     if phase == "Succeeded":
         return Worker.SUCCEEDED
     if phase == "Failed":
-        return Worker.DISRUPTED if _condition(pod, "DisruptionTarget") else Worker.FAILED
+        # taken by the cluster (preempted, drained, its node lost): replaced, not counted; but a kubelet's
+        # node-pressure eviction (status.reason Evicted) takes first the pods using most above their requests, so
+        # a worker whose script leaks memory is counted, or it would be evicted and replaced forever
+        pressure = status.get("reason") == EVICTED_REASON and _reason(pod, "DisruptionTarget") == BY_KUBELET
+        return Worker.DISRUPTED if _condition(pod, "DisruptionTarget") and not pressure else Worker.FAILED
     for container in status.get("containerStatuses") or []:
         waiting = ((container or {}).get("state") or {}).get("waiting") or {}
         if waiting.get("reason") == CRASH_LOOP_REASON:
@@ -100,6 +116,14 @@ def ended(pod: Mapping[str, Any]) -> bool:
 
 def terminating(pod: Mapping[str, Any]) -> bool:
     return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def overdue(pod: Mapping[str, Any], now: float, margin: float) -> bool:
+    """Whether ``pod`` is still Terminating ``margin`` seconds after its grace period ended (its
+    ``deletionTimestamp``): its kubelet is not there to end it (a node lost or partitioned), and it would hold its
+    name, and the job's place in it, for ever."""
+    deleting = parse_time((pod.get("metadata") or {}).get("deletionTimestamp"))
+    return deleting is not None and now - deleting > margin
 
 
 def group_size(pod: Mapping[str, Any]) -> str | None:
@@ -128,10 +152,11 @@ def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
                            "state": {key: {"reason": (value or {}).get("reason"),
                                            "exitCode": (value or {}).get("exitCode")}
                                      for key, value in state.items()}})
-    conditions = [{"type": c.get("type"), "status": c.get("status")} for c in status.get("conditions") or []
-                  if isinstance(c, Mapping)]
+    conditions = [{"type": c.get("type"), "status": c.get("status"), "reason": c.get("reason")}
+                  for c in status.get("conditions") or [] if isinstance(c, Mapping)]
     return {"metadata": kept, "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
-            "status": {"phase": status.get("phase"), "conditions": conditions, "containerStatuses": containers}}
+            "status": {"phase": status.get("phase"), "reason": status.get("reason"), "conditions": conditions,
+                       "containerStatuses": containers}}
 
 
 def parse_time(text: Any) -> float | None:
