@@ -21,7 +21,6 @@ and an Event and nothing else is touched: its Pods, if any, are left as they are
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import logging
 import queue
@@ -58,9 +57,9 @@ from kubecell.elastic.status import (
     count,
     read_status,
 )
+from kubecell.elastic.writes import JobWrites
 from kubecell.kube.actions import event_body
 from kubecell.kube.clock import rfc3339
-from kubecell.kube.elasticjob_objects import rendezvous_pod, rendezvous_service, worker_pod
 from kubecell.kube.elasticjobs import (
     KIND,
     LABEL_JOB,
@@ -75,7 +74,6 @@ from kubecell.kube.elasticjobs import (
     rendezvous_name,
     worker_selector,
 )
-from kubecell.kube.names import ANNOTATION_GROUP_SIZE
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.kube.watch import Collection, Event, Watcher
 
@@ -118,11 +116,12 @@ class ElasticController:
         self.pods_of: dict[str, set[str]] = {}
         self.dirty: set[str] = set()
         self.expectations: dict[str, Expectations] = {}
-        self.services: dict[str, tuple[bool, float]] = {}
-        """Job key -> (whether its rendezvous Service exists, when that was learnt)."""
         self.synced: set[str] = set()
         self.told: dict[str, str] = {}
         """Job key -> the last repeated-failure Event sent for it (a refused create is told once, not per retry)."""
+        self.writes = JobWrites(kube, self.metrics, self._tell_once,
+                                recheck_seconds=self.options.service_recheck_seconds,
+                                expectation_seconds=self.options.expectation_seconds)
 
     def shutdown(self) -> None:
         self.stop.set()
@@ -180,12 +179,15 @@ class ElasticController:
                 self.synced.add("elasticjobs")
                 self.jobs = {self._key(obj): obj for obj in event.objects}
                 self.dirty |= set(self.jobs)
+                for kept in (self.expectations, self.writes.services, self.told):  # jobs deleted while unwatched
+                    for key in [key for key in kept if key not in self.jobs]:
+                        del kept[key]
                 return
             key = self._key(event.obj)
             if event.type == "DELETED":
                 self.jobs.pop(key, None)
                 self.expectations.pop(key, None)
-                self.services.pop(key, None)
+                self.writes.services.pop(key, None)
                 self.told.pop(key, None)
             else:
                 self.jobs[key] = event.obj
@@ -201,7 +203,12 @@ class ElasticController:
         uid = str((event.obj.get("metadata") or {}).get("uid", ""))
         old = self.pods.pop(uid, None)
         if old is not None:
-            self.pods_of.get(readers.job_key(old) or "", set()).discard(uid)
+            old_key = readers.job_key(old) or ""
+            members = self.pods_of.get(old_key)
+            if members is not None:
+                members.discard(uid)
+                if not members:  # a label value never seen again leaves nothing behind
+                    del self.pods_of[old_key]
         if event.type != "DELETED":
             self._keep_pod(event.obj)
         changed = readers.job_key(event.obj)
@@ -248,7 +255,7 @@ class ElasticController:
         for pod in (*pods_by_index.values(), *((host,) if host is not None else ())):
             pod_uid = str(pod["metadata"]["uid"])
             if pod_uid not in expect.deleted and readers.overdue(pod, now, self.options.stuck_seconds) \
-                    and self._delete_pod(pod, 0):
+                    and self.writes.delete_pod(pod, 0):
                 expect.deleted[pod_uid] = now + self.options.expectation_seconds
                 self._event(obj, Emit(True, "PodForceDeleted", f"pod {pod['metadata']['name']} Terminating "
                                           f"{self.options.stuck_seconds:.0f} s past its grace period (its node is "
@@ -262,7 +269,7 @@ class ElasticController:
                                       spec_changed=generation != previous.observed_generation,
                                       reason=previous.reason, message=previous.message)
         else:
-            service = self._service_exists(key, namespace, name, now)
+            service = self.writes.service_exists(key, namespace, name, now)
             host_up = host is not None and not readers.ended(host) and not readers.terminating(host)
             observation = Observation(
                 target=spec.replicas, min_replicas=spec.min_replicas, workers=workers,
@@ -319,20 +326,6 @@ class ElasticController:
         created = readers.parse_time((obj.get("metadata") or {}).get("creationTimestamp")) or now
         since = max(created, previous.last_resize_at or created, previous.unavailable_since or now)
         return max(0.0, now - since)
-
-    def _service_exists(self, key: str, namespace: str, name: str, now: float) -> bool:
-        known = self.services.get(key)
-        if known is not None and (not known[0] or now - known[1] < self.options.service_recheck_seconds):
-            return known[0]
-        try:
-            self.kube.get(f"/api/v1/namespaces/{namespace}/services/{rendezvous_name(name)}")
-            exists = True
-        except ApiError as error:
-            if not error.not_found:
-                raise
-            exists = False
-        self.services[key] = (exists, now)
-        return exists
 
     # --- writes -----------------------------------------------------------------------------------------
 
@@ -395,103 +388,24 @@ class ElasticController:
              pods_by_index: Mapping[int, dict[str, Any]], host: Mapping[str, Any] | None, expect: Expectations,
              now: float) -> None:
         if decision.phase not in TERMINAL:  # before any new worker exists, so no member states an old headcount
-            self._align_gang(spec, pods_by_index)
+            self.writes.align_gang(spec, pods_by_index)
         for action in decision.actions:
             if isinstance(action, CreateWorker):
-                self._create_worker(obj, spec, action.index, decision.restarts, expect, now)
+                self.writes.create_worker(obj, spec, action.index, decision.restarts, expect, now)
             elif isinstance(action, DeleteWorker):
                 pod = pods_by_index.get(action.index)
                 if pod is not None:
                     grace = spec.termination_grace_period_seconds if action.graceful else 0
-                    if self._delete_pod(pod, grace):
+                    if self.writes.delete_pod(pod, grace):
                         expect.deleted[str(pod["metadata"]["uid"])] = now + self.options.expectation_seconds
                     if decision.phase not in TERMINAL:
                         expect.owed.add(action.index)
             elif isinstance(action, EnsureRendezvous):
-                self._ensure_rendezvous(obj, spec, host, now)
+                self.writes.ensure_rendezvous(obj, spec, host, now)
             elif isinstance(action, RemoveRendezvous):
-                self._remove_rendezvous(spec, host, now)
+                self.writes.remove_rendezvous(spec, host, now)
             else:
                 self._event(obj, action)
-
-    def _create_worker(self, obj: Mapping[str, Any], spec: ElasticJobSpec, index: int, run: int,
-                       expect: Expectations, now: float) -> None:
-        try:
-            self.kube.create(f"/api/v1/namespaces/{spec.namespace}/pods", worker_pod(spec, index, run))
-        except ApiError as error:
-            if error.conflict:  # its name is still taken (a worker leaving): created when that one is gone
-                self.metrics.pod_writes.labels("create", "exists").inc()
-                expect.owed.add(index)
-                return
-            if error.unavailable:
-                raise
-            self.metrics.pod_writes.labels("create", "refused").inc()
-            expect.owed.add(index)  # refused (quota, admission): tried again at every resync, told once
-            self._tell_once(obj, Emit(True, "FailedCreate", f"worker {index} not created: {error}"))
-            return
-        self.metrics.pod_writes.labels("create", "ok").inc()
-        expect.created[index] = now + self.options.expectation_seconds
-        expect.owed.discard(index)
-
-    def _delete_pod(self, pod: Mapping[str, Any], grace: int) -> bool:
-        meta = pod["metadata"]
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": grace,
-                "preconditions": {"uid": meta["uid"]}}
-        try:
-            self.kube.delete(f"/api/v1/namespaces/{meta.get('namespace', 'default')}/pods/{meta['name']}", body)
-        except ApiError as error:
-            if error.not_found or error.conflict:  # gone already, or a new Pod under the name: not ours to delete
-                self.metrics.pod_writes.labels("delete", "gone").inc()
-                return False
-            raise
-        self.metrics.pod_writes.labels("delete", "ok").inc()
-        return True
-
-    def _ensure_rendezvous(self, obj: Mapping[str, Any], spec: ElasticJobSpec, host: Mapping[str, Any] | None,
-                           now: float) -> None:
-        if not self.services.get(spec.key, (False, 0.0))[0]:
-            try:
-                self.kube.create(f"/api/v1/namespaces/{spec.namespace}/services", rendezvous_service(spec))
-            except ApiError as error:
-                if not error.conflict:
-                    self._tell_once(obj, Emit(True, "FailedCreate", f"rendezvous Service not created: {error}"))
-                    raise
-            self.services[spec.key] = (True, now)
-        if host is not None and readers.ended(host) and not readers.terminating(host):
-            self._delete_pod(host, 0)  # a host that ended is replaced (its store is gone anyway)
-        elif host is None:
-            try:
-                self.kube.create(f"/api/v1/namespaces/{spec.namespace}/pods", rendezvous_pod(spec))
-                self.metrics.pod_writes.labels("create", "ok").inc()
-            except ApiError as error:
-                if not error.conflict:
-                    self._tell_once(obj, Emit(True, "FailedCreate", f"rendezvous host not created: {error}"))
-                    raise
-                self.metrics.pod_writes.labels("create", "exists").inc()
-
-    def _remove_rendezvous(self, spec: ElasticJobSpec, host: Mapping[str, Any] | None, now: float) -> None:
-        with contextlib.suppress(ApiError):
-            self.kube.delete(f"/api/v1/namespaces/{spec.namespace}/services/{rendezvous_name(spec.name)}")
-        self.services[spec.key] = (False, now)
-        if host is not None and not readers.terminating(host):
-            self._delete_pod(host, 0)
-
-    def _align_gang(self, spec: ElasticJobSpec, pods_by_index: Mapping[int, dict[str, Any]]) -> None:
-        """Every live worker states the target as its gang's headcount (``kubecell.io/group-size``), so the
-        gang's members never disagree after a resize."""
-        wanted = str(spec.replicas)
-        for index, pod in sorted(pods_by_index.items()):
-            if index >= spec.replicas or readers.terminating(pod) or readers.ended(pod):
-                continue
-            if readers.group_size(pod) == wanted:
-                continue
-            meta = pod["metadata"]
-            body = {"metadata": {"uid": meta["uid"], "annotations": {ANNOTATION_GROUP_SIZE: wanted}}}
-            try:
-                self.kube.patch(f"/api/v1/namespaces/{spec.namespace}/pods/{meta['name']}", body)
-            except ApiError as error:
-                if not (error.not_found or error.conflict):
-                    raise
 
     def _tell_once(self, obj: Mapping[str, Any], action: Emit) -> None:
         """An Event that a retry would repeat: sent when its message differs from the last one sent for the job."""
