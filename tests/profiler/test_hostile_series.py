@@ -136,3 +136,33 @@ def test_a_job_name_matplotlib_would_read_as_maths_does_not_fail_the_report(tmp_
     page = write_report(records, tmp_path / "report")
     assert (tmp_path / "report" / "usage.png").stat().st_size > 0
     assert page.is_file()
+
+
+class Asked(CannedPrometheus):
+    """Keeps the window of every ``raw`` call."""
+
+    def __init__(self, series: dict[str, tuple[Sample, ...]]) -> None:
+        super().__init__(series)
+        self.windows: list[tuple[float, float]] = []
+
+    def raw(self, selector: str, start: float, end: float, **more: Any) -> list[Series]:
+        self.windows.append((start, end))
+        return super().raw(selector, start, end, **more)
+
+
+def test_a_pass_reads_a_running_jobs_last_day_and_nothing_for_pods_that_never_started(tmp_path: Path) -> None:
+    """A pass runs every few minutes; a month-old job read whole each time, and pods that never started (or
+    ask no GPU but carry a refused user annotation) read since their creation, would grow every pass."""
+    week = pod("long")
+    never = pod("never")
+    never["status"] = {"phase": "Pending"}
+    cpu = pod("cpu")
+    cpu["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "1"}
+    cpu["metadata"]["annotations"] = {"kubecell.io/user": "x" * 10_000}
+    client = Asked({"long": minutes(0.5)})
+    now = datetime.fromtimestamp(T, UTC) + timedelta(days=7)
+    with JobHistory.open(f"sqlite:///{tmp_path / 'h.db'}") as history:
+        done = profile_jobs(group_pods([week, never, cpu]), client, history, now=now)
+    assert sorted(record.owner_name for record in done.saved) == ["long", "never"]
+    assert client.windows, "the running job was read"
+    assert min(start for start, _ in client.windows) >= now.timestamp() - 86_400 - 1, "its last day only"

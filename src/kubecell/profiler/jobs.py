@@ -52,6 +52,8 @@ class FoundJob:
     finished: datetime | None
     outcome: Outcome
     problems: tuple[str, ...]
+    request_unread: bool = False
+    """A pod's request could not be read: it may hold GPUs, so it is profiled even where only GPU jobs are."""
 
     @property
     def pod_names(self) -> tuple[str, ...]:
@@ -207,7 +209,8 @@ def _job(namespace: str, uid: str, kind: str, name: str, read: list[tuple[Mappin
         if outcome in (Outcome.SUCCEEDED, Outcome.FAILED) and all(ends) else None
     return FoundJob(uid, namespace, kind, name, user, vcs[0] if vcs else None,
                     str(image) if image else None, tuple(members), gpus, milli, memory, model, created,
-                    min(starts) if starts else None, finished, outcome, tuple(problems))
+                    min(starts) if starts else None, finished, outcome, tuple(problems),
+                    any(isinstance(demand, InvalidInputError) for _, demand in read))
 
 
 def list_pods(kube: Kube, namespace: str | None = None) -> list[dict[str, Any]]:

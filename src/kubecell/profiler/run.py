@@ -2,8 +2,11 @@
 
 The profiler runs again and again (``kubecell profile collect --every``): a running job is saved each time with
 what it used so far, and once more when it has finished; a finished job already saved with the same end is not
-read again. Pods disappear from the API some time after they finish, so a job is only as complete as the
-passes that saw it: run the profiler more often than finished pods are deleted. A job whose series are missing
+read again, nor made again from fewer pods once the garbage collector deletes some of them. Pods disappear from
+the API some time after they finish, so a job is only as complete as the passes that saw it: run the profiler
+more often than finished pods are deleted. While a job runs, a pass reads its last day
+(``RUNNING_WINDOW_SECONDS``), not its whole life again; the pass after it ends reads its whole life once. A job
+none of whose pods started costs no query. A job whose series are missing
 or bad is saved with its problems (one message per pod and metric); Prometheus or the database failing stops
 the pass with that error, since no job could be profiled.
 
@@ -29,7 +32,11 @@ from kubecell.profiler.identity import family_of
 from kubecell.profiler.jobs import FoundJob, finished_at, parse_time
 from kubecell.profiler.pairs import GpuSeries, PodId, observe_sharing
 from kubecell.profiler.prometheus import Prometheus, PrometheusError
+from kubecell.profiler.sources import METRICS
 from kubecell.profiler.store.errors import JobOfAnotherNamespaceError
+
+RUNNING_WINDOW_SECONDS = 86_400.0
+"""How much of a running job's life a pass reads (a week-long job would otherwise be read whole every pass)."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,10 @@ def record_of(job: FoundJob, client: Prometheus, now: datetime,
     time-sliced pods too: the only ones observed), its GPUs read through the pass's ``gpus``."""
     start = (job.started or job.created).timestamp()
     end = max((job.finished or now).timestamp(), start + 1.0)
-    profile = collect(client, Job(job.namespace, job.pod_names, start, end))
+    if job.finished is None:  # read again at every pass while it runs: its last day only, its whole life once ended
+        start = max(start, end - RUNNING_WINDOW_SECONDS)
+    # a job none of whose pods started has no series: nothing is asked of Prometheus for it
+    profile = collect(client, Job(job.namespace, job.pod_names, start, end), METRICS if job.started else ())
     sharing: tuple[SharedUse, ...] = ()
     sharing_problems: tuple[str, ...] = ()
     partners = partners or {}
@@ -127,7 +137,7 @@ def profile_jobs(jobs: Iterable[FoundJob], client: Prometheus, history: JobHisto
     unchanged: list[str] = []
     refused: list[tuple[str, str]] = []
     for job in jobs:
-        if gpu_only and job.gpus_per_pod <= 0 and not job.problems:
+        if gpu_only and job.gpus_per_pod <= 0 and not job.request_unread:
             continue  # a job whose request cannot be read may hold GPUs: profiled, with its problems
         if job.finished is not None:
             known = history.get(job.uid)
