@@ -166,3 +166,24 @@ def test_a_pass_reads_a_running_jobs_last_day_and_nothing_for_pods_that_never_st
     assert sorted(record.owner_name for record in done.saved) == ["long", "never"]
     assert client.windows, "the running job was read"
     assert min(start for start, _ in client.windows) >= now.timestamp() - 86_400 - 1, "its last day only"
+
+
+class TwoSeries(CannedPrometheus):
+    """One pod's GPU gauge as two series (two GPUs) scraped every 60 s, stamped a second apart."""
+
+    def raw(self, selector: str, start: float, end: float, **_: Any) -> list[Series]:
+        if not selector.startswith(GPU_UTILIZATION.sources[0].name + "{"):
+            return []
+        first = tuple((T + 60 * i, 0.2) for i in range(60))
+        second = tuple((T + 60 * i + 1, 0.8) for i in range(60))
+        return [Series({"pod": "p", "namespace": "ns", "gpu": "0"}, first),
+                Series({"pod": "p", "namespace": "ns", "gpu": "1"}, second)]
+
+
+def test_series_stamped_apart_are_weighted_by_their_scrape_interval() -> None:
+    """Merged, the two series' gaps alternate 1 s and 59 s; the pod's sum must still cover its hour, not the
+    seconds a median of those gaps would cap it to."""
+    profile = collect(TwoSeries({}), Job("ns", ("p",), T, T + 3600), (GPU_UTILIZATION,))
+    series = profile.metrics["gpu_utilization"].series["p"]
+    assert sum(series.weights) == pytest.approx(3600, abs=61)
+    assert profile.metrics["gpu_utilization"].pods["p"].mean == pytest.approx(1.0, abs=0.02), "0.2 + 0.8 held"

@@ -96,3 +96,16 @@ def test_a_pod_with_only_a_generated_name_prefix_is_of_that_familys() -> None:
     prefix = {"metadata": {"generateName": "train-", "namespace": "team-a"}}
     named = {"metadata": {"name": "train-x7k2p", "generateName": "train-", "namespace": "team-a"}}
     assert family_of(prefix) == family_of(named) == ("team-a", "train")
+
+
+def test_a_gangs_pods_are_looked_up_under_the_family_the_profiler_files_the_gang_by() -> None:
+    """Pods without an owner that declare a gang are one job named after the gang: the scheduler and the webhook
+    must look its history up under that family, not under each pod's own name ('llama-ft-launcher')."""
+    from kubecell.profiler.jobs import group_pods
+
+    pods = [{"metadata": {"name": name, "namespace": "team-a", "uid": f"u-{name}",
+                          "annotations": {"kubecell.io/group": "llama-ft", "kubecell.io/group-size": "2"}},
+             "spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+             "status": {"phase": "Pending"}} for name in ("llama-ft-launcher", "llama-ft-worker-0")]
+    (job,) = group_pods(pods)
+    assert {family_of(pod) for pod in pods} == {("team-a", name_family(job.owner_name))} == {("team-a", "llama-ft")}

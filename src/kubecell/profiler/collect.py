@@ -53,16 +53,18 @@ def median_interval(timestamps: Sequence[float], fallback: float = DEFAULT_FALLB
 
 
 def sample_weights(timestamps: Sequence[float], *, max_gap_factor: float = DEFAULT_MAX_GAP_FACTOR,
-                   fallback_interval: float = DEFAULT_FALLBACK_INTERVAL) -> list[float]:
+                   fallback_interval: float = DEFAULT_FALLBACK_INTERVAL, interval: float | None = None) -> list[float]:
     """Seconds each sample stands for: the gap to the next one, at most ``max_gap_factor`` times the median
     gap; the last sample (whose next gap is unknown) the median gap; a lone sample ``fallback_interval``.
+    ``interval``: the scrape interval to use instead of the median gap, for a sum of series each scraped at it
+    but stamped apart (two containers a second apart: their merged gaps say nothing of the interval).
 
     Pure, so a test applies the very same rule to the raw data the series were made from."""
     if any(b <= a for a, b in pairwise(timestamps)):
         raise KubecellError("sample weights: timestamps must be strictly increasing")
     if not timestamps:
         return []
-    usual = median_interval(timestamps, fallback_interval)
+    usual = interval if interval is not None else median_interval(timestamps, fallback_interval)
     cap = max_gap_factor * usual
     return [min(b - a, cap) for a, b in pairwise(timestamps)] + [usual]
 
@@ -191,6 +193,14 @@ def _pod_series(source: Source, raw: Sequence[Sequence[Sample]], pod: str, metri
     return summed(clean, max_gap_factor=max_gap_factor, fallback_interval=fallback_interval) if clean else []
 
 
+def scrape_interval(raw: Sequence[Sequence[Sample]], fallback: float) -> float | None:
+    """The interval a pod's summed series stands at: the longest median interval of the series summed (None for
+    one series: its own gaps say it)."""
+    if len(raw) < 2:
+        return None
+    return max(median_interval(sorted({t for t, _ in samples}), fallback) for samples in raw)
+
+
 def collect(client: Prometheus, job: Job, metrics: Sequence[Metric] = METRICS, *, chunk: float = DEFAULT_CHUNK,
             max_gap_factor: float = DEFAULT_MAX_GAP_FACTOR, fallback_interval: float = DEFAULT_FALLBACK_INTERVAL,
             min_samples: int = DEFAULT_MIN_SAMPLES) -> Profile:
@@ -224,7 +234,8 @@ def collect(client: Prometheus, job: Job, metrics: Sequence[Metric] = METRICS, *
                                                           f"at least {min_samples} needed"))
                 continue
             weights = sample_weights([t for t, _ in samples], max_gap_factor=max_gap_factor,
-                                     fallback_interval=fallback_interval)
+                                     fallback_interval=fallback_interval,
+                                     interval=scrape_interval(raw, fallback_interval))
             series[pod] = PodSeries(source.name, tuple(samples), tuple(weights))
         pods: dict[str, Distribution] = {}
         for pod, s in list(series.items()):

@@ -31,6 +31,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from kubecell.core.errors import InvalidInputError
+from kubecell.kube.dialects.demand import PodDemand
+from kubecell.kube.dialects.pod import pod_demand
+
 MAX_FAMILY = 253
 """The longest Kubernetes object name: a family is a label for grouping, never longer than a name."""
 
@@ -74,13 +78,26 @@ def name_family(name: str) -> str:
     return family.strip("-_.")
 
 
-def family_of(pod: Mapping[str, Any]) -> tuple[str, str]:
-    """(namespace, family) of ``pod``: its controller owner's name family, else its own name's (else its
-    ``generateName``'s: a pod created with one has no name yet when an admission webhook sees it)."""
+def job_name(pod: Mapping[str, Any], demand: PodDemand | InvalidInputError | None = None) -> str:
+    """The name ``pod``'s job goes by: its controller owner's, else the gang's it declares (in any dialect the
+    scheduler reads; ``demand`` where the caller has read it already), else its own (else its ``generateName``:
+    a pod created with one has no name yet when an admission webhook sees it). The one rule by which the profiler
+    files a job and the scheduler and the webhook look its family up."""
     meta = pod.get("metadata") or {}
-    name = str(meta.get("name") or meta.get("generateName") or "")
     for reference in meta.get("ownerReferences") or ():
         if isinstance(reference, Mapping) and reference.get("controller") is True and reference.get("name"):
-            name = str(reference["name"])
-            break
-    return str(meta.get("namespace", "default")), name_family(name)
+            return str(reference["name"])
+    if demand is None:
+        try:
+            demand = pod_demand(pod)
+        except InvalidInputError as error:
+            demand = error
+    if isinstance(demand, PodDemand) and demand.group is not None:
+        return demand.group.key.split("/", 1)[-1]
+    return str(meta.get("name") or meta.get("generateName") or "")
+
+
+def family_of(pod: Mapping[str, Any]) -> tuple[str, str]:
+    """(namespace, family) of ``pod``: the family of its job's name (:func:`job_name`)."""
+    meta = pod.get("metadata") or {}
+    return str(meta.get("namespace", "default")), name_family(job_name(pod))

@@ -25,6 +25,7 @@ from kubecell.kube.dialects.demand import PodDemand
 from kubecell.kube.dialects.pod import pod_demand
 from kubecell.kube.rest import Kube, list_all
 from kubecell.profiler.history import Outcome
+from kubecell.profiler.identity import job_name
 from kubecell.profiler.store.schema import KEY_LENGTH
 
 ANNOTATION_USER = "kubecell.io/user"
@@ -142,13 +143,14 @@ def _key(pod: Mapping[str, Any], demand: Demand) -> tuple[str, str, str]:
     """(uid, owner kind, owner name) of the job the pod belongs to."""
     meta = pod["metadata"]
     owner = _controller(pod)
+    name = job_name(pod, demand)  # the name the scheduler looks the job's family up by, too
     if owner is not None:
         return str(owner["uid"])[:128], str(owner.get("kind") or "Unknown"), str(owner.get("name") or "")
     group = demand.group if isinstance(demand, PodDemand) else None  # an unreadable one: told with its request
     if group is not None:
         digest = hashlib.sha256(f"{meta.get('namespace', 'default')}/{group.key}".encode()).hexdigest()[:40]
-        return f"gang-{digest}", "Gang", group.key.split("/", 1)[-1]
-    return str(meta["uid"]), "Pod", str(meta["name"])
+        return f"gang-{digest}", "Gang", name
+    return str(meta["uid"]), "Pod", name
 
 
 def _request(pod: Mapping[str, Any], demand: Demand,
