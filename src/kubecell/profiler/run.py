@@ -80,9 +80,10 @@ def share_pods(jobs: Iterable[FoundJob]) -> dict[PodId, SharePod]:
 
 def record_of(job: FoundJob, client: Prometheus, now: datetime,
               partners: Mapping[PodId, SharePod] | None = None, gpus: GpuSeries | None = None) -> JobRecord:
-    """``job`` with its series read over its life so far (from its first start, or its creation, to its end),
-    and, for a share job, its sharing beside the ``partners`` (:func:`share_pods`, which names the job's own
-    time-sliced pods too: the only ones observed), its GPUs read through the pass's ``gpus``."""
+    """``job`` with its series read over its life so far (from its first start, or its creation, to its end;
+    while it runs, its last ``RUNNING_WINDOW_SECONDS``), and, for a share job, its sharing beside the
+    ``partners`` (:func:`share_pods`, which names the job's own time-sliced pods too: the only ones observed),
+    its GPUs read through the pass's ``gpus``."""
     start = (job.started or job.created).timestamp()
     end = max((job.finished or now).timestamp(), start + 1.0)
     if job.finished is None:  # read again at every pass while it runs: its last day only, its whole life once ended
