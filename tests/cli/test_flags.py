@@ -131,3 +131,65 @@ def test_the_right_sizing_webhook_checks_its_flags_before_it_serves(args: list[s
                                       *given, *args])
     assert result.exit_code == 2, result.output
     assert says in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("command", [["recommend"], ["pairs"], ["report", "--out", "OUT"]])
+def test_a_command_that_only_reads_the_history_never_makes_one(command: list[str], tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A mistyped --db must be an error, not an empty history that looks like no data (nor a file left behind)."""
+    argv = [part.replace("OUT", str(tmp_path / "out")) for part in command]
+    missing = tmp_path / "typo.db"
+    code, _, err = run_main(monkeypatch, capsys, "profile", *argv, "--db", f"sqlite:///{missing}")
+    assert_one_line_error(code, err, "no job history at", "kubecell profile collect")
+    assert not missing.exists()
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    code, _, err = run_main(monkeypatch, capsys, "profile", *argv, "--db", f"sqlite:///{empty}")
+    assert_one_line_error(code, err, "holds no job history")
+    assert empty.stat().st_size == 0, "left as it was"
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--every", "nan"], "--every nan"),
+    (["--every", "inf"], "--every inf"),
+    (["--every", "1e308"], "at most 604800"),
+    (["--every", "60", "--passes", "0"], "--passes 0: give at least 1"),
+    (["--passes", "3"], "--passes needs --every"),
+    (["--prometheus", "not a url"], "give Prometheus' base URL"),
+    (["--prometheus", "ftp://x"], "give Prometheus' base URL"),
+], ids=["every nan", "every inf", "every huge", "no passes", "passes alone", "no url", "not http"])
+def test_collect_checks_its_flags_before_it_reads_anything(args: list[str], says: str, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    given = ["--prometheus", "http://127.0.0.1:9"] if "--prometheus" not in args else []
+    code, _, err = run_main(monkeypatch, capsys, "profile", "collect", *given, *args,
+                            "--db", f"sqlite:///{tmp_path / 'h.db'}", "--kubeconfig", str(tmp_path / "absent"))
+    assert_one_line_error(code, err, says)
+    assert not (tmp_path / "h.db").exists()
+
+
+def test_report_refuses_an_out_that_is_a_file_before_reading_the_history(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    taken = tmp_path / "afile"
+    taken.write_text("x")
+    code, _, err = run_main(monkeypatch, capsys, "profile", "report", "--out", str(taken),
+                            "--db", f"sqlite:///{tmp_path / 'h.db'}")
+    assert_one_line_error(code, err, "is an existing file, not a directory")
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (b"\xd0\xcf\x11\xe0 binary", "not a kubeconfig: UnicodeDecodeError"),
+    (b"foo: [unclosed", "not a kubeconfig: ParserError"),
+    (b"- 1\n- 2\n", "not a kubeconfig: TypeError"),
+], ids=["binary", "broken yaml", "a list"])
+@pytest.mark.parametrize("command", [["scheduler"], ["profile", "collect", "--prometheus", "http://127.0.0.1:9"]])
+def test_a_file_that_is_no_kubeconfig_is_one_line(content: bytes, says: str, command: list[str], tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "kubeconfig"
+    bad.write_bytes(content)
+    code, _, err = run_main(monkeypatch, capsys, *command, "--kubeconfig", str(bad),
+                            *(["--db", f"sqlite:///{tmp_path / 'h.db'}"] if "profile" in command else []))
+    assert_one_line_error(code, err, says)

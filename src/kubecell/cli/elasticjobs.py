@@ -28,7 +28,7 @@ from kubecell.cli.inspect import Output, default_kubeconfig
 from kubecell.cli.output import stderr_console, stdout_console
 from kubecell.elastic.inspect import JobView, TypeView, job_views
 from kubecell.kube import elasticjobs
-from kubecell.kube.rest import ApiError, Kube, list_all
+from kubecell.kube.rest import ApiError, Kube, KubeconfigError, list_all
 
 
 def _cell(value: int | None) -> str:
@@ -166,7 +166,7 @@ def elasticjobs_command(
     try:
         kube = Kube.from_kubeconfig(path, pool=1)
     except (ConfigException, OSError) as error:
-        _fail(f"cannot read kubeconfig {path}: {error}")
+        _fail(str(error) if isinstance(error, KubeconfigError) else f"cannot read kubeconfig {path}: {error}")
     events: list[str] | str | None = None
     try:
         if name is not None and namespace is not None:

@@ -32,7 +32,7 @@ from kubecell.kube import virtualclusters
 from kubecell.kube.accepted import CONFIGMAP as ACCEPTED_CONFIGMAP
 from kubecell.kube.accepted import KEY as ACCEPTED_KEY
 from kubecell.kube.accepted import decode
-from kubecell.kube.rest import ApiError, Kube, list_all
+from kubecell.kube.rest import ApiError, Kube, KubeconfigError, list_all
 from kubecell.scheduler.observe.inspect import GpuReport, InspectReport, NodeReport, build_report
 
 TENANTS_NAMESPACE = "kubecell-system"
@@ -254,7 +254,7 @@ def inspect(
     try:
         kube = Kube.from_kubeconfig(path, pool=2)
     except (ConfigException, OSError) as error:
-        _fail(f"cannot read kubeconfig {path}: {error}")
+        _fail(str(error) if isinstance(error, KubeconfigError) else f"cannot read kubeconfig {path}: {error}")
     try:
         report = read_cluster(kube, scheduler=None if scheduler == "*" else scheduler)
     except ApiError as error:

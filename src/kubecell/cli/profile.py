@@ -10,10 +10,12 @@ share each workload family needs; ``report`` writes an HTML page with plots. The
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
+from urllib.parse import urlsplit
 
 import typer
 from rich import box
@@ -30,6 +32,8 @@ DEFAULT_DB = "sqlite:///kubecell-history.db"
 DbOption = Annotated[str, typer.Option("--db", envvar="KUBECELL_HISTORY", help="The job history: a SQLAlchemy URL "
                                        "(sqlite:///FILE, postgresql://USER@HOST/DB); env KUBECELL_HISTORY.")]
 
+MAX_EVERY_SECONDS = 7 * 86_400.0
+"""The longest pause between passes ``--every`` takes: pods are deleted long before a week goes by."""
 OutputOption = Annotated[str, typer.Option("--output", "-o", help="table or json.")]
 profile_app = typer.Typer(help="The profiler: what jobs used, kept in a job history, and the requests it advises.",
                           no_args_is_help=True)
@@ -40,13 +44,14 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-def _history(db: str) -> JobHistory:
-    """The history at ``db``; the profiler extra may be absent, so it is imported here, not at the top."""
+def _history(db: str, *, create: bool = False) -> JobHistory:
+    """The history at ``db`` (made there only by ``collect``: ``create``); the profiler extra may be absent, so
+    it is imported here, not at the top."""
     try:
         from kubecell.profiler.history import JobHistory
     except ImportError as error:
         _fail(f"the profiler needs its extra: pip install 'kubecell[profiler]' ({error})")
-    return JobHistory.open(db)
+    return JobHistory.open(db, create=create)
 
 
 @profile_app.command("collect")
@@ -64,21 +69,27 @@ def collect(
     from kubernetes.config.config_exception import ConfigException
 
     from kubecell.cli.inspect import default_kubeconfig
-    from kubecell.kube.rest import ApiError, Kube
+    from kubecell.kube.rest import ApiError, Kube, KubeconfigError
     from kubecell.profiler.jobs import group_pods, list_pods
     from kubecell.profiler.prometheus import Prometheus, PrometheusError
     from kubecell.profiler.run import profile_jobs
 
-    if every is not None and every <= 0:
-        _fail(f"--every {every}: give seconds > 0")
+    if every is not None and not (math.isfinite(every) and 0 < every <= MAX_EVERY_SECONDS):
+        _fail(f"--every {every}: give seconds > 0 and at most {MAX_EVERY_SECONDS:g} (a week)")
+    if passes is not None and (passes < 1 or every is None):
+        _fail(f"--passes {passes}: give at least 1, with --every" if passes < 1 else "--passes needs --every")
+    scheme = urlsplit(prometheus)
+    if scheme.scheme not in ("http", "https") or not scheme.hostname:
+        _fail(f"--prometheus {prometheus!r}: give Prometheus' base URL, http(s)://HOST[:PORT][/PREFIX]")
     path = kubeconfig or default_kubeconfig()
     in_cluster = kubeconfig is None and not path.is_file()  # in a pod: its service account (deploy/profiler)
     try:
         kube = Kube.from_kubeconfig(None if in_cluster else path, pool=2)
     except (ConfigException, OSError) as error:
-        _fail(f"cannot read kubeconfig {path}: {error}" if not in_cluster else
-              f"no kubeconfig ({path} is absent) and not in a pod: {error}")
-    history = _history(db)
+        if in_cluster:
+            _fail(f"no kubeconfig ({path} is absent) and not in a pod: {error}")
+        _fail(str(error) if isinstance(error, KubeconfigError) else f"cannot read kubeconfig {path}: {error}")
+    history = _history(db, create=True)
     client = Prometheus(prometheus)
     done = 0
     try:
@@ -182,11 +193,14 @@ def report(
 ) -> None:
     """An HTML report of the history: per-job use, asked against used per VC and family, recommendations, and
     how fast families ran beside each other on shared GPUs."""
+    from kubecell.cli.output import check_out_dir, prepare_out_dir
     from kubecell.profiler.report import write_report
 
+    check_out_dir(out)  # before the history is read: a bad --out is told at once, as by every other command
     with _history(db) as history:
         records = history.jobs(namespace=namespace, limit=100_000)
         pairs = _pairs(history, namespace)
+    prepare_out_dir(out)
     page = write_report(records, out, pairs)
     stdout_console().print(f"{len(records)} job(s): {page}", highlight=False)
 

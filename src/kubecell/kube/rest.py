@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import urllib3
+import yaml
 from kubernetes import client, config
+from kubernetes.config.config_exception import ConfigException
 
 from kubecell.core.errors import KubecellError
 
@@ -38,6 +40,11 @@ def checked_path(path: str) -> str:
         raise ApiError(400, "BadRequest", f"refused to send a request to {path!r}: a segment is empty, '.', "
                                           "'..' or holds '?', '#', '%', a backslash or a space")
     return path
+
+
+class KubeconfigError(KubecellError, ConfigException):
+    """A kubeconfig that cannot be used (absent, unreadable, not a kubeconfig): one line for the user, and still
+    the ``ConfigException`` callers of the official client catch."""
 
 
 PatchKind = Literal["strategic", "merge", "json", "apply"]
@@ -97,7 +104,17 @@ class Kube:
         if kubeconfig is None:
             config.load_incluster_config(client_configuration=configuration)
         else:
-            config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+            try:
+                config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+            except ConfigException as error:
+                raise KubeconfigError(f"kubeconfig {kubeconfig}: {error}") from None
+            except OSError as error:
+                raise KubeconfigError(f"kubeconfig {kubeconfig}: {error.strerror or error}") from None
+            except (UnicodeDecodeError, yaml.YAMLError, TypeError, AttributeError, KeyError, ValueError) as error:
+                # the client parses the file without checking its shape: a binary file, broken YAML or a list
+                # where a mapping belongs would escape as whatever the parser raised
+                said = " ".join(str(error).split())  # a YAML error spans lines: an error is one line
+                raise KubeconfigError(f"{kubeconfig}: not a kubeconfig: {type(error).__name__}: {said}") from None
         configuration.connection_pool_maxsize = pool
         return cls(client.ApiClient(configuration), timeout)
 

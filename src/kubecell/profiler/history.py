@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import ColumnElement, Engine, Select, delete, func, insert, select
@@ -258,11 +259,19 @@ class JobHistory:
         self._where = migrate.where(engine)
 
     @classmethod
-    def open(cls, url: str) -> JobHistory:
-        """Open (creating where needed) the history at ``url`` and migrate it to this code's schema."""
+    def open(cls, url: str, *, create: bool = True) -> JobHistory:
+        """Open (creating where needed, unless ``create`` is False) the history at ``url`` and migrate it to this
+        code's schema. A command that only reads opens with ``create`` False, so that a mistyped URL is an error,
+        not an empty history that looks like no data (and a SQLite file it would have left behind)."""
+        if not create:
+            parsed = migrate.parse_url(url)
+            file = parsed.database if parsed.get_backend_name() == "sqlite" else None
+            if file and file != ":memory:" and not file.startswith("file:") and not Path(file).is_file():
+                raise ProfilerStoreError(f"no job history at {url}: no such file; "
+                                         f"'kubecell profile collect --db {url}' makes one")
         engine = migrate.create(url)
         try:
-            migrate.upgrade(engine)
+            migrate.upgrade(engine, create=create)
         except BaseException:
             engine.dispose()
             raise

@@ -108,14 +108,15 @@ def where(engine: Engine) -> str:
     return engine.url.render_as_string(hide_password=True)
 
 
-def upgrade(engine: Engine) -> None:
+def upgrade(engine: Engine, *, create: bool = True) -> None:
     """Check the database and migrate it to head, in one transaction where the backend allows (PostgreSQL);
-    raises :class:`ProfilerStoreError` for anything that stops it."""
+    raises :class:`ProfilerStoreError` for anything that stops it. ``create`` False: a database holding no job
+    history yet is refused, not made one (a command that only reads, given a mistyped URL)."""
     try:
         with engine.begin() as connection:
             if connection.dialect.name == "postgresql":
                 connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
-            _check(connection, where(engine))
+            _check(connection, where(engine), create=create)
             with _ALEMBIC:
                 command.upgrade(alembic_config(connection), "head")
     except ProfilerStoreError:
@@ -129,9 +130,11 @@ def upgrade(engine: Engine) -> None:
         raise ProfilerStoreError(f"cannot open the job history {where(engine)}: {message}") from error
 
 
-def _check(connection: Connection, place: str) -> None:
+def _check(connection: Connection, place: str, *, create: bool = True) -> None:
     tables = set(inspect(connection).get_table_names())
     ours = set(Base.metadata.tables)
+    if VERSION_TABLE not in tables and not create:
+        raise ProfilerStoreError(f"{place} holds no job history: 'kubecell profile collect --db ...' makes one")
     if VERSION_TABLE not in tables:
         if tables & ours:
             raise ProfilerStoreError(f"{place} has tables {sorted(tables & ours)} but no {VERSION_TABLE}: "
