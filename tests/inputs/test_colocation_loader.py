@@ -100,3 +100,11 @@ def test_duplicates_ragged_rows_and_missing_files(tmp_path: Path) -> None:
     assert "cannot read the file" in error(lambda: load_solo_profiles(tmp_path / "absent.csv"))
     path = write(tmp_path, "pairs.csv", PAIRS.replace("0.94", "0"))
     assert error(lambda: load_shared_runs(path)) == f"{path}:3: field 'speed2': must be above 0, got 0"
+
+
+def test_a_throughput_typed_for_a_speed_ratio_and_a_bom_are_told(tmp_path: Path) -> None:
+    path = write(tmp_path, "pairs.csv", PAIRS.replace("0.88", "98.3"))
+    assert error(lambda: load_shared_runs(path)).startswith(f"{path}:2: field 'speed2': is 98.3: a speed here is")
+    bom = tmp_path / "solo.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + SOLO.encode())
+    assert len(load_solo_profiles(bom)) == 2, "a spreadsheet's byte-order mark is not part of the first column"

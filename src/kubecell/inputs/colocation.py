@@ -27,6 +27,9 @@ from kubecell.core.interference.profile import InvalidProfileError, JobKey, Shar
 
 SOLO_REQUIRED = ("model", "gpu_util", "gmem_util", "gmem")
 PROFILE_FIELD_COLUMNS = {"gpu_util": "gpu_util", "gmem_util": "gmem_util", "memory_mib": "gmem"}
+MAX_SPEED_RATIO = 4.0
+"""The fastest a job may run beside others, relative to alone (Lucid's pairs: 0.44-1.50): more is a throughput
+typed where a ratio belongs, which would silently move every fit."""
 TRUE_WORDS = {"1", "true", "yes"}
 FALSE_WORDS = {"0", "false", "no", ""}
 
@@ -34,7 +37,7 @@ FALSE_WORDS = {"0", "false", "no", ""}
 def _rows(path: Path) -> Iterator[tuple[str, dict[str, str], list[str]]]:
     """Yield ``(location, row, header)`` for every data row; ``location`` is ``file:line``."""
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
+        with path.open(newline="", encoding="utf-8-sig") as handle:  # a spreadsheet's BOM is no part of a name
             reader = csv.reader(handle)
             header = next(reader, None)
             if header is None:
@@ -137,6 +140,10 @@ def load_shared_runs(path: str | Path, solos: Mapping[JobKey, SoloProfile] | Non
                                         field=f"model{index}", accepted="jobs of the solo table")
             if speed <= 0:
                 raise InvalidInputError(f"must be above 0, got {speed:g}", location=where, field=f"speed{index}")
+            if speed > MAX_SPEED_RATIO:
+                raise InvalidInputError(f"is {speed:g}: a speed here is the job's throughput beside the others over "
+                                        "its throughput alone (1.0: as fast), not a throughput", location=where,
+                                        field=f"speed{index}", accepted=f"above 0, at most {MAX_SPEED_RATIO:g}")
         gpu_util = _number(row, "gpu_util", where) if (row.get("gpu_util") or "").strip() else None
         if gpu_util is not None and not 0 <= gpu_util <= 100:
             raise InvalidInputError(f"must be a percentage, got {gpu_util:g}", location=where, field="gpu_util",

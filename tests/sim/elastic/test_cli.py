@@ -94,3 +94,15 @@ def test_a_bad_row_names_file_and_line(monkeypatch: pytest.MonkeyPatch, capsys: 
     argv = ["sim", "elastic", "--workload", str(data), "--policy", "rigid", "--out", str(tmp_path / "r")]
     assert run_main(monkeypatch, argv) == 2
     assert f"{bad}:3: field 'application': unknown application 'resnet'" in capsys.readouterr().err
+
+
+def test_a_batch_the_profiles_never_ran_names_file_and_line(monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str], data: Path,
+                                                            tmp_path: Path) -> None:
+    """Outside its profiles' range a rigid run would quietly train at another batch than the file says."""
+    bad = write_workload(data, "x,0,cifar10,4,128\ny,5,cifar10,4,16777216\n", family="philly", name="workload-3")
+    argv = ["sim", "elastic", "--workload", str(data), "--policy", "rigid", "--out", str(tmp_path / "r")]
+    assert run_main(monkeypatch, argv) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:3: field 'batch_size': job 'y': batch_size 16777216 is outside what cifar10's profiles ran" in err
+    assert not (tmp_path / "r").exists(), "refused before anything is written"

@@ -54,7 +54,15 @@ def load_inputs(workload: Path, *, cluster: str = "sia64", models: Path | None =
                                 "(sia-sosp23-workloads/models)")
     workloads = tuple(load_workload(path, APPLICATIONS) for path in files)
     used = {job.application for w in workloads for job in w.jobs}
-    return ElasticInputs(workloads, load_models(folder, used, kinds_of(nodes)), nodes, cluster, folder)
+    apps = load_models(folder, used, kinds_of(nodes))
+    for job in (job for w in workloads for job in w.jobs):
+        app = apps[job.application]
+        if not app.init_bsz <= job.batch_size <= app.max_bsz:
+            # a batch the profiles never ran: the rigid runs would quietly train at another one
+            raise InvalidInputError(f"job {job.name!r}: batch_size {job.batch_size} is outside what "
+                                    f"{job.application}'s profiles ran", location=job.where, field="batch_size",
+                                    accepted=f"{app.init_bsz}..{app.max_bsz} (models/{job.application})")
+    return ElasticInputs(workloads, apps, nodes, cluster, folder)
 
 
 @dataclass(slots=True)

@@ -37,6 +37,8 @@ class WorkloadJob:
     """GPUs the user asked for (the TunedJobs size rigid schedulers run it at)."""
     batch_size: int
     """The user's global batch size (rigid schedulers keep it)."""
+    where: str = ""
+    """``file:line`` of its row, for errors found once the application's profiles are read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,7 @@ def load_workload(path: Path, applications: Collection[str]) -> Workload:
                 application=application,
                 num_replicas=row.count("num_replicas", high=MAX_REPLICAS, noun="replicas"),
                 batch_size=row.count("batch_size", high=MAX_BATCH_SIZE, noun="examples"),
+                where=row.where,
             ))
     if not jobs:
         raise InvalidInputError("has a header but no jobs", location=str(path), accepted="at least one job row")
