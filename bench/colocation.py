@@ -37,6 +37,7 @@ admissions above come from calibration, not from knowing better which pairs are 
 from __future__ import annotations
 
 import argparse
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -163,6 +164,10 @@ def held_out(cases: Sequence[Case], floor: float, target_rate: float, groups: Se
             evaluated = [case for case in cases if case.models & hidden]
         else:
             evaluated = [case for case in cases if case.models <= hidden]
+        if not calibration or not evaluated:
+            evaluation.notes.append(f"held out {', '.join(group)}: {len(calibration)} calibration pairs, "
+                                    f"{len(evaluated)} evaluated; skipped (nothing to calibrate on or to evaluate)")
+            continue
         rules, predictor, note = tuned_rules(calibration, floor, target_rate)
         evaluation.count(rules, evaluated, floor, gpu_memory_mib)
         evaluation.rank(predictor, evaluated, floor)
@@ -213,6 +218,8 @@ def load(pairs: Path, solo: Path) -> list[Case]:
         runs = load_shared_runs(pairs, solos)
     except InvalidInputError as error:
         raise SystemExit(str(error)) from None
+    if not runs:
+        raise SystemExit(f"{pairs}: no pairs (a header and no rows)")
     return [Case(run, run.profiles(solos)) for run in runs]
 
 
@@ -229,6 +236,10 @@ def main() -> None:
                         help="evaluate pairs with at least one / both models held out")
     parser.add_argument("--gpu-memory-mib", type=float, default=24576.0, help="RTX 3090: 24 GiB")
     args = parser.parse_args()
+    for name, value, low, high in (("--floor", args.floor, 0.0, 1.0), ("--target-rate", args.target_rate, 0.0, 1.0),
+                                   ("--gpu-memory-mib", args.gpu_memory_mib, 1.0, 1e9)):
+        if not (math.isfinite(value) and low < value <= high):
+            parser.error(f"{name} {value}: give a number above {low:g} and at most {high:g}")
     cases = load(args.pairs, args.solo)
     groups = folds_of(cases, args.folds, args.seed)
     print(f"{len(cases)} pairs of {len({m for case in cases for m in case.models})} models; floor {args.floor:g}x, "

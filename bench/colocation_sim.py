@@ -131,6 +131,12 @@ def main() -> None:
     parser.add_argument("--in-sample", action="store_true", help="calibrate the rules on every pair")
     parser.add_argument("--holdout-models", type=int, default=3, help="models left out of calibration")
     args = parser.parse_args()
+    if args.jobs < 1 or args.nodes < 1 or args.gpus_per_node < 1:
+        parser.error("--jobs, --nodes and --gpus-per-node take a whole number of at least 1")
+    if not all(math.isfinite(load) and 0 < load <= 100 for load in args.load):
+        parser.error(f"--load {args.load}: each offered load is a number above 0 and at most 100")
+    if any(seed < 0 for seed in args.seeds):
+        parser.error(f"--seeds {args.seeds}: seeds are whole numbers of at least 0")
     for path in (args.pairs, args.solo):
         if not path.is_file():
             sys.exit(f"{path}: not found. The Lucid tables live in ../shared/data/colocation next to the "
@@ -145,9 +151,12 @@ def main() -> None:
     print(f"{len(runs)} measured runs, {len(solos)} solo profiles; calibration "
           f"{'in-sample (every pair)' if args.in_sample else f'held out: {args.holdout_models} models per seed'}")
     for load in args.load:
-        results = [run_experiment(runs, solos, ExperimentConfig(
-            nodes=args.nodes, gpus_per_node=args.gpus_per_node, jobs=args.jobs, load=load, seed=seed,
-            in_sample=args.in_sample, holdout_models=args.holdout_models)) for seed in args.seeds]
+        try:
+            results = [run_experiment(runs, solos, ExperimentConfig(
+                nodes=args.nodes, gpus_per_node=args.gpus_per_node, jobs=args.jobs, load=load, seed=seed,
+                in_sample=args.in_sample, holdout_models=args.holdout_models)) for seed in args.seeds]
+        except InvalidInputError as error:  # a table too small to hold models out of, an impossible setting
+            sys.exit(str(error))
         report(load, results)
     print(f"\nwall time {time.perf_counter() - started:.1f} s")
 

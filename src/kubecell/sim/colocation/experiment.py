@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kubecell.core.engine.options import PRESETS
+from kubecell.core.errors import InvalidInputError
 from kubecell.core.interference import (
     AdmissionRule,
     BlindSharing,
@@ -162,7 +163,9 @@ def calibrate(runs: Sequence[SharedRun], solos: Mapping[JobKey, SoloProfile],
     held: set[str] = set()
     if not config.in_sample:
         if not 1 <= config.holdout_models < len(models):
-            raise ValueError(f"holdout_models must be between 1 and {len(models) - 1}, got {config.holdout_models}")
+            raise InvalidInputError(f"{config.holdout_models} models cannot be held out of the {len(models)} the "
+                                    "pairs hold: calibration needs at least one", field="holdout_models",
+                                    accepted=f"1..{len(models) - 1}" if len(models) > 1 else "pairs of two models")
         shuffled = list(models)
         random.Random(config.seed).shuffle(shuffled)
         held = set(shuffled[:config.holdout_models])
