@@ -82,6 +82,7 @@ def sim_elastic(
     cluster_by_name(cluster)
     check_out_dir(out)
     inputs = elastic.load_inputs(workload, cluster=cluster, models=models)
+    elastic.check_runnable(inputs, specs, max_hours)
     prepare_out_dir(out)
     total = len(specs) * len(inputs.workloads)
     with RunProgress("simulating", total, "runs", console=stderr_console(), announces_steps=True) as progress:

@@ -106,3 +106,17 @@ def test_a_batch_the_profiles_never_ran_names_file_and_line(monkeypatch: pytest.
     err = capsys.readouterr().err
     assert f"{bad}:3: field 'batch_size': job 'y': batch_size 16777216 is outside what cifar10's profiles ran" in err
     assert not (tmp_path / "r").exists(), "refused before anything is written"
+
+
+@pytest.mark.parametrize(("rows", "says"), [
+    ("x,0,cifar10,4,128\ny,5,cifar10,999,128\n", "field 'num_replicas': job 'y' asks for 999 GPUs"),
+    ("x,0,cifar10,4,128\ny,100000000,cifar10,4,128\n", "field 'time': job 'y' is submitted"),
+], ids=["more GPUs than any type", "past the horizon"])
+def test_what_would_stop_a_run_part_way_is_told_before_any_runs(monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str], data: Path,
+                                                                tmp_path: Path, rows: str, says: str) -> None:
+    bad = write_workload(data, rows, family="philly", name="workload-3")
+    argv = ["sim", "elastic", "--workload", str(data), "--policy", "kubecell,rigid", "--out", str(tmp_path / "r")]
+    assert run_main(monkeypatch, argv) == 2
+    assert f"{bad}:3: {says}" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists(), "refused before anything is written"

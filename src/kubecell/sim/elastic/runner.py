@@ -65,6 +65,25 @@ def load_inputs(workload: Path, *, cluster: str = "sia64", models: Path | None =
     return ElasticInputs(workloads, apps, nodes, cluster, folder)
 
 
+def check_runnable(inputs: ElasticInputs, specs: Sequence[PolicySpec], max_hours: float) -> None:
+    """What would stop a run part-way, found before any runs: a rigid policy's job asking more GPUs than any one
+    type has, and a job submitted after the run's horizon. Each names its file and line."""
+    capacity: dict[str, int] = {}
+    for node in inputs.nodes:
+        capacity[node.gpu_type] = capacity.get(node.gpu_type, 0) + node.gpus
+    rigid = [spec.name for spec in specs if spec.tuned_jobs]
+    for job in (job for workload in inputs.workloads for job in workload.jobs):
+        if rigid and job.num_replicas > max(capacity.values()):
+            raise InvalidInputError(f"job {job.name!r} asks for {job.num_replicas} GPUs, which {', '.join(rigid)} "
+                                    f"run it at, and no GPU type of {inputs.cluster} has that many ({capacity})",
+                                    location=job.where, field="num_replicas",
+                                    accepted=f"at most {max(capacity.values())} with {', '.join(rigid)}")
+        if job.submitted >= max_hours * 3600.0:
+            raise InvalidInputError(f"job {job.name!r} is submitted {job.submitted / 3600:.4g} h in, past the run's "
+                                    f"{max_hours:g} h horizon", location=job.where, field="time",
+                                    accepted=f"below {max_hours * 3600:g} s, or a larger --max-hours")
+
+
 @dataclass(slots=True)
 class ElasticRun:
     """All runs of one command and their summaries."""
