@@ -103,8 +103,12 @@ def test_collect_recommend_and_report_on_real_servers(testbed: ControlPlaneState
                                {"metadata": {"name": "train"}, "data": {}})
     owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "train", "uid": owner_object["metadata"]["uid"],
              "controller": True}
+    accepted = (datetime.now(UTC) - timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
     for name in (*USE, "train-2"):
         kube.create(f"/api/v1/namespaces/{namespace}/pods", pod(name, owner))
+        # a kubelet took them (their containers starting): a pass reads a job from its first pod's start
+        kube.patch(f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+                   {"status": {"phase": "Pending", "startTime": accepted}})
     kube.create(f"/api/v1/namespaces/{namespace}/pods",
                 pod("forged", None, {"kubecell.io/topology": "bogus", "kubecell.io/vc": "x" * 300}))
     target, registry = agent
