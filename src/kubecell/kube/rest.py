@@ -107,14 +107,15 @@ class Kube:
             try:
                 config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
             except ConfigException as error:
-                raise KubeconfigError(f"kubeconfig {kubeconfig}: {error}") from None
+                raise KubeconfigError(f"cannot read kubeconfig {kubeconfig}: {error}") from None
             except OSError as error:
-                raise KubeconfigError(f"kubeconfig {kubeconfig}: {error.strerror or error}") from None
+                raise KubeconfigError(f"cannot read kubeconfig {kubeconfig}: {error.strerror or error}") from None
             except (UnicodeDecodeError, yaml.YAMLError, TypeError, AttributeError, KeyError, ValueError) as error:
                 # the client parses the file without checking its shape: a binary file, broken YAML or a list
                 # where a mapping belongs would escape as whatever the parser raised
                 said = " ".join(str(error).split())  # a YAML error spans lines: an error is one line
-                raise KubeconfigError(f"{kubeconfig}: not a kubeconfig: {type(error).__name__}: {said}") from None
+                raise KubeconfigError(f"cannot read kubeconfig {kubeconfig}: not a kubeconfig: "
+                                      f"{type(error).__name__}: {said}") from None
         configuration.connection_pool_maxsize = pool
         return cls(client.ApiClient(configuration), timeout)
 
