@@ -73,7 +73,8 @@ def sim_elastic(
         help="The profile tables (models/ of sia-sosp23-workloads; default: the nearest models/ folder beside "
         "the workload or above it).")] = None,
     max_hours: Annotated[float, typer.Option(
-        help="Stop with an error if jobs are still unfinished after this much simulated time.", min=1.0)] = (
+        help="Stop with an error if jobs are still unfinished after this much simulated time.", min=1.0,
+        max=1e6)] = (
         DEFAULT_MAX_HOURS),
 ) -> None:
     """Elastic policies on Sia's workloads under the Pollux/Sia job model (throughput from profiled placements,

@@ -120,3 +120,20 @@ def test_what_would_stop_a_run_part_way_is_told_before_any_runs(monkeypatch: pyt
     assert run_main(monkeypatch, argv) == 2
     assert f"{bad}:3: {says}" in capsys.readouterr().err
     assert not (tmp_path / "r").exists(), "refused before anything is written"
+
+
+def test_two_workloads_reported_under_one_label_are_refused(monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str], data: Path,
+                                                            tmp_path: Path) -> None:
+    """summary.json and jobs.csv name a workload by <folder>/<file>: two of them under one name would mix."""
+    write_workload(data / "again", "x,0,cifar10,4,128\n", family="philly", name="workload-1")
+    argv = ["sim", "elastic", "--workload", str(data), "--policy", "rigid", "--out", str(tmp_path / "r")]
+    assert run_main(monkeypatch, argv) == 2
+    assert "would both be reported as 'philly/workload-1'" in capsys.readouterr().err
+
+
+def test_an_endless_horizon_is_refused(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                      data: Path, tmp_path: Path) -> None:
+    argv = ["sim", "elastic", "--workload", str(data), "--max-hours", "inf", "--out", str(tmp_path / "r")]
+    assert run_main(monkeypatch, argv) == 2
+    assert "--max-hours" in capsys.readouterr().err

@@ -53,6 +53,13 @@ def load_inputs(workload: Path, *, cluster: str = "sia64", models: Path | None =
                                 field="models", accepted="--models DIR: the data set's models/ folder "
                                 "(sia-sosp23-workloads/models)")
     workloads = tuple(load_workload(path, APPLICATIONS) for path in files)
+    labels: dict[str, Path] = {}
+    for loaded in workloads:  # the label names a workload in summary.json and jobs.csv: one per workload
+        if loaded.label in labels:
+            raise InvalidInputError(f"{loaded.path} and {labels[loaded.label]} would both be reported as "
+                                    f"{loaded.label!r}", location=str(workload), field="workload",
+                                    accepted="workloads whose <folder>/<file> names differ")
+        labels[loaded.label] = loaded.path
     used = {job.application for w in workloads for job in w.jobs}
     apps = load_models(folder, used, kinds_of(nodes))
     for job in (job for w in workloads for job in w.jobs):
