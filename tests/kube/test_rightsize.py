@@ -29,13 +29,13 @@ def share_pod(limits: dict[str, str] | None = None, requests: dict[str, str] | N
 
 
 def test_a_share_is_lowered_to_its_familys_need_and_what_it_asked_is_kept() -> None:
-    resize = right_sized(share_pod(requests={"kubecell.io/gpu-milli": "400"}, annotations={"a": "b"}), 150)
+    resize = right_sized(share_pod(requests={"kubecell.io/gpu-milli": "400"}, annotations={"a": "b"}), lambda: 150)
     assert list(resize.patch) == [
         {"op": "replace", "path": "/spec/containers/0/resources/limits/kubecell.io~1gpu-milli", "value": "150"},
         {"op": "replace", "path": "/spec/containers/0/resources/requests/kubecell.io~1gpu-milli", "value": "150"},
         {"op": "add", "path": "/metadata/annotations/kubecell.io~1asked-gpu-milli", "value": "400"}]
     assert "needs 150 milli-GPU of the 400" in resize.why
-    without = right_sized(share_pod(), 150)
+    without = right_sized(share_pod(), lambda: 150)
     assert without.patch[-1] == {"op": "add", "path": "/metadata/annotations", "value": {ANNOTATION_ASKED: "400"}}
 
 
@@ -54,7 +54,7 @@ def test_a_share_is_lowered_to_its_familys_need_and_what_it_asked_is_kept() -> N
 ], ids=["no advice", "advice equal", "advice higher", "advice 0", "opted out", "two containers", "no share",
         "a whole GPU", "a fraction of a milli", "not a quantity", "request unlike limit"])
 def test_nothing_is_changed_where_it_must_not_be(pod: dict[str, Any], advice: int | None, why: str) -> None:
-    resize = right_sized(pod, advice)
+    resize = right_sized(pod, lambda: advice)
     assert resize.patch == ()
     assert why in resize.why
 
@@ -62,7 +62,7 @@ def test_nothing_is_changed_where_it_must_not_be(pod: dict[str, Any], advice: in
 def test_an_init_container_asking_a_share_leaves_the_pod_as_it_is() -> None:
     pod = share_pod()
     pod["spec"]["initContainers"] = [{"name": "i", "resources": {"limits": {"kubecell.io/gpu-milli": "100"}}}]
-    assert right_sized(pod, 150).patch == ()
+    assert right_sized(pod, lambda: 150).patch == ()
 
 
 def review(pod: Any, operation: str = "CREATE", kind: str = "Pod") -> bytes:

@@ -19,7 +19,6 @@ from typing import Annotated, NoReturn
 
 import typer
 import yaml
-from kubernetes.config import ConfigException
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -165,8 +164,8 @@ def elasticjobs_command(
     path = kubeconfig or default_kubeconfig()
     try:
         kube = Kube.from_kubeconfig(path, pool=1)
-    except (ConfigException, OSError) as error:
-        _fail(str(error) if isinstance(error, KubeconfigError) else f"cannot read kubeconfig {path}: {error}")
+    except KubeconfigError as error:
+        _fail(str(error))
     events: list[str] | str | None = None
     try:
         if name is not None and namespace is not None:

@@ -20,7 +20,6 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 import yaml
-from kubernetes.config import ConfigException
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -253,8 +252,8 @@ def inspect(
     path = kubeconfig or default_kubeconfig()
     try:
         kube = Kube.from_kubeconfig(path, pool=2)
-    except (ConfigException, OSError) as error:
-        _fail(str(error) if isinstance(error, KubeconfigError) else f"cannot read kubeconfig {path}: {error}")
+    except KubeconfigError as error:
+        _fail(str(error))
     try:
         report = read_cluster(kube, scheduler=None if scheduler == "*" else scheduler)
     except ApiError as error:

@@ -66,8 +66,6 @@ def collect(
     passes: Annotated[int | None, typer.Option(help="With --every: stop after this many passes.")] = None,
 ) -> None:
     """Profile the cluster's jobs from Prometheus into the job history."""
-    from kubernetes.config.config_exception import ConfigException
-
     from kubecell.cli.inspect import default_kubeconfig
     from kubecell.kube.rest import ApiError, Kube, KubeconfigError
     from kubecell.profiler.jobs import group_pods, list_pods
@@ -85,10 +83,8 @@ def collect(
     in_cluster = kubeconfig is None and not path.is_file()  # in a pod: its service account (deploy/profiler)
     try:
         kube = Kube.from_kubeconfig(None if in_cluster else path, pool=2)
-    except (ConfigException, OSError) as error:
-        if in_cluster:
-            _fail(f"no kubeconfig ({path} is absent) and not in a pod: {error}")
-        _fail(str(error) if isinstance(error, KubeconfigError) else f"cannot read kubeconfig {path}: {error}")
+    except KubeconfigError as error:
+        _fail(f"{error} ({path} is absent)" if in_cluster else str(error))
     history = _history(db, create=True)
     client = Prometheus(prometheus)
     done = 0

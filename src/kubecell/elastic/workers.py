@@ -69,19 +69,16 @@ def worker_run(pod: Mapping[str, Any]) -> int | None:
     return int(text)
 
 
+def _condition_of(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    """The pod's condition of type ``kind`` (empty where it has none)."""
+    for entry in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(entry, Mapping) and entry.get("type") == kind:
+            return entry
+    return {}
+
+
 def _condition(pod: Mapping[str, Any], kind: str) -> bool:
-    for entry in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(entry, Mapping) and entry.get("type") == kind:
-            return entry.get("status") == "True"
-    return False
-
-
-def _reason(pod: Mapping[str, Any], kind: str) -> str | None:
-    for entry in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(entry, Mapping) and entry.get("type") == kind:
-            reason = entry.get("reason")
-            return reason if isinstance(reason, str) else None
-    return None
+    return _condition_of(pod, kind).get("status") == "True"
 
 
 def worker_state(pod: Mapping[str, Any]) -> Worker:
@@ -97,8 +94,9 @@ def worker_state(pod: Mapping[str, Any]) -> Worker:
         # taken by the cluster (preempted, drained, its node lost): replaced, not counted; but a kubelet's
         # node-pressure eviction (status.reason Evicted) takes first the pods using most above their requests, so
         # a worker whose script leaks memory is counted, or it would be evicted and replaced forever
-        pressure = status.get("reason") == EVICTED_REASON and _reason(pod, "DisruptionTarget") == BY_KUBELET
-        return Worker.DISRUPTED if _condition(pod, "DisruptionTarget") and not pressure else Worker.FAILED
+        taken = _condition_of(pod, "DisruptionTarget")
+        pressure = status.get("reason") == EVICTED_REASON and taken.get("reason") == BY_KUBELET
+        return Worker.DISRUPTED if taken.get("status") == "True" and not pressure else Worker.FAILED
     for container in status.get("containerStatuses") or []:
         waiting = ((container or {}).get("state") or {}).get("waiting") or {}
         if waiting.get("reason") == CRASH_LOOP_REASON:

@@ -102,7 +102,10 @@ class Kube:
     def from_kubeconfig(cls, kubeconfig: str | Path | None = None, *, pool: int = 32, timeout: float = 30.0) -> Kube:
         configuration = client.Configuration()
         if kubeconfig is None:
-            config.load_incluster_config(client_configuration=configuration)
+            try:
+                config.load_incluster_config(client_configuration=configuration)
+            except ConfigException as error:
+                raise KubeconfigError(f"no kubeconfig given and not in a pod: {error}") from None
         else:
             try:
                 config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)

@@ -16,7 +16,7 @@ everything this module cannot read: it answers why, and the webhook lets the pod
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,7 +110,8 @@ def lowered(pod: Mapping[str, Any], asked: AskedShare, advice_milli: int | None)
     return Resize(tuple(patch), f"its family needs {advice_milli} milli-GPU of the {asked.milli} it asks")
 
 
-def right_sized(pod: Mapping[str, Any], advice_milli: int | None) -> Resize:
-    """The patch that gives ``pod`` the ``advice_milli`` share its family needs (see the module)."""
+def right_sized(pod: Mapping[str, Any], advice: Callable[[], int | None]) -> Resize:
+    """The patch that gives ``pod`` the share its family needs (see the module). ``advice`` is asked only for a
+    pod with a share to lower: every pod a namespace creates reaches the webhook, and the history is a database."""
     asked = asked_share(pod)
-    return asked if isinstance(asked, Resize) else lowered(pod, asked, advice_milli)
+    return asked if isinstance(asked, Resize) else lowered(pod, asked, advice())

@@ -176,13 +176,12 @@ def _pod_series(source: Source, raw: Sequence[Sequence[Sample]], pod: str, metri
     for samples in raw:
         # finite in the canonical unit too (MiB x 2**20 can overflow), and counted where a rate or a sum
         # could not be finite: a series is a node's or a user's to write
-        finite = [(t, v) for t, v in samples if math.isfinite(v) and math.isfinite(source.canonical(v))
-                  and abs(v) <= MAX_MAGNITUDE]
+        finite = [(t, source.canonical(v)) for t, v in samples if math.isfinite(v) and abs(v) <= MAX_MAGNITUDE]
         dropped, total = dropped + len(samples) - len(finite), total + len(samples)
         if source.kind == "counter":
             finite = counter_rates(finite)
         if finite:
-            clean.append([(t, source.canonical(v)) for t, v in finite])
+            clean.append(finite)
     if dropped == total:
         problems.append(Problem(pod, metric.name, f"{source.name}: all {total} samples are NaN, infinite or "
                                                   f"beyond {MAX_MAGNITUDE:g}"))

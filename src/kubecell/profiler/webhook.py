@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from kubecell.kube.names import RESOURCE_GPU_MILLI
-from kubecell.kube.rightsize import Resize, asked_share, lowered
+from kubecell.kube.rightsize import Resize, right_sized
 
 log = logging.getLogger("kubecell.profiler.webhook")
 
@@ -76,22 +76,21 @@ def answer(body: bytes, advice: Advice) -> dict[str, Any]:
 
 
 def _resize(pod: Mapping[str, Any], advice: Advice) -> Resize:
-    """What right-sizing changes in ``pod``. The history is asked only for a pod with a share to lower (not for
-    every pod created, dry runs and opted-out pods included), and a pod of a shape no API server sends (a list
-    where an object belongs) is let through unchanged, as anything this webhook cannot read."""
+    """What right-sizing changes in ``pod``; a pod of a shape no API server sends (a list where an object
+    belongs) is let through unchanged, as anything this webhook cannot read."""
+
+    def advised() -> int | None:
+        try:
+            return advice(pod)
+        except Exception:  # a broken history is no reason to hold a pod: it goes through as it asks
+            log.exception("no advice for a pod in %s", pod["metadata"]["namespace"])
+            return None
+
     try:
-        asked = asked_share(pod)
+        return right_sized(pod, advised)
     except (AttributeError, TypeError) as error:
         log.warning("a pod this webhook cannot read is let through unchanged: %s", error)
         return Resize((), f"unreadable: {error}")
-    if isinstance(asked, Resize):
-        return asked
-    try:
-        advised = advice(pod)
-    except Exception:  # a broken history is no reason to hold a pod: it goes through as it asks
-        log.exception("no advice for a pod in %s", pod["metadata"]["namespace"])
-        advised = None
-    return lowered(pod, asked, advised)
 
 
 def webhook_app(advice: Advice) -> Starlette:
