@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from kubecell.core.interference.profile import JobKey
 from kubecell.profiler.distribution import distribution
 from kubecell.profiler.history import JobHistory, JobRecord, Outcome
 from kubecell.profiler.identity import family_of
@@ -111,3 +112,27 @@ def test_a_users_own_runs_of_the_family_come_first(history: JobHistory) -> None:
     fresh = HistoryKnowledge(history)
     assert fresh.expected_seconds(pod("team-a", "bert-9", user="carol")) == 20, "carol's own runs"
     assert fresh.expected_seconds(pod("team-a", "bert-9", user="dave")) == 65, "the family's six runs: 10..300"
+
+
+def test_a_bare_pod_is_read_once_per_object(history: JobHistory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scheduler asks four things of one pod in a row; an owner-less pod's family means parsing its gang's
+    demand, so that is done once per pod object. A new object (the pod read again, renamed) is read anew."""
+    parsed: list[str] = []
+    from kubecell.kube.dialects.pod import pod_demand as real
+
+    def counted(pod: Any) -> Any:
+        parsed.append(pod["metadata"]["name"])
+        return real(pod)
+
+    monkeypatch.setattr("kubecell.profiler.identity.pod_demand", counted)
+    knowledge = HistoryKnowledge(history)
+    bare = {"metadata": {"name": "bert-9", "namespace": "team-a"}}
+    assert knowledge.expected_seconds(bare) == 200
+    assert knowledge.profile(bare) is not None
+    assert knowledge.share_milli(bare) == 500
+    assert knowledge.family(bare) == JobKey("team-a/bert")
+    assert parsed == ["bert-9"]
+    other = {"metadata": {"name": "gpt-9", "namespace": "team-a"}}
+    assert knowledge.family(other) == JobKey("team-a/gpt")
+    assert knowledge.family(bare) == JobKey("team-a/bert")
+    assert parsed == ["bert-9", "gpt-9", "bert-9"]

@@ -36,6 +36,8 @@ log = logging.getLogger("kubecell.profiler.knowledge")
 
 Answers = tuple[float | None, SoloProfile | None, int | None]
 """(expected run time, solo profile, advised share per GPU) of a family."""
+FamilyKey = tuple[str, str, str | None]
+"""(namespace, family, user): what answers are kept under."""
 
 MIN_JOBS = 3
 """Finished jobs a family needs before anything is said of it (as ``core.rightsizing``)."""
@@ -55,12 +57,24 @@ class HistoryKnowledge:
         self.history = history
         self.ttl_seconds = ttl_seconds
         self.clock = clock
-        self._cache: OrderedDict[tuple[str, str, str | None], tuple[float, Answers]] = OrderedDict()
+        self._cache: OrderedDict[FamilyKey, tuple[float, Answers]] = OrderedDict()
         self._pairs = PairHistory()
         self._pairs_read: float | None = None
+        self._last_key: tuple[Mapping[str, Any], FamilyKey] | None = None
+
+    def _key(self, pod: Mapping[str, Any]) -> FamilyKey:
+        """(namespace, family, user) of ``pod``. The scheduler asks up to four things of one pod object in a row
+        (``scheduler.knowledge.informed``), and an owner-less pod's family means reading its gang's demand, so the
+        key of the pod object asked last is kept (by identity: a pod read again from the API is a new object)."""
+        last = self._last_key
+        if last is not None and last[0] is pod:
+            return last[1]
+        key = (*family_of(pod), user_of(pod))
+        self._last_key = (pod, key)
+        return key
 
     def _answers(self, pod: Mapping[str, Any]) -> Answers:
-        key = (*family_of(pod), user_of(pod))
+        key = self._key(pod)
         now = self.clock()
         cached = self._cache.get(key)
         if cached is not None and now - cached[0] < self.ttl_seconds:
@@ -110,7 +124,7 @@ class HistoryKnowledge:
 
     def family(self, pod: Mapping[str, Any]) -> JobKey | None:
         """``namespace/family``: the key of the family's profile here and of its pairs (``profiler.pairs``)."""
-        return JobKey("/".join(family_of(pod)))
+        return JobKey("/".join(self._key(pod)[:2]))
 
     def speed(self, own: JobKey, partner: JobKey) -> float | None:
         """How fast ``own``'s family ran beside ``partner``'s on a shared GPU (None: not observed long enough),
