@@ -29,10 +29,11 @@ def install_crd(testbed: ControlPlaneState) -> None:
 class RunningController:
     """The ElasticJob controller in a thread against the testbed (one namespace), stopped by ``close``."""
 
-    def __init__(self, kubeconfig: str | Path, namespace: str, *, resync_seconds: float = 1.0) -> None:
+    def __init__(self, kubeconfig: str | Path, namespace: str, *, resync_seconds: float = 1.0,
+                 stuck_seconds: float = 300.0) -> None:
         self.kube = Kube.from_kubeconfig(kubeconfig)
-        self.controller = ElasticController(self.kube, ControllerOptions(namespace=namespace,
-                                                                         resync_seconds=resync_seconds))
+        self.controller = ElasticController(self.kube, ControllerOptions(
+            namespace=namespace, resync_seconds=resync_seconds, stuck_seconds=stuck_seconds))
         self.thread = threading.Thread(target=self.controller.run, name="elastic-controller", daemon=True)
         self.thread.start()
         if not self.controller.ready.wait(STEP):
