@@ -2,6 +2,7 @@
 workloads whose arrival times are moved by a few seconds.
 
     python bench/elastic_noise.py [--workload DIR] [--policy kubecell] [--repeats 5] [--jitter 30] [--seed 0]
+                                  [--option KEY=VALUE ...]
 
 Why: a round-based elastic policy is chaotic. One decision taken a round earlier or later (a job arriving at
 107 s instead of 125 s is first seen at 120 s instead of 180 s) changes who gets which GPUs, and the whole
@@ -13,7 +14,8 @@ which is below the resolution at which the traces were recorded for any user-vis
 For each trace family it prints every copy's average JCT, pooled p99 JCT and mean makespan (hours), GPU-hours
 and restarts per job, their mean and standard deviation over the copies, Sia's published figures (Table 3;
 it gives no restart count), and in how many copies the policy is below each of them. ``--workload`` defaults
-to ``../shared/data/sia-sosp23-workloads`` (see its SOURCE.md).
+to ``../shared/data/sia-sosp23-workloads`` (see its SOURCE.md). ``--option fifo_decay=0.85`` runs kubecell's
+policy with one of its ``ElasticOptions`` replaced, so that a knob is measured against the defaults the same way.
 """
 
 from __future__ import annotations
@@ -55,10 +57,12 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5, help="copies, the first one unmoved")
     parser.add_argument("--jitter", type=float, default=30.0, help="largest move of an arrival, seconds")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="replace one of kubecell's ElasticOptions (repeatable), e.g. fifo_decay=0.85")
     args = parser.parse_args()
     if args.repeats < 2 or args.jitter < 0:
         parser.error("--repeats must be at least 2 and --jitter at least 0")
-    inputs, spec = load_or_explain(args.workload), policy_or_explain(args.policy)
+    inputs, spec = load_or_explain(args.workload), policy_or_explain(args.policy, args.option)
     if inputs is None or spec is None:
         return 2
     started = time.perf_counter()

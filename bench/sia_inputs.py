@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from kubecell.core.errors import InvalidInputError
-from kubecell.sim.elastic.policies import PolicySpec, policy_spec
+from kubecell.sim.elastic.policies import PolicySpec, policy_spec, with_options
 from kubecell.sim.elastic.runner import ElasticInputs, load_inputs
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "sia-sosp23-workloads"
@@ -26,10 +27,11 @@ def load_or_explain(workload: Path) -> ElasticInputs | None:
         return None
 
 
-def policy_or_explain(name: str) -> PolicySpec | None:
-    """The elastic policy registered as ``name``, or None after saying on stderr why not."""
+def policy_or_explain(name: str, options: Sequence[str] = ()) -> PolicySpec | None:
+    """The elastic policy registered as ``name``, with ``options`` (``KEY=VALUE`` of ``ElasticOptions``) replaced,
+    or None after saying on stderr why not."""
     try:
-        return policy_spec(name)
+        return with_options(policy_spec(name), options)
     except InvalidInputError as error:
         print(str(error), file=sys.stderr)
         return None

@@ -1,14 +1,22 @@
-"""The rigid baseline (packing, FIFO with backfill, heterogeneity-aware type choice) and the registry."""
+"""The rigid baseline (packing, FIFO with backfill, heterogeneity-aware type choice), the registry, and a knob of
+kubecell's policies replaced for a measurement."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import pytest
 
+from kubecell.core.elastic.allocator import KubecellElasticPolicy
 from kubecell.core.elastic.types import ClusterNode, ElasticJobView
 from kubecell.core.errors import InvalidInputError
-from kubecell.sim.elastic.policies import POLICIES, RigidPolicy, pack, parse_policies, policy_spec
+from kubecell.sim.elastic.cluster import kinds_of
+from kubecell.sim.elastic.policies import POLICIES, RigidPolicy, pack, parse_policies, policy_spec, with_options
+from kubecell.sim.elastic.runner import load_models
+from kubecell.sim.elastic.simulator import ElasticSimulator
+from kubecell.sim.elastic.workload import load_workload
+from tests.sim.elastic.support import write_models, write_workload
 
 NAMES = ("t4-0", "t4-1", "t4-2", "t4-3")
 ORDER = {name: index for index, name in enumerate(NAMES)}
@@ -90,3 +98,42 @@ def test_registry() -> None:
         parse_policies("rigid,pollux")
     with pytest.raises(InvalidInputError, match="no policy given"):
         parse_policies(" , ")
+
+
+def test_a_knob_replaced_reaches_every_allocator_of_the_run(tmp_path: Path) -> None:
+    """``bench/elastic_noise.py --option`` measures a knob on the path a cluster runs: every per-VC allocator the
+    run makes holds the replaced value, the rest stay defaults, and the run is reported under its own name."""
+    spec = with_options(POLICIES["kubecell"], ["fifo_decay=0.85", " restart_age_rule = false"])
+    assert spec.name == "kubecell fifo_decay=0.85 restart_age_rule=False"
+    assert spec.estimate == "online"
+    nodes = (ClusterNode("t4-0", "t4", 4), ClusterNode("a100-0", "a100", 8))
+    models = write_models(tmp_path)
+    rows = "".join(f"cifar10-{i},{i * 30},cifar10,2,64\n" for i in range(4))
+    workload = load_workload(write_workload(tmp_path, rows), ("cifar10",))
+    simulator = ElasticSimulator(workload, load_models(models, ["cifar10"], kinds_of(nodes)), nodes, spec)
+    result = simulator.run()
+    assert all(record.completion is not None for record in result.records)
+    sizers = getattr(simulator.policy, "sizers", {})
+    assert sizers, "the cluster's path sized the jobs"
+    for sizer in sizers.values():
+        assert (sizer.options.fifo_decay, sizer.options.restart_age_rule) == (0.85, False)
+        assert sizer.options.las_levels == 4, "the other knobs keep their defaults"
+    allocator = with_options(POLICIES["kubecell-allocator"], ["las_levels=6"]).make()
+    assert isinstance(allocator, KubecellElasticPolicy)
+    assert allocator.options.las_levels == 6
+    assert with_options(POLICIES["kubecell"], []) is POLICIES["kubecell"]
+
+
+@pytest.mark.parametrize(("policy", "option", "message"), [
+    ("kubecell", "nonsense=1", r"option 'nonsense=1' is not KEY=VALUE of a known knob \(accepted: explore_value"),
+    ("kubecell", "fifo_decay", "is not KEY=VALUE"),
+    ("kubecell", "fifo_decay=abc", r"option fifo_decay='abc' is not a number"),
+    ("kubecell", "las_levels=2.5", r"option las_levels='2.5' is not an integer"),
+    ("kubecell", "restart_age_rule=yes", "is not true or false"),
+    ("kubecell", "fifo_decay=2", r"fifo_decay = 2.0 out of range"),
+    ("kubecell", "fifo_decay=nan", "out of range"),
+    ("rigid", "fifo_decay=0.5", r"policy 'rigid' has no ElasticOptions to set \(accepted: kubecell,"),
+])
+def test_a_knob_that_cannot_be_set_is_refused(policy: str, option: str, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        with_options(POLICIES[policy], [option])

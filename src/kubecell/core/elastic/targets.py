@@ -36,7 +36,7 @@ from collections import Counter
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 
-from kubecell.core.elastic.allocator import KubecellElasticPolicy
+from kubecell.core.elastic.allocator import ElasticOptions, KubecellElasticPolicy
 from kubecell.core.elastic.types import ClusterNode, ElasticJobView, GoodputEstimate
 from kubecell.core.engine.engine import Engine
 from kubecell.core.engine.job import Job, JobPhase
@@ -86,13 +86,16 @@ class GrowthChoice:
 
 
 def plan_targets(policies: MutableMapping[str, KubecellElasticPolicy], now: float,
-                 candidates: Sequence[GrowthCandidate]) -> dict[str, GrowthChoice]:
+                 candidates: Sequence[GrowthCandidate], *,
+                 options: ElasticOptions | None = None) -> dict[str, GrowthChoice]:
     """The size (and, where it changes, the type) each candidate should run at and the allocator's reason; one
-    allocator per VC (``policies``, filled as VCs appear: each keeps its restart counts and prices between
-    calls)."""
+    allocator per VC (``policies``, filled as VCs appear with ``options``: each keeps its restart counts and
+    prices between calls)."""
     choices: dict[str, GrowthChoice] = {}
     for vc in sorted({c.vc for c in candidates}):
-        policy = policies.setdefault(vc, KubecellElasticPolicy())
+        if vc not in policies:
+            policies[vc] = KubecellElasticPolicy(options)
+        policy = policies[vc]
         choices.update(_plan_vc(policy, now, [c for c in candidates if c.vc == vc]))
     return choices
 

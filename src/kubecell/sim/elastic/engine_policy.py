@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from kubecell.core.elastic.allocator import KubecellElasticPolicy
+from kubecell.core.elastic.allocator import ElasticOptions, KubecellElasticPolicy
 from kubecell.core.elastic.targets import (
     GrowthChoice,
     engine_candidate,
@@ -58,7 +58,8 @@ class EngineSizedPolicy:
 
     name = "kubecell"
 
-    def __init__(self, resize_interval_seconds: float | None = None, *, moves: bool = True) -> None:
+    def __init__(self, resize_interval_seconds: float | None = None, *, moves: bool = True,
+                 options: ElasticOptions | None = None) -> None:
         self.resize_interval_seconds = resize_interval_seconds
         """The engine's ``resize_min_interval_seconds`` (None: the preset's, as a cluster runs it)."""
         self.moves = moves
@@ -67,6 +68,8 @@ class EngineSizedPolicy:
         self.engine: Engine | None = None
         self.sizers: dict[str, KubecellElasticPolicy] = {}
         """Size the jobs per VC, as the cluster's sizer does (each keeps restart counts and prices)."""
+        self.options = options
+        """The sizers' knobs (None: the defaults a cluster runs)."""
         self.last_reasons: dict[str, str] = {}
         self.live: dict[str, str] = {}
         """Each job's engine job: a job moved to another type (or re-pinned while it waits) is a new engine
@@ -193,5 +196,5 @@ class EngineSizedPolicy:
                 engine, job, gpu_type, most - job.size, view.estimate, view.restart_seconds, now, rooms=rooms,
                 attained=view.attained_gpu_seconds), name=name, last_resize=view.last_resize))
             # (the allocator knows a job by one name, and when it last changed, across its engine jobs)
-        choices.update(plan_targets(self.sizers, now, candidates))
+        choices.update(plan_targets(self.sizers, now, candidates, options=self.options))
         return choices

@@ -10,15 +10,19 @@ asked for, so the simulator and its tests run without them.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from kubecell.core.elastic.types import ClusterNode, ElasticJobView, ElasticPolicy
 from kubecell.core.errors import InvalidInputError
 from kubecell.sim.elastic.gavel import ROUND_SECONDS as GAVEL_ROUND_SECONDS
 from kubecell.sim.elastic.gavel import GavelPolicy
+
+if TYPE_CHECKING:
+    from kubecell.core.elastic.allocator import ElasticOptions
 
 Estimate = Literal["oracle", "online", "online-true-noise"]
 
@@ -40,6 +44,8 @@ class PolicySpec:
     restart_on_move: bool = True
     """False: a job moved to other nodes of its GPU type with the same replicas per node does not restart
     (Sia's ``Cluster`` charges Gavel's jobs this way: only a changed placement shape restarts them)."""
+    make_with: Callable[[ElasticOptions], ElasticPolicy] | None = None
+    """Builds the policy with other ``ElasticOptions`` (kubecell's policies; None: a policy without them)."""
 
     def available(self) -> bool:
         return self.requires is None or importlib.util.find_spec(self.requires) is not None
@@ -116,21 +122,25 @@ def pack(size: int, names: Sequence[str], free: Mapping[str, int], order: Mappin
     return tuple(sorted(chosen, key=lambda n: order[n]))
 
 
-def _allocator() -> ElasticPolicy:
+def _allocator(options: ElasticOptions | None = None) -> ElasticPolicy:
     """kubecell's allocator with the authority of the whole cluster (a diagnostic, imported only when asked for:
     runs of the other policies do not depend on it)."""
     from kubecell.core.elastic.allocator import KubecellElasticPolicy
 
-    return KubecellElasticPolicy()
+    return KubecellElasticPolicy(options)
 
 
-def _cluster_path(*, moves: bool = True) -> Callable[[], ElasticPolicy]:
+class _Builder(Protocol):
+    def __call__(self, options: ElasticOptions | None = None) -> ElasticPolicy: ...
+
+
+def _cluster_path(*, moves: bool = True) -> _Builder:
     """The cluster's decision path: the core engine admits, places and takes back, the allocator sizes, moves
     and chooses where jobs start (``engine_policy``)."""
-    def make() -> ElasticPolicy:
+    def make(options: ElasticOptions | None = None) -> ElasticPolicy:
         from kubecell.sim.elastic.engine_policy import EngineSizedPolicy
 
-        return EngineSizedPolicy(moves=moves)
+        return EngineSizedPolicy(moves=moves, options=options)
     return make
 
 
@@ -140,21 +150,23 @@ POLICIES: dict[str, PolicySpec] = {
         "kubecell", "kubecell as a cluster runs it: the core engine admits, places and takes back members of "
         "elastic gangs, the allocator sizes them, moves them between GPU types and chooses where they start, on "
         "goodput learned online from their step reports", _cluster_path(), tuned_jobs=False, estimate="online",
-        requires=_CORE),
+        requires=_CORE, make_with=_cluster_path()),
     "kubecell-no-moves": PolicySpec(
         "kubecell-no-moves", "diagnostic: kubecell with every job kept on the GPU type it was given when it was "
         "submitted (what moves between types are worth)", _cluster_path(moves=False), tuned_jobs=False,
-        estimate="online", requires=_CORE),
+        estimate="online", requires=_CORE, make_with=_cluster_path(moves=False)),
     "kubecell-allocator": PolicySpec(
         "kubecell-allocator", "diagnostic: kubecell's allocator alone with the authority of the whole cluster "
         "(no engine: every job sized, placed and moved by it)", _allocator, tuned_jobs=False, estimate="online",
-        requires="kubecell.core.elastic.allocator"),
+        requires="kubecell.core.elastic.allocator", make_with=_allocator),
     "kubecell-true-noise": PolicySpec(
         "kubecell-true-noise", "diagnostic: kubecell with the throughput learned online but the true gradient "
-        "noise", _cluster_path(), tuned_jobs=False, estimate="online-true-noise", requires=_CORE),
+        "noise", _cluster_path(), tuned_jobs=False, estimate="online-true-noise", requires=_CORE,
+        make_with=_cluster_path()),
     "kubecell-oracle": PolicySpec(
         "kubecell-oracle", "diagnostic: kubecell given every job's true goodput (the bound a perfect goodput "
-        "model reaches)", _cluster_path(), tuned_jobs=False, estimate="oracle", requires=_CORE),
+        "model reaches)", _cluster_path(), tuned_jobs=False, estimate="oracle", requires=_CORE,
+        make_with=_cluster_path()),
     "rigid": PolicySpec("rigid", "FIFO with backfill at the workload's GPU count and batch (TunedJobs), never resized;"
                         " stands for Gavel+TunedJobs", RigidPolicy, tuned_jobs=True, estimate="oracle"),
     "gavel": PolicySpec("gavel", "Gavel+TunedJobs as Sia runs it: max-sum-throughput LP over true throughputs every "
@@ -182,3 +194,45 @@ def parse_policies(text: str) -> list[PolicySpec]:
     if not names:
         raise InvalidInputError("no policy given", field="policy", accepted=", ".join(POLICIES))
     return [policy_spec(name) for name in dict.fromkeys(names)]
+
+
+def with_options(spec: PolicySpec, overrides: Sequence[str]) -> PolicySpec:
+    """``spec`` with some of kubecell's ``ElasticOptions`` replaced (``["fifo_decay=0.85"]``), named after them
+    (``kubecell fifo_decay=0.85``): how a knob is measured against the defaults, on the same path. Each value is
+    read as the type of the knob's default and checked by ``ElasticOptions``."""
+    if not overrides:
+        return spec
+    if spec.make_with is None:
+        raise InvalidInputError(f"policy {spec.name!r} has no ElasticOptions to set", field="option",
+                                accepted=", ".join(n for n, s in POLICIES.items() if s.make_with is not None))
+    from kubecell.core.elastic.allocator import ElasticOptions
+
+    defaults = ElasticOptions()
+    known = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(ElasticOptions)}
+    values: dict[str, Any] = {}
+    for override in overrides:
+        key, sep, text = override.partition("=")
+        key, text = key.strip(), text.strip()
+        if not sep or key not in known:
+            raise InvalidInputError(f"option {override!r} is not KEY=VALUE of a known knob", field="option",
+                                    accepted=", ".join(sorted(known)))
+        values[key] = _value_as(known[key], text, key)
+    options = dataclasses.replace(defaults, **values)
+    make_with = spec.make_with
+    name = " ".join((spec.name, *(f"{key}={value}" for key, value in values.items())))
+    return dataclasses.replace(spec, name=name, make=lambda: make_with(options))
+
+
+def _value_as(default: object, text: str, key: str) -> Any:
+    kind = "true or false" if isinstance(default, bool) else "an integer" if isinstance(default, int) else "a number"
+    try:
+        if isinstance(default, bool):
+            if text.lower() not in ("true", "false"):
+                raise ValueError(text)
+            return text.lower() == "true"
+        if isinstance(default, int):
+            return int(text)
+        return float(text)
+    except ValueError:
+        raise InvalidInputError(f"option {key}={text!r} is not {kind}", field="option",
+                                accepted=f"{key}=<{kind}>") from None
