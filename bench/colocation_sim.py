@@ -9,7 +9,8 @@ rules are no sharing, blind packing, Alnair's 70 % summed-utilization rule, the 
 threshold, and kubecell's predicted-slowdown rule, the last two calibrated on the pairs of the models not
 held out (``--in-sample``: on every pair); ``kubecell + score`` is kubecell's rule placed with the
 interference score mixed into the packing score (``kubecell:1+interference:1``); ``kubecell adaptive`` adapts
-its floor to whether jobs wait; ``kubecell + history`` is the adaptive rule whose idle part first asks what the
+to whether jobs wait (Alnair's 70 % rule while nothing waits, kubecell's rule at a looser floor while jobs
+queue); ``kubecell + history`` is the adaptive rule whose idle part first asks what the
 pair did when it shared a GPU before (a history learned on an earlier workload; ``history, cold``: learned
 from nothing as the run goes; ``history, as measured``: learned as a cluster's profiler measures it, from
 utilization, capped at 1 and noisy, with the cluster's floor 0.95; ``history, short readings``: the same, each

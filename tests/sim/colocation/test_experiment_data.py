@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from kubecell.core.interference import PredictedSlowdown, PressureAdaptive, SummedUtilThreshold
 from kubecell.inputs.colocation import load_shared_runs, load_solo_profiles
-from kubecell.sim.colocation.experiment import RULES, ExperimentConfig, ExperimentResult, run_experiment
+from kubecell.sim.colocation.experiment import RULES, ExperimentConfig, ExperimentResult, calibrate, run_experiment
 from tests.core.interference.support import colocation_file
 
 pytestmark = pytest.mark.shared_data
@@ -55,3 +56,24 @@ def test_calibration_holds_models_out_unless_in_sample(experiment: ExperimentRes
     else:
         assert 0 < calibration.pairs < 820
     assert not set(calibration.held_out) & set(calibration.models)
+
+
+def test_the_adaptive_rule_shares_only_what_loses_nothing_while_nothing_waits() -> None:
+    """While nothing waits the adaptive rule is Alnair's 70 % rule (a slowed job then gains nothing, and that rule's
+    cut is where Lucid's pairs stop running at solo speed or faster); while jobs queue, kubecell's predictor at a
+    floor looser than the 1 % rule's. So an idle GPU is shared with a light partner only, and a queue lets more
+    pairs share than the idle part does."""
+    solos = load_solo_profiles(colocation_file("lucid_single_data.csv"))
+    runs = load_shared_runs(colocation_file("lucid_colocate_pairs.csv"), solos)
+    rules, _ = calibrate(runs, solos, ExperimentConfig(seed=0))
+    adaptive = rules["kubecell adaptive"]
+    assert isinstance(adaptive, PressureAdaptive)
+    assert adaptive.idle == SummedUtilThreshold(70.0)
+    assert isinstance(adaptive.busy, PredictedSlowdown)
+    strict = rules["kubecell"]
+    assert isinstance(strict, PredictedSlowdown)
+    assert adaptive.busy.floor <= strict.floor, "the busy part admits at least what the 1 % rule admits"
+    pairs = [run.profiles(solos) for run in runs if len(run.jobs) == 2]
+    idle = sum(adaptive.under(False).admits(pair, 24_576) for pair in pairs)
+    busy = sum(adaptive.under(True).admits(pair, 24_576) for pair in pairs)
+    assert 0 < idle < busy
