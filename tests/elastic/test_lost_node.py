@@ -23,15 +23,13 @@ STUCK_SECONDS = 3.0
 
 @pytest.fixture
 def lost_node(kube: Kube, namespace: str) -> Iterator[str]:
-    """A Node that exists (so pod GC keeps its pods: they are not orphans) and that no kubelet serves."""
+    """A Node that exists (so pod GC keeps its pods: they are not orphans) and that no kubelet serves. Its pods,
+    which nothing else would ever end, go with the namespace fixture's force delete."""
     name = f"lost-{namespace}"
     kube.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
     try:
         yield name
     finally:
-        for pod in kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"]:
-            with contextlib.suppress(ApiError):  # nothing else would ever end them
-                kube.delete(f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}", gracePeriodSeconds=0)
         with contextlib.suppress(ApiError):
             kube.delete(f"/api/v1/nodes/{name}")
 

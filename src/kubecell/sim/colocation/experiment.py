@@ -75,7 +75,7 @@ of calibration pairs with a job below the floor (0.8x): a pair at 0.8x each stil
 nothing waits, a slowed job gains nothing from sharing, and only pairs that lose nothing should share: Alnair's
 published 70 % rule, whose cut falls where the pairs stop running at solo speed or faster (summed solo
 utilization 55-70 %: 1.035x on average, 70-85 %: 0.974x). A slowdown predictor cannot see a gain, so its floor
-tuned to no calibration pair below 0.8x (the idle rule before) shared other pairs, at 1.00-1.01x, and was 0.5-0.8 %
+tuned to no calibration pair below 0.8x (the idle rule before) shared other pairs, at 1.00-1.01x, and was 0.5-0.9 %
 behind the 70 % rule at load 0.85 (docs/profiler.md). A stricter predicted idle rule (1 % below 0.95x) was
 measured too: worse at loads 1.2 and 1.6, still behind the 70 % rule at 0.85."""
 HISTORY_FLOOR = 1.0

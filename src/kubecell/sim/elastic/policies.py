@@ -145,28 +145,28 @@ def _cluster_path(*, moves: bool = True) -> _Builder:
 
 
 _CORE = "kubecell.sim.elastic.engine_policy"
+_PATH, _PATH_NO_MOVES = _cluster_path(), _cluster_path(moves=False)
+"""Each builds its policy with the defaults (``make``) or with other options (``make_with``)."""
 POLICIES: dict[str, PolicySpec] = {
     "kubecell": PolicySpec(
         "kubecell", "kubecell as a cluster runs it: the core engine admits, places and takes back members of "
         "elastic gangs, the allocator sizes them, moves them between GPU types and chooses where they start, on "
-        "goodput learned online from their step reports", _cluster_path(), tuned_jobs=False, estimate="online",
-        requires=_CORE, make_with=_cluster_path()),
+        "goodput learned online from their step reports", _PATH, tuned_jobs=False, estimate="online",
+        requires=_CORE, make_with=_PATH),
     "kubecell-no-moves": PolicySpec(
         "kubecell-no-moves", "diagnostic: kubecell with every job kept on the GPU type it was given when it was "
-        "submitted (what moves between types are worth)", _cluster_path(moves=False), tuned_jobs=False,
-        estimate="online", requires=_CORE, make_with=_cluster_path(moves=False)),
+        "submitted (what moves between types are worth)", _PATH_NO_MOVES, tuned_jobs=False,
+        estimate="online", requires=_CORE, make_with=_PATH_NO_MOVES),
     "kubecell-allocator": PolicySpec(
         "kubecell-allocator", "diagnostic: kubecell's allocator alone with the authority of the whole cluster "
         "(no engine: every job sized, placed and moved by it)", _allocator, tuned_jobs=False, estimate="online",
         requires="kubecell.core.elastic.allocator", make_with=_allocator),
     "kubecell-true-noise": PolicySpec(
         "kubecell-true-noise", "diagnostic: kubecell with the throughput learned online but the true gradient "
-        "noise", _cluster_path(), tuned_jobs=False, estimate="online-true-noise", requires=_CORE,
-        make_with=_cluster_path()),
+        "noise", _PATH, tuned_jobs=False, estimate="online-true-noise", requires=_CORE, make_with=_PATH),
     "kubecell-oracle": PolicySpec(
         "kubecell-oracle", "diagnostic: kubecell given every job's true goodput (the bound a perfect goodput "
-        "model reaches)", _cluster_path(), tuned_jobs=False, estimate="oracle", requires=_CORE,
-        make_with=_cluster_path()),
+        "model reaches)", _PATH, tuned_jobs=False, estimate="oracle", requires=_CORE, make_with=_PATH),
     "rigid": PolicySpec("rigid", "FIFO with backfill at the workload's GPU count and batch (TunedJobs), never resized;"
                         " stands for Gavel+TunedJobs", RigidPolicy, tuned_jobs=True, estimate="oracle"),
     "gavel": PolicySpec("gavel", "Gavel+TunedJobs as Sia runs it: max-sum-throughput LP over true throughputs every "
