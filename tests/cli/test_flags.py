@@ -21,6 +21,7 @@ from kubecell.core.errors import InvalidInputError
 from kubecell.core.interference import BlindSharing, HistoryInformed, PressureAdaptive, SummedUtilThreshold
 from kubecell.core.placement.registry import policy_names
 from kubecell.profiler.knowledge import HistoryKnowledge
+from kubecell.scheduler.scheduler import SchedulerOptions, engine_options
 from tests.cli.support import assert_one_line_error, run_main
 
 
@@ -114,6 +115,21 @@ def test_the_schedulers_knowledge_flags_are_checked_before_the_cluster_is_touche
     assert rule.busy == BlindSharing()
     knowledge.history.close()
     assert learned("", "age", "blind")["colocation"] == BlindSharing(), "without a history nothing to ask"
+
+
+def test_backfill_by_history_reaches_the_engine_and_only_with_a_history(tmp_path: Path) -> None:
+    for margin in (0.5, -1.0, math.inf, math.nan):
+        with pytest.raises(InvalidInputError, match="backfill-margin"):
+            learned(f"sqlite:///{tmp_path}/h.db", "age", "", backfill_margin=margin)
+    with pytest.raises(InvalidInputError, match="--backfill-margin needs --history"):
+        learned("", "age", "", backfill_margin=2.0)
+    assert learned("", "age", "")["backfill_margin"] is None, "off by default"
+    fields = learned(f"sqlite:///{tmp_path}/h.db", "shortest-expected", "", backfill_margin=2.0)
+    fields["knowledge"].history.close()
+    options = engine_options(SchedulerOptions(resize_interval_seconds=30.0, **fields))
+    assert (options.backfill_margin, options.queue_order, options.resize_min_interval_seconds) == (
+        2.0, "shortest-expected", 30.0)
+    assert engine_options(SchedulerOptions()).backfill_margin is None
 
 
 @pytest.mark.parametrize(("args", "says"), [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -83,20 +84,31 @@ PairFloor = Annotated[float, typer.Option(help=(
     "5 minutes or more) share again when each ran at this fraction of its solo speed or faster beside the other, "
     "and never otherwise; other pairs follow --colocation (under an IDLE/BUSY rule, only while nothing waits). "
     "0: the history's pairs are not asked."))]
+BackfillMargin = Annotated[float, typer.Option(help=(
+    "With --history: a job may start on nodes held for a starving job when now + this x its family's expected "
+    "run time is no later than the expected end of every job running there (EASY backfill by history; a job "
+    "or a runner without history waits). At least 1; 0 (the default): reserved nodes take no other work."))]
 
 
 def learned(history: str, queue_order: str, colocation: str, place_by_use: bool = False,
-            pair_floor: float = DEFAULT_PAIR_FLOOR) -> dict[str, Any]:
+            pair_floor: float = DEFAULT_PAIR_FLOOR, backfill_margin: float = 0.0) -> dict[str, Any]:
     """The SchedulerOptions fields of the knowledge options, checked before the cluster is touched."""
     if place_by_use and not history:
         raise InvalidInputError("--place-by-use needs --history", field="place-by-use",
                                 accepted="--history URL --place-by-use")
+    if not (backfill_margin == 0 or (math.isfinite(backfill_margin) and backfill_margin >= 1)):
+        raise InvalidInputError(f"--backfill-margin {backfill_margin}", field="backfill-margin",
+                                accepted="0 (no backfill) or a finite number >= 1, e.g. 2")
+    if backfill_margin and not history:
+        raise InvalidInputError("--backfill-margin needs --history (run times come from it)",
+                                field="backfill-margin", accepted="--history URL --backfill-margin 2")
     if not (pair_floor == 0 or 0 < pair_floor <= 1):
         raise InvalidInputError(f"--pair-floor {pair_floor}", field="pair-floor",
                                 accepted="a fraction of solo speed in (0, 1], e.g. 0.95; 0 for none")
     if queue_order not in QUEUE_ORDERS:
         raise InvalidInputError(f"--queue-order {queue_order!r}", field="queue-order", accepted=", ".join(QUEUE_ORDERS))
     fields: dict[str, Any] = {"queue_order": queue_order, "place_by_use": place_by_use,
+                              "backfill_margin": backfill_margin or None,
                               "colocation": parse_rule(colocation, field="colocation") if colocation else None}
     if history:
         try:
@@ -137,13 +149,15 @@ def scheduler(
     colocation: Colocation = "",
     pair_floor: PairFloor = DEFAULT_PAIR_FLOOR,
     place_by_use: PlaceByUse = False,
+    backfill_margin: BackfillMargin = 0.0,
     verbose: Verbose = False,
 ) -> None:
     """Run kubecell's scheduler against a cluster (standalone mode, its own schedulerName)."""
     _prepare(tenancy, verbose)
     options = SchedulerOptions(name=name, tenancy=tenancy, placement=canonical_policy_name(placement),
                                tenants_namespace=tenants_namespace, release_terminating=release_terminating,
-                               **learned(history, queue_order, colocation, place_by_use, pair_floor))
+                               **learned(history, queue_order, colocation, place_by_use, pair_floor,
+                                         backfill_margin))
     kube = Kube.from_kubeconfig(kubeconfig)
     run(kube, options, listen=listen_address(listen), leader_elect=leader_elect,
         identity=identity or pod_name or default_identity(), pod=own_pod(pod_name, pod_namespace))
@@ -169,6 +183,7 @@ def extender(
     colocation: Colocation = "",
     pair_floor: PairFloor = DEFAULT_PAIR_FLOOR,
     place_by_use: PlaceByUse = False,
+    backfill_margin: BackfillMargin = 0.0,
     verbose: Verbose = False,
 ) -> None:
     """Serve kube-scheduler as its HTTP extender (filter, prioritize, bind, preempt): the same engine and
@@ -184,7 +199,8 @@ def extender(
     options = SchedulerOptions(name=names[0], extra_names=tuple(names[1:]), tenancy=tenancy,
                                placement=canonical_policy_name(placement), tenants_namespace=tenants_namespace,
                                extender=True, release_terminating=release_terminating,
-                               **learned(history, queue_order, colocation, place_by_use, pair_floor))
+                               **learned(history, queue_order, colocation, place_by_use, pair_floor,
+                                         backfill_margin))
     kube = Kube.from_kubeconfig(kubeconfig)
     run(kube, options, listen=address, leader_elect=leader_elect, identity=identity or pod_name or default_identity(),
         pod=own_pod(pod_name, pod_namespace))

@@ -24,7 +24,7 @@ import numpy as np
 
 from kubecell.core.engine.engine import Engine
 from kubecell.core.engine.job import JobPhase
-from kubecell.core.engine.options import PRESETS
+from kubecell.core.engine.options import PRESETS, EngineOptions
 from kubecell.core.errors import KubecellError
 from kubecell.core.interference.admission import AdmissionRule
 from kubecell.core.placement.frag import TypicalPod
@@ -94,6 +94,8 @@ class SchedulerOptions:
     """Least seconds between two resizes of one elastic gang (None: the tenancy preset's, 300 s)."""
     queue_order: str = "age"
     """Inside a VC: ``age`` or ``shortest-expected`` (by the run time ``knowledge`` gives; ``EngineOptions``)."""
+    backfill_margin: float | None = None
+    """EASY backfill by history on starvation reservations (``EngineOptions.backfill_margin``); None: none."""
     colocation: AdmissionRule | None = None
     """Interference-aware sharing (``EngineOptions.colocation``); None: shares pack by capacity."""
     knowledge: Knowledge | None = None
@@ -107,6 +109,16 @@ class SchedulerOptions:
     @property
     def names(self) -> frozenset[str]:
         return frozenset((self.name, *self.extra_names))
+
+
+def engine_options(o: SchedulerOptions) -> EngineOptions:
+    """The tenancy preset with what the command line changed in it: one place, so no flag is dropped on the
+    way from ``SchedulerOptions`` to the engine."""
+    preset = PRESETS[o.tenancy]
+    if o.resize_interval_seconds is not None:
+        preset = dataclasses.replace(preset, resize_min_interval_seconds=o.resize_interval_seconds)
+    return dataclasses.replace(preset, queue_order=o.queue_order, colocation=o.colocation,
+                               backfill_margin=o.backfill_margin)
 
 
 class Scheduler:
@@ -405,11 +417,7 @@ class Scheduler:
         policy = make_policy(o.placement, PolicyContext(list(o.typical_pods)) if o.typical_pods else None)
         ranks = np.array([o.tie_ranks.get(node.name, len(o.tie_ranks) + i) for i, node in enumerate(nodes)],
                          np.int64)
-        preset = PRESETS[o.tenancy]
-        if o.resize_interval_seconds is not None:
-            preset = dataclasses.replace(preset, resize_min_interval_seconds=o.resize_interval_seconds)
-        preset = dataclasses.replace(preset, queue_order=o.queue_order, colocation=o.colocation)
-        engine = Engine(nodes, tenants, preset, forest=forest, placement=policy, tie_rank=ranks)
+        engine = Engine(nodes, tenants, engine_options(o), forest=forest, placement=policy, tie_rank=ranks)
         self.state = Tracking(engine, views)
         self.node_reader.applied_now(views)
         Restorer(self.mirror, self.actions, self.intake, self.binder.gate, self.options.names).restore(self.state)
