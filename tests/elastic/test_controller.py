@@ -260,6 +260,39 @@ def test_an_evicted_worker_is_replaced_in_the_same_run(kube: Kube, namespace: st
     assert uid_of(kube, namespace, "evicted", 1) == before[1], "the other worker is left alone"
     assert all_in_run(kube, namespace, "evicted", 0, 2)
     wait_for("the WorkerLost Event", lambda: "WorkerLost" in reasons(kube, namespace, "evicted"), STEP)
+def test_a_changed_template_replaces_every_worker_in_the_same_run(kube: Kube, namespace: str,
+                                                                   controller: RunningController) -> None:
+    """A new image (or command) must never meet the old one in one torchrun world: the workers made from the
+    old template are replaced, with their grace period, in the same run, and it is not counted as a restart."""
+    create_job(kube, namespace, "rollout", minReplicas=1, maxReplicas=2, replicas=2)
+    wait_for("the job Running", partial(phase_is, kube, namespace, "rollout", "Running", 2), STEP)
+    before = {i: uid_of(kube, namespace, "rollout", i) for i in (0, 1)}
+    old_digest = workers(kube, namespace, "rollout")[0]["metadata"]["labels"][ej.LABEL_TEMPLATE]
+    changed = template()
+    changed["spec"]["containers"][0]["image"] = "pytorch/pytorch:2.9.1"
+    kube.patch(ej.job_path(namespace, "rollout"), {"spec": {"template": changed}}, kind="merge")
+
+    def renewed() -> dict[int, dict[str, Any]] | None:
+        found = workers(kube, namespace, "rollout")
+        fresh = len(found) == 2 and all(found[i]["metadata"]["uid"] != before[i] for i in (0, 1))
+        return found if fresh else None
+
+    found = wait_for("both workers made again", renewed, STEP)
+    assert {p["spec"]["containers"][0]["image"] for p in found.values()} == {"pytorch/pytorch:2.9.1"}
+    assert len({p["metadata"]["labels"][ej.LABEL_TEMPLATE] for p in found.values()} | {old_digest}) == 2
+    again = wait_for("the job Running again", partial(phase_is, kube, namespace, "rollout", "Running", 2), STEP)
+    assert again["restarts"] == 0, "a new template is not a failure"
+    assert all_in_run(kube, namespace, "rollout", 0, 2)
+    changes = [message for _, reason, message in events(kube, namespace, "rollout") if reason == "TemplateChanged"]
+    assert len(changes) == 1
+    assert "workers 0, 1" in changes[0]
+    # a change outside the template (the target) replaces nobody
+    kept = {i: uid_of(kube, namespace, "rollout", i) for i in (0, 1)}
+    scale(kube, namespace, "rollout", 1)
+    wait_for("shrunk to 1", partial(phase_is, kube, namespace, "rollout", "Running", 1), STEP)
+    assert uid_of(kube, namespace, "rollout", 0) == kept[0]
+
+
 def test_a_rendezvous_that_does_not_complete_restarts_the_workers(kube: Kube, namespace: str,
                                                                   controller: RunningController) -> None:
     create_job(kube, namespace, "stuck", minReplicas=1, maxReplicas=1, replicas=1, rendezvousTimeoutSeconds=10)

@@ -105,6 +105,21 @@ CASES = [
     ("a stale worker leaving: waiting for it", P.RESTARTING,
      obs("TY", stale=frozenset({0}), restarts=1, reason="WorkerFailed", message="m"), P.RESTARTING, "WorkerFailed",
      [], 1),
+    ("workers of another template are replaced gracefully, in the same run, not counted", P.RUNNING,
+     obs("YY", outdated=frozenset({0, 1}), restarts=1), P.RESTARTING, "TemplateChanged",
+     ["-0", "-1", "~TemplateChanged"], 1),
+    ("an unplaced worker of another template is replaced too", P.PENDING, obs("YU", outdated=frozenset({1})),
+     P.RESTARTING, "TemplateChanged", ["-1", "~TemplateChanged"], 0),
+    ("an outdated worker leaving: no second delete, the replacement waits for it", P.RESTARTING,
+     obs("T.", outdated=frozenset({0}), replacing=frozenset({0, 1}), reason="TemplateChanged", message="m"),
+     P.RESTARTING, "TemplateChanged", ["+1"], 0),
+    ("a failure in an outdated world restarts it, counted, as any failure", P.RUNNING,
+     obs("FY", outdated=frozenset({0, 1})), P.RESTARTING, "WorkerFailed", ["-0!", "-1", "!WorkerFailed"], 1),
+    ("an outdated worker that finished finishes the job: nothing is replaced", P.RUNNING,
+     obs("DD", outdated=frozenset({0, 1})), P.SUCCEEDED, "Succeeded", ["rdzv-", "~Succeeded"], 0),
+    ("the template is replaced before a resize, which follows on the next step", P.RUNNING,
+     obs("YY", target=3, previous=2, outdated=frozenset({1})), P.RESTARTING, "TemplateChanged",
+     ["-1", "~TemplateChanged"], 0),
     ("a failed worker beyond the new target is deleted, not counted", P.RUNNING, obs("YF", target=1, previous=2),
      P.RESIZING, "Resizing", ["-1!", "~Resizing"], 0),
     ("a worker beyond the target made by hand", P.RUNNING, obs("YYY"), P.RESIZING, "Resizing",
@@ -197,7 +212,7 @@ def observations(draw: st.DrawFn) -> Observation:
         max_restarts=draw(st.integers(0, 5)), seconds_stalled=draw(st.floats(0, 2000)),
         rendezvous_timeout=draw(st.floats(10, 1000)), rendezvous_present=draw(st.booleans()),
         rendezvous_gone=draw(st.booleans()), replacing=frozenset(draw(st.sets(st.integers(0, 10)))),
-        stale=frozenset(draw(st.sets(st.integers(0, 10)))),
+        stale=frozenset(draw(st.sets(st.integers(0, 10)))), outdated=frozenset(draw(st.sets(st.integers(0, 10)))),
         problem=draw(st.none() | st.just("bad spec")), spec_changed=draw(st.booleans()))
 
 
@@ -228,3 +243,7 @@ def test_every_decision_keeps_the_rules(phase: Phase, observation: Observation) 
         assert set(deletes) >= active, "a failed job holds no GPU: every active worker is stopped"
     if decision.restarts > observation.restarts:
         assert decision.restarts <= observation.max_restarts
+    if decision.reason == "TemplateChanged" and deletes:
+        assert set(deletes) <= observation.outdated, "a template change replaces only the outdated workers"
+        assert all(a.graceful for a in decision.actions if isinstance(a, DeleteWorker)), "they checkpoint first"
+        assert decision.restarts == observation.restarts, "a template change is not a failure"

@@ -89,6 +89,15 @@ def test_a_workers_rendezvous_run_is_its_label(text: str, run: int | None) -> No
     assert readers.worker_run(pod()) is None
 
 
+def test_a_workers_template_is_its_label_or_unknown() -> None:
+    obj = pod()
+    assert readers.worker_template(obj) is None, "made before workers named it: never judged outdated"
+    obj["metadata"]["labels"]["kubecell.io/template-hash"] = "0123456789abcdef"
+    assert readers.worker_template(obj) == readers.worker_template(readers.trimmed(obj)) == "0123456789abcdef"
+    obj["metadata"]["labels"]["kubecell.io/template-hash"] = ""
+    assert readers.worker_template(obj) is None
+
+
 def test_times_are_read_or_none() -> None:
     assert readers.parse_time("2026-01-01T00:00:10Z") == readers.parse_time("2026-01-01T00:00:00Z") + 10  # type: ignore[operator]
     assert readers.parse_time("yesterday") is None

@@ -204,7 +204,8 @@ def test_a_worker_pod_carries_the_torchrun_contract() -> None:
     meta = pod["metadata"]
     assert (meta["name"], meta["namespace"]) == ("bert-worker-1", "team-a")
     assert meta["labels"] == {"app": "train", "kubecell.io/elastic-job": "bert", "kubecell.io/elastic-role": "worker",
-                              "kubecell.io/worker-index": "1", "kubecell.io/rendezvous-run": "2"}
+                              "kubecell.io/worker-index": "1", "kubecell.io/rendezvous-run": "2",
+                              "kubecell.io/template-hash": objects.template_hash(spec.template)}
     assert meta["ownerReferences"] == [{"apiVersion": "kubecell.io/v1alpha1", "kind": "ElasticJob", "name": "bert",
                                         "uid": "0f6c-uid", "controller": True, "blockOwnerDeletion": True}]
     assert meta["annotations"] == {"note": "kept", ANNOTATION_GROUP: "bert", ANNOTATION_GROUP_SIZE: "2",
@@ -224,6 +225,22 @@ def test_a_worker_pod_carries_the_torchrun_contract() -> None:
     assert pod["spec"]["restartPolicy"] == "Never"
     assert pod["spec"]["terminationGracePeriodSeconds"] == 30
     assert pod["spec"]["containers"][0]["command"] == ["torchrun", "train.py"]
+
+
+def test_a_worker_names_the_template_it_was_made_from() -> None:
+    """The digest is a valid label value that follows the template's content, never its key order, so the
+    controller replaces workers when, and only when, the template changed."""
+    spec = ej.read_elastic_job(job())
+    digest = objects.worker_pod(spec, 0)["metadata"]["labels"]["kubecell.io/template-hash"]
+    assert len(digest) == 16
+    assert all(c in "0123456789abcdef" for c in digest)
+    assert objects.worker_pod(spec, 3, run=5)["metadata"]["labels"]["kubecell.io/template-hash"] == digest
+    reordered = dict(reversed(list(template().items())))
+    assert objects.template_hash(reordered) == digest
+    assert objects.template_hash(ej.read_elastic_job(job(replicas=3, maxReplicas=8)).template) == digest
+    changed = template()
+    changed["spec"]["containers"][0]["image"] = "pytorch/pytorch:2.9.1"
+    assert objects.template_hash(changed) != digest
 
 
 def test_each_restart_is_a_new_rendezvous_run() -> None:

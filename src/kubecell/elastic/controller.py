@@ -60,6 +60,7 @@ from kubecell.elastic.status import (
 from kubecell.elastic.writes import JobWrites
 from kubecell.kube.actions import event_body
 from kubecell.kube.clock import rfc3339
+from kubecell.kube.elasticjob_objects import template_hash
 from kubecell.kube.elasticjobs import (
     KIND,
     LABEL_JOB,
@@ -261,6 +262,9 @@ class ElasticController:
                                           f"{self.options.stuck_seconds:.0f} s past its grace period (its node is "
                                           "not answering): deleted at once, to be replaced"))
         stale = frozenset(index for index, run in runs.items() if run != previous.restarts)
+        made_from = template_hash(spec.template) if spec is not None else None
+        outdated = frozenset(index for index, pod in pods_by_index.items() if index not in stale
+                             and (digest := readers.worker_template(pod)) is not None and digest != made_from)
         generation = count(meta.get("generation"), MAX_GENERATION)
         phase = previous.phase
         if spec is None:
@@ -277,7 +281,8 @@ class ElasticController:
                 seconds_stalled=self._stalled(obj, previous, workers, spec, now),
                 rendezvous_timeout=float(spec.rendezvous_timeout_seconds),
                 rendezvous_present=service and host_up, rendezvous_gone=not service and host is None,
-                replacing=frozenset(expect.owed), stale=stale, spec_changed=generation != previous.observed_generation,
+                replacing=frozenset(expect.owed), stale=stale, outdated=outdated,
+                spec_changed=generation != previous.observed_generation,
                 reason=previous.reason, message=previous.message)
         decision = step(phase, observation)
         if not self._write_status(key, obj, previous, decision, workers, spec, problem, generation, now):

@@ -24,13 +24,18 @@ Rules, in order (the first that applies decides):
    leaves the run open: it alone is replaced, in the same run, without counting.
 5. Workers of an earlier run (``stale``: left over from a restart, e.g. across a controller crash) are
    deleted; they are recreated in the current run.
-6. The target changed: ``Resizing``: the missing lowest indices are created, the indices at or above the
+6. Workers made from an earlier ``spec.template`` (``outdated``: their template digest is not the spec's)
+   are deleted with the grace period, so they checkpoint on SIGTERM, and recreated from the template now, in
+   the same run and without counting a restart (``TemplateChanged``): one torchrun world never mixes two
+   templates (two images, two commands). It is the path of workers the cluster took away (rule 4), all at
+   once: when every participant has left, torchrun's rendezvous opens its next round for the replacements.
+7. The target changed: ``Resizing``: the missing lowest indices are created, the indices at or above the
    target deleted (highest first, with the grace period, so they checkpoint on SIGTERM).
-7. A worker that vanished (deleted by hand, its node gone) is recreated with the same index in the same run
+8. A worker that vanished (deleted by hand, its node gone) is recreated with the same index in the same run
    (``WorkerLost``).
-8. At least minReplicas workers run but fewer than minReplicas have been Ready for ``rendezvousTimeout``:
+9. At least minReplicas workers run but fewer than minReplicas have been Ready for ``rendezvousTimeout``:
    the rendezvous does not complete. The job restarts as in rule 4 (counted), or fails.
-9. Otherwise the phase follows the counts: ``Pending`` until minReplicas workers run, ``Starting`` until all
+10. Otherwise the phase follows the counts: ``Pending`` until minReplicas workers run, ``Starting`` until all
    are Ready the first time, ``Resizing``/``Restarting`` until the changed set is Ready, then ``Running``.
 """
 
@@ -94,6 +99,7 @@ REASON_RENDEZVOUS_TIMEOUT = "RendezvousTimeout"
 REASON_MAX_RESTARTS = "MaxRestartsExceeded"
 REASON_COMPLETING = "Completing"
 REASON_SUCCEEDED = "Succeeded"
+REASON_TEMPLATE_CHANGED = "TemplateChanged"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +128,8 @@ class Observation:
     created again without a WorkerLost."""
     stale: frozenset[int] = frozenset()
     """Indices whose worker belongs to an earlier rendezvous run than ``restarts`` (to be replaced)."""
+    outdated: frozenset[int] = frozenset()
+    """Indices whose worker was made from another ``spec.template`` than the spec's now (to be replaced)."""
     problem: str | None = None
     """Why the spec cannot be read (the job is Invalid), else None."""
     spec_changed: bool = False
@@ -193,7 +201,7 @@ def step(phase: Phase, obs: Observation) -> Decision:
             events = (Emit(True, REASON_INVALID_SPEC, obs.problem),)
         return Decision(Phase.INVALID, REASON_INVALID_SPEC, obs.problem, events, obs.restarts, obs.previous_target)
     current = Phase.PENDING if phase is Phase.INVALID else phase
-    decision = (_completion(obs) or _failures(obs) or _stale(obs) or _membership(current, obs)
+    decision = (_completion(obs) or _failures(obs) or _stale(obs) or _outdated(obs) or _membership(current, obs)
                 or _deadline(obs) or _progress(current, obs))
     if decision.phase not in TERMINAL and not obs.rendezvous_present:
         decision = replace(decision, actions=(EnsureRendezvous(), *decision.actions))
@@ -287,6 +295,17 @@ def _stale(obs: Observation) -> Decision | None:
     return Decision(Phase.RESTARTING, obs.reason or REASON_WORKER_FAILED, obs.message,
                     tuple(DeleteWorker(i, graceful=obs.workers[i] in ACTIVE) for i in old), obs.restarts,
                     obs.previous_target)
+
+
+def _outdated(obs: Observation) -> Decision | None:
+    old = [i for i in sorted(obs.outdated) if obs.workers.get(i) in ACTIVE]
+    if not old:
+        return None
+    message = (f"spec.template changed: replacing {workers_named(old)} with workers made from it (the same "
+               "rendezvous run; not counted as a restart)")
+    return Decision(Phase.RESTARTING, REASON_TEMPLATE_CHANGED, message,
+                    (*(DeleteWorker(i) for i in old), Emit(False, REASON_TEMPLATE_CHANGED, message)),
+                    obs.restarts, obs.previous_target, changed=True)
 
 
 def _membership(phase: Phase, obs: Observation) -> Decision | None:

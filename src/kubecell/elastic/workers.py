@@ -13,7 +13,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubecell.elastic.states import Worker
-from kubecell.kube.elasticjobs import LABEL_INDEX, LABEL_JOB, LABEL_ROLE, LABEL_RUN, MAX_REPLICAS, worker_name
+from kubecell.kube.elasticjobs import (
+    LABEL_INDEX,
+    LABEL_JOB,
+    LABEL_ROLE,
+    LABEL_RUN,
+    LABEL_TEMPLATE,
+    MAX_REPLICAS,
+    worker_name,
+)
 from kubecell.kube.names import ANNOTATION_GROUP_SIZE
 
 CRASH_LOOP_REASON = "CrashLoopBackOff"
@@ -67,6 +75,13 @@ def worker_run(pod: Mapping[str, Any]) -> int | None:
     if not isinstance(text, str) or not text.isdigit() or len(text) > 10 or text != str(int(text)):
         return None
     return int(text)
+
+
+def worker_template(pod: Mapping[str, Any]) -> str | None:
+    """The digest of the template the worker was made from (its label); None where it has none (made before
+    workers carried it): such a worker is never judged outdated."""
+    text = labels(pod).get(LABEL_TEMPLATE)
+    return text if isinstance(text, str) and text else None
 
 
 def _condition_of(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any]:

@@ -43,6 +43,9 @@ Worker environment (torchrun reads ``PET_<OPTION>`` as its ``--<option>``): ``PE
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
+from collections.abc import Mapping
 from typing import Any
 
 from kubecell.kube.elasticjobs import (
@@ -52,6 +55,7 @@ from kubecell.kube.elasticjobs import (
     LABEL_JOB,
     LABEL_ROLE,
     LABEL_RUN,
+    LABEL_TEMPLATE,
     MAX_REPLICAS,
     ROLE_RENDEZVOUS,
     ROLE_WORKER,
@@ -130,6 +134,13 @@ def worker_env(job: ElasticJobSpec, index: int, run: int = 0) -> list[dict[str, 
     return env
 
 
+def template_hash(template: Mapping[str, Any]) -> str:
+    """A digest of a pod template, the same for the same content whatever the order of its keys: a label
+    value (16 hex digits), so a worker says which template it was made from."""
+    text = json.dumps(template, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def worker_pod(job: ElasticJobSpec, index: int, run: int = 0) -> dict[str, Any]:
     """Worker ``index`` of the job in rendezvous run ``run``: the template, plus what the controller owns
     (name, labels, the gang annotations, the owner, the torchrun environment on every container, the grace
@@ -145,7 +156,7 @@ def worker_pod(job: ElasticJobSpec, index: int, run: int = 0) -> dict[str, Any]:
     template = copy.deepcopy(dict(job.template))
     meta = dict(template.get("metadata") or {})
     labels = {**(meta.get("labels") or {}), LABEL_JOB: job.name, LABEL_ROLE: ROLE_WORKER, LABEL_INDEX: str(index),
-              LABEL_RUN: str(run)}
+              LABEL_RUN: str(run), LABEL_TEMPLATE: template_hash(job.template)}
     annotations = {**(meta.get("annotations") or {}), **gang_annotations(job)}
     spec = dict(template["spec"])
     env = worker_env(job, index, run)

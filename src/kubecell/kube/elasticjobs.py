@@ -32,6 +32,7 @@ from kubecell.kube.names import (
     LABEL_ELASTIC_JOB,
     LABEL_ELASTIC_ROLE,
     LABEL_RENDEZVOUS_RUN,
+    LABEL_TEMPLATE_HASH,
     LABEL_WORKER_INDEX,
     NVIDIA_GPU,
     RESOURCE_GPU,
@@ -47,6 +48,7 @@ LABEL_JOB = LABEL_ELASTIC_JOB
 LABEL_INDEX = LABEL_WORKER_INDEX
 LABEL_RUN = LABEL_RENDEZVOUS_RUN
 LABEL_ROLE = LABEL_ELASTIC_ROLE
+LABEL_TEMPLATE = LABEL_TEMPLATE_HASH
 """Short names of the labels this module's builders write (defined in ``kubecell.kube.names``)."""
 
 ROLE_WORKER = "worker"

@@ -95,6 +95,9 @@ LABEL_RENDEZVOUS_RUN = f"{DOMAIN}/rendezvous-run"
 """On a worker: the rendezvous run it joins (``PET_RDZV_ID=<job uid>-<run>``), the job's restart count when it
 was created. A restart starts a new run, since torchrun closes a run for good when an agent gives up."""
 LABEL_ELASTIC_ROLE = f"{DOMAIN}/elastic-role"
+LABEL_TEMPLATE_HASH = f"{DOMAIN}/template-hash"
+"""On a worker: a digest of the job's ``spec.template`` it was made from. A worker whose digest is not the
+template's now is replaced by one made from it (``kubecell.elastic.states``, rule 6)."""
 
 
 def k8s_name(name: str) -> str:
