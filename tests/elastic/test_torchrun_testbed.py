@@ -11,6 +11,8 @@ loss still going down. The workers run as the ``kubecell-elastic-worker`` accoun
 and admission policy), with the token the process kubelet gives their pods, and write their own step reports:
 the scheduler's goodput model learns from what the real training measures, and the raise to 3 is its
 decision (its reason is a goodput gain, not "no trusted step reports").
+Stage 3: a changed ``spec.template`` replaces both workers of a running world of 2 at once; the new ones
+resume from the checkpoint and train to the end, and the job counts no restart.
 
 **What differs from a cluster.** The process kubelet runs every pod on the host's network (podIP 127.0.0.1),
 where the rendezvous Service's name resolves nowhere, and two pods cannot listen on one port. So the workers'
@@ -386,3 +388,44 @@ def test_the_scheduler_grows_and_shrinks_the_torchrun_world(job: Job, cluster: C
     recorder = cluster.scheduler.scheduler.recorder
     assert counted(recorder.step_reports, outcome="accepted") >= 1, "the real workers' reports reached the model"
     assert any("3 -> 1" in m and "shrunk" in m for m in reasons), reasons
+
+
+STAGE_3_STEPS = 200
+
+
+def test_a_new_template_moves_the_torchrun_world_to_it(job: Job, cluster: Cluster, kube: Kube) -> None:
+    """A changed ``spec.template`` (here one more environment variable; in life a new image) replaces both
+    workers at once, with their grace period: torchrun's world re-forms from workers made from the new
+    template alone, resumes from the checkpoint, and trains to the end; the job counts no restart."""
+    job.create(cluster.node, replicas=2, steps=STAGE_3_STEPS, example_seconds=EXAMPLE_SECONDS, gpus=4, vc="speech")
+    job.wait("ten steps in a world of 2", lambda: len(job.steps(world=2)) >= 10, START, while_active=True)
+    old = {str(p["metadata"]["uid"]) for p in job.pods() if p["metadata"]["labels"].get(ej.LABEL_ROLE) == "worker"}
+    assert len(old) == 2, job.diagnosis()
+    template = kube.get(job.path)["spec"]["template"]
+    template["spec"]["containers"][0]["env"].append({"name": "KUBECELL_TEST_TEMPLATE", "value": "2"})
+    changed_at = time.time()
+    kube.patch(job.path, {"spec": {"template": template}})
+
+    def renewed() -> bool:
+        found = [p for p in job.pods() if p["metadata"]["labels"].get(ej.LABEL_ROLE) == "worker"
+                 and not p["metadata"].get("deletionTimestamp")]
+        return len(found) == 2 and all(
+            str(p["metadata"]["uid"]) not in old and (p.get("status") or {}).get("phase") == "Running"
+            and {"name": "KUBECELL_TEST_TEMPLATE", "value": "2"} in p["spec"]["containers"][0]["env"]
+            for p in found)
+
+    job.wait("both workers made again from the new template", renewed, START, while_active=True)
+    job.wait("the job to succeed", lambda: job.phase() == "Succeeded", START)
+
+    records = job.records()
+    steps = [r for r in records if "step" in r]
+    assert steps[-1]["step"] == STAGE_3_STEPS, job.diagnosis()
+    after = [r for r in records if "resume" in r and r["time"] > changed_at]
+    assert any(r["world"] == 2 and r["resume"] >= CHECKPOINT_EVERY for r in after), \
+        f"the new workers resumed from the checkpoint in a world of 2: {after}"
+    assert_resumed_from_checkpoints(records)
+    assert mean_loss(steps[-10:]) < 0.5 * mean_loss(steps[:10]), "the loss went down across the change"
+    assert job.status()["restarts"] == 0, "a new template is not a failure"
+    reasons = [e.get("reason") for e in kube.get(f"/api/v1/namespaces/{cluster.namespace}/events")["items"]
+               if e["involvedObject"].get("name") == job.name]
+    assert "TemplateChanged" in reasons, reasons
