@@ -2,7 +2,7 @@
 workloads whose arrival times are moved by a few seconds.
 
     python bench/elastic_noise.py [--workload DIR] [--policy kubecell] [--repeats 5] [--jitter 30] [--seed 0]
-                                  [--option KEY=VALUE ...]
+                                  [--option KEY=VALUE ...] [--handover-seconds S]
 
 Why: a round-based elastic policy is chaotic. One decision taken a round earlier or later (a job arriving at
 107 s instead of 125 s is first seen at 120 s instead of 180 s) changes who gets which GPUs, and the whole
@@ -16,6 +16,8 @@ and restarts per job, their mean and standard deviation over the copies, Sia's p
 it gives no restart count), and in how many copies the policy is below each of them. ``--workload`` defaults
 to ``../shared/data/sia-sosp23-workloads`` (see its SOURCE.md). ``--option fifo_decay=0.85`` runs kubecell's
 policy with one of its ``ElasticOptions`` replaced, so that a knob is measured against the defaults the same way.
+``--handover-seconds 30`` gives a GPU that one job lets go to the next only 30 s later, as a cluster does
+when the giver's workers checkpoint within their grace period (see ``simulator.ElasticSimulator``).
 """
 
 from __future__ import annotations
@@ -57,11 +59,13 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5, help="copies, the first one unmoved")
     parser.add_argument("--jitter", type=float, default=30.0, help="largest move of an arrival, seconds")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--handover-seconds", type=float, default=0.0,
+                        help="a GPU one job gives up reaches the next job this much later (a cluster's grace period)")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="replace one of kubecell's ElasticOptions (repeatable), e.g. fifo_decay=0.85")
     args = parser.parse_args()
-    if args.repeats < 2 or args.jitter < 0:
-        parser.error("--repeats must be at least 2 and --jitter at least 0")
+    if args.repeats < 2 or args.jitter < 0 or not 0 <= args.handover_seconds <= 3600:
+        parser.error("--repeats must be at least 2, --jitter at least 0, --handover-seconds within 0..3600")
     inputs, spec = load_or_explain(args.workload), policy_or_explain(args.policy, args.option)
     if inputs is None or spec is None:
         return 2
@@ -70,12 +74,15 @@ def main() -> int:
     for copy in range(args.repeats):
         rng = random.Random(args.seed + copy)
         workloads = inputs.workloads if copy == 0 else tuple(jittered(w, args.jitter, rng) for w in inputs.workloads)
-        run = run_elastic(ElasticInputs(workloads, inputs.apps, inputs.nodes, inputs.cluster, inputs.models), [spec])
+        run = run_elastic(ElasticInputs(workloads, inputs.apps, inputs.nodes, inputs.cluster, inputs.models), [spec],
+                          handover_seconds=args.handover_seconds)
         per_copy.append({family: {key: number(by_policy[spec.name][key]) for _, key in FIGURES}
                          for family, by_policy in run.families.items()})
         print(f"copy {copy}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     print(f"{spec.name} on {args.workload}, {args.repeats} copies (copy 0 unmoved, arrivals moved by up to "
-          f"{args.jitter:g} s), seed {args.seed}")
+          f"{args.jitter:g} s), seed {args.seed}"
+          + (f", GPUs handed over {args.handover_seconds:g} s after they are given up"
+             if args.handover_seconds else ""))
     for family in sorted(per_copy[0]):
         print(f"\n{family}")
         print(f"  {'':12s} " + " ".join(f"{f'copy {c}':>8s}" for c in range(args.repeats)) +

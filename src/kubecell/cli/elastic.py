@@ -76,6 +76,10 @@ def sim_elastic(
         help="Stop with an error if jobs are still unfinished after this much simulated time.", min=1.0,
         max=1e6)] = (
         DEFAULT_MAX_HOURS),
+    handover_seconds: Annotated[float, typer.Option(
+        help="Seconds a GPU that one job gives up (shrunk, moved, preempted) stays unusable for the job it is "
+        "given to, as a cluster deletes workers with their grace period to checkpoint; 0, the default, hands it "
+        "over at once, as Sia's simulator and its published figures do.", min=0.0, max=3600.0)] = 0.0,
 ) -> None:
     """Elastic policies on Sia's workloads under the Pollux/Sia job model (throughput from profiled placements,
     statistical efficiency from the gradient noise scale, restart delays), compared with Sia's Table 3."""
@@ -87,17 +91,21 @@ def sim_elastic(
     prepare_out_dir(out)
     total = len(specs) * len(inputs.workloads)
     with RunProgress("simulating", total, "runs", console=stderr_console(), announces_steps=True) as progress:
-        run = elastic.run_elastic(inputs, specs, max_hours=max_hours, on_start=progress.start, on_step=progress.done)
+        run = elastic.run_elastic(inputs, specs, max_hours=max_hours, handover_seconds=handover_seconds,
+                                  on_start=progress.start, on_step=progress.done)
     words = ["kubecell", "sim", "elastic", "--workload", str(workload), "--cluster", cluster,
              "--policy", ",".join(spec.name for spec in specs)]
     if models is not None:
         words += ["--models", str(models)]
     if max_hours != DEFAULT_MAX_HOURS:
         words += ["--max-hours", f"{max_hours:g}"]
+    if handover_seconds:
+        words += ["--handover-seconds", f"{handover_seconds:g}"]
     words += ["--out", str(out)]
     meta: dict[str, object] = {
         "command": shlex.join(words), "directory": os.getcwd(), "cluster": cluster,
-        "gpus": sum(node.gpus for node in inputs.nodes), "models": str(inputs.models),
+        "handover_seconds": handover_seconds, "gpus": sum(node.gpus for node in inputs.nodes),
+        "models": str(inputs.models),
         "policies": [spec.name for spec in specs],
         "workloads": [str(w.path) for w in inputs.workloads], "wall_seconds": round(run.wall_seconds, 2)}
     page = write_report(out, run, meta)

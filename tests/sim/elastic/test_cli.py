@@ -137,3 +137,23 @@ def test_an_endless_horizon_is_refused(monkeypatch: pytest.MonkeyPatch, capsys: 
     argv = ["sim", "elastic", "--workload", str(data), "--max-hours", "inf", "--out", str(tmp_path / "r")]
     assert run_main(monkeypatch, argv) == 2
     assert "--max-hours" in capsys.readouterr().err
+
+
+def test_the_handover_delay_reaches_the_run_and_its_command(monkeypatch: pytest.MonkeyPatch, data: Path,
+                                                            tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    argv = ["sim", "elastic", "--workload", str(data), "--policy", "rigid", "--handover-seconds", "30", "--out",
+            str(out)]
+    assert run_main(monkeypatch, argv) == 0
+    meta = json.loads((out / "summary.json").read_text())["meta"]
+    assert meta["handover_seconds"] == 30.0
+    assert "--handover-seconds 30 " in meta["command"]
+
+
+@pytest.mark.parametrize("value", ["-5", "nan", "1e9"])
+def test_a_handover_that_is_not_a_grace_period_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str], data: Path,
+                                                          tmp_path: Path, value: str) -> None:
+    argv = ["sim", "elastic", "--workload", str(data), "--handover-seconds", value, "--out", str(tmp_path / "r")]
+    assert run_main(monkeypatch, argv) == 2
+    assert "--handover-seconds" in capsys.readouterr().err

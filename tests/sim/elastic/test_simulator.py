@@ -281,3 +281,54 @@ def test_true_noise_reads_the_validation_curves_and_learns_throughput(
     assert model.observe(StepReport("t4", 1, 4, 32, 0.5, 0.1, grad_sqr=1.0, grad_var=1e6))
     assert model.noise.phi_at(app.init_bsz) == before      # a report's statistics change nothing
     assert model.max_observed_replicas("t4") == 4          # its times are learned
+
+
+class HandOver:
+    """Round 1: ``first`` gets the whole of one T4 node; round 2: it keeps half, ``second`` gets the half it gave
+    up and ``third`` the other T4 node, idle; the same from then on."""
+
+    name = "hand-over"
+
+    def __init__(self) -> None:
+        self.rounds = 0
+
+    def allocate(self, now: float, jobs: Sequence[ElasticJobView],
+                 nodes: Sequence[ClusterNode]) -> Mapping[str, tuple[str, ...]]:
+        self.rounds += 1
+        names = {job.name for job in jobs}
+        decision: dict[str, tuple[str, ...]] = {}
+        if "first" in names:
+            decision["first"] = ("t4-0",) * (4 if self.rounds == 1 else 2)
+        if self.rounds > 1:
+            decision.update({name: nodes_ for name, nodes_ in (("second", ("t4-0",) * 2),
+                                                               ("third", ("t4-1",) * 4)) if name in names})
+        return decision
+
+
+@pytest.mark.parametrize("handover", [45.0, 150.0])
+def test_a_gpu_given_up_reaches_the_next_job_only_after_the_handover(tmp_path: Path, handover: float) -> None:
+    """A cluster deletes a shrunk job's workers with their grace period: the job given those GPUs waits for
+    them; a job started on idle GPUs in the same round does not, and neither does the job that gave them."""
+    models = write_models(tmp_path)
+    rows = "first,0,cifar10,4,4096\nsecond,0,cifar10,2,4096\nthird,0,cifar10,4,4096\n"
+    workload = load_workload(write_workload(tmp_path, rows), ("cifar10",))
+    apps = load_models(models, ["cifar10"], kinds_of(NODES))
+    runs = {seconds: {r.name: r for r in simulate(workload, apps, NODES, spec(HandOver),
+                                                  handover_seconds=seconds).records}
+            for seconds in (0.0, handover)}
+    at_once, later = runs[0.0], runs[handover]
+    assert at_once["first"].restarts == later["first"].restarts == 1    # shrunk 4 -> 2 in round 2
+    assert later["second"].restart_gpu_seconds - at_once["second"].restart_gpu_seconds == pytest.approx(2 * handover)
+    assert later["third"].restart_gpu_seconds == at_once["third"].restart_gpu_seconds
+    assert later["first"].restart_gpu_seconds == at_once["first"].restart_gpu_seconds
+    assert later["second"].completion is not None
+    assert at_once["second"].completion is not None
+    assert later["second"].completion > at_once["second"].completion
+
+
+@pytest.mark.parametrize("seconds", [-1.0, float("nan"), float("inf")])
+def test_a_handover_that_is_not_a_duration_is_refused(setup: tuple[Workload, dict[str, ApplicationModel]],
+                                                       seconds: float) -> None:
+    workload, apps = setup
+    with pytest.raises(SimulationError, match="handover_seconds"):
+        simulate(workload, apps, NODES, spec(HandOver), handover_seconds=seconds)

@@ -102,7 +102,8 @@ class ElasticRun:
 
 
 def run_elastic(inputs: ElasticInputs, specs: Sequence[PolicySpec], *, interval: float = ROUND_SECONDS,
-                max_hours: float = DEFAULT_MAX_HOURS, on_start: Callable[[str], None] | None = None,
+                max_hours: float = DEFAULT_MAX_HOURS, handover_seconds: float = 0.0,
+                on_start: Callable[[str], None] | None = None,
                 on_step: Callable[[str], None] | None = None) -> ElasticRun:
     """Every policy on every workload, then the per-run and per-family figures."""
     started = time.perf_counter()
@@ -113,7 +114,7 @@ def run_elastic(inputs: ElasticInputs, specs: Sequence[PolicySpec], *, interval:
             if on_start:
                 on_start(label)
             run.results.append(simulate(workload, inputs.apps, inputs.nodes, spec, interval=interval,
-                                        max_hours=max_hours))
+                                        max_hours=max_hours, handover_seconds=handover_seconds))
             if on_step:
                 on_step(label)
     run.runs = [run_metrics(result) for result in run.results]

@@ -6,7 +6,8 @@ clock moves on, then the policy decides for every job that has arrived and is no
 effect (a changed allocation costs its restart delay at the start of the next round, except a same-shape move
 within a GPU type for a policy registered with ``restart_on_move=False``, as Sia charges Gavel). So a job
 arriving at 107 s is first considered at 120 s, and a job finishing within a round holds its GPUs to the
-round's end. The policy sees each job through an ``ElasticJobView``
+round's end. With ``handover_seconds`` above 0, a GPU one job gives up in a round reaches the job it is given to
+only that much later (see ``_handover``). The policy sees each job through an ``ElasticJobView``
 only; the simulator checks its answer (known jobs and nodes, one GPU type per job, sizes within the job's
 bounds, never more replicas on a node than it has GPUs) and stops with a clear error when it is broken.
 """
@@ -85,8 +86,16 @@ class ElasticSimulator:
     """One policy over one workload (build, then ``run``)."""
 
     def __init__(self, workload: Workload, apps: Mapping[str, ApplicationModel], nodes: Sequence[ClusterNode],
-                 spec: PolicySpec, *, interval: float = ROUND_SECONDS, max_hours: float = DEFAULT_MAX_HOURS) -> None:
+                 spec: PolicySpec, *, interval: float = ROUND_SECONDS, max_hours: float = DEFAULT_MAX_HOURS,
+                 handover_seconds: float = 0.0) -> None:
+        if not 0.0 <= handover_seconds < float("inf"):
+            raise SimulationError(f"handover_seconds must be a finite number of seconds, at least 0, not "
+                                  f"{handover_seconds!r}")
         self.workload = workload
+        self.handover_seconds = handover_seconds
+        """How long a GPU that one job gives up stays unusable for the job given it: on a cluster the giver's
+        workers are deleted with their grace period and checkpoint before they exit (0: at once, as Sia's
+        simulator and the published figures have it)."""
         self.spec = spec
         self.policy = spec.make()
         self.nodes = tuple(nodes)
@@ -238,6 +247,7 @@ class ElasticSimulator:
         decision = self.policy.allocate(now, list(views.values()), self.nodes)
         held = {job.name: job.nodes for job in active}
         after = self._check(now, decision, views, held)
+        waiting = self._handover(held, after) if self.handover_seconds > 0 else frozenset()
         for job in active:
             nodes = after[job.name]
             gpu_type = self.node_type[nodes[0]] if nodes else None
@@ -247,9 +257,28 @@ class ElasticSimulator:
                 job.nodes, changed = nodes, False    # Sia's Cluster: same type and shape, no restart
             else:
                 changed = job.reallocate(now, gpu_type, nodes, placement)
+            if changed and job.name in waiting and job.nodes:
+                job.restart_left += self.handover_seconds
             if job.nodes and (changed or not self.spec.tuned_jobs or job.batch is None):
                 job.set_batch(self._batch(job))
             self.max_gpus[job.name] = max(self.max_gpus[job.name], len(job.nodes))
+
+    def _handover(self, held: Mapping[str, tuple[str, ...]], after: Mapping[str, tuple[str, ...]]) -> frozenset[str]:
+        """The jobs that wait for GPUs another job gives up this round: every job given more replicas on a node
+        than that node had idle GPUs for all the jobs given replicas there. An upper bound: which job gets the
+        idle GPUs and which the handed-over ones is the placement's choice, and it is charged to all of them;
+        a gang starts only when its last member is bound, so one such member delays the whole job."""
+        before = Counter(node for nodes in held.values() for node in nodes)
+        gains: dict[str, Counter[str]] = {}
+        for name, nodes in after.items():
+            gained = Counter(nodes) - Counter(held.get(name, ()))
+            if gained:
+                gains[name] = gained
+        wanted = Counter[str]()
+        for gained in gains.values():
+            wanted.update(gained)
+        short = {node for node, count in wanted.items() if count > self.node_gpus[node] - before[node]}
+        return frozenset(name for name, gained in gains.items() if short.intersection(gained))
 
     def _record(self, job: SimJob) -> JobRecord:
         return JobRecord(name=job.name, application=job.app.name, submitted=job.spec.submitted,
@@ -260,7 +289,8 @@ class ElasticSimulator:
 
 
 def simulate(workload: Workload, apps: Mapping[str, ApplicationModel], nodes: Sequence[ClusterNode],
-             spec: PolicySpec, *, interval: float = ROUND_SECONDS,
-             max_hours: float = DEFAULT_MAX_HOURS) -> SimulationResult:
+             spec: PolicySpec, *, interval: float = ROUND_SECONDS, max_hours: float = DEFAULT_MAX_HOURS,
+             handover_seconds: float = 0.0) -> SimulationResult:
     """Run one policy over one workload."""
-    return ElasticSimulator(workload, apps, nodes, spec, interval=interval, max_hours=max_hours).run()
+    return ElasticSimulator(workload, apps, nodes, spec, interval=interval, max_hours=max_hours,
+                            handover_seconds=handover_seconds).run()
