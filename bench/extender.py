@@ -44,7 +44,8 @@ from kubecell.kube.watch import Event
 from kubecell.scheduler.extender.config import render
 from kubecell.scheduler.extender.http import routes
 from kubecell.scheduler.extender.verbs import Extender
-from kubecell.scheduler.scheduler import Scheduler, SchedulerOptions
+from kubecell.scheduler.options import SchedulerOptions
+from kubecell.scheduler.scheduler import Scheduler
 from kubecell.testbed import testbed
 from kubecell.testbed.build import ensure_binaries
 from kubecell.testbed.control_plane import ControlPlane

@@ -14,7 +14,8 @@ import pytest
 
 from kubecell.cli.main import example_paths
 from kubecell.kube.rest import ApiError, Kube
-from kubecell.scheduler.scheduler import Scheduler, SchedulerOptions
+from kubecell.scheduler.options import SchedulerOptions
+from kubecell.scheduler.scheduler import Scheduler
 from kubecell.testbed import testbed as testbed_driver
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.scheduler.deploy_support import clear_virtualclusters, install_crd

@@ -21,7 +21,7 @@ from kubecell.core.errors import InvalidInputError
 from kubecell.core.interference import BlindSharing, HistoryInformed, PressureAdaptive, SummedUtilThreshold
 from kubecell.core.placement.registry import policy_names
 from kubecell.profiler.knowledge import HistoryKnowledge
-from kubecell.scheduler.scheduler import SchedulerOptions, engine_options
+from kubecell.scheduler.options import SchedulerOptions, engine_options
 from tests.cli.support import assert_one_line_error, run_main
 
 

@@ -13,7 +13,7 @@ from kubecell.cli.service import run
 from kubecell.kube.apply import apply
 from kubecell.kube.leader import LeaderElector, LeaseConfig
 from kubecell.kube.rest import Kube
-from kubecell.scheduler.scheduler import SchedulerOptions
+from kubecell.scheduler.options import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.processes import free_port
 from tests.scheduler.deploy_support import rendered

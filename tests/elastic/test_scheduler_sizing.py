@@ -20,7 +20,8 @@ from kubecell.kube.elasticjobs import ElasticRef
 from kubecell.kube.names import ANNOTATION_STEP_REPORT
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.kube.step_reports import REASONS, build_step_report
-from kubecell.scheduler.scheduler import Scheduler, SchedulerOptions
+from kubecell.scheduler.options import SchedulerOptions
+from kubecell.scheduler.scheduler import Scheduler
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.nodes import node_manifest
 from tests.cluster_fixtures import RunningScheduler

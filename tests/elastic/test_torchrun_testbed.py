@@ -49,7 +49,7 @@ from kubecell.kube import elasticjob_objects as objects
 from kubecell.kube import elasticjobs as ej
 from kubecell.kube.elasticjobs import ElasticRef
 from kubecell.kube.rest import ApiError, Kube
-from kubecell.scheduler.scheduler import SchedulerOptions
+from kubecell.scheduler.options import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.nodes import node_manifest
 from kubecell.testbed.process_env import DEFAULT_PATH

@@ -29,7 +29,7 @@ from kubecell.kube.apply import apply
 from kubecell.kube.leader import LeaseConfig
 from kubecell.kube.leader_label import LABEL, SELECTOR, VALUE, LeaderLabel, PodRef
 from kubecell.kube.rest import ApiError, Kube
-from kubecell.scheduler.scheduler import SchedulerOptions
+from kubecell.scheduler.options import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.scheduler.deploy_support import DEPLOY, NAMESPACE, rendered
 from tests.support import wait_for

@@ -16,7 +16,8 @@ import pytest
 
 from kubecell.kube import virtualclusters as vcs
 from kubecell.kube.rest import ApiError, Kube
-from kubecell.scheduler.scheduler import Scheduler, SchedulerOptions
+from kubecell.scheduler.options import SchedulerOptions
+from kubecell.scheduler.scheduler import Scheduler
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.scheduler.deploy_support import (
     BASE,

@@ -16,7 +16,7 @@ from kubecell.kube import claim_writes, dra_names
 from kubecell.kube.claim_writes import FINALIZER
 from kubecell.kube.names import ANNOTATION_VC
 from kubecell.kube.rest import Kube
-from kubecell.scheduler.scheduler import SchedulerOptions
+from kubecell.scheduler.options import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.cluster_fixtures import RunningScheduler
 from tests.dra_support import (

@@ -14,8 +14,8 @@ from kubecell.core.interference import JobKey, SoloProfile, SummedUtilThreshold
 from kubecell.kube.names import ANNOTATION_ALLOCATION
 from kubecell.kube.pods import record_of
 from kubecell.kube.rest import Kube
+from kubecell.scheduler.options import SchedulerOptions
 from kubecell.scheduler.restore import UNTRUSTED
-from kubecell.scheduler.scheduler import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.cluster_fixtures import RunningScheduler
 from tests.scheduler.trust_support import create_pod, held_on, pod, warnings_of, write_record

@@ -98,7 +98,7 @@ def test_a_terminating_pod_keeps_its_gpus_until_it_is_gone(
 
 def test_release_terminating_frees_the_gpus_at_deletion(
         testbed: ControlPlaneState, kube: Kube, namespace: str, start_scheduler: type[RunningScheduler]) -> None:
-    from kubecell.scheduler.scheduler import SchedulerOptions
+    from kubecell.scheduler.options import SchedulerOptions
 
     with unattended_node(kube, "term-node-2", 1) as node:
         start_scheduler(testbed, SchedulerOptions(release_terminating=True))

@@ -18,7 +18,7 @@ from kubecell.kube.inventory import node_view
 from kubecell.kube.names import ANNOTATION_ALLOCATION
 from kubecell.kube.records import AllocationRecord, parse_record, record_for
 from kubecell.kube.rest import ApiError, Kube
-from kubecell.scheduler.scheduler import SchedulerOptions
+from kubecell.scheduler.options import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.cluster_fixtures import RunningScheduler
 from tests.support import wait_for

@@ -9,7 +9,7 @@ from typing import Any
 
 from kubecell.kube.names import ANNOTATION_ALLOCATION, ANNOTATION_VC
 from kubecell.kube.rest import Kube
-from kubecell.scheduler.scheduler import SchedulerOptions
+from kubecell.scheduler.options import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.cluster_fixtures import RunningScheduler
 from tests.scheduler.test_scheduler import bound, get_pod, make_pod

@@ -17,7 +17,7 @@ from kubecell.core.interference.history import MEASURED_FLOOR, informed_by_pairs
 from kubecell.core.placement.registry import DEFAULT_POLICY, canonical_policy_name
 from kubecell.kube.leader_label import PodRef
 from kubecell.kube.rest import Kube
-from kubecell.scheduler.scheduler import SchedulerOptions
+from kubecell.scheduler.options import SchedulerOptions
 
 
 def listen_address(text: str) -> tuple[str, int] | None:

@@ -28,7 +28,8 @@ from kubecell.kube.leader import LeaderElector, LeaseConfig
 from kubecell.kube.leader_label import LeaderLabel, PodRef
 from kubecell.kube.rest import Kube
 from kubecell.scheduler.observe.web.app import build_app
-from kubecell.scheduler.scheduler import Scheduler, SchedulerOptions
+from kubecell.scheduler.options import SchedulerOptions
+from kubecell.scheduler.scheduler import Scheduler
 
 log = logging.getLogger("kubecell.scheduler")
 

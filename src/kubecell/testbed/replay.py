@@ -25,7 +25,8 @@ from kubecell.core.errors import KubecellError
 from kubecell.core.model import MILLI_PER_GPU, Node
 from kubecell.kube.names import ANNOTATION_GPU_MODELS, GFD_PRODUCT, RESOURCE_GPU, RESOURCE_GPU_MILLI, k8s_name
 from kubecell.kube.rest import ApiError, Kube
-from kubecell.scheduler.scheduler import Scheduler, SchedulerOptions
+from kubecell.scheduler.options import SchedulerOptions
+from kubecell.scheduler.scheduler import Scheduler
 from kubecell.sim.packing.experiment import RunRecord, typical_pods_of
 from kubecell.sim.packing.workload import arrival_sequence
 from kubecell.sim.traces.openb import TracePod

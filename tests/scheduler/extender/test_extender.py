@@ -22,7 +22,8 @@ from kubecell.scheduler.extender.config import render
 from kubecell.scheduler.extender.http import routes
 from kubecell.scheduler.extender.verbs import Extender
 from kubecell.scheduler.observe.web.app import build_app
-from kubecell.scheduler.scheduler import Scheduler, SchedulerOptions
+from kubecell.scheduler.options import SchedulerOptions
+from kubecell.scheduler.scheduler import Scheduler
 from kubecell.sim.traces.openb import load_nodes, load_pods
 from kubecell.testbed import testbed as testbed_driver
 from kubecell.testbed.build import ensure_binaries

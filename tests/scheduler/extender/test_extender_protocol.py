@@ -16,7 +16,8 @@ from kubecell.kube.rest import Kube
 from kubecell.scheduler.extender import protocol
 from kubecell.scheduler.extender.http import routes
 from kubecell.scheduler.extender.verbs import Extender
-from kubecell.scheduler.scheduler import Scheduler, SchedulerOptions
+from kubecell.scheduler.options import SchedulerOptions
+from kubecell.scheduler.scheduler import Scheduler
 
 
 def pod(name: str = "p", scheduler: str = "kubecell", limits: dict[str, str] | None = None) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from kubecell.kube.names import ANNOTATION_ALLOCATION, ANNOTATION_VC
 from kubecell.kube.records import parse_record
 from kubecell.kube.rest import Kube
 from kubecell.scheduler.observe.metrics import Metrics
-from kubecell.scheduler.scheduler import SchedulerOptions
+from kubecell.scheduler.options import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.cluster_fixtures import RunningScheduler
 from tests.scheduler.test_scheduler import bound, make_pod

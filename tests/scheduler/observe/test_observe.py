@@ -28,7 +28,8 @@ from kubecell.scheduler.observe.capture import CaptureCache, capture
 from kubecell.scheduler.observe.metrics import Metrics, _Only, gpu_families, gpu_text
 from kubecell.scheduler.observe.reasons import REASON_KINDS, reason_kind
 from kubecell.scheduler.observe.snapshot import GpuCell, Snapshot
-from kubecell.scheduler.scheduler import Scheduler, SchedulerOptions
+from kubecell.scheduler.options import SchedulerOptions
+from kubecell.scheduler.scheduler import Scheduler
 from kubecell.scheduler.tracking import Tracking
 from kubecell.testbed.nodes import synthetic_cluster
 
