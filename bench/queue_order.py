@@ -15,6 +15,9 @@ guaranteed half of an 8 x 8-GPU cluster; arrivals are Poisson at ``--load`` (off
 GPUs).
 
     python bench/queue_order.py [--jobs 2000] [--load 1.2] [--seeds 0,1,2] [--families 60] [--spread 0.8]
+                                [--margins 2]
+
+``--margins 2,3`` runs the ``backfill`` order once per margin (rows ``backfill x2``, ``backfill x3``).
 
 Printed per order, the means over seeds of: average JCT (and its lowest and highest seed), p50 / p99 JCT, the
 average and longest wait, and the share of jobs that had an estimate when they were submitted.
@@ -47,7 +50,7 @@ ORDERS = ("age", "history", "backfill", "oracle")
 BACKFILL_MARGIN = 2.0
 """``backfill``: ``history`` plus EASY backfill into starvation reservations when ``now + 2 x`` the job's
 expected run time is before the region's expected end (within a family, a run is below twice the median about
-80 % of the time at the default spread)."""
+80 % of the time at the default spread). ``--margins`` measures others."""
 GPU_CHOICES, GPU_WEIGHTS = (1, 2, 4, 8), (0.6, 0.15, 0.15, 0.1)
 NODES, GPUS_PER_NODE = 8, 8
 MAX_RUN_SECONDS = 2 * 86_400.0
@@ -92,13 +95,13 @@ def workload(pool: np.ndarray, jobs: int, families: int, spread: float, load: fl
     return specs
 
 
-def simulate(order: str, specs: list[JobSpec]) -> Figures:
+def simulate(order: str, specs: list[JobSpec], margin: float = BACKFILL_MARGIN) -> Figures:
     nodes = [make_node(f"n{i}", cpu_milli=96_000, memory_mib=1 << 19, gpu_count=GPUS_PER_NODE,
                        gpu_model="V100M32") for i in range(NODES)]
     half = NODES * GPUS_PER_NODE // 2
     tenants = resolve_tenants({"virtualClusters": {"a": {"gpus": half}, "b": {"gpus": half}}}, CellForest(nodes))
     options = PRESETS["kubecell"].with_(queue_order="age" if order == "age" else "shortest-expected",
-                                        backfill_margin=BACKFILL_MARGIN if order == "backfill" else None)
+                                        backfill_margin=margin if order == "backfill" else None)
     history = DurationHistory() if order in ("history", "backfill") else None
     jobs = [replace(spec, expected_seconds=spec.work) for spec in specs] if order == "oracle" else specs
     simulation = DynamicSimulation(nodes, tenants, options, jobs, sample_seconds=0, durations=history)
@@ -131,7 +134,15 @@ def main() -> int:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--families", type=int, default=60)
     parser.add_argument("--spread", type=float, default=0.8)
+    parser.add_argument("--margins", default=f"{BACKFILL_MARGIN:g}",
+                        help="backfill margins, comma-separated (each at least 1): one backfill row per margin")
     args = parser.parse_args()
+    try:
+        margins = [float(value) for value in args.margins.split(",")]
+    except ValueError:
+        parser.error(f"--margins {args.margins!r}: numbers, comma-separated")
+    if not margins or not all(math.isfinite(m) and m >= 1 for m in margins):
+        parser.error(f"--margins {args.margins!r}: every margin must be finite and at least 1")
     if not args.runtimes.is_file():
         print(f"Philly run times absent: {args.runtimes} (see ../shared/data/philly/SOURCE.md)", file=sys.stderr)
         return 2
@@ -140,25 +151,30 @@ def main() -> int:
     print(f"{len(pool)} Philly run times (median {np.median(pool) / 3600:.2f} h); {args.jobs} jobs in "
           f"{args.families} families (spread {args.spread}), load {args.load}, {NODES} x {GPUS_PER_NODE} GPUs, "
           f"2 VCs, seeds {seeds}")
-    results: dict[str, list[Figures]] = {order: [] for order in ORDERS}
+    runs = [(order, margin, order if order != "backfill" or len(margins) == 1 else f"backfill x{margin:g}")
+            for order in ORDERS for margin in (margins if order == "backfill" else [BACKFILL_MARGIN])]
+    results: dict[str, list[Figures]] = {label: [] for _, _, label in runs}
     for seed in seeds:
         specs = workload(pool, args.jobs, args.families, args.spread, args.load, seed)
-        for order in ORDERS:
-            results[order].append(simulate(order, specs))
-    print(f"  {'order':8s} {'avg JCT h (min-max)':>21s} {'p50 h':>7s} {'p99 h':>7s} {'avg wait h':>10s} "
+        for order, margin, label in runs:
+            results[label].append(simulate(order, specs, margin))
+    print(f"  {'order':12s} {'avg JCT h (min-max)':>21s} {'p50 h':>7s} {'p99 h':>7s} {'avg wait h':>10s} "
           f"{'max wait h':>10s} {'estimated':>9s}")
     for order, rows in results.items():
         avg = [row.avg_jct / 3600 for row in rows]
-        print(f"  {order:8s} {statistics.fmean(avg):7.2f} ({min(avg):5.2f}-{max(avg):5.2f}) "
+        print(f"  {order:12s} {statistics.fmean(avg):7.2f} ({min(avg):5.2f}-{max(avg):5.2f}) "
               f"{statistics.fmean(r.p50_jct for r in rows) / 3600:7.2f} "
               f"{statistics.fmean(r.p99_jct for r in rows) / 3600:7.1f} "
               f"{statistics.fmean(r.avg_wait for r in rows) / 3600:10.2f} "
               f"{statistics.fmean(r.max_wait for r in rows) / 3600:10.1f} "
               f"{statistics.fmean(r.estimated for r in rows):9.0%}")
-    for order in ("history", "backfill", "oracle"):
+    for order in (label for label in results if label != "age"):
         ratios = [h.avg_jct / a.avg_jct for h, a in zip(results[order], results["age"], strict=True)]
         print(f"  {order} avg JCT / age's: {statistics.fmean(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})"
               + ("" if math.isfinite(statistics.fmean(ratios)) else " (no finished job)"))
+    for order in (label for label in results if label.startswith("backfill")):
+        better = sum(b.avg_jct < h.avg_jct for b, h in zip(results[order], results["history"], strict=True))
+        print(f"  {order}: avg JCT below history's in {better} of {len(seeds)} seeds")
     return 0
 
 

@@ -87,7 +87,8 @@ PairFloor = Annotated[float, typer.Option(help=(
 BackfillMargin = Annotated[float, typer.Option(help=(
     "With --history: a job may start on nodes held for a starving job when now + this x its family's expected "
     "run time is no later than the expected end of every job running there (EASY backfill by history; a job "
-    "or a runner without history waits). At least 1; 0 (the default): reserved nodes take no other work."))]
+    "or a runner without history waits). At least 1 (3 measured best, with --queue-order shortest-expected: "
+    "docs/profiler.md); 0 (the default): reserved nodes take no other work."))]
 
 
 def learned(history: str, queue_order: str, colocation: str, place_by_use: bool = False,
@@ -98,10 +99,10 @@ def learned(history: str, queue_order: str, colocation: str, place_by_use: bool 
                                 accepted="--history URL --place-by-use")
     if not (backfill_margin == 0 or (math.isfinite(backfill_margin) and backfill_margin >= 1)):
         raise InvalidInputError(f"--backfill-margin {backfill_margin}", field="backfill-margin",
-                                accepted="0 (no backfill) or a finite number >= 1, e.g. 2")
+                                accepted="0 (no backfill) or a finite number >= 1, e.g. 3")
     if backfill_margin and not history:
         raise InvalidInputError("--backfill-margin needs --history (run times come from it)",
-                                field="backfill-margin", accepted="--history URL --backfill-margin 2")
+                                field="backfill-margin", accepted="--history URL --backfill-margin 3")
     if not (pair_floor == 0 or 0 < pair_floor <= 1):
         raise InvalidInputError(f"--pair-floor {pair_floor}", field="pair-floor",
                                 accepted="a fraction of solo speed in (0, 1], e.g. 0.95; 0 for none")
