@@ -95,7 +95,8 @@ class ElasticSimulator:
         self.handover_seconds = handover_seconds
         """How long a GPU that one job gives up stays unusable for the job given it: on a cluster the giver's
         workers are deleted with their grace period and checkpoint before they exit (0: at once, as Sia's
-        simulator and the published figures have it)."""
+        simulator and the published figures have it). It is charged with a restart; a same-shape move that a
+        policy registered with ``restart_on_move=False`` makes without one is not charged it either."""
         self.spec = spec
         self.policy = spec.make()
         self.nodes = tuple(nodes)
