@@ -138,7 +138,7 @@ def main() -> int:
                         help="backfill margins, comma-separated (each at least 1): one backfill row per margin")
     args = parser.parse_args()
     try:
-        margins = [float(value) for value in args.margins.split(",")]
+        margins = list(dict.fromkeys(float(value) for value in args.margins.split(",")))  # each once
     except ValueError:
         parser.error(f"--margins {args.margins!r}: numbers, comma-separated")
     if not margins or not all(math.isfinite(m) and m >= 1 for m in margins):
