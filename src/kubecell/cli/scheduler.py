@@ -87,7 +87,7 @@ PairFloor = Annotated[float, typer.Option(help=(
 BackfillMargin = Annotated[float, typer.Option(help=(
     "With --history: a job may start on nodes held for a starving job when now + this x its family's expected "
     "run time is no later than the expected end of every job running there (EASY backfill by history; a job "
-    "or a runner without history waits). At least 1 (3 measured best, with --queue-order shortest-expected: "
+    "or a runner without history waits). At least 1 (3 measured safest, with --queue-order shortest-expected: "
     "docs/profiler.md); 0 (the default): reserved nodes take no other work."))]
 
 
