@@ -32,6 +32,7 @@ from pathlib import Path
 
 from kubecell.sim.elastic.metrics import PAPER_TABLE3
 from kubecell.sim.elastic.runner import ElasticInputs, run_elastic
+from kubecell.sim.elastic.simulator import MAX_HANDOVER_SECONDS
 from kubecell.sim.elastic.workload import Workload
 from sia_inputs import DATA, load_or_explain, policy_or_explain
 
@@ -64,8 +65,9 @@ def main() -> int:
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="replace one of kubecell's ElasticOptions (repeatable), e.g. fifo_decay=0.85")
     args = parser.parse_args()
-    if args.repeats < 2 or args.jitter < 0 or not 0 <= args.handover_seconds <= 3600:
-        parser.error("--repeats must be at least 2, --jitter at least 0, --handover-seconds within 0..3600")
+    if args.repeats < 2 or args.jitter < 0 or not 0 <= args.handover_seconds <= MAX_HANDOVER_SECONDS:
+        parser.error(f"--repeats must be at least 2, --jitter at least 0, --handover-seconds within "
+                     f"0..{MAX_HANDOVER_SECONDS:g}")
     inputs, spec = load_or_explain(args.workload), policy_or_explain(args.policy, args.option)
     if inputs is None or spec is None:
         return 2

@@ -23,7 +23,7 @@ from kubecell.sim.elastic.cluster import cluster_by_name
 from kubecell.sim.elastic.metrics import Figures
 from kubecell.sim.elastic.policies import DEFAULT_POLICIES, parse_policies
 from kubecell.sim.elastic.report import paper_rows, write_report
-from kubecell.sim.elastic.simulator import DEFAULT_MAX_HOURS
+from kubecell.sim.elastic.simulator import DEFAULT_MAX_HOURS, MAX_HANDOVER_SECONDS
 
 COLUMNS = (("policy", "policy"), ("family", "family"), ("workloads", "work-\nloads"), ("jobs", "jobs"),
            ("avg_jct_hours", "avg\nJCT h"), ("p99_jct_hours", "p99\nJCT h"), ("makespan_hours", "makespan\nh"),
@@ -79,7 +79,7 @@ def sim_elastic(
     handover_seconds: Annotated[float, typer.Option(
         help="Seconds a GPU that one job gives up (shrunk, moved, preempted) stays unusable for the job it is "
         "given to, as a cluster deletes workers with their grace period to checkpoint; 0, the default, hands it "
-        "over at once, as Sia's simulator and its published figures do.", min=0.0, max=3600.0)] = 0.0,
+        "over at once, as Sia's simulator and its published figures do.", min=0.0, max=MAX_HANDOVER_SECONDS)] = 0.0,
 ) -> None:
     """Elastic policies on Sia's workloads under the Pollux/Sia job model (throughput from profiled placements,
     statistical efficiency from the gradient noise scale, restart delays), compared with Sia's Table 3."""

@@ -31,6 +31,8 @@ from kubecell.sim.elastic.workload import Workload
 ROUND_SECONDS = 60.0
 """Sia's scheduling interval for Sia and Pollux (``--interval=60``)."""
 DEFAULT_MAX_HOURS = 1000.0
+MAX_HANDOVER_SECONDS = 3600.0
+"""The longest handover a run accepts: an hour of grace is no cluster's setting, and beyond it a typo."""
 
 
 class SimulationError(KubecellError):
@@ -88,8 +90,8 @@ class ElasticSimulator:
     def __init__(self, workload: Workload, apps: Mapping[str, ApplicationModel], nodes: Sequence[ClusterNode],
                  spec: PolicySpec, *, interval: float = ROUND_SECONDS, max_hours: float = DEFAULT_MAX_HOURS,
                  handover_seconds: float = 0.0) -> None:
-        if not 0.0 <= handover_seconds < float("inf"):
-            raise SimulationError(f"handover_seconds must be a finite number of seconds, at least 0, not "
+        if not 0.0 <= handover_seconds <= MAX_HANDOVER_SECONDS:
+            raise SimulationError(f"handover_seconds must be within 0..{MAX_HANDOVER_SECONDS:g} seconds, not "
                                   f"{handover_seconds!r}")
         self.workload = workload
         self.handover_seconds = handover_seconds
