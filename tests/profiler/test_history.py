@@ -93,6 +93,25 @@ def test_save_again_replaces_pods_and_distributions(history: JobHistory) -> None
     assert len(history.jobs()) == 1
 
 
+def test_a_gang_run_is_found_by_a_pod_it_holds(history: JobHistory) -> None:
+    gang = "gang-0123abcd"
+    started = T0 + timedelta(seconds=30)  # record()'s pods' start
+    history.save(record(uid=f"{gang}.20261124T153000Z", owner_name="nightly"))
+    history.save(record(uid=f"{gang}.20261125T153000Z", owner_name="nightly", created=T0 + timedelta(days=1)))
+    history.save(record(uid=f"{gang}x.20261124T153000Z", owner_name="nightly"))  # another gang's key, longer
+    history.save(record(uid="gang-0123abc_.1", owner_name="nightly"))  # "_" is a LIKE wildcard: never matched
+    one_pod = [("nightly-worker-1", started.astimezone(timezone(timedelta(hours=2))))]  # any time zone
+    assert history.run_holding(gang, one_pod) == f"{gang}.20261124T153000Z"
+    later = [("nightly-worker-0", started + timedelta(days=1))]
+    assert history.run_holding(gang, later) == f"{gang}.20261125T153000Z"
+    assert history.run_holding(gang, [("nightly-worker-0", started + timedelta(days=2))]) is None
+    assert history.run_holding(gang, []) is None
+    assert history.run_holding("gang-0123abc_", one_pod) == "gang-0123abc_.1"
+    assert history.run_holding("gang-0123abc_", later) is None, "'_' matched the 'd' of another gang's key"
+    history.save(record(uid=gang, owner_name="legacy"))  # saved under the gang's key, before runs
+    assert history.run_holding(gang, [("legacy-worker-0", started)]) == gang
+
+
 class Twice(dict[str, Distribution]):
     """Metrics that list each entry twice: the second insert of the job's metrics breaks their primary key."""
 

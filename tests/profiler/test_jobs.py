@@ -94,3 +94,94 @@ def test_a_job_the_history_would_refuse_is_reported_and_the_pass_goes_on(tmp_pat
         assert uid == "uid-ns-bad"
         assert "NUL" in why
         assert history.get("uid-ns-good") is not None
+
+
+GANG = {"kubecell.io/group": "nightly", "kubecell.io/group-size": "2"}
+
+
+def gang_pod(name: str, created: str, started: str | None, finished: str | None = None) -> dict[str, Any]:
+    body = pod(name, annotations=GANG, phase="Succeeded" if finished else "Running", finished=finished)
+    body["metadata"]["creationTimestamp"] = created
+    body["metadata"]["uid"] = f"uid-{name}-{created}"
+    if started is None:
+        del body["status"]["startTime"]
+        body["status"]["phase"] = "Pending"
+    else:
+        body["status"]["startTime"] = started
+    return body
+
+
+def run_one(finished: bool = True) -> list[dict[str, Any]]:
+    end = "2026-11-01T11:00:00Z" if finished else None
+    return [gang_pod("w-0", "2026-11-01T10:00:00Z", "2026-11-01T10:01:00Z", end),
+            gang_pod("w-1", "2026-11-01T10:00:00Z", "2026-11-01T10:01:00Z", end)]
+
+
+def run_two() -> list[dict[str, Any]]:
+    """The same gang name and pod names a day later (the user deleted the first run's pods, or not yet)."""
+    return [gang_pod("w-0", "2026-11-02T10:00:00Z", "2026-11-02T10:02:00Z"),
+            gang_pod("w-1", "2026-11-02T10:00:00Z", "2026-11-02T10:02:00Z")]
+
+
+def test_an_owner_less_gang_run_again_is_another_job() -> None:
+    first, second = group_pods([*run_one(), *run_two()])
+    assert first.run_of == second.run_of is not None
+    assert first.uid != second.uid
+    assert first.outcome == Outcome.SUCCEEDED
+    assert second.outcome == Outcome.RUNNING
+    assert first.started is not None
+    assert first.started.day == 1
+    assert second.started is not None
+    assert second.started.day == 2
+    assert first.finished is not None
+    assert second.finished is None
+    # a member replaced while its run goes on stays in that run, and so does a pod with no creation time
+    replaced = gang_pod("w-1", "2026-11-01T10:30:00Z", "2026-11-01T10:31:00Z")
+    undated = gang_pod("w-2", "2026-11-01T10:30:00Z", None)
+    del undated["metadata"]["creationTimestamp"]
+    (one,) = group_pods([run_one()[0], replaced, undated])
+    assert len(one.pods) == 3
+
+
+def test_a_gang_run_again_keeps_its_first_run_in_the_history(tmp_path: Path) -> None:
+    with JobHistory.open(f"sqlite:///{tmp_path}/h.db") as history:
+        profile_jobs(group_pods(run_one()), NoSeries(), history)  # type: ignore[arg-type]
+        (first,) = history.jobs()
+        # the first run's pods deleted, the gang started again under the same pod names
+        profile_jobs(group_pods(run_two()), NoSeries(), history)  # type: ignore[arg-type]
+        uids = {record.uid for record in history.jobs()}
+        assert len(uids) == 2
+        assert first.uid in uids
+        kept = history.get(first.uid)
+        assert kept is not None
+        assert kept.finished == first.finished
+        assert len(history.durations()) == 1, "the second run has not ended: one run time, the first run's"
+
+
+def test_a_run_whose_first_pod_is_gone_is_saved_in_place(tmp_path: Path) -> None:
+    early = gang_pod("w-0", "2026-11-01T09:59:00Z", "2026-11-01T10:01:00Z")
+    late = gang_pod("w-1", "2026-11-01T10:00:00Z", "2026-11-01T10:01:00Z")
+    with JobHistory.open(f"sqlite:///{tmp_path}/h.db") as history:
+        profile_jobs(group_pods([early, late]), NoSeries(), history)  # type: ignore[arg-type]
+        (saved,) = history.jobs()
+        # w-0 deleted and made again: the run's first creation time moves, its key in the history does not
+        again = gang_pod("w-0", "2026-11-01T10:20:00Z", "2026-11-01T10:21:00Z")
+        (seen,) = group_pods([late, again])
+        assert seen.uid != saved.uid
+        result = profile_jobs([seen], NoSeries(), history)  # type: ignore[arg-type]
+        assert [record.uid for record in result.saved] == [saved.uid]
+        (only,) = history.jobs()
+        assert sorted(pod.name for pod in only.pods) == ["w-0", "w-1"]
+
+
+def test_a_run_saved_before_runs_were_told_apart_is_found_by_its_pods(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    (job,) = group_pods(run_one(finished=False))
+    assert job.run_of is not None
+    with JobHistory.open(f"sqlite:///{tmp_path}/h.db") as history:
+        profile_jobs([replace(job, uid=job.run_of, run_of=None)], NoSeries(), history)  # type: ignore[arg-type]
+        result = profile_jobs(group_pods(run_one()), NoSeries(), history)  # type: ignore[arg-type]
+        assert [record.uid for record in result.saved] == [job.run_of]
+        (only,) = history.jobs()
+        assert only.finished is not None

@@ -10,7 +10,8 @@ Every failure a user can cause is a :class:`ProfilerStoreError` with a one-line 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -18,7 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, Select, delete, func, insert, select
+from sqlalchemy import ColumnElement, Engine, Select, delete, func, insert, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, selectinload
@@ -340,6 +341,24 @@ class JobHistory:
         """The job ``uid``, or None when the history has no such job."""
         found = self._load(select(JobRow).where(JobRow.uid == uid), f"reading job {uid[:UID_LENGTH]}")
         return found[0] if found else None
+
+    def run_holding(self, gang: str, pods: Iterable[tuple[str, datetime]]) -> str | None:
+        """The uid of the saved run of the owner-less gang ``gang`` that holds one of ``pods`` (name, start
+        time), or None. A pass sees a run again by its pods, not by its key: the key carries the run's first
+        creation time, which changes when that pod is deleted (the pod garbage collector deletes the oldest first),
+        while a pod keeps its name and start. Runs saved under ``gang`` itself (before runs were told apart)
+        are found the same way."""
+        wanted = {(name, _instant("pod start", started)) for name, started in pods}
+        if not wanted:
+            return None
+        names = sorted({name for name, _ in wanted})
+        query = (select(PodRow.job_uid, PodRow.name, PodRow.started)
+                 .where(or_(PodRow.job_uid == gang, PodRow.job_uid.startswith(f"{gang}.", autoescape=True)),
+                        PodRow.name.in_(names)))
+        with self._session(f"finding the run of {gang[:UID_LENGTH]}") as session:
+            rows = session.execute(query).all()
+        held = Counter(uid for uid, name, started in rows if (name, started) in wanted)
+        return min(held, key=lambda uid: (-held[uid], uid)) if held else None
 
     def jobs(self, namespace: str | None = None, family: str | None = None, user: str | None = None,
              vc: str | None = None, finished_since: datetime | None = None,

@@ -5,6 +5,12 @@ the owner reference with ``controller: true``), else the **gang** the pods decla
 scheduler reads: ``kubecell.io/group``, PodGroups, HiveD, ...), else the pod alone. The owner's uid (or the
 gang's or pod's) is the job's key in the history, so the profiler can revisit a running job and replace it.
 
+An owner-less gang has no object whose uid changes from one run to the next: a user who reuses the gang's name
+next week starts another job under the same name. So its pods are cut into **runs**: a pod created after every
+pod of the run before it has ended starts a new run, keyed by the gang and the run's first creation time
+(``run_of`` names the gang, so that a pass can find the run again in the history when that first pod is gone:
+``JobHistory.run_holding``). Without it, a gang run again would replace its earlier run in the history.
+
 Everything here is read from objects users write, so nothing is trusted for more than a label: a pod whose
 demand cannot be read is still profiled (the reason is kept as a problem of its job) and its request counts as
 none; a name, an annotation or an image is stored as text, never interpreted. Families are per namespace
@@ -15,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,6 +33,9 @@ from kubecell.kube.rest import Kube, list_all
 from kubecell.profiler.history import Outcome
 from kubecell.profiler.identity import job_name
 from kubecell.profiler.store.schema import KEY_LENGTH
+
+GANG = "Gang"
+"""The owner kind of a job that is an owner-less gang."""
 
 ANNOTATION_USER = "kubecell.io/user"
 """Who the job is for, where the submitter says so; else the pod's service account stands for it."""
@@ -55,6 +64,8 @@ class FoundJob:
     problems: tuple[str, ...]
     request_unread: bool = False
     """A pod's request could not be read: it may hold GPUs, so it is profiled even where only GPU jobs are."""
+    run_of: str | None = None
+    """The owner-less gang this job is one run of (its key without the run's time; see the module)."""
 
     @property
     def pod_names(self) -> tuple[str, ...]:
@@ -149,7 +160,7 @@ def _key(pod: Mapping[str, Any], demand: Demand) -> tuple[str, str, str]:
     group = demand.group if isinstance(demand, PodDemand) else None  # an unreadable one: told with its request
     if group is not None:
         digest = hashlib.sha256(f"{meta.get('namespace', 'default')}/{group.key}".encode()).hexdigest()[:40]
-        return f"gang-{digest}", "Gang", name
+        return f"gang-{digest}", GANG, name
     return str(meta["uid"]), "Pod", name
 
 
@@ -180,9 +191,46 @@ def group_pods(pods: Iterable[Mapping[str, Any]]) -> list[FoundJob]:
         grouped.setdefault(slot, []).append((pod, demand))
         keys.setdefault(slot, (kind, name))
         problems.setdefault(slot, [])
-    jobs = [_job(namespace, uid, *keys[(namespace, uid)], members, problems[(namespace, uid)])
-            for (namespace, uid), members in grouped.items()]
+    jobs = []
+    for (namespace, uid), members in grouped.items():
+        kind, name = keys[(namespace, uid)]
+        if kind != GANG:
+            jobs.append(_job(namespace, uid, kind, name, members, problems[(namespace, uid)]))
+            continue
+        for first, run in _runs(members):
+            stamp = first.strftime("%Y%m%dT%H%M%SZ") if first is not None else "unknown"
+            jobs.append(replace(_job(namespace, f"{uid}.{stamp}", kind, name, run, list(problems[(namespace, uid)])),
+                                run_of=uid))
     return sorted(jobs, key=lambda job: (job.namespace, job.owner_name, job.uid))
+
+
+def _runs(members: list[tuple[Mapping[str, Any], Demand]]
+          ) -> list[tuple[datetime | None, list[tuple[Mapping[str, Any], Demand]]]]:
+    """An owner-less gang's pods cut into runs, each with its first creation time: a pod created after every pod
+    of the current run has ended starts the next. A pod without a creation time joins the last run."""
+    def created(item: tuple[Mapping[str, Any], Demand]) -> datetime | None:
+        return parse_time(item[0]["metadata"].get("creationTimestamp"))
+
+    dated = sorted((item for item in members if created(item) is not None),
+                   key=lambda item: (created(item), str(item[0]["metadata"]["name"])))
+    runs: list[tuple[datetime | None, list[tuple[Mapping[str, Any], Demand]]]] = []
+    ended: datetime | None = None  # when every pod of the current run had ended (None: one has not)
+    for item in dated:
+        moment = created(item)
+        assert moment is not None
+        if not runs or (ended is not None and moment > ended):
+            runs.append((moment, []))
+            ended = None
+        runs[-1][1].append(item)
+        ends = [finished_at(pod) for pod, _ in runs[-1][1]]
+        ended = max(end for end in ends if end is not None) if all(ends) else None
+    undated = [item for item in members if created(item) is None]
+    if undated:
+        if runs:
+            runs[-1][1].extend(undated)
+        else:
+            runs.append((None, undated))
+    return runs
 
 
 def _job(namespace: str, uid: str, kind: str, name: str, read: list[tuple[Mapping[str, Any], Demand]],

@@ -19,7 +19,7 @@ deleted is not counted. The jobs of a pass share one reader of whole GPUs
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from kubecell.core.errors import KubecellError
@@ -126,6 +126,17 @@ def record_of(job: FoundJob, client: Prometheus, now: datetime,
         problems=problems, sharing=sharing)
 
 
+def saved_run(history: JobHistory, job: FoundJob) -> FoundJob:
+    """``job`` under the key the history already keeps it by, where it is a run of an owner-less gang saved
+    before under another key (its first pod since deleted, or saved before runs were told apart)."""
+    if job.run_of is None:
+        return job
+    started = [(str(pod["metadata"]["name"]), moment) for pod in job.pods
+               if (moment := parse_time((pod.get("status") or {}).get("startTime"))) is not None]
+    uid = history.run_holding(job.run_of, started)
+    return replace(job, uid=uid) if uid is not None and uid != job.uid else job
+
+
 def profile_jobs(jobs: Iterable[FoundJob], client: Prometheus, history: JobHistory, *,
                  now: datetime | None = None, gpu_only: bool = True) -> Pass:
     """Profile and save ``jobs`` (those that asked for GPUs or whose request cannot be read, unless ``gpu_only``
@@ -140,6 +151,7 @@ def profile_jobs(jobs: Iterable[FoundJob], client: Prometheus, history: JobHisto
     for job in jobs:
         if gpu_only and job.gpus_per_pod <= 0 and not job.request_unread:
             continue  # a job whose request cannot be read may hold GPUs: profiled, with its problems
+        job = saved_run(history, job)
         if job.finished is not None:
             known = history.get(job.uid)
             # kept as it was saved once its pods are all in it: the pod garbage collector deletes a finished
