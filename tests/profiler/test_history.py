@@ -110,6 +110,8 @@ def test_a_gang_run_is_found_by_a_pod_it_holds(history: JobHistory) -> None:
     assert history.run_holding("gang-0123abc_", later) is None, "'_' matched the 'd' of another gang's key"
     history.save(record(uid=gang, owner_name="legacy"))  # saved under the gang's key, before runs
     assert history.run_holding(gang, [("legacy-worker-0", started)]) == gang
+    many = [(f"a-{i:05}", started) for i in range(70_000)]  # more than one statement may bind (PostgreSQL: 65,535)
+    assert history.run_holding(gang, [*many, ("legacy-worker-1", started)]) == gang
 
 
 class Twice(dict[str, Distribution]):

@@ -48,6 +48,10 @@ __all__ = ["DEFAULT_LIMIT", "FamilySharing", "JobHistory", "JobRecord", "Outcome
 
 DEFAULT_LIMIT = 1000
 
+NAMES_PER_QUERY = 500
+"""Pod names per query when a pass looks a gang's run up by its pods (SQLite and PostgreSQL bound the number of
+parameters of one statement; a gang may have thousands of pods)."""
+
 
 class Outcome(StrEnum):
     """How a job (or pod) stands or ended; the values are Kubernetes' pod phases."""
@@ -352,12 +356,13 @@ class JobHistory:
         if not wanted:
             return None
         names = sorted({name for name, _ in wanted})
-        query = (select(PodRow.job_uid, PodRow.name, PodRow.started)
-                 .where(or_(PodRow.job_uid == gang, PodRow.job_uid.startswith(f"{gang}.", autoescape=True)),
-                        PodRow.name.in_(names)))
+        of_gang = or_(PodRow.job_uid == gang, PodRow.job_uid.startswith(f"{gang}.", autoescape=True))
+        held = Counter[str]()
         with self._session(f"finding the run of {gang[:UID_LENGTH]}") as session:
-            rows = session.execute(query).all()
-        held = Counter(uid for uid, name, started in rows if (name, started) in wanted)
+            for first in range(0, len(names), NAMES_PER_QUERY):  # a bound parameter per name, within any server's limit
+                chunk = names[first:first + NAMES_PER_QUERY]
+                query = select(PodRow.job_uid, PodRow.name, PodRow.started).where(of_gang, PodRow.name.in_(chunk))
+                held.update(uid for uid, name, started in session.execute(query) if (name, started) in wanted)
         return min(held, key=lambda uid: (-held[uid], uid)) if held else None
 
     def jobs(self, namespace: str | None = None, family: str | None = None, user: str | None = None,
