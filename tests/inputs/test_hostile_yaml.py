@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.topology import CellForest
+from kubecell.inputs.bounded_yaml import BoundedLoader, YamlRefused
 from kubecell.inputs.cluster import parse_cluster
 from kubecell.inputs.tenants import parse_tenants
 from kubecell.inputs.yaml_document import YamlDocument
@@ -143,3 +144,18 @@ def test_the_strategies_reach_each_refusal(words: str, text: str) -> None:
     """The properties are only as strong as what they throw: each bound is hit by an example of its kind."""
     with pytest.raises(InvalidInputError, match=re.escape(words)):
         parse_tenants(YamlDocument(SOURCE, text), FOREST)
+
+
+@pytest.mark.parametrize("kind", ["list", "map", "mixed", "unclosed"])
+def test_deep_flow_nesting_is_refused_where_it_crosses_the_bound(kind: str) -> None:
+    """Refusing deep nesting costs the bound, not the text: the scanner stops at the first level beyond it. (It
+    used to read on: each ``[`` may start a key, so it looked ahead for a ``:`` while checking every open level
+    on each token, and a pod's 16 KiB annotation of ``[`` cost the scheduler 0.3 s to refuse.)"""
+    text = nested(8000, kind)
+    loader = BoundedLoader(text)
+    with pytest.raises(YamlRefused, match="nests deeper than 32 levels") as refused:
+        loader.get_single_data()
+    beyond = nested(BoundedLoader.max_depth + 1, kind).index("1")  # the openings up to one level beyond the bound
+    assert loader.index <= beyond, f"the scanner read {loader.index} characters of {len(text)}"
+    assert refused.value.problem_mark is not None
+    assert refused.value.problem_mark.column < beyond
