@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from kubecell.inputs.bounded_yaml import YamlRefused
 from kubecell.kube.dialects import GroupDemand, pod_demand
-from kubecell.kube.dialects.hived import read
+from kubecell.kube.dialects.hived import _SpecLoader, read
 from tests.kube.dialect_support import HIVED, make_pod, refused, shape, states
 
 
@@ -103,6 +104,8 @@ def test_what_hived_states(text: str, expected: dict[str, Any]) -> None:
     ("virtualCluster: " + "v" * 254 + "\nleafCellNumber: 1\n", ("is 254 characters long", "at most 253")),
     ("a: &x 1\nb: *x\n", ("HiveD's keys in plain YAML", "without aliases")),
     ("[" * 40 + "]" * 40, ("HiveD's keys in plain YAML",)),
+    ("virtualCluster: a\nleafCellNumber: 1\nx: [" + ", ".join(["1"] * 1300) + "]\n",
+     ("holds more than 256 values", "HiveD's keys in plain YAML")),
 ])
 def test_malformed_hived_specs_are_refused(text: str, fragments: tuple[str, ...]) -> None:
     refused(hived(text), f"annotation {HIVED}", *fragments)
@@ -123,3 +126,20 @@ def test_a_hived_group_of_several_gpu_counts_is_a_gang_of_member_groups() -> Non
                              "[{podNumber: 3, leafCellNumber: 2}]}\n")).group
     assert alone is not None
     assert alone.part is None, "one GPU count: a homogeneous gang, exactly as before"
+
+
+def test_the_largest_hived_spec_a_user_needs_is_read_and_a_bigger_one_is_refused_before_it_is_read_whole() -> None:
+    """Every HiveD key and 30 member shapes fit the value bound (MAX_SPEC_NODES); the loader's time is per value,
+    so a spec of thousands of values (16 KiB of them took PyYAML 0.3-0.5 s per pod read) is refused once it passes
+    the bound."""
+    members = ", ".join(f"{{podNumber: 1, leafCellNumber: {1 + i % 8}}}" for i in range(30))
+    spec = ("virtualCluster: a\npriority: 10\nleafCellType: A100\nleafCellNumber: 2\ngangReleaseEnable: false\n"
+            "lazyPreemptionEnable: true\nignoreK8sSuggestedNodes: true\n"
+            f"affinityGroup: {{name: big, members: [{members}]}}\n")
+    demand = pod_demand(hived(spec))
+    assert isinstance(demand.group, GroupDemand)
+    assert demand.group.size == 30
+    loader = _SpecLoader("a: [" + ", ".join(["1"] * 5000) + "]")  # the loader alone: past the length bound
+    with pytest.raises(YamlRefused, match="holds more than 256 values"):
+        loader.get_single_data()
+    assert loader.index < len("a: [" + "1, " * 300), f"the loader read {loader.index} characters, past the bound"

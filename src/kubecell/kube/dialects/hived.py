@@ -25,7 +25,8 @@ whole GPUs, ``leafCellType`` as a GPU model filter matched like HAMi's (a substr
 The annotation is text anyone who can create a pod writes, and YAML can say far more than HiveD's few keys:
 so it is read with limits (``_SpecLoader``, the shared ``kubecell.inputs.bounded_yaml.BoundedLoader``): at most
 ``MAX_SPEC_CHARS`` characters, nested at most ``MAX_SPEC_DEPTH`` levels (PyYAML composes recursively, and a few
-thousand ``[`` exhaust Python's stack), no aliases (``*name`` builds structures exponentially larger than the
+thousand ``[`` exhaust Python's stack), at most ``MAX_SPEC_NODES`` values (the loader's time is per value), no
+aliases (``*name`` builds structures exponentially larger than the
 text, or ones that contain themselves), numbers of at most ``MAX_NUMBER_CHARS`` characters (PyYAML's int
 constructor raises ``ValueError`` beyond 4,300 digits), dates that exist. Whatever the text, the result is a
 ``HivedSpec`` or a ``DemandError``.
@@ -54,9 +55,15 @@ _TOP_KEYS = ("virtualCluster", "priority", "pinnedCellId", "leafCellType", "leaf
              "lazyPreemptionEnable", "ignoreK8sSuggestedNodes", "affinityGroup", *_RENAMED)
 _MEMBER_KEYS = ("podNumber", "leafCellNumber", "gpuNumber")
 
-MAX_SPEC_CHARS = 16 * 1024
-"""The longest annotation read. A spec is a few lines (an affinity group of ten member shapes is under 1 KiB);
-16 KiB bounds the time PyYAML's pure-Python parser spends on one pod to tens of milliseconds."""
+MAX_SPEC_CHARS = 4 * 1024
+"""The longest annotation read. A spec is a few lines (an affinity group of ten member shapes is under 1 KiB, and
+one of as many values as ``MAX_SPEC_NODES`` allows under 2 KiB); beyond that only comments and long text could
+fill it, and PyYAML's pure-Python scanner reads about 1 KiB per millisecond."""
+MAX_SPEC_NODES = 256
+"""The most YAML values (scalars, lists and mappings, keys included) a spec may hold. A spec with all of HiveD's
+keys and 30 member shapes holds under 240. What PyYAML's pure-Python loader costs is per value: 16 KiB of
+``[1, 1, ...]`` (5,000 values) took it 0.3-0.5 s per pod read, on the scheduling thread; refused at 256 values,
+under 20 ms."""
 MAX_SPEC_DEPTH = 16
 """The deepest nesting read: HiveD's spec is 5 levels deep (spec, affinityGroup, members, a member, a value)."""
 MAX_NUMBER_CHARS = 32
@@ -67,6 +74,7 @@ class _SpecLoader(BoundedLoader):
     """The bounded safe loader with the limits of the module docstring."""
 
     max_depth = MAX_SPEC_DEPTH
+    max_nodes = MAX_SPEC_NODES
     max_number_chars = MAX_NUMBER_CHARS
     aliases = False
 
