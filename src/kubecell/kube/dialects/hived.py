@@ -57,7 +57,7 @@ _MEMBER_KEYS = ("podNumber", "leafCellNumber", "gpuNumber")
 
 MAX_SPEC_CHARS = 4 * 1024
 """The longest annotation read. A spec is a few lines (an affinity group of ten member shapes is under 1 KiB, and
-one of as many values as ``MAX_SPEC_NODES`` allows under 2 KiB); beyond that only comments and long text could
+one of as many values as ``MAX_SPEC_NODES`` allows about 2 KiB); beyond that only comments and long text could
 fill it, and PyYAML's pure-Python scanner reads about 1 KiB per millisecond."""
 MAX_SPEC_NODES = 256
 """The most YAML values (scalars, lists and mappings, keys included) a spec may hold. A spec with all of HiveD's
