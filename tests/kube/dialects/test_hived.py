@@ -130,7 +130,7 @@ def test_a_hived_group_of_several_gpu_counts_is_a_gang_of_member_groups() -> Non
 
 def test_the_largest_hived_spec_a_user_needs_is_read_and_a_bigger_one_is_refused_before_it_is_read_whole() -> None:
     """Every HiveD key and 30 member shapes fit the value bound (MAX_SPEC_NODES); the loader's time is per value,
-    so a spec of thousands of values (16 KiB of them took PyYAML 0.3-0.5 s per pod read) is refused once it passes
+    so a spec of thousands of values (16 KiB of them took PyYAML 0.2-0.4 s per pod read) is refused once it passes
     the bound."""
     members = ", ".join(f"{{podNumber: 1, leafCellNumber: {1 + i % 8}}}" for i in range(30))
     spec = ("virtualCluster: a\npriority: 10\nleafCellType: A100\nleafCellNumber: 2\ngangReleaseEnable: false\n"

@@ -62,7 +62,7 @@ fill it, and PyYAML's pure-Python scanner reads about 1 KiB per millisecond."""
 MAX_SPEC_NODES = 256
 """The most YAML values (scalars, lists and mappings, keys included) a spec may hold. A spec with all of HiveD's
 keys and 30 member shapes holds under 240. What PyYAML's pure-Python loader costs is per value: 16 KiB of
-``[1, 1, ...]`` (5,000 values) took it 0.3-0.5 s per pod read, on the scheduling thread; refused at 256 values,
+``[1, 1, ...]`` (5,000 values) took it 0.2-0.4 s per pod read, on the scheduling thread; refused at 256 values,
 under 20 ms."""
 MAX_SPEC_DEPTH = 16
 """The deepest nesting read: HiveD's spec is 5 levels deep (spec, affinityGroup, members, a member, a value)."""
