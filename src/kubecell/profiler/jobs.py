@@ -207,24 +207,30 @@ def group_pods(pods: Iterable[Mapping[str, Any]]) -> list[FoundJob]:
 def _runs(members: list[tuple[Mapping[str, Any], Demand]]
           ) -> list[tuple[datetime | None, list[tuple[Mapping[str, Any], Demand]]]]:
     """An owner-less gang's pods cut into runs, each with its first creation time: a pod created after every pod
-    of the current run has ended starts the next. A pod without a creation time joins the last run."""
-    def created(item: tuple[Mapping[str, Any], Demand]) -> datetime | None:
-        return parse_time(item[0]["metadata"].get("creationTimestamp"))
-
-    dated = sorted((item for item in members if created(item) is not None),
-                   key=lambda item: (created(item), str(item[0]["metadata"]["name"])))
+    of the current run has ended starts the next. A pod without a creation time joins the last run. Linear in
+    the pods (a gang's size is the user's to choose)."""
+    dated: list[tuple[datetime, str, tuple[Mapping[str, Any], Demand]]] = []
+    undated = []
+    for item in members:
+        created = parse_time(item[0]["metadata"].get("creationTimestamp"))
+        if created is None:
+            undated.append(item)
+        else:
+            dated.append((created, str(item[0]["metadata"]["name"]), item))
+    dated.sort(key=lambda entry: entry[:2])
     runs: list[tuple[datetime | None, list[tuple[Mapping[str, Any], Demand]]]] = []
-    ended: datetime | None = None  # when every pod of the current run had ended (None: one has not)
-    for item in dated:
-        moment = created(item)
-        assert moment is not None
-        if not runs or (ended is not None and moment > ended):
-            runs.append((moment, []))
-            ended = None
+    running = 0  # pods of the current run that have not ended
+    last_end: datetime | None = None
+    for created, _, item in dated:
+        if not runs or (running == 0 and last_end is not None and created > last_end):
+            runs.append((created, []))
+            running, last_end = 0, None
         runs[-1][1].append(item)
-        ends = [finished_at(pod) for pod, _ in runs[-1][1]]
-        ended = max(end for end in ends if end is not None) if all(ends) else None
-    undated = [item for item in members if created(item) is None]
+        end = finished_at(item[0])
+        if end is None:
+            running += 1
+        elif last_end is None or end > last_end:
+            last_end = end
     if undated:
         if runs:
             runs[-1][1].extend(undated)
