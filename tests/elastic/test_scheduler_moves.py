@@ -109,3 +109,90 @@ def test_a_job_is_pinned_started_where_there_is_room_and_moved_where_it_is_faste
         gangs = [job for name, job in engine.jobs.items() if name.startswith(f"{namespace}/bert#")]
         assert all(job.spec.member.gpu_models in (frozenset({"A100"}), frozenset({"V100M32"})) for job in gangs), \
             "every gang of the job accepted one model: never workers on two"
+
+
+def test_a_move_whose_idle_gpus_are_taken_before_its_gang_forms_is_started_where_there_is_room(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, crd: None, elastic_crd: None,
+        start_scheduler: type[RunningScheduler]) -> None:
+    """The race a move runs on a busy cluster: it counts on GPUs that are idle when it is decided, but its
+    replacement workers are made only once the old ones have ended, and meanwhile another pod may take those
+    GPUs. The moved job must not be stranded on the model it was pinned to: it starts again where there is room
+    (here the GPUs its own old gang freed), without a counted restart and never on two models at once. To make
+    the race certain, the controller is stopped while the move is decided and the rival is bound, then started
+    again to make the replacements."""
+    with registered_node(kube, node(A100_NODE, "A100")), registered_node(kube, node(V100_NODE, "V100M32")):
+        put(kube, "vision", cells={"A100x8/node": 1})
+        put(kube, "speech", cells={"V100M32x8/node": 1})
+        scheduler = start_scheduler(testbed, SchedulerOptions(resize_interval_seconds=1.0))
+        for name in ("vision", "speech"):
+            wait_for(f"{name} accepted", partial(accepted, kube, name))
+        create_pod(kube, namespace, "blocker", {"nvidia.com/gpu": "8"}, annotations={"kubecell.io/vc": "speech"},
+                   spec={"nodeSelector": {"kubernetes.io/hostname": V100_NODE}})
+        wait_for("the blocker to run", lambda: pod(kube, namespace, "blocker")["status"].get("phase") == "Running",
+                 STEP)
+        controller = RunningController(testbed.admin_kubeconfig, namespace)
+        try:
+            # As in the test above: it learns the A100s, is taken off them, and is started on the V100s.
+            worker = template("kubecell", annotations={"kubecell.io/vc": "speech"}, limits={"nvidia.com/gpu": "2"})
+            worker["spec"]["nodeSelector"] = POOL
+            create_job(kube, namespace, "bert", minReplicas=1, maxReplicas=4, replicas=2, template=worker)
+            wait_for("the job to run on the idle A100s", lambda: running_workers(kube, namespace, "bert", 4)
+                     and on_node(kube, namespace, "bert") == {A100_NODE}, 2 * STEP)
+            report(kube, namespace, "bert", step_seconds=0.2)
+            ref = ElasticRef(namespace, "bert", get_job(kube, namespace, "bert")["metadata"]["uid"])
+            learned = partial(_learned, scheduler, ref)
+            wait_for("its goodput model to learn the A100 reports", lambda: learned() == {"A100"}, STEP)
+            create_pod(kube, namespace, "claim", {"nvidia.com/gpu": "8"}, annotations={"kubecell.io/vc": "vision"},
+                       spec={"nodeSelector": {"kubernetes.io/hostname": A100_NODE}})
+            wait_for("vision's pod to take its A100s back",
+                     lambda: pod(kube, namespace, "claim")["status"].get("phase") == "Running", 2 * STEP)
+            kube.delete(f"/api/v1/namespaces/{namespace}/pods/blocker", gracePeriodSeconds=0)
+            wait_for("the gang to start on the V100s", lambda: running_workers(
+                kube, namespace, "bert", len(workers(kube, namespace, "bert")))
+                and on_node(kube, namespace, "bert") == {V100_NODE}, 2 * STEP)
+            report(kube, namespace, "bert", step_seconds=1.6)  # 8x slower per step than on the A100s
+            wait_for("its model to learn the V100 reports", lambda: learned() == {"A100", "V100M32"}, STEP)
+            before = wait_for("the Start Event of the start on the V100s",
+                              lambda: job_events(kube, namespace, "bert", "Start"), STEP)
+            assert len(before) == 1, before
+            assert "waiting on A100, started on V100M32" in before[0], before
+        finally:
+            controller.close()
+
+        # Nobody makes workers now: the move is decided, and a rival takes the A100s it counted on.
+        kube.delete(f"/api/v1/namespaces/{namespace}/pods/claim", gracePeriodSeconds=0)
+        moved = wait_for("a Move Event on the job", lambda: job_events(kube, namespace, "bert", "Move"), 2 * STEP)
+        assert "V100M32 -> A100" in moved[0], moved
+        create_pod(kube, namespace, "rival", {"nvidia.com/gpu": "8"}, annotations={"kubecell.io/vc": "speech"},
+                   spec={"nodeSelector": {"kubernetes.io/hostname": A100_NODE}})
+        wait_for("the rival to take the A100s",
+                 lambda: pod(kube, namespace, "rival")["status"].get("phase") == "Running", 2 * STEP)
+        wait_for("the moved job's old workers to be gone", lambda: not workers(kube, namespace, "bert"), STEP)
+
+        controller = RunningController(testbed.admin_kubeconfig, namespace)
+        try:
+            wait_for("the replacements to run on the V100s its old gang freed, not to wait for the A100s",
+                     lambda: running_workers(kube, namespace, "bert", len(workers(kube, namespace, "bert")))
+                     and on_node(kube, namespace, "bert") == {V100_NODE}, 2 * STEP)
+            assert pod(kube, namespace, "rival")["spec"]["nodeName"] == A100_NODE, "the rival kept what it took"
+            started = wait_for("a Start Event saying why it runs elsewhere than the move said", lambda: (
+                found if len(found := job_events(kube, namespace, "bert", "Start")) > len(before) else None), STEP)
+            assert all("waiting on A100, started on V100M32: started" in message for message in started), started
+            status = get_job(kube, namespace, "bert").get("status") or {}
+            assert status.get("phase") not in ("Failed", "Invalid"), status
+            assert int(status.get("restarts", 0)) == 0, "a move that lost its race is not a counted restart"
+            assert get_job(kube, namespace, "bert")["status"]["gpuModel"] == "V100M32", \
+                "the model it runs on now is the one kept for a restarted scheduler"
+            engine = scheduler.scheduler.state.engine if scheduler.scheduler.state is not None else None
+            assert engine is not None
+            gangs = [job for name, job in engine.jobs.items() if name.startswith(f"{namespace}/bert#")]
+            assert all(job.spec.member.gpu_models in (frozenset({"A100"}), frozenset({"V100M32"}))
+                       for job in gangs), "every gang of the job accepted one model: never workers on two"
+        finally:
+            controller.close()
+
+
+def _learned(running: RunningScheduler, ref: ElasticRef) -> frozenset[str]:
+    """The GPU models the scheduler's goodput model of the job has reports from."""
+    sized = running.scheduler.elastic.jobs.get(ref)
+    return frozenset(sized.model.gpu_types) if sized is not None and sized.model is not None else frozenset()

@@ -5,9 +5,9 @@ A row per job: phase, minimum, maximum, target, ready workers, GPU model, counte
 one cell (per GPU model, the speed-up at the largest size it prices, over one worker of the job's best GPU
 model). Name one job for its model in full:
 per GPU model, the speed-up and the batch (micro-batch x accumulation) at each size, the noise scale, and the
-scheduler's newest decisions on it (its Resize and Move Events, with their reasons). Only ElasticJobs are read
-(one list; named: one GET and one list of the job's Events, whose refusal is shown, not fatal); an API server
-that cannot be reached or refuses the ElasticJobs is one line on stderr and exit status 1.
+scheduler's newest decisions on it (its Resize, Move and Start Events, with their reasons). Only ElasticJobs are
+read (one list; named: one GET and one list of the job's Events, whose refusal is shown, not fatal); an API
+server that cannot be reached or refuses the ElasticJobs is one line on stderr and exit status 1.
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ def model_table(view: JobView) -> Table:
     return table
 
 
-DECISIONS = ("Resize", "Move", "ResizeRefused", "GoodputModelDropped", "MaxReplicasUnreachable", "MixedGpuModels")
+DECISIONS = ("Resize", "Move", "Start", "ResizeRefused", "GoodputModelDropped", "MaxReplicasUnreachable",
+             "MixedGpuModels")
 """The Events the scheduler's sizer writes on an ElasticJob: the reasons behind its size and GPU model."""
 SHOWN_DECISIONS = 5
 EVENTS_READ = 500

@@ -176,6 +176,9 @@ class GpuTypes:
             if choice.target > tracked.live_pods():
                 self.write_target(sized, choice.target, choice.reason)
             if model != tracked.pinned and self.reform is not None:
+                # Where it waited may be where a move sent it, whose idle GPUs were taken before its new gang
+                # formed: say why it runs elsewhere than the Move Event said.
+                self.event(ref, "Start", f"waiting on {tracked.pinned}, started on {model}: {choice.reason}")
                 sized.pin = model
                 self.keep_pin(sized)
                 self.reform(state, job.name)  # its pods form the gang again, on the new model
