@@ -7,14 +7,17 @@ the new model, also when the scheduler restarts meanwhile (the model is kept in 
 
 from __future__ import annotations
 
+import contextlib
 import time
+import uuid
+from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
 from kubecell.core.model import make_node
 from kubecell.kube.elasticjobs import ElasticRef
 from kubecell.kube.names import ANNOTATION_STEP_REPORT
-from kubecell.kube.rest import Kube
+from kubecell.kube.rest import ApiError, Kube
 from kubecell.kube.step_reports import build_step_report
 from kubecell.scheduler.options import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
@@ -111,55 +114,69 @@ def test_a_job_is_pinned_started_where_there_is_room_and_moved_where_it_is_faste
             "every gang of the job accepted one model: never workers on two"
 
 
+def taught_both_models(testbed: ControlPlaneState, kube: Kube, namespace: str,
+                       start_scheduler: type[RunningScheduler]) -> RunningScheduler:
+    """A scheduler, and ``bert`` (speech, accepting either model) as the test above has it just before its move:
+    it learned the A100s, was taken off them by vision's ``claim`` (8 A100s), runs on the V100s and learned
+    them too. No controller runs when this returns: nobody makes workers until the test starts one."""
+    put(kube, "vision", cells={"A100x8/node": 1})
+    put(kube, "speech", cells={"V100M32x8/node": 1})
+    scheduler = start_scheduler(testbed, SchedulerOptions(resize_interval_seconds=1.0))
+    for name in ("vision", "speech"):
+        wait_for(f"{name} accepted", partial(accepted, kube, name))
+    create_pod(kube, namespace, "blocker", {"nvidia.com/gpu": "8"}, annotations={"kubecell.io/vc": "speech"},
+               spec={"nodeSelector": {"kubernetes.io/hostname": V100_NODE}})
+    wait_for("the blocker to run", lambda: pod(kube, namespace, "blocker")["status"].get("phase") == "Running",
+             STEP)
+    controller = RunningController(testbed.admin_kubeconfig, namespace)
+    try:
+        worker = template("kubecell", annotations={"kubecell.io/vc": "speech"}, limits={"nvidia.com/gpu": "2"})
+        worker["spec"]["nodeSelector"] = POOL
+        create_job(kube, namespace, "bert", minReplicas=1, maxReplicas=4, replicas=2, template=worker)
+        wait_for("the job to run on the idle A100s", lambda: running_workers(kube, namespace, "bert", 4)
+                 and on_node(kube, namespace, "bert") == {A100_NODE}, 2 * STEP)
+        report(kube, namespace, "bert", step_seconds=0.2)
+        ref = ElasticRef(namespace, "bert", get_job(kube, namespace, "bert")["metadata"]["uid"])
+        learned = partial(_learned, scheduler, ref)
+        wait_for("its goodput model to learn the A100 reports", lambda: learned() == {"A100"}, STEP)
+        create_pod(kube, namespace, "claim", {"nvidia.com/gpu": "8"}, annotations={"kubecell.io/vc": "vision"},
+                   spec={"nodeSelector": {"kubernetes.io/hostname": A100_NODE}})
+        wait_for("vision's pod to take its A100s back",
+                 lambda: pod(kube, namespace, "claim")["status"].get("phase") == "Running", 2 * STEP)
+        kube.delete(f"/api/v1/namespaces/{namespace}/pods/blocker", gracePeriodSeconds=0)
+        wait_for("the gang to start on the V100s", lambda: running_workers(
+            kube, namespace, "bert", len(workers(kube, namespace, "bert")))
+            and on_node(kube, namespace, "bert") == {V100_NODE}, 2 * STEP)
+        report(kube, namespace, "bert", step_seconds=1.6)  # 8x slower per step than on the A100s
+        wait_for("its model to learn the V100 reports", lambda: learned() == {"A100", "V100M32"}, STEP)
+        started = wait_for("the Start Event of the start on the V100s",
+                           lambda: job_events(kube, namespace, "bert", "Start"), STEP)
+        assert len(started) == 1, started
+        assert "waiting on A100, started on V100M32" in started[0], started
+    finally:
+        controller.close()
+    return scheduler
+
+
+def assert_one_model_per_gang(scheduler: RunningScheduler, namespace: str) -> None:
+    engine = scheduler.scheduler.state.engine if scheduler.scheduler.state is not None else None
+    assert engine is not None
+    gangs = [job for name, job in engine.jobs.items() if name.startswith(f"{namespace}/bert#")]
+    assert all(job.spec.member.gpu_models in (frozenset({"A100"}), frozenset({"V100M32"})) for job in gangs), \
+        "every gang of the job accepted one model: never workers on two"
+
+
 def test_a_move_whose_idle_gpus_are_taken_before_its_gang_forms_is_started_where_there_is_room(
         testbed: ControlPlaneState, kube: Kube, namespace: str, crd: None, elastic_crd: None,
         start_scheduler: type[RunningScheduler]) -> None:
     """The race a move runs on a busy cluster: it counts on GPUs that are idle when it is decided, but its
-    replacement workers are made only once the old ones have ended, and meanwhile another pod may take those
-    GPUs. The moved job must not be stranded on the model it was pinned to: it starts again where there is room
-    (here the GPUs its own old gang freed), without a counted restart and never on two models at once. To make
-    the race certain, the controller is stopped while the move is decided and the rival is bound, then started
-    again to make the replacements."""
+    replacement workers are made only once the old ones have ended, and meanwhile a pod the sizer does not place
+    may take those GPUs. The moved job must not be stranded on the model it was pinned to: it starts again where
+    there is room (here the GPUs its own old gang freed), without a counted restart and never on two models at
+    once. To make the race certain, no controller runs while the move is decided and the rival is bound."""
     with registered_node(kube, node(A100_NODE, "A100")), registered_node(kube, node(V100_NODE, "V100M32")):
-        put(kube, "vision", cells={"A100x8/node": 1})
-        put(kube, "speech", cells={"V100M32x8/node": 1})
-        scheduler = start_scheduler(testbed, SchedulerOptions(resize_interval_seconds=1.0))
-        for name in ("vision", "speech"):
-            wait_for(f"{name} accepted", partial(accepted, kube, name))
-        create_pod(kube, namespace, "blocker", {"nvidia.com/gpu": "8"}, annotations={"kubecell.io/vc": "speech"},
-                   spec={"nodeSelector": {"kubernetes.io/hostname": V100_NODE}})
-        wait_for("the blocker to run", lambda: pod(kube, namespace, "blocker")["status"].get("phase") == "Running",
-                 STEP)
-        controller = RunningController(testbed.admin_kubeconfig, namespace)
-        try:
-            # As in the test above: it learns the A100s, is taken off them, and is started on the V100s.
-            worker = template("kubecell", annotations={"kubecell.io/vc": "speech"}, limits={"nvidia.com/gpu": "2"})
-            worker["spec"]["nodeSelector"] = POOL
-            create_job(kube, namespace, "bert", minReplicas=1, maxReplicas=4, replicas=2, template=worker)
-            wait_for("the job to run on the idle A100s", lambda: running_workers(kube, namespace, "bert", 4)
-                     and on_node(kube, namespace, "bert") == {A100_NODE}, 2 * STEP)
-            report(kube, namespace, "bert", step_seconds=0.2)
-            ref = ElasticRef(namespace, "bert", get_job(kube, namespace, "bert")["metadata"]["uid"])
-            learned = partial(_learned, scheduler, ref)
-            wait_for("its goodput model to learn the A100 reports", lambda: learned() == {"A100"}, STEP)
-            create_pod(kube, namespace, "claim", {"nvidia.com/gpu": "8"}, annotations={"kubecell.io/vc": "vision"},
-                       spec={"nodeSelector": {"kubernetes.io/hostname": A100_NODE}})
-            wait_for("vision's pod to take its A100s back",
-                     lambda: pod(kube, namespace, "claim")["status"].get("phase") == "Running", 2 * STEP)
-            kube.delete(f"/api/v1/namespaces/{namespace}/pods/blocker", gracePeriodSeconds=0)
-            wait_for("the gang to start on the V100s", lambda: running_workers(
-                kube, namespace, "bert", len(workers(kube, namespace, "bert")))
-                and on_node(kube, namespace, "bert") == {V100_NODE}, 2 * STEP)
-            report(kube, namespace, "bert", step_seconds=1.6)  # 8x slower per step than on the A100s
-            wait_for("its model to learn the V100 reports", lambda: learned() == {"A100", "V100M32"}, STEP)
-            before = wait_for("the Start Event of the start on the V100s",
-                              lambda: job_events(kube, namespace, "bert", "Start"), STEP)
-            assert len(before) == 1, before
-            assert "waiting on A100, started on V100M32" in before[0], before
-        finally:
-            controller.close()
-
-        # Nobody makes workers now: the move is decided, and a rival takes the A100s it counted on.
+        scheduler = taught_both_models(testbed, kube, namespace, start_scheduler)
+        before = job_events(kube, namespace, "bert", "Start")
         kube.delete(f"/api/v1/namespaces/{namespace}/pods/claim", gracePeriodSeconds=0)
         moved = wait_for("a Move Event on the job", lambda: job_events(kube, namespace, "bert", "Move"), 2 * STEP)
         assert "V100M32 -> A100" in moved[0], moved
@@ -183,13 +200,64 @@ def test_a_move_whose_idle_gpus_are_taken_before_its_gang_forms_is_started_where
             assert int(status.get("restarts", 0)) == 0, "a move that lost its race is not a counted restart"
             assert get_job(kube, namespace, "bert")["status"]["gpuModel"] == "V100M32", \
                 "the model it runs on now is the one kept for a restarted scheduler"
-            engine = scheduler.scheduler.state.engine if scheduler.scheduler.state is not None else None
-            assert engine is not None
-            gangs = [job for name, job in engine.jobs.items() if name.startswith(f"{namespace}/bert#")]
-            assert all(job.spec.member.gpu_models in (frozenset({"A100"}), frozenset({"V100M32"}))
-                       for job in gangs), "every gang of the job accepted one model: never workers on two"
+            assert_one_model_per_gang(scheduler, namespace)
         finally:
             controller.close()
+
+
+@contextlib.contextmanager
+def another_namespace(kube: Kube) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        for found in kube.get(f"/api/v1/namespaces/{name}/pods")["items"]:
+            with contextlib.suppress(ApiError):
+                kube.delete(f"/api/v1/namespaces/{name}/pods/{found['metadata']['name']}", gracePeriodSeconds=0)
+        kube.delete(f"/api/v1/namespaces/{name}")
+
+
+def test_what_a_move_counted_on_is_not_given_to_another_job_while_its_workers_end(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, crd: None, elastic_crd: None,
+        start_scheduler: type[RunningScheduler]) -> None:
+    """The same window, against kubecell's own sizer: while the moved job's workers end, the GPUs it was given
+    look idle to the engine, and an elastic job of the same VC that may grow there would be raised into them at
+    the sizer's next pass (its pods are made at once; the moved job's only after its workers end), and the moved
+    job would find no room where it was sent. The sizer holds what it gave until the job runs there."""
+    with registered_node(kube, node(A100_NODE, "A100")), registered_node(kube, node(V100_NODE, "V100M32")), \
+            another_namespace(kube) as elsewhere:
+        scheduler = taught_both_models(testbed, kube, namespace, start_scheduler)
+        create_pod(kube, namespace, "small", {"nvidia.com/gpu": "2"}, annotations={"kubecell.io/vc": "speech"},
+                   spec={"nodeSelector": {"kubernetes.io/hostname": A100_NODE}})  # waits behind the claim
+        kube.delete(f"/api/v1/namespaces/{namespace}/pods/claim", gracePeriodSeconds=0)
+        moved = wait_for("a Move Event on the job", lambda: job_events(kube, namespace, "bert", "Move"), 2 * STEP)
+        assert "V100M32 -> A100, 4 -> 3 workers" in moved[0], "the 6 A100s left beside the small pod"
+        kube.delete(f"/api/v1/namespaces/{namespace}/pods/small", gracePeriodSeconds=0)
+
+        # Another job of speech, A100s only, with a controller that makes its workers at once.
+        others = RunningController(testbed.admin_kubeconfig, elsewhere)
+        controller: RunningController | None = None
+        try:
+            worker = template("kubecell", annotations={"kubecell.io/vc": "speech"}, limits={"nvidia.com/gpu": "2"})
+            worker["spec"]["nodeSelector"] = {"kubernetes.io/hostname": A100_NODE}
+            create_job(kube, elsewhere, "gpt", minReplicas=1, maxReplicas=4, replicas=1, template=worker)
+            wait_for("gpt's first worker to run in the 2 A100s the small pod left", lambda: any(
+                p["status"].get("phase") == "Running" for p in workers(kube, elsewhere, "gpt").values()), 2 * STEP)
+            time.sleep(5)  # five of the sizer's passes: it may take only what nobody was given
+            assert get_job(kube, elsewhere, "gpt")["spec"]["replicas"] == 1, job_events(kube, elsewhere, "gpt",
+                                                                                         "Resize")
+            controller = RunningController(testbed.admin_kubeconfig, namespace)
+            wait_for("the moved job's replacements to run on the A100s it was given",
+                     lambda: running_workers(kube, namespace, "bert", 3)
+                     and on_node(kube, namespace, "bert") == {A100_NODE}, 2 * STEP)
+            assert not job_events(kube, namespace, "bert", "Start")[1:], "started where the move sent it"
+            assert running_workers(kube, elsewhere, "gpt", 1), "gpt kept its worker"
+            assert_one_model_per_gang(scheduler, namespace)
+        finally:
+            others.close()
+            if controller is not None:
+                controller.close()
 
 
 def _learned(running: RunningScheduler, ref: ElasticRef) -> frozenset[str]:

@@ -14,9 +14,12 @@ many pods there should be is this module, after each engine cycle:
   raised; the controller creates the pods, they join the running gang (``Intake``) and the engine grows into
   them in its next cycle. Where the idle GPUs do not cover that growth, a job of the same VC that the
   allocator sizes down is lowered first (the most-served first); the growing job waits for its workers to end.
+* **Hold what was given.** A raise, a start or a move is carried out later than it is decided (pods to make
+  and bind; a move's workers to end first), and meanwhile the engine sees those GPUs idle: they are held
+  (``elastic_holds``) until the job runs there, so no other job is sized into them, in this pass or the next.
 * **Give pods back.** When the job's pods wait to be bound for more than ``pending_grace_seconds`` (the
-  capacity a raise counted on was taken meanwhile, or a replaced worker finds none), the target is lowered
-  to the members it runs; growth raises it again when capacity frees.
+  capacity a raise counted on was taken meanwhile by a pod the sizer does not place, or a replaced worker
+  finds none), the target is lowered to the members it runs; growth raises it again when capacity frees.
 
 The goodput model is fed from the step reports the workers write on their own pods
 (``kubecell.io/step-report``, ``kube.step_reports``). A report is untrusted input: one that cannot be read
@@ -41,7 +44,6 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from kubecell.core.elastic.allocator import KubecellElasticPolicy
 from kubecell.core.elastic.targets import (
@@ -58,9 +60,11 @@ from kubecell.kube.names import ANNOTATION_STEP_REPORT
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.kube.step_reports import REASON_UNTRUSTED, ReportProblem, read_step_report
 from kubecell.scheduler.cluster import Mirror
+from kubecell.scheduler.elastic_holds import Holds
 from kubecell.scheduler.elastic_model import ModelKeeper
 from kubecell.scheduler.elastic_sized import Sized
-from kubecell.scheduler.elastic_tell import SizerTelling, job_involved
+from kubecell.scheduler.elastic_status import SizerStatus
+from kubecell.scheduler.elastic_tell import job_involved
 from kubecell.scheduler.elastic_types import NOTHING_KNOWN, GpuTypes
 from kubecell.scheduler.jobs import Tracked
 from kubecell.scheduler.observe.recorder import Recorder
@@ -72,7 +76,7 @@ CPU_ONLY = "cpu"
 """The goodput model's "GPU type" for members without GPUs (CPU training, the testbed's torchrun jobs)."""
 
 
-class ElasticSizer(SizerTelling):
+class ElasticSizer(SizerStatus):
     """Moves ElasticJobs' targets after each engine cycle (see the module)."""
 
     def __init__(self, kube: Kube, component: str, *, restart_seconds: float = 30.0,
@@ -102,8 +106,10 @@ class ElasticSizer(SizerTelling):
         naming another namespace's job's uid under its own namespace is another key, never that job's state."""
         self.recorder: Recorder | None = None
         """Where resizes, moves and step reports are counted (the scheduler's metrics; None: not counted)."""
+        self.holds = Holds()
+        """What raises, starts and moves were given and do not run yet: no other job is offered it."""
         self.types = GpuTypes(self._sized, lambda ref, reason, message: self._event(
-            job_involved(ref), "Normal", reason, message), self._write)
+            job_involved(ref), "Normal", reason, message), self._write, self.holds, pending_grace_seconds)
         """Which GPU model each ElasticJob's gang runs on: pins, starts and moves (``elastic_types``)."""
         self.types.on_move = self._count_move
         self.types.read_pin, self.types.write_pin = self._read_pin, self._write_pin
@@ -123,6 +129,7 @@ class ElasticSizer(SizerTelling):
             if tracked is not None and tracked.elastic is not None and job.phase == JobPhase.RUNNING:
                 sized = self._sized(tracked.elastic, state, job)
                 sized.raised_to, sized.waiting_since = None, None
+                self.holds.release(tracked.elastic)
                 self._write(sized, job.size, f"shrunk by kubecell to the {job.size} members it keeps"
                             + (f" ({job.resizes[-1]})" if job.resizes else ""))
 
@@ -131,6 +138,8 @@ class ElasticSizer(SizerTelling):
         engine = state.engine
         live: set[ElasticRef] = set()
         candidates: dict[str, tuple[Sized, Job, GrowthCandidate]] = {}
+        fed: dict[str, tuple[str | None, int]] = {}
+        self.holds.expire(now)
         for name, tracked in list(state.tracked.items()):
             if tracked.elastic is None:
                 continue
@@ -145,7 +154,7 @@ class ElasticSizer(SizerTelling):
                 log.debug("%s: %s", name, job.phase if job is not None else "gone")
                 continue
             try:
-                candidate = self._consider(state, mirror, job, tracked.elastic, now)
+                candidate = self._consider(state, mirror, job, tracked.elastic, now, fed)
             except (InvalidInputError, ValueError, KeyError) as error:  # one job's bad input costs that job
                 log.warning("cannot size %s: %s", name, error)
                 continue
@@ -156,8 +165,28 @@ class ElasticSizer(SizerTelling):
                 sized.seen_at = now
             elif now - sized.seen_at > self.forget_seconds:
                 del self.jobs[ref]  # (kept a while: a moved job's pods form its next gang after the old ones end)
+        if candidates and self.holds.made_since(now):
+            candidates = self._again(state, candidates, fed, now)
         if candidates:
             self._plan(state, candidates, now)
+
+    def _again(self, state: Tracking, candidates: Mapping[str, tuple[Sized, Job, GrowthCandidate]],
+               fed: Mapping[str, tuple[str | None, int]], now: float) -> dict[str, tuple[Sized, Job, GrowthCandidate]]:
+        """The candidates with their room asked again: a job of this pass was raised after some of them were
+        asked, and what it was given is not theirs to be sized into."""
+        again: dict[str, tuple[Sized, Job, GrowthCandidate]] = {}
+        for name, (sized, job, _) in candidates.items():
+            tracked = state.tracked[name]
+            if job.phase == JobPhase.PENDING:
+                found = self._waiting(state, job, tracked, sized.ref, now)
+                if found is not None:
+                    again[name] = found
+                continue
+            gpu_type, nodes = fed[name]
+            decided = self.decide(state, job, sized, gpu_type, nodes, now)
+            if isinstance(decided, GrowthCandidate):
+                again[name] = sized, job, decided
+        return again
 
     def _plan(self, state: Tracking, candidates: Mapping[str, tuple[Sized, Job, GrowthCandidate]],
               now: float) -> None:
@@ -193,6 +222,7 @@ class ElasticSizer(SizerTelling):
                 continue
             group = (candidate.vc, candidate.gpu_type)
             if choice.target < job.size:
+                self.holds.release(sized.ref)
                 grace = elasticjobs.DEFAULT_GRACE_SECONDS if sized.grace_seconds is None else sized.grace_seconds
                 ending[group] = max(ending.get(group, 0.0), float(grace))
                 sized.lowered_to, sized.lowered_until = choice.target, now + grace + self.pending_grace_seconds
@@ -200,6 +230,9 @@ class ElasticSizer(SizerTelling):
                 sized.raised_to, sized.raised_at = choice.target, now
                 if group in ending:
                     sized.patient_until = now + ending[group] + self.pending_grace_seconds
+                self.holds.hold(sized.ref, candidate.gpu_type, target=choice.target, runs=job.size,
+                                member_gpus=job.spec.member.gpu_count,
+                                until=max(now + self.pending_grace_seconds, sized.patient_until), now=now)
 
     def explain(self, ref: ElasticRef) -> str:
         sized = self.jobs.get(ref)
@@ -232,17 +265,22 @@ class ElasticSizer(SizerTelling):
                             "this shape at once; the job grows only as far as capacity allows")
         return sized
 
-    def _consider(self, state: Tracking, mirror: Mirror, job: Job, ref: ElasticRef,
-                  now: float) -> tuple[Sized, Job, GrowthCandidate] | None:
+    def _consider(self, state: Tracking, mirror: Mirror, job: Job, ref: ElasticRef, now: float,
+                  fed: dict[str, tuple[str | None, int]]) -> tuple[Sized, Job, GrowthCandidate] | None:
         """Write what one job's own state decides (give pods back, take the room before any report); a job
-        with a goodput model is returned to be sized with the others."""
+        with a goodput model is returned to be sized with the others (``fed``: its GPU type and nodes)."""
         sized = self._sized(ref, state, job)
-        gpu_type, nodes = self._feed(state, mirror, job, sized, now)
+        gpu_type, nodes = fed[job.name] = self._feed(state, mirror, job, sized, now)
+        self.holds.runs(ref, gpu_type, job.size)
         decided = self.decide(state, job, sized, gpu_type, nodes, now)
         if isinstance(decided, GrowthCandidate):
             return sized, job, decided
         if decided is not None and self._write(sized, *decided) and decided[0] > job.size:
             sized.raised_to, sized.raised_at = decided[0], now
+            if gpu_type is not None:
+                self.holds.hold(ref, gpu_type, target=decided[0], runs=job.size,
+                                member_gpus=job.spec.member.gpu_count, until=now + self.pending_grace_seconds,
+                                now=now)
         return None
 
     def decide(self, state: Tracking, job: Job, sized: Sized, gpu_type: str | None, nodes: int,
@@ -256,6 +294,7 @@ class ElasticSizer(SizerTelling):
             if now - sized.waiting_since <= self.pending_grace_seconds or now <= sized.patient_until:
                 return None
             sized.waiting_since, sized.raised_to = None, None
+            self.holds.release(sized.ref)
             return size, (f"its pods waited {self.pending_grace_seconds:g} s for capacity that was taken: back to "
                           f"the {size} members it runs")
         sized.waiting_since = None
@@ -267,6 +306,8 @@ class ElasticSizer(SizerTelling):
                 return None  # lowered to give members: its workers are ending, and it is not sized again meanwhile
             sized.lowered_to = None
         room = self._headroom(state, job, sized, now)
+        if gpu_type is not None:  # what other jobs were given there and do not run yet is not its room
+            room = max(room - self.holds.members(gpu_type, job.spec.member.gpu_count, sized.ref, now), 0)
         most = min(job.spec.members, size + room)
         model = sized.model
         if model is None or gpu_type is None or not _positive(model.goodput(gpu_type, max(nodes, 1), size)):
@@ -415,64 +456,6 @@ class ElasticSizer(SizerTelling):
         self._event(elasticjobs.involved(current), "Normal", "Resize",
                     f"target {spec.replicas} -> {target} workers: {reason}")
         return True
-
-    def _read_pin(self, ref: ElasticRef) -> str | None:
-        """The model ``status.gpuModel`` keeps, from the job the pods name (its uid checked), or None."""
-        try:
-            current = self._own(ref)
-        except ApiError as error:
-            if not error.not_found:
-                log.warning("cannot read the GPU model of ElasticJob %s/%s: %s", ref.namespace, ref.name, error)
-            return None
-        return elasticjobs.kept_gpu_model(current) if current is not None else None
-
-    def _read_model(self, ref: ElasticRef) -> Any:
-        """What ``status.goodputModel`` holds, from the job the pods name (its uid checked), or None; raises
-        ``ApiError`` when the API cannot say (a model made without it would overwrite it at its first save)."""
-        try:
-            current = self._own(ref)
-        except ApiError as error:
-            if error.not_found:
-                return None
-            raise
-        status = current.get("status") if current is not None else None
-        return status.get("goodputModel") if isinstance(status, Mapping) else None
-
-    def _write_pin(self, ref: ElasticRef, model: str) -> bool:
-        """Keep the job's model in its ``status.gpuModel``."""
-        return self._write_status(ref, {"gpuModel": model}, f"the GPU model {model}")
-
-    def _write_model(self, sized: Sized, value: dict[str, Any]) -> bool:
-        """Keep the job's goodput model in its ``status.goodputModel``."""
-        return self._write_status(sized.ref, {"goodputModel": value}, "the goodput model")
-
-    def _write_status(self, ref: ElasticRef, fields: dict[str, Any], what: str) -> bool:
-        """A merge patch of ``fields`` alone into the status (the controller's fields are untouched), on the
-        job the pods name only."""
-        try:
-            if self._own(ref) is None:
-                return False
-            self.kube.patch(f"{elasticjobs.job_path(ref.namespace, ref.name)}/status",
-                            {"metadata": {"uid": ref.uid}, "status": fields})
-        except ApiError as error:
-            sized = self.jobs.get(ref)
-            message = f"cannot keep {what} of ElasticJob {ref.namespace}/{ref.name}"
-            if sized is not None:
-                self._refused(sized, message, error)
-            else:
-                log.warning("%s: %s", message, error)
-            return False
-        return True
-
-    def _own(self, ref: ElasticRef) -> dict[str, Any] | None:
-        """The ElasticJob the pods name, or None where the object of that name is another one (deleted and
-        made again: its uid differs); raises ``ApiError``."""
-        current = self._get(ref)
-        return current if (current.get("metadata") or {}).get("uid") == ref.uid else None
-
-    def _get(self, ref: ElasticRef) -> dict[str, Any]:
-        """The ElasticJob as stored now (raises ``ApiError``)."""
-        return self.kube.get(elasticjobs.job_path(ref.namespace, ref.name))
 
 
 def _positive(value: float) -> bool:

@@ -17,7 +17,10 @@ none) runs on one at a time:
   pins that model, sets the target to the size the allocator gives it, and evicts every worker (with the
   workers' grace period, to checkpoint). The old job takes no new pod and holds its GPUs until its pods are
   gone; the controller replaces the evicted workers (``WorkerLost``, not counted), and the new pods form a new
-  gang on the new model. A Normal ``Move`` Event on the ElasticJob gives the allocator's reason.
+  gang on the new model. What the move was given there is held for that gang meanwhile (``elastic_holds``), and
+  where a pod the sizer does not place took it anyway, the gang waits and is started where there is room. A
+  Normal ``Move`` Event on the ElasticJob gives the allocator's reason; a ``Start`` one says where a waiting
+  gang was started instead.
 
 Across a scheduler restart: a restored gang is pinned to the model its members run on. The model chosen for a
 job's next gang (a move under way, a waiting gang started elsewhere) is kept in the ElasticJob's
@@ -39,7 +42,8 @@ from kubecell.core.book import IntArray
 from kubecell.core.elastic.targets import GrowthChoice, start_type
 from kubecell.core.engine.job import Job, JobPhase, JobSpec
 from kubecell.core.engine.shrink import shrinkable
-from kubecell.kube.elasticjobs import ElasticRef
+from kubecell.kube.elasticjobs import DEFAULT_GRACE_SECONDS, ElasticRef
+from kubecell.scheduler.elastic_holds import Holds
 from kubecell.scheduler.elastic_sized import Sized
 from kubecell.scheduler.jobs import Tracked
 from kubecell.scheduler.tracking import Tracking
@@ -71,8 +75,13 @@ class GpuTypes:
     """Pins, starts and moves of ElasticJobs' gangs between GPU models (see the module)."""
 
     def __init__(self, sized_of: Callable[[ElasticRef], Sized], event: Callable[[ElasticRef, str, str], None],
-                 write_target: Callable[[Sized, int, str], bool]) -> None:
+                 write_target: Callable[[Sized, int, str], bool], holds: Holds,
+                 pending_grace_seconds: float) -> None:
         self.sized_of = sized_of
+        self.holds = holds
+        """What starts and moves were given and do not run yet (``elastic_holds``): no other job is offered it."""
+        self.pending_grace_seconds = pending_grace_seconds
+        """How long a start's or a move's pods may wait to be bound (the sizer's)."""
         self.event = event
         """(the ElasticJob, reason, message): a Normal Event on it."""
         self.write_target = write_target
@@ -154,12 +163,15 @@ class GpuTypes:
 
     def rooms(self, state: Tracking, job: Job, tracked: Tracked, now: float) -> dict[str, int]:
         """Per model the gang of ``job`` may use, the members it could run with there if it started there now
-        (``Engine.room_on``); empty where it is not pinned (its pods accept one model)."""
+        (``Engine.room_on``, less what other jobs' holds keep there); empty where it is not pinned (its pods
+        accept one model)."""
         if tracked.pinned is None:
             return {}
         models = self.accepted(state, job.spec, tracked.models)
         own = tracked.pinned if job.phase == JobPhase.RUNNING else None
-        return {m: state.engine.room_on(job.name, m, now) for m in models if m != own}
+        gpus = job.spec.member.gpu_count
+        return {m: max(state.engine.room_on(job.name, m, now) - self.holds.members(m, gpus, tracked.elastic, now), 0)
+                for m in models if m != own}
 
     # -- carrying out what the allocator chose -------------------------------------------------------------
 
@@ -175,6 +187,8 @@ class GpuTypes:
             # only ever raised here, to start it larger where the allocator sizes it so.
             if choice.target > tracked.live_pods():
                 self.write_target(sized, choice.target, choice.reason)
+            self.holds.hold(ref, model, target=choice.target, runs=0, member_gpus=job.spec.member.gpu_count,
+                            until=now + self.pending_grace_seconds, now=now)
             if model != tracked.pinned and self.reform is not None:
                 # Where it waited may be where a move sent it, whose idle GPUs were taken before its new gang
                 # formed: say why it runs elsewhere than the Move Event said.
@@ -188,6 +202,9 @@ class GpuTypes:
             return
         sized.pin, sized.moved_at = model, now
         self.keep_pin(sized)  # before the evictions: a scheduler restarted meanwhile forms the next gang there
+        grace = DEFAULT_GRACE_SECONDS if sized.grace_seconds is None else sized.grace_seconds
+        self.holds.hold(ref, model, target=choice.target, runs=0, member_gpus=job.spec.member.gpu_count,
+                        until=now + grace + self.pending_grace_seconds, now=now)  # its workers end first
         sized.served += job.size * max(now - (job.started_at if job.started_at is not None else now), 0.0)
         tracked.moving = True
         state.engine.limit_growth(job.name, (0,))
