@@ -24,6 +24,13 @@ from tests.scheduler.deploy_support import clear_virtualclusters, install_crd
 @pytest.fixture
 def namespace(kube: Kube) -> Iterator[str]:
     """A fresh namespace; its pods are force-deleted afterwards so later tests find the GPUs free."""
+    with fresh_namespace(kube) as name:
+        yield name
+
+
+@contextlib.contextmanager
+def fresh_namespace(kube: Kube) -> Iterator[str]:
+    """The ``namespace`` fixture's namespace, for a test that needs more than one."""
     name = f"t-{uuid.uuid4().hex[:8]}"
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     try:

@@ -3,26 +3,25 @@
 (never workers on two models), a gang that waits is started on the model that has room, and a running job is
 moved to the model where its step reports say it is much faster once GPUs are idle there: its workers are
 evicted with a ``Move`` Event, the controller replaces them (not a counted restart), and the new gang runs on
-the new model, also when the scheduler restarts meanwhile (the model is kept in the job's status)."""
+the new model, also when the scheduler restarts meanwhile (the model is kept in the job's status). While the
+moved job's workers end, what the move was given is held against the sizer's other jobs; where a pod the sizer
+does not place takes it anyway, the job is started where there is room, with a ``Start`` Event."""
 
 from __future__ import annotations
 
-import contextlib
 import time
-import uuid
-from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
 from kubecell.core.model import make_node
 from kubecell.kube.elasticjobs import ElasticRef
 from kubecell.kube.names import ANNOTATION_STEP_REPORT
-from kubecell.kube.rest import ApiError, Kube
+from kubecell.kube.rest import Kube
 from kubecell.kube.step_reports import build_step_report
 from kubecell.scheduler.options import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.nodes import node_manifest
-from tests.cluster_fixtures import RunningScheduler
+from tests.cluster_fixtures import RunningScheduler, fresh_namespace
 from tests.elastic.support import STEP, RunningController, counted, create_job, get_job, template, workers
 from tests.elastic.test_scheduler_sizing import job_events, running_workers
 from tests.kube.test_virtualclusters import accepted, put
@@ -57,41 +56,7 @@ def test_a_job_is_pinned_started_where_there_is_room_and_moved_where_it_is_faste
         testbed: ControlPlaneState, kube: Kube, namespace: str, crd: None, controller: RunningController,
         start_scheduler: type[RunningScheduler]) -> None:
     with registered_node(kube, node(A100_NODE, "A100")), registered_node(kube, node(V100_NODE, "V100M32")):
-        put(kube, "vision", cells={"A100x8/node": 1})  # owns the A100 node, lends it while idle
-        put(kube, "speech", cells={"V100M32x8/node": 1})
-        running = start_scheduler(testbed, SchedulerOptions(resize_interval_seconds=1.0))
-        for name in ("vision", "speech"):
-            wait_for(f"{name} accepted", partial(accepted, kube, name))
-        create_pod(kube, namespace, "blocker", {"nvidia.com/gpu": "8"}, annotations={"kubecell.io/vc": "speech"},
-                   spec={"nodeSelector": {"kubernetes.io/hostname": V100_NODE}})
-        wait_for("the blocker to run", lambda: pod(kube, namespace, "blocker")["status"].get("phase") == "Running",
-                 STEP)
-
-        worker = template("kubecell", annotations={"kubecell.io/vc": "speech"}, limits={"nvidia.com/gpu": "2"})
-        worker["spec"]["nodeSelector"] = POOL  # either node: the job accepts A100 and V100
-        create_job(kube, namespace, "bert", minReplicas=1, maxReplicas=4, replicas=2, template=worker)
-        wait_for("the job to run on the idle A100s (the V100s are blocked)",
-                 lambda: running_workers(kube, namespace, "bert", 4)
-                 and on_node(kube, namespace, "bert") == {A100_NODE}, 2 * STEP)
-        report(kube, namespace, "bert", step_seconds=0.2)
-        ref = ElasticRef(namespace, "bert", get_job(kube, namespace, "bert")["metadata"]["uid"])
-        wait_for("its goodput model to learn the A100 reports", lambda: (
-            (sized := running.scheduler.elastic.jobs.get(ref)) is not None and sized.model is not None
-            and "A100" in sized.model.gpu_types), STEP)
-
-        create_pod(kube, namespace, "claim", {"nvidia.com/gpu": "8"}, annotations={"kubecell.io/vc": "vision"},
-                   spec={"nodeSelector": {"kubernetes.io/hostname": A100_NODE}})
-        wait_for("vision's guaranteed pod to take its A100s back",
-                 lambda: pod(kube, namespace, "claim")["status"].get("phase") == "Running", 2 * STEP)
-        kube.delete(f"/api/v1/namespaces/{namespace}/pods/blocker", gracePeriodSeconds=0)
-        wait_for("the waiting gang to start on the V100s, where there is room",
-                 lambda: running_workers(kube, namespace, "bert", len(workers(kube, namespace, "bert")))
-                 and on_node(kube, namespace, "bert") == {V100_NODE}, 2 * STEP)
-        report(kube, namespace, "bert", step_seconds=1.6)  # 8x slower per step than on the A100s
-        wait_for("its model to learn the V100 reports", lambda: (
-            (sized := running.scheduler.elastic.jobs.get(ref)) is not None and sized.model is not None
-            and "V100M32" in sized.model.gpu_types), STEP)
-
+        running = taught_both_models(testbed, kube, namespace, start_scheduler, controller)
         kube.delete(f"/api/v1/namespaces/{namespace}/pods/claim", gracePeriodSeconds=0)
         moved = wait_for("a Move Event on the job", lambda: job_events(kube, namespace, "bert", "Move"), 2 * STEP)
         assert "V100M32 -> A100" in moved[0], moved
@@ -107,19 +72,17 @@ def test_a_job_is_pinned_started_where_there_is_room_and_moved_where_it_is_faste
         status = get_job(kube, namespace, "bert").get("status") or {}
         assert status.get("phase") not in ("Failed", "Invalid"), status
         assert int(status.get("restarts", 0)) == 0, "a move (workers evicted, replaced) is not a counted restart"
-        engine = running.scheduler.state.engine if running.scheduler.state is not None else None
-        assert engine is not None
-        gangs = [job for name, job in engine.jobs.items() if name.startswith(f"{namespace}/bert#")]
-        assert all(job.spec.member.gpu_models in (frozenset({"A100"}), frozenset({"V100M32"})) for job in gangs), \
-            "every gang of the job accepted one model: never workers on two"
+        assert_one_model_per_gang(running, namespace)
 
 
 def taught_both_models(testbed: ControlPlaneState, kube: Kube, namespace: str,
-                       start_scheduler: type[RunningScheduler]) -> RunningScheduler:
-    """A scheduler, and ``bert`` (speech, accepting either model) as the test above has it just before its move:
-    it learned the A100s, was taken off them by vision's ``claim`` (8 A100s), runs on the V100s and learned
-    them too. No controller runs when this returns: nobody makes workers until the test starts one."""
-    put(kube, "vision", cells={"A100x8/node": 1})
+                       start_scheduler: type[RunningScheduler],
+                       controller: RunningController | None = None) -> RunningScheduler:
+    """A scheduler, and ``bert`` (speech, accepting either model) just before its move: pinned to the idle A100s
+    (the V100s are blocked) it learned them, was taken off them by vision's guaranteed ``claim`` (8 A100s), was
+    started on the V100s where there is room and learned them too. Without ``controller`` (one that keeps
+    running), none runs when this returns: nobody makes workers until the test starts one."""
+    put(kube, "vision", cells={"A100x8/node": 1})  # owns the A100 node, lends it while idle
     put(kube, "speech", cells={"V100M32x8/node": 1})
     scheduler = start_scheduler(testbed, SchedulerOptions(resize_interval_seconds=1.0))
     for name in ("vision", "speech"):
@@ -128,10 +91,10 @@ def taught_both_models(testbed: ControlPlaneState, kube: Kube, namespace: str,
                spec={"nodeSelector": {"kubernetes.io/hostname": V100_NODE}})
     wait_for("the blocker to run", lambda: pod(kube, namespace, "blocker")["status"].get("phase") == "Running",
              STEP)
-    controller = RunningController(testbed.admin_kubeconfig, namespace)
+    own = RunningController(testbed.admin_kubeconfig, namespace) if controller is None else None
     try:
         worker = template("kubecell", annotations={"kubecell.io/vc": "speech"}, limits={"nvidia.com/gpu": "2"})
-        worker["spec"]["nodeSelector"] = POOL
+        worker["spec"]["nodeSelector"] = POOL  # either node: the job accepts A100 and V100
         create_job(kube, namespace, "bert", minReplicas=1, maxReplicas=4, replicas=2, template=worker)
         wait_for("the job to run on the idle A100s", lambda: running_workers(kube, namespace, "bert", 4)
                  and on_node(kube, namespace, "bert") == {A100_NODE}, 2 * STEP)
@@ -154,7 +117,8 @@ def taught_both_models(testbed: ControlPlaneState, kube: Kube, namespace: str,
         assert len(started) == 1, started
         assert "waiting on A100, started on V100M32" in started[0], started
     finally:
-        controller.close()
+        if own is not None:
+            own.close()
     return scheduler
 
 
@@ -205,19 +169,6 @@ def test_a_move_whose_idle_gpus_are_taken_before_its_gang_forms_is_started_where
             controller.close()
 
 
-@contextlib.contextmanager
-def another_namespace(kube: Kube) -> Iterator[str]:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    try:
-        yield name
-    finally:
-        for found in kube.get(f"/api/v1/namespaces/{name}/pods")["items"]:
-            with contextlib.suppress(ApiError):
-                kube.delete(f"/api/v1/namespaces/{name}/pods/{found['metadata']['name']}", gracePeriodSeconds=0)
-        kube.delete(f"/api/v1/namespaces/{name}")
-
-
 def test_what_a_move_counted_on_is_not_given_to_another_job_while_its_workers_end(
         testbed: ControlPlaneState, kube: Kube, namespace: str, crd: None, elastic_crd: None,
         start_scheduler: type[RunningScheduler]) -> None:
@@ -226,7 +177,7 @@ def test_what_a_move_counted_on_is_not_given_to_another_job_while_its_workers_en
     the sizer's next pass (its pods are made at once; the moved job's only after its workers end), and the moved
     job would find no room where it was sent. The sizer holds what it gave until the job runs there."""
     with registered_node(kube, node(A100_NODE, "A100")), registered_node(kube, node(V100_NODE, "V100M32")), \
-            another_namespace(kube) as elsewhere:
+            fresh_namespace(kube) as elsewhere:
         scheduler = taught_both_models(testbed, kube, namespace, start_scheduler)
         create_pod(kube, namespace, "small", {"nvidia.com/gpu": "2"}, annotations={"kubecell.io/vc": "speech"},
                    spec={"nodeSelector": {"kubernetes.io/hostname": A100_NODE}})  # waits behind the claim
