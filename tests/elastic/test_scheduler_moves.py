@@ -159,6 +159,9 @@ def test_a_move_whose_idle_gpus_are_taken_before_its_gang_forms_is_started_where
             started = wait_for("a Start Event saying why it runs elsewhere than the move said", lambda: (
                 found if len(found := job_events(kube, namespace, "bert", "Start")) > len(before) else None), STEP)
             assert all("waiting on A100, started on V100M32: started" in message for message in started), started
+            starts = scheduler.scheduler.recorder.elastic_starts
+            assert counted(starts, after="move") == 1, "the lost race is on /metrics"
+            assert counted(starts, after="wait") == 1, "the start on the V100s while the claim held the A100s"
             status = get_job(kube, namespace, "bert").get("status") or {}
             assert status.get("phase") not in ("Failed", "Invalid"), status
             assert int(status.get("restarts", 0)) == 0, "a move that lost its race is not a counted restart"
@@ -203,6 +206,7 @@ def test_what_a_move_counted_on_is_not_given_to_another_job_while_its_workers_en
                      lambda: running_workers(kube, namespace, "bert", 3)
                      and on_node(kube, namespace, "bert") == {A100_NODE}, 2 * STEP)
             assert not job_events(kube, namespace, "bert", "Start")[1:], "started where the move sent it"
+            assert counted(scheduler.scheduler.recorder.elastic_starts, after="move") == 0
             assert running_workers(kube, elsewhere, "gpt", 1), "gpt kept its worker"
             assert_one_model_per_gang(scheduler, namespace)
         finally:

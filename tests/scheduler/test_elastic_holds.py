@@ -18,7 +18,9 @@ BERT, GPT = ElasticRef("ns", "bert", "job-uid"), ElasticRef("ns", "gpt", "gpt-ui
 
 def test_a_hold_keeps_what_its_job_does_not_run_yet_from_every_other_job() -> None:
     holds = Holds()
-    holds.hold(BERT, "A100", target=3, runs=0, member_gpus=2, until=100.0, now=0.0)
+    holds.hold(BERT, "move", "A100", target=3, runs=0, member_gpus=2, until=100.0, now=0.0)
+    assert holds.kind(BERT, "A100") == "move"
+    assert holds.kind(BERT, "V100M32") is None
     assert holds.members("A100", 2, GPT, 10.0) == 3
     assert holds.members("A100", 4, GPT, 10.0) == 2, "6 GPUs are two members of 4 GPUs, rounded up"
     assert holds.members("A100", 2, BERT, 10.0) == 0, "a job's own hold is its room"
@@ -34,17 +36,17 @@ def test_a_hold_keeps_what_its_job_does_not_run_yet_from_every_other_job() -> No
 
 def test_a_hold_ends_when_its_job_is_lowered_or_its_time_has_passed() -> None:
     holds = Holds()
-    holds.hold(BERT, "A100", target=4, runs=2, member_gpus=1, until=100.0, now=0.0)
+    holds.hold(BERT, "raise", "A100", target=4, runs=2, member_gpus=1, until=100.0, now=0.0)
     assert holds.members("A100", 1, GPT, 100.0) == 2
     assert holds.members("A100", 1, GPT, 100.5) == 0, "past its time it keeps nothing"
     holds.expire(100.5)
     assert not holds.held
-    holds.hold(BERT, "A100", target=4, runs=2, member_gpus=1, until=100.0, now=0.0)
+    holds.hold(BERT, "raise", "A100", target=4, runs=2, member_gpus=1, until=100.0, now=0.0)
     holds.release(BERT)
     assert not holds.held
-    holds.hold(BERT, "A100", target=2, runs=2, member_gpus=1, until=100.0, now=0.0)
+    holds.hold(BERT, "raise", "A100", target=2, runs=2, member_gpus=1, until=100.0, now=0.0)
     assert not holds.held, "nothing given beyond what it runs: nothing held"
-    holds.hold(BERT, "A100", target=4, runs=2, member_gpus=1, until=100.0, now=5.0)
+    holds.hold(BERT, "raise", "A100", target=4, runs=2, member_gpus=1, until=100.0, now=5.0)
     assert holds.made_since(5.0)
     assert not holds.made_since(5.5)
 

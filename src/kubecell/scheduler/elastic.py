@@ -111,7 +111,7 @@ class ElasticSizer(SizerStatus):
         self.types = GpuTypes(self._sized, lambda ref, reason, message: self._event(
             job_involved(ref), "Normal", reason, message), self._write, self.holds, pending_grace_seconds)
         """Which GPU model each ElasticJob's gang runs on: pins, starts and moves (``elastic_types``)."""
-        self.types.on_move = self._count_move
+        self.types.on_move, self.types.on_start = self._count_move, self._count_start
         self.types.read_pin, self.types.write_pin = self._read_pin, self._write_pin
         self.models = ModelKeeper(self._read_model, self._write_model, lambda ref, problem: self._event(
             job_involved(ref), "Warning", "GoodputModelDropped",
@@ -230,7 +230,7 @@ class ElasticSizer(SizerStatus):
                 sized.raised_to, sized.raised_at = choice.target, now
                 if group in ending:
                     sized.patient_until = now + ending[group] + self.pending_grace_seconds
-                self.holds.hold(sized.ref, candidate.gpu_type, target=choice.target, runs=job.size,
+                self.holds.hold(sized.ref, "raise", candidate.gpu_type, target=choice.target, runs=job.size,
                                 member_gpus=job.spec.member.gpu_count,
                                 until=max(now + self.pending_grace_seconds, sized.patient_until), now=now)
 
@@ -278,7 +278,7 @@ class ElasticSizer(SizerStatus):
         if decided is not None and self._write(sized, *decided) and decided[0] > job.size:
             sized.raised_to, sized.raised_at = decided[0], now
             if gpu_type is not None:
-                self.holds.hold(ref, gpu_type, target=decided[0], runs=job.size,
+                self.holds.hold(ref, "raise", gpu_type, target=decided[0], runs=job.size,
                                 member_gpus=job.spec.member.gpu_count, until=now + self.pending_grace_seconds,
                                 now=now)
         return None

@@ -25,6 +25,8 @@ from kubecell.kube.elasticjobs import ElasticRef
 class Hold:
     """Members a job was given on a model and does not run there yet."""
 
+    kind: str
+    """What gave it: ``raise``, ``start`` or ``move``."""
     model: str
     target: int
     """The members it is to run there."""
@@ -45,11 +47,12 @@ class Holds:
     def __init__(self) -> None:
         self.held: dict[ElasticRef, Hold] = {}
 
-    def hold(self, ref: ElasticRef, model: str, *, target: int, runs: int, member_gpus: int, until: float,
-             now: float) -> None:
-        """``ref`` was given ``target`` members of ``member_gpus`` GPUs on ``model``, where it runs ``runs``."""
+    def hold(self, ref: ElasticRef, kind: str, model: str, *, target: int, runs: int, member_gpus: int,
+             until: float, now: float) -> None:
+        """A ``kind`` (raise, start, move) gave ``ref`` ``target`` members of ``member_gpus`` GPUs on ``model``,
+        where it runs ``runs``."""
         if target > runs:
-            self.held[ref] = Hold(model, target, runs, max(member_gpus, 1), until, now)
+            self.held[ref] = Hold(kind, model, target, runs, max(member_gpus, 1), until, now)
         else:
             self.held.pop(ref, None)
 
@@ -78,6 +81,11 @@ class Holds:
         gpus = sum(hold.gpus for ref, hold in self.held.items()
                    if hold.model == model and ref != besides and now <= hold.until)
         return -(-gpus // max(member_gpus, 1)) if gpus else 0
+
+    def kind(self, ref: ElasticRef, model: str | None) -> str | None:
+        """What gave ``ref`` the members it is still held on ``model`` (None: nothing held there)."""
+        hold = self.held.get(ref)
+        return hold.kind if hold is not None and hold.model == model else None
 
     def made_since(self, moment: float) -> bool:
         """Whether a hold was made at or after ``moment`` (and is still kept)."""

@@ -86,6 +86,10 @@ class SizerTelling:
         if self.recorder is not None:
             self.recorder.elastic_moves.inc()
 
+    def _count_start(self, after: str) -> None:
+        if self.recorder is not None:
+            self.recorder.elastic_starts.labels(after).inc()
+
     def _event(self, involved: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
         namespace = str(involved.get("namespace") or "default")
         body = event_body(involved, namespace, event_type=kind, reason=reason, message=message,

@@ -91,6 +91,9 @@ class GpuTypes:
         """Set by the sizer: keep the pin in the job's status (None: kept in memory only)."""
         self.on_move: Callable[[], None] | None = None
         """Told of every move carried out (the scheduler's metrics count them)."""
+        self.on_start: Callable[[str], None] | None = None
+        """Told of every waiting gang started on another model: ``move`` where a move sent it to the model it
+        waited on and it never ran there (the GPUs the move counted on were taken), else ``wait``."""
         self.evict_pod: EvictPod | None = None
         """Set by the scheduler (the binder's eviction); None: moves are not carried out."""
         self.reform: Reform | None = None
@@ -187,9 +190,12 @@ class GpuTypes:
             # only ever raised here, to start it larger where the allocator sizes it so.
             if choice.target > tracked.live_pods():
                 self.write_target(sized, choice.target, choice.reason)
-            self.holds.hold(ref, model, target=choice.target, runs=0, member_gpus=job.spec.member.gpu_count,
-                            until=now + self.pending_grace_seconds, now=now)
+            after = "move" if self.holds.kind(ref, tracked.pinned) == "move" else "wait"
+            self.holds.hold(ref, "start", model, target=choice.target, runs=0,
+                            member_gpus=job.spec.member.gpu_count, until=now + self.pending_grace_seconds, now=now)
             if model != tracked.pinned and self.reform is not None:
+                if self.on_start is not None:
+                    self.on_start(after)
                 # Where it waited may be where a move sent it, whose idle GPUs were taken before its new gang
                 # formed: say why it runs elsewhere than the Move Event said.
                 self.event(ref, "Start", f"waiting on {tracked.pinned}, started on {model}: {choice.reason}")
@@ -203,7 +209,7 @@ class GpuTypes:
         sized.pin, sized.moved_at = model, now
         self.keep_pin(sized)  # before the evictions: a scheduler restarted meanwhile forms the next gang there
         grace = DEFAULT_GRACE_SECONDS if sized.grace_seconds is None else sized.grace_seconds
-        self.holds.hold(ref, model, target=choice.target, runs=0, member_gpus=job.spec.member.gpu_count,
+        self.holds.hold(ref, "move", model, target=choice.target, runs=0, member_gpus=job.spec.member.gpu_count,
                         until=now + grace + self.pending_grace_seconds, now=now)  # its workers end first
         sized.served += job.size * max(now - (job.started_at if job.started_at is not None else now), 0.0)
         tracked.moving = True

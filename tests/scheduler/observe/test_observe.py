@@ -248,7 +248,8 @@ def test_render_exposes_every_family_with_the_conventions(scheduler: Scheduler) 
                  "kubecell_gpu_memory_bytes", "kubecell_fragmentation_ratio", "kubecell_leader",
                  "kubecell_scheduling_cycles_total", "kubecell_api_writes_total", "kubecell_gang_outcomes_total",
                  "kubecell_binding_failures_total", "kubecell_rebuilding", "kubecell_elastic_resizes_total",
-                 "kubecell_elastic_moves_total", "kubecell_elastic_step_reports_total"):
+                 "kubecell_elastic_moves_total", "kubecell_elastic_starts_total",
+                 "kubecell_elastic_step_reports_total"):
         assert name in names, name
     assert all(name.startswith("kubecell_") for name in names)
     assert not [name for name in names if name.endswith("_created")], "no _created series: they are noise"

@@ -74,6 +74,10 @@ class Recorder:
         self.elastic_moves = Counter(
             "kubecell_elastic_moves", "ElasticJobs moved to another GPU model (every worker restarts there)",
             registry=None)
+        self.elastic_starts = Counter(
+            "kubecell_elastic_starts", "Waiting ElasticJob gangs started on another GPU model than the one they "
+            "waited on: after a move whose GPUs were taken before its new gang formed (after=move), or while "
+            "waiting for room (after=wait)", ["after"], registry=None)
         self.step_reports = Counter(
             "kubecell_elastic_step_reports", "Workers' step reports read, by outcome: accepted by the goodput "
             "model, or the reason they were refused (MalformedReport, StaleReport, UntrustedReport ...)",
@@ -87,6 +91,8 @@ class Recorder:
             self.cycle_seconds.labels(phase)
         for direction in ("grow", "shrink"):
             self.elastic_resizes.labels(direction)
+        for after in ("move", "wait"):
+            self.elastic_starts.labels(after)
         self.step_reports.labels("accepted")
         self._decisions: deque[Decision] = deque(maxlen=DECISIONS_KEPT)
         self._lock = threading.Lock()
@@ -95,7 +101,7 @@ class Recorder:
         """What a ``CollectorRegistry`` serving this scheduler registers (any number of registries may)."""
         return (self.attempts, self.attempt_seconds, self.cycle_seconds, self.queue_wait_seconds,
                 self.preemptions, self.gang_outcomes, self.binding_failures, self.elastic_resizes,
-                self.elastic_moves, self.step_reports)
+                self.elastic_moves, self.elastic_starts, self.step_reports)
 
     @property
     def decisions(self) -> tuple[Decision, ...]:
