@@ -191,7 +191,8 @@ class GpuTypes:
             if choice.target > tracked.live_pods():
                 self.write_target(sized, choice.target, choice.reason)
             after = "move" if self.holds.kind(ref, tracked.pinned) == "move" else "wait"
-            self.holds.hold(ref, "start", model, target=choice.target, runs=0,
+            kind = "move" if self.holds.kind(ref, model) == "move" else "start"  # still waiting where a move sent it
+            self.holds.hold(ref, kind, model, target=choice.target, runs=0,
                             member_gpus=job.spec.member.gpu_count, until=now + self.pending_grace_seconds, now=now)
             if model != tracked.pinned and self.reform is not None:
                 if self.on_start is not None:
