@@ -68,6 +68,19 @@ class Figures:
     estimated: float
 
 
+class CountingHistory(DurationHistory):
+    """A job history that counts the estimates it gives: the jobs that had one when they were submitted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.given = 0
+
+    def estimate(self, keys: Sequence[Hashable]) -> float | None:
+        found = super().estimate(keys)
+        self.given += found is not None
+        return found
+
+
 def runtimes(path: Path) -> np.ndarray:
     with path.open() as handle:
         values = [float(row["runtime"]) for row in csv.DictReader(handle)]
@@ -102,26 +115,14 @@ def simulate(order: str, specs: list[JobSpec], margin: float = BACKFILL_MARGIN) 
     tenants = resolve_tenants({"virtualClusters": {"a": {"gpus": half}, "b": {"gpus": half}}}, CellForest(nodes))
     options = PRESETS["kubecell"].with_(queue_order="age" if order == "age" else "shortest-expected",
                                         backfill_margin=margin if order == "backfill" else None)
-    history = DurationHistory() if order in ("history", "backfill") else None
+    history = CountingHistory() if order in ("history", "backfill") else None
     jobs = [replace(spec, expected_seconds=spec.work) for spec in specs] if order == "oracle" else specs
     simulation = DynamicSimulation(nodes, tenants, options, jobs, sample_seconds=0, durations=history)
-    estimated = 0
-
-    if history is not None:  # count the jobs that had an estimate when submitted
-        original = history.estimate
-
-        def counted(keys: Sequence[Hashable]) -> float | None:
-            nonlocal estimated
-            found = original(keys)
-            estimated += found is not None
-            return found
-
-        history.estimate = counted  # type: ignore[method-assign]
     result = simulation.run()
     records = [r for r in result.records if r.completion_time is not None and r.first_start is not None]
     jct = np.array([r.completion_time for r in records], np.float64)
     wait = np.array([r.first_start - r.submit for r in records], np.float64)  # type: ignore[operator]
-    share = 1.0 if order == "oracle" else estimated / len(specs)
+    share = 1.0 if order == "oracle" else 0.0 if history is None else history.given / len(specs)
     return Figures(float(jct.mean()), float(np.percentile(jct, 50)), float(np.percentile(jct, 99)),
                    float(wait.mean()), float(wait.max()), share)
 
