@@ -20,8 +20,9 @@ difference between the orders survives a real cluster's latencies.
                                      [--median-seconds 12] [--cap-seconds 120] [--past-runs 3]
 
 Printed per seed and order: the average and p90 JCT and the average wait, in seconds, and the preemptions
-(restarts), live and simulated, and the share of jobs that had an estimate when the scheduler took them in; then
-history's avg JCT over age's, live and simulated. Needs Go for the first testbed build (cached afterwards),
+(restarts), live and simulated, the share of jobs that had an estimate when the scheduler took them in, and
+(``filed``) how many Succeeded runs the profiler filed in the history meanwhile; then history's avg JCT over
+age's, live and simulated. Needs Go for the first testbed build (cached afterwards),
 Debian's ``prometheus`` and the Philly run times (``../shared/data/philly``); it says which is missing and stops.
 Loopback only; everything it starts is stopped at the end. The jobs run in real time: at the default 80 jobs,
 5 to 12 minutes per seed and order here.
@@ -77,6 +78,8 @@ class Figures:
     avg_wait: float
     estimated: float
     restarts: int
+    filed: int = 0
+    """Runs the profiler filed in the history while the replay ran (the history run only)."""
 
 
 @dataclass(frozen=True)
@@ -259,9 +262,11 @@ def live(kube: Kube, specs: Sequence[JobSpec], order: str, past: Mapping[str, tu
         with serve(data) as url, own_scheduler(kube, options), \
                 (profiler(kube, url, history_url, namespace, every) if order == "history" else _nothing()):
             done = replay(kube, specs, namespace, timeout)
+        filed = sum(1 for job in history.jobs(namespace=namespace, limit=100 * len(specs))
+                    if job.outcome == Outcome.SUCCEEDED and not job.uid.startswith("past-"))
     testbed.clear_pods(kube, namespace)
     return Figures(statistics.fmean(done.jct), float(np.percentile(done.jct, 90)), statistics.fmean(done.wait),
-                   len(estimated) / len(specs), done.restarts)
+                   len(estimated) / len(specs), done.restarts, filed)
 
 
 @contextmanager
@@ -317,7 +322,7 @@ def main() -> int:
             kube = Kube.from_kubeconfig(state.admin_kubeconfig)
             tenants(kube)
             print(f"  {'seed':>4s} {'order':8s} {'avg JCT s live':>14s} {'sim':>6s} {'p90 live':>9s} {'sim':>6s} "
-                  f"{'avg wait live':>13s} {'sim':>6s} {'restarts':>8s} {'sim':>4s} {'estimated':>9s}")
+                  f"{'avg wait live':>13s} {'sim':>6s} {'restarts':>8s} {'sim':>4s} {'estimated':>9s} {'filed':>5s}")
             for seed in seeds:
                 specs = scaled(workload(pool, args.jobs, args.families, 0.8, args.load, seed),
                                args.median_seconds, args.cap_seconds, args.load, seed)
@@ -330,7 +335,7 @@ def main() -> int:
                     print(f"  {seed:4d} {order:8s} {measured.avg_jct:14.1f} {simulated.avg_jct:6.1f} "
                           f"{measured.p90_jct:9.1f} {simulated.p90_jct:6.1f} {measured.avg_wait:13.1f} "
                           f"{simulated.avg_wait:6.1f} {measured.restarts:8d} {simulated.restarts:4d} "
-                          f"{measured.estimated:9.0%}", flush=True)
+                          f"{measured.estimated:9.0%} {measured.filed:5d}", flush=True)
             kube.close()
         finally:
             testbed.down(scratch / "testbed")
