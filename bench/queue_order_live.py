@@ -31,6 +31,8 @@ Loopback only; everything it starts is stopped at the end. The jobs run in real 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import statistics
 import sys
 import tempfile
@@ -66,7 +68,11 @@ from kubecell.testbed.replay import own_scheduler
 from queue_order import RUNTIMES, CountingHistory, runtimes, workload
 
 NODES, GPUS_PER_NODE = 2, 8
-TENANTS = "virtualClusters:\n  a: {gpus: 8}\n  b: {gpus: 8}\n"
+TENANTS = {"virtualClusters": {"a": {"gpus": 8}, "b": {"gpus": 8}}}
+"""Each VC guaranteed half the GPUs: the scheduler reads it from its ConfigMap (as JSON, which is YAML), the
+simulator as it is."""
+SPREAD = 0.8
+"""The lognormal sigma of a job's run time around its family's median (``queue_order.py``'s default)."""
 POLL_SECONDS = 0.25
 """How often the replay lists the pods to see which were bound and which have ended (the JCT's resolution)."""
 
@@ -114,14 +120,14 @@ def past_runs(specs: Sequence[JobSpec], count: int, seed: int) -> dict[str, tupl
         by_family.setdefault(family(spec), []).append(spec)
     cap = max(spec.work for spec in specs)
     return {name: (members[0].vc, [float(np.clip(statistics.median(m.work for m in members)
-                                                  * rng.lognormal(0.0, 0.8), 2.0, cap)) for _ in range(count)])
+                                                  * rng.lognormal(0.0, SPREAD), 2.0, cap)) for _ in range(count)])
             for name, members in sorted(by_family.items())}
 
 
 def simulate(nodes: Sequence[Node], specs: Sequence[JobSpec], order: str,
              past: Mapping[str, tuple[str, list[float]]]) -> Figures:
     """The simulator's run of the same jobs, with the scheduler's options and the same earlier runs."""
-    tenants = resolve_tenants({"virtualClusters": {"a": {"gpus": 8}, "b": {"gpus": 8}}}, CellForest(list(nodes)))
+    tenants = resolve_tenants(TENANTS, CellForest(list(nodes)))
     options = engine_options(SchedulerOptions(queue_order="age" if order == "age" else "shortest-expected"))
     history = None
     if order == "history":
@@ -257,10 +263,13 @@ def live(kube: Kube, specs: Sequence[JobSpec], order: str, past: Mapping[str, tu
 
             knowledge.expected_seconds = counted  # type: ignore[method-assign]
         options = SchedulerOptions(queue_order="age" if order == "age" else "shortest-expected", knowledge=knowledge)
-        data = scratch / f"{run}-tsdb"
-        data.mkdir()
-        with serve(data) as url, own_scheduler(kube, options), \
-                (profiler(kube, url, history_url, namespace, every) if order == "history" else _nothing()):
+        with contextlib.ExitStack() as running:
+            running.enter_context(own_scheduler(kube, options))
+            if order == "history":  # a profiler beside the scheduler, reading a real (empty) Prometheus
+                data = scratch / f"{run}-tsdb"
+                data.mkdir()
+                running.enter_context(profiler(kube, running.enter_context(serve(data)), history_url, namespace,
+                                               every))
             done = replay(kube, specs, namespace, timeout)
         filed = sum(1 for job in history.jobs(namespace=namespace, limit=100 * len(specs))
                     if job.outcome == Outcome.SUCCEEDED and not job.uid.startswith("past-"))
@@ -269,17 +278,12 @@ def live(kube: Kube, specs: Sequence[JobSpec], order: str, past: Mapping[str, tu
                    len(estimated) / len(specs), done.restarts, filed)
 
 
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
-
-
 def tenants(kube: Kube) -> None:
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                        "metadata": {"name": "kubecell-system"}})
     kube.create("/api/v1/namespaces/kubecell-system/configmaps",
                 {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kubecell-tenants"},
-                 "data": {"tenants.yaml": TENANTS}})
+                 "data": {"tenants.yaml": json.dumps(TENANTS)}})
 
 
 def main() -> int:
@@ -324,7 +328,7 @@ def main() -> int:
             print(f"  {'seed':>4s} {'order':8s} {'avg JCT s live':>14s} {'sim':>6s} {'p90 live':>9s} {'sim':>6s} "
                   f"{'avg wait live':>13s} {'sim':>6s} {'restarts':>8s} {'sim':>4s} {'estimated':>9s} {'filed':>5s}")
             for seed in seeds:
-                specs = scaled(workload(pool, args.jobs, args.families, 0.8, args.load, seed),
+                specs = scaled(workload(pool, args.jobs, args.families, SPREAD, args.load, seed),
                                args.median_seconds, args.cap_seconds, args.load, seed)
                 past = past_runs(specs, args.past_runs, seed)
                 for order in rows:
