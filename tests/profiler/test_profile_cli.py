@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import requests
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Gauge
 from typer.testing import CliRunner
 
 from kubecell.cli.main import app
@@ -25,6 +25,7 @@ from kubecell.kube.records import AllocationRecord, GpuGrant
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.profiler.history import JobHistory, Outcome
 from kubecell.testbed.control_plane import ControlPlaneState
+from kubecell.testbed.shared_gpus import metrics_endpoint
 from tests.profiler.prometheus_server import serve
 from tests.scheduler.deploy_support import ensure_namespace, kubectl, service_account_kubeconfig
 
@@ -38,13 +39,8 @@ USE = {"train-0": (0.25, 1 * GiB), "train-1": (0.75, 3 * GiB)}
 def agent() -> Iterator[tuple[str, CollectorRegistry]]:
     """The node agent's two per-pod gauges on a loopback port (what ``node.overuse`` exports)."""
     registry = CollectorRegistry()
-    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
-    try:
-        yield f"127.0.0.1:{server.server_port}", registry
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with metrics_endpoint(registry) as target:
+        yield target, registry
 
 
 def pod(name: str, owner: dict[str, Any] | None, annotations: dict[str, str] | None = None) -> dict[str, Any]:

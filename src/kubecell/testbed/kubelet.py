@@ -71,6 +71,22 @@ def register_nodes(kube: Kube, manifests: Iterable[Mapping[str, Any]], *, worker
     return len(items)
 
 
+def succeeded_status(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The status patch a kubelet writes when every container of ``pod`` exited 0 (also used by benches that
+    decide themselves when a pod's work is done, such as an emulated shared GPU)."""
+    now = rfc3339()
+    containers = pod["spec"].get("containers") or []
+    return {"status": {
+        "phase": "Succeeded",
+        "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": now},
+                       {"type": "ContainersReady", "status": "False", "reason": "PodCompleted",
+                        "lastTransitionTime": now}],
+        "containerStatuses": [{"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": False,
+                               "started": False, "restartCount": 0,
+                               "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                                                        "finishedAt": now}}} for c in containers]}}
+
+
 class FakeKubelet:
     """Keeps testbed nodes alive and moves their pods through their phases."""
 
@@ -141,19 +157,6 @@ class FakeKubelet:
                                    "started": True, "restartCount": 0, "state": {"running": {"startedAt": now}}}
                                   for c in containers]}}
 
-    def _succeeded_status(self, pod: Mapping[str, Any]) -> dict[str, Any]:
-        now = rfc3339()
-        containers = pod["spec"].get("containers") or []
-        return {"status": {
-            "phase": "Succeeded",
-            "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": now},
-                           {"type": "ContainersReady", "status": "False", "reason": "PodCompleted",
-                            "lastTransitionTime": now}],
-            "containerStatuses": [{"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": False,
-                                   "started": False, "restartCount": 0,
-                                   "state": {"terminated": {"exitCode": 0, "reason": "Completed",
-                                                            "finishedAt": now}}} for c in containers]}}
-
     def _duration(self, pod: Mapping[str, Any]) -> float | None:
         text = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_DURATION)
         try:
@@ -204,7 +207,7 @@ class FakeKubelet:
                     current = self.kube.get(path)
                     if current["metadata"]["uid"] != uid or current["status"].get("phase") != "Running":
                         continue
-                    self.kube.patch(f"{path}/status", self._succeeded_status(current), kind="strategic")
+                    self.kube.patch(f"{path}/status", succeeded_status(current), kind="strategic")
                     self.finished_pods += 1
                 except ApiError as error:
                     if not error.not_found:
