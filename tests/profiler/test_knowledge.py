@@ -4,6 +4,7 @@ nothing instead of failing the scheduler."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,10 @@ import pytest
 
 from kubecell.core.interference.profile import JobKey
 from kubecell.profiler.distribution import distribution
-from kubecell.profiler.history import JobHistory, JobRecord, Outcome
+from kubecell.profiler.history import JobHistory, JobRecord, Outcome, SharedUse
 from kubecell.profiler.identity import family_of
 from kubecell.profiler.knowledge import HistoryKnowledge
+from kubecell.profiler.pairs import ALONE
 from kubecell.profiler.recommend import MIB
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -59,6 +61,23 @@ def test_a_family_in_its_own_namespace(history: JobHistory) -> None:
     assert knowledge.share_milli(pod("team-b", "bert-7")) is None, "team b's jobs need whole GPUs"
     assert knowledge.expected_seconds(pod("team-b", "bert-7")) == 99_999, "team b's own history"
     assert knowledge.expected_seconds(pod("team-c", "bert-7")) is None, "no history in team c"
+
+
+@pytest.mark.parametrize(("alone_seconds", "expected"), [(600.0, 60.0), (100.0, 27.5)], ids=["seen-alone", "too-short"])
+def test_a_familys_utilization_is_read_from_its_time_alone_on_a_shared_gpu(history: JobHistory, alone_seconds: float,
+                                                                           expected: float) -> None:
+    """Its runs' means (0.2, 0.3, 0.4, and 0.25 for a run that shared its GPU with gpt) include time a partner
+    took part of the GPU; 300 s or more alone at 0.6 is what it uses by itself. Less than that says nothing, and
+    the runs' median (0.275) stands."""
+    history.save(replace(finished("team-a", "bert-9", 400, 0.25), created=datetime.now(UTC) - timedelta(days=1),
+                         sharing=(SharedUse(ALONE, alone_seconds, 0.6 * alone_seconds),
+                                  SharedUse("team-a/gpt", 900.0, 0.2 * 900.0))))
+    profile = HistoryKnowledge(history).profile(pod("team-a", "bert-7"))
+    assert profile is not None
+    assert profile.gpu_util == pytest.approx(expected)
+    other = HistoryKnowledge(history).profile(pod("team-b", "bert-7"))
+    assert other is not None
+    assert other.gpu_util == pytest.approx(100.0), "another namespace's family keeps its own"
 
 
 def test_answers_are_cached_for_the_ttl(history: JobHistory) -> None:

@@ -1,7 +1,13 @@
 """The job history as the scheduler's knowledge (``scheduler.knowledge.Knowledge``): a family's median run time,
-what its jobs used alone per GPU, and the share it needs (``core.rightsizing``); and, for the co-location rule
+what its jobs use alone per GPU, and the share it needs (``core.rightsizing``); and, for the co-location rule
 (``core.interference.KnownPairs``), how fast each family ran beside each other one on a shared GPU
 (``kubecell.profiler.pairs``), read again at most once per ``ttl_seconds``.
+
+A family's solo GPU utilization is its busy fraction while alone on a time-sliced GPU, where the profiler saw it
+alone long enough (``pair_min_seconds``): a run that shared a GPU reads lower, its partner having taken part of
+the GPU's time, so on a cluster that shares much, the runs' whole means would make every family look lighter
+than it is, and the summed-utilization rules would pack more than they mean to. Elsewhere (never alone on a
+shared GPU: whole GPUs, MPS) it is the median of its runs' mean use.
 
 A pod's family is its controller owner's name family (else its own name's) **in its own namespace**: another
 team's jobs, whatever they are named, never change what the scheduler expects of this one. A run time comes from
@@ -16,6 +22,7 @@ and users come from pods, and the admission webhook is asked for every pod a nam
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import time
 from collections import OrderedDict
@@ -23,13 +30,14 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from kubecell.core.errors import InvalidInputError
 from kubecell.core.interference.history import PairHistory
 from kubecell.core.interference.profile import JobKey, SoloProfile
 from kubecell.core.rightsizing import recommend
 from kubecell.profiler.history import JobHistory, Outcome, ProfilerStoreError
 from kubecell.profiler.identity import family_of
 from kubecell.profiler.jobs import user_of
-from kubecell.profiler.pairs import pair_history
+from kubecell.profiler.pairs import ALONE, MIN_SECONDS, pair_history
 from kubecell.profiler.recommend import usage_profile
 
 log = logging.getLogger("kubecell.profiler.knowledge")
@@ -53,12 +61,19 @@ class HistoryKnowledge:
     """Answers from a :class:`JobHistory` (see the module)."""
 
     def __init__(self, history: JobHistory, *, ttl_seconds: float = 300.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, pair_min_seconds: float = MIN_SECONDS) -> None:
+        """``pair_min_seconds``: the observed time a pair (and a family alone) needs before its speed counts
+        (``profiler.pairs``); a bench that runs jobs for seconds instead of hours scales it down with them."""
+        if not (math.isfinite(pair_min_seconds) and pair_min_seconds >= 0):
+            raise InvalidInputError(f"pair_min_seconds {pair_min_seconds} is not a time", field="pair_min_seconds")
         self.history = history
         self.ttl_seconds = ttl_seconds
+        self.pair_min_seconds = pair_min_seconds
         self.clock = clock
         self._cache: OrderedDict[FamilyKey, tuple[float, Answers]] = OrderedDict()
         self._pairs = PairHistory()
+        self._alone: dict[str, float] = {}
+        """``namespace/family`` -> its busy fraction of a GPU while alone on it (time-sliced shares only)."""
         self._pairs_read: float | None = None
         self._last_key: tuple[Mapping[str, Any], FamilyKey] | None = None
 
@@ -106,8 +121,11 @@ class HistoryKnowledge:
             return expected, None, None
         advice = recommend(family, profiles)
         share = advice.milli if advice.milli is not None and not advice.whole_gpu else None
-        means = [statistics.fmean(p.gpu_utilization) for p in profiles]  # decile mean: near the time mean
-        util = 100.0 * min(1.0, statistics.median(means))
+        self._read_sharing()
+        alone = self._alone.get(f"{namespace}/{family}")
+        if alone is None:  # never observed alone under time-slicing: its runs' own use, shared or not
+            alone = statistics.median(statistics.fmean(p.gpu_utilization) for p in profiles)  # decile mean ~ time mean
+        util = 100.0 * min(1.0, alone)
         peak = max(p.gpu_memory_mib[-1] for p in profiles)
         # No memory-controller series is kept: its utilization is taken as the compute's (the conservative side
         # for a calibrated bandwidth term, and exact where the model's bandwidth term is 0).
@@ -128,15 +146,23 @@ class HistoryKnowledge:
 
     def speed(self, own: JobKey, partner: JobKey) -> float | None:
         """How fast ``own``'s family ran beside ``partner``'s on a shared GPU (None: not observed long enough),
-        from the jobs of the last ``PAIR_MEMORY``. The sharing rows are read again once ``ttl_seconds`` have
-        passed; while the database fails, the pairs read last are kept (a pair once seen does not turn unknown
-        because a read failed)."""
-        now = self.clock()
-        if self._pairs_read is None or now - self._pairs_read >= self.ttl_seconds:
-            self._pairs_read = now
-            try:
-                recent = self.history.sharing(created_since=datetime.now(UTC) - PAIR_MEMORY)
-                self._pairs = pair_history(recent)
-            except ProfilerStoreError as error:
-                log.warning("job history unreadable for the pairs that shared a GPU: %s", error)
+        from the jobs of the last ``PAIR_MEMORY``."""
+        self._read_sharing()
         return self._pairs.speed(own, partner)
+
+    def _read_sharing(self) -> None:
+        """The sharing rows, read again once ``ttl_seconds`` have passed: each pair's speed, and each family's
+        busy fraction alone. While the database fails, what was read last is kept (a pair once seen does not turn
+        unknown because a read failed)."""
+        now = self.clock()
+        if self._pairs_read is not None and now - self._pairs_read < self.ttl_seconds:
+            return
+        self._pairs_read = now
+        try:
+            recent = self.history.sharing(created_since=datetime.now(UTC) - PAIR_MEMORY)
+        except ProfilerStoreError as error:
+            log.warning("job history unreadable for the pairs that shared a GPU: %s", error)
+            return
+        self._pairs = pair_history(recent, min_seconds=self.pair_min_seconds)
+        self._alone = {row.family: row.busy_seconds / row.seconds for row in recent
+                       if row.partner == ALONE and row.seconds > 0 and row.seconds >= self.pair_min_seconds}
