@@ -38,7 +38,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -199,11 +199,13 @@ def profiler(kube: Kube, url: str, history_url: str, namespace: str, every: floa
             print(f"  profiler: {len(failures)} failed passes, first: {failures[0]}", file=sys.stderr)
 
 
-def replay(kube: Kube, specs: Sequence[JobSpec], namespace: str, timeout: float) -> Replayed:
+def replay(kube: Kube, specs: Sequence[JobSpec], namespace: str, timeout: float,
+           make: Callable[[JobSpec, int, str], dict[str, Any]] = manifest) -> Replayed:
     """Create each job's pod at its submit time, and a new one when the scheduler preempts it (the pod is evicted:
     gone, or Failed), as a Job's controller would; the new pod runs the whole time again, as the simulator's job
     restarts from its last checkpoint (none, at these lengths). Each job's JCT and first wait are measured from
-    its submit time to when the pods' list first shows it bound and Succeeded."""
+    its submit time to when the pods' list first shows it bound and Succeeded. ``make`` writes attempt N of a job's
+    pod (named ``pod_name(spec, N)``)."""
     pending = sorted(specs, key=lambda spec: spec.submit_time)
     running: dict[str, tuple[JobSpec, int]] = {}  # pod name -> its job and attempt
     submitted: dict[str, float] = {}
@@ -218,7 +220,7 @@ def replay(kube: Kube, specs: Sequence[JobSpec], namespace: str, timeout: float)
             raise TimeoutError(f"{len(specs) - len(ended)} of {len(specs)} jobs not ended after {timeout:.0f} s")
         while pending and pending[0].submit_time <= time.monotonic() - start:
             spec = pending.pop(0)
-            kube.create(path, manifest(spec, 0, namespace))
+            kube.create(path, make(spec, 0, namespace))
             submitted[spec.name] = time.monotonic()
             running[pod_name(spec, 0)] = (spec, 0)
         seen = time.monotonic()
@@ -234,7 +236,7 @@ def replay(kube: Kube, specs: Sequence[JobSpec], namespace: str, timeout: float)
             elif pod is None or phase == "Failed" or pod["metadata"].get("deletionTimestamp"):
                 del running[name]  # preempted: its controller makes another
                 restarts += 1
-                kube.create(path, manifest(spec, attempt + 1, namespace))
+                kube.create(path, make(spec, attempt + 1, namespace))
                 running[pod_name(spec, attempt + 1)] = (spec, attempt + 1)
         time.sleep(POLL_SECONDS)
     return Replayed([ended[job] - submitted[job] for job in submitted],
@@ -278,12 +280,40 @@ def live(kube: Kube, specs: Sequence[JobSpec], order: str, past: Mapping[str, tu
                    len(estimated) / len(specs), done.restarts, filed)
 
 
-def tenants(kube: Kube) -> None:
+def tenants(kube: Kube, spec: Mapping[str, Any] = TENANTS) -> None:
+    """The scheduler's tenancy, in the ConfigMap it reads (``kubecell-system/kubecell-tenants``)."""
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                        "metadata": {"name": "kubecell-system"}})
     kube.create("/api/v1/namespaces/kubecell-system/configmaps",
                 {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kubecell-tenants"},
-                 "data": {"tenants.yaml": json.dumps(TENANTS)}})
+                 "data": {"tenants.yaml": json.dumps(spec)}})
+
+
+@contextmanager
+def cluster_on_testbed(cluster: str, scratch: Path, spec: Mapping[str, Any], nodes: int | None = None
+                       ) -> Iterator[Kube]:
+    """A testbed of ``cluster`` under ``scratch``, told the tenancy ``spec``: yields an admin client; everything
+    is stopped at the end."""
+    testbed.up(cluster, nodes=nodes, directory=scratch / "testbed", log=lambda line: print(line, file=sys.stderr))
+    try:
+        state = testbed.status(scratch / "testbed")
+        assert state is not None
+        kube = Kube.from_kubeconfig(state.admin_kubeconfig)
+        try:
+            tenants(kube, spec)
+            yield kube
+        finally:
+            kube.close()
+    finally:
+        testbed.down(scratch / "testbed")
+
+
+def print_ratios(name: str, rows: Sequence[tuple[Any, Any]], baseline: str, base: Sequence[tuple[Any, Any]]) -> None:
+    """Per seed, ``name``'s avg JCT over ``baseline``'s, live (the rows' first figures) and simulated (second)."""
+    for label, index in (("live", 0), ("simulated", 1)):
+        ratios = [r[index].avg_jct / b[index].avg_jct for r, b in zip(rows, base, strict=True)]
+        print(f"  {name} avg JCT / {baseline}'s, {label}: {statistics.fmean(ratios):.3f} "
+              f"({', '.join(f'{r:.3f}' for r in ratios)})")
 
 
 def main() -> int:
@@ -311,20 +341,14 @@ def main() -> int:
           f"{args.cap_seconds:g} s), load {args.load}, {NODES} x {GPUS_PER_NODE} GPUs, 2 VCs, "
           f"{args.past_runs} earlier runs per family, seeds {seeds}")
     rows: dict[str, list[tuple[Figures, Figures]]] = {"age": [], "history": []}
+    try:
+        binaries()
+    except PrometheusMissingError as error:
+        print(f"cannot run: {error}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="kubecell-order-") as scratch_dir:
         scratch = Path(scratch_dir)
-        try:
-            binaries()
-        except PrometheusMissingError as error:
-            print(f"cannot run: {error}", file=sys.stderr)
-            return 2
-        testbed.up("synthetic", nodes=NODES, directory=scratch / "testbed",
-                   log=lambda line: print(line, file=sys.stderr))
-        try:
-            state = testbed.status(scratch / "testbed")
-            assert state is not None
-            kube = Kube.from_kubeconfig(state.admin_kubeconfig)
-            tenants(kube)
+        with cluster_on_testbed("synthetic", scratch, TENANTS, NODES) as kube:
             print(f"  {'seed':>4s} {'order':8s} {'avg JCT s live':>14s} {'sim':>6s} {'p90 live':>9s} {'sim':>6s} "
                   f"{'avg wait live':>13s} {'sim':>6s} {'restarts':>8s} {'sim':>4s} {'estimated':>9s} {'filed':>5s}")
             for seed in seeds:
@@ -340,13 +364,7 @@ def main() -> int:
                           f"{measured.p90_jct:9.1f} {simulated.p90_jct:6.1f} {measured.avg_wait:13.1f} "
                           f"{simulated.avg_wait:6.1f} {measured.restarts:8d} {simulated.restarts:4d} "
                           f"{measured.estimated:9.0%} {measured.filed:5d}", flush=True)
-            kube.close()
-        finally:
-            testbed.down(scratch / "testbed")
-    for label, index in (("live", 0), ("simulated", 1)):
-        ratios = [h[index].avg_jct / a[index].avg_jct for h, a in zip(rows["history"], rows["age"], strict=True)]
-        print(f"  history avg JCT / age's, {label}: {statistics.fmean(ratios):.3f} "
-              f"({', '.join(f'{r:.3f}' for r in ratios)})")
+    print_ratios("history", rows["history"], "age", rows["age"])
     return 0
 
 
