@@ -137,7 +137,7 @@ class FakeNvmlModule:
                 types.SimpleNamespace(pid=101, usedGpuMemory=None)] if handle.index == 0 else []
 
     def nvmlDeviceGetProcessUtilization(self, handle: Handle, since: int) -> list[Any]:  # noqa: N802
-        return [types.SimpleNamespace(pid=100, smUtil=42)]
+        return [types.SimpleNamespace(pid=100, smUtil=42, memUtil=17)]
 
     def nvmlEventSetCreate(self) -> str:  # noqa: N802
         return "event-set"
@@ -179,7 +179,7 @@ def test_discovery_reads_identity_topology_and_mig() -> None:
 
 def test_processes_carry_memory_and_utilisation() -> None:
     nvml = backend(FakeNvmlModule())
-    assert nvml.processes(0) == [GpuProcess(100, 512, 42), GpuProcess(101, 0, None)]
+    assert nvml.processes(0) == [GpuProcess(100, 512, 42, 17), GpuProcess(101, 0, None, None)]
     assert nvml.processes(1) == []
 
 

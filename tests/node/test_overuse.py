@@ -204,14 +204,17 @@ def test_metrics_per_pod_and_gpu_and_gone_with_the_processes(tmp_path: Path) -> 
     pod = pod_dict("p", UID, record(UID, HALF))
     registry = CollectorRegistry()
     monitor = OveruseMonitor(cast(Kube, RecordingKube()), NODE, backend, lambda: [pod], registry, proc_root=tmp_path)
-    backend.set_processes(0, [GpuProcess(100, 2_048, 35)])
+    backend.set_processes(0, [GpuProcess(100, 2_048, 35, 12), GpuProcess(103, 0, 5, None)])
+    Proc(tmp_path).put(103, UID)  # a second process of the pod: its readings add up
     monitor.sample()
     labels = {"pod": "p", "namespace": "ns", "node": NODE, "gpu": GPU0}
     assert registry.get_sample_value("kubecell_node_gpu_pod_memory_bytes", labels) == 2_048 * 2**20
-    assert registry.get_sample_value("kubecell_node_gpu_pod_utilization_ratio", labels) == pytest.approx(0.35)
+    assert registry.get_sample_value("kubecell_node_gpu_pod_utilization_ratio", labels) == pytest.approx(0.40)
+    assert registry.get_sample_value("kubecell_node_gpu_pod_memory_utilization_ratio", labels) == pytest.approx(0.12)
     backend.set_processes(0, [])
     monitor.sample()
-    assert registry.get_sample_value("kubecell_node_gpu_pod_memory_bytes", labels) is None
+    for name in ("memory_bytes", "utilization_ratio", "memory_utilization_ratio"):
+        assert registry.get_sample_value(f"kubecell_node_gpu_pod_{name}", labels) is None, name
 
 
 def test_eviction_is_off_by_default_and_waits_for_the_grace_period(tmp_path: Path) -> None:

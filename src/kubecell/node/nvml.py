@@ -73,11 +73,14 @@ class GpuDevice:
 
 @dataclass(frozen=True, slots=True)
 class GpuProcess:
-    """A process using a GPU: its memory and (when the driver samples it) its SM utilisation."""
+    """A process using a GPU: its memory and (when the driver samples it) its SM and memory-controller
+    utilisation (the second tells a bandwidth-bound job from a compute-bound one, which the co-location
+    predictor weighs)."""
 
     pid: int
     memory_mib: int
     utilization_percent: int | None = None
+    memory_utilization_percent: int | None = None
 
 
 @runtime_checkable
@@ -255,11 +258,13 @@ class NvmlBackend:
         for process in running:
             used = getattr(process, "usedGpuMemory", None)
             memory = int(used) // MIB if isinstance(used, int) and used >= 0 else 0  # None: not permitted to read
-            result.append(GpuProcess(int(process.pid), memory, samples.get(int(process.pid))))
+            sm, controller = samples.get(int(process.pid), (None, None))
+            result.append(GpuProcess(int(process.pid), memory, sm, controller))
         return result
 
-    def _utilisation(self, handle: Any, where: str) -> dict[int, int]:
-        """SM utilisation per pid over the driver's last sampling window (empty where unsupported or idle)."""
+    def _utilisation(self, handle: Any, where: str) -> dict[int, tuple[int, int | None]]:
+        """SM and memory-controller utilisation per pid over the driver's last sampling window (empty where
+        unsupported or idle)."""
         since = int((time.time() - 10) * 1_000_000)
         try:
             samples = self.call("nvmlDeviceGetProcessUtilization", handle, since, device=where)
@@ -267,7 +272,8 @@ class NvmlBackend:
             if error.code in (self._nvml.NVML_ERROR_NOT_SUPPORTED, self._nvml.NVML_ERROR_NOT_FOUND):
                 return {}
             raise
-        return {int(sample.pid): int(sample.smUtil) for sample in samples or ()}
+        return {int(sample.pid): (int(sample.smUtil), _percent(getattr(sample, "memUtil", None)))
+                for sample in samples or ()}
 
     # ------------------------------------------------------------------ events
     def _event_set(self) -> Any:
@@ -341,3 +347,8 @@ def summary(devices: Sequence[GpuDevice]) -> str:
     for device in devices:
         counts[device.product] = counts.get(device.product, 0) + 1
     return ", ".join(f"{n} x {product}" for product, n in counts.items()) or "no GPUs"
+
+
+def _percent(value: Any) -> int | None:
+    """A driver's per-process percentage, or None where it gave none or nonsense."""
+    return int(value) if isinstance(value, int) and 0 <= value <= 100 else None

@@ -21,7 +21,8 @@ What it reports, per pod and kind of overuse, once per *episode* (from the first
 ``calm_samples`` consecutive samples within the share): a Warning Event on the pod (reason ``GPUOveruse``,
 with the numbers and the isolation mode, so ``kubectl describe pod`` says what happened and what was
 enforced), the count ``kubecell_node_gpu_overuse_total{kind}``, and on every sample the gauges
-``kubecell_node_gpu_pod_memory_bytes`` and ``kubecell_node_gpu_pod_utilization_ratio`` per pod and GPU
+``kubecell_node_gpu_pod_memory_bytes``, ``kubecell_node_gpu_pod_utilization_ratio`` and
+``kubecell_node_gpu_pod_memory_utilization_ratio`` (the memory controller's busy share) per pod and GPU
 (labels ``pod``, ``namespace``, ``node``, ``gpu``: the node names where a GPU UUID is, for the profiler and
 for a Prometheus that scrapes the agents without relabelling).
 With ``evict_after_seconds`` set (off by default: a detector that kills work must be opted into), a pod
@@ -119,6 +120,8 @@ class Usage:
     memory_mib: int = 0
     utilization: float = 0.0
     """SM utilisation in percent (a process NVML did not sample in its window was idle: 0)."""
+    memory_utilization: float = 0.0
+    """Memory-controller utilisation in percent, as ``utilization``."""
     pids: list[int] = field(default_factory=list)
 
 
@@ -199,6 +202,9 @@ class OveruseMonitor:
         self.utilization = Gauge("kubecell_node_gpu_pod_utilization_ratio", "SM utilisation of a pod's processes on "
                                  "a GPU in the last sample (0..1 of the GPU)", ["pod", "namespace", "node", "gpu"],
                                  registry=registry)
+        self.memory_utilization = Gauge("kubecell_node_gpu_pod_memory_utilization_ratio", "Memory-controller "
+                                        "utilisation of a pod's processes on a GPU in the last sample (0..1)",
+                                        ["pod", "namespace", "node", "gpu"], registry=registry)
         self.overuse_total = Counter("kubecell_node_gpu_overuse", "Overuse episodes begun, by kind: memory (above "
                                      "the grant), utilization (sustained above the share), unaccounted (a pod "
                                      "without an allocation record using a GPU)", ["kind"], registry=registry)
@@ -240,6 +246,7 @@ class OveruseMonitor:
                 usage = found.setdefault(uid, {}).setdefault(device.uuid, Usage(device.index, device.uuid))
                 usage.memory_mib += process.memory_mib
                 usage.utilization += process.utilization_percent or 0
+                usage.memory_utilization += process.memory_utilization_percent or 0
                 usage.pids.append(process.pid)
         return found
 
@@ -255,8 +262,9 @@ class OveruseMonitor:
                 series.add(labels)
                 self.memory_bytes.labels(*labels).set(used.memory_mib * MIB)
                 self.utilization.labels(*labels).set(min(used.utilization, 100.0) / 100.0)
+                self.memory_utilization.labels(*labels).set(min(used.memory_utilization, 100.0) / 100.0)
         for labels in self._series - series:
-            for gauge in (self.memory_bytes, self.utilization):
+            for gauge in (self.memory_bytes, self.utilization, self.memory_utilization):
                 with contextlib.suppress(KeyError):
                     gauge.remove(*labels)
         self._series = series
