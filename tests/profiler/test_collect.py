@@ -67,7 +67,7 @@ def test_selectors_quote_and_exclude() -> None:
     assert not source.keeps({})
     assert not source.keeps({"container": "POD"})
     assert source.keeps({"container": "app"})
-    assert [m.name for m in METRICS] == ["gpu_utilization", "gpu_memory", "cpu", "memory"]
+    assert [m.name for m in METRICS] == ["gpu_utilization", "gpu_memory", "gpu_memory_utilization", "cpu", "memory"]
 
 
 # -------------------------------------------------------------------------------------- a real Prometheus
@@ -99,6 +99,12 @@ def families() -> list[Family]:
              [(t, 25.0) for t in T]),
             # the agent's pod is seen by dcgm-exporter too: the agent's own series win
             ({**dcgm, "pod": "agent", "namespace": NS}, [(t, 99.0) for t in T]),
+        ]),
+        Family("kubecell_node_gpu_pod_memory_utilization_ratio", "gauge", [
+            ({"pod": "agent", "namespace": NS, **kubecell}, [(t, util(i) / 2) for i, t in enumerate(T)]),
+        ]),
+        Family("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", [
+            ({**dcgm, "pod": "dcgm", "namespace": NS}, [(t, 30.0) for t in T]),
         ]),
         Family("DCGM_FI_DEV_FB_USED", "gauge", [
             ({**dcgm, "pod": "dcgm", "namespace": NS}, [(t, 1024.0 + i) for i, t in enumerate(T)]),
@@ -145,6 +151,17 @@ def test_the_first_source_with_series_is_read(profile: Profile) -> None:
     assert memory.series["dcgm"].source == "DCGM_FI_DEV_FB_USED"
     assert [v for _, v in memory.series["dcgm"].samples] == [(1024.0 + i) * MIB for i in range(10)]
     assert memory.pods["dcgm"].mean == pytest.approx((1024 + 4.5) * MIB)
+
+
+def test_memory_controller_time_is_read_where_an_exporter_gives_it_and_missed_by_nobody(profile: Profile) -> None:
+    controller = profile.metrics["gpu_memory_utilization"]
+    assert controller.series["agent"].source == "kubecell_node_gpu_pod_memory_utilization_ratio"
+    assert [v for _, v in controller.series["agent"].samples] == [util(i) / 2 for i in range(10)]
+    assert controller.series["dcgm"].source == "DCGM_FI_DEV_MEM_COPY_UTIL"
+    assert [v for _, v in controller.series["dcgm"].samples] == [0.30] * 10
+    assert sorted(controller.pods) == ["agent", "dcgm"]
+    assert not [p for p in profile.problems if p.metric == "gpu_memory_utilization" and "no samples" in p.reason], \
+        "an optional metric's absence is not a problem"
 
 
 def test_cadvisor_rows_of_the_pod_and_the_pause_container_are_left_out(profile: Profile) -> None:

@@ -80,6 +80,22 @@ def test_a_familys_utilization_is_read_from_its_time_alone_on_a_shared_gpu(histo
     assert other.gpu_util == pytest.approx(100.0), "another namespace's family keeps its own"
 
 
+def test_a_familys_memory_controller_time_is_its_kernels_share_of_its_compute(history: JobHistory) -> None:
+    """Without a memory-controller series the controller is taken as busy as the SMs; with one, the family's
+    controller time per SM time (0.5 here, the median over its jobs) scales whatever its utilization is."""
+    knowledge = HistoryKnowledge(history)
+    profile = knowledge.profile(pod("team-a", "bert-7"))
+    assert profile is not None
+    assert profile.gmem_util == profile.gpu_util == pytest.approx(30.0)
+    for i, (util, controller) in enumerate([(0.4, 0.2), (0.6, 0.3), (0.2, 0.2)]):
+        job = finished("team-c", f"gpt-{i}", 100, util)
+        history.save(replace(job, metrics={**job.metrics, "gpu_memory_utilization": distribution([controller] * 5)}))
+    profile = HistoryKnowledge(history).profile(pod("team-c", "gpt-7"))
+    assert profile is not None
+    assert profile.gpu_util == pytest.approx(40.0)
+    assert profile.gmem_util == pytest.approx(20.0)
+
+
 def test_answers_are_cached_for_the_ttl(history: JobHistory) -> None:
     now = [0.0]
     knowledge = HistoryKnowledge(history, ttl_seconds=60, clock=lambda: now[0])

@@ -26,7 +26,7 @@ import math
 import statistics
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -34,11 +34,12 @@ from kubecell.core.errors import InvalidInputError
 from kubecell.core.interference.history import PairHistory
 from kubecell.core.interference.profile import JobKey, SoloProfile
 from kubecell.core.rightsizing import recommend
-from kubecell.profiler.history import JobHistory, Outcome, ProfilerStoreError
+from kubecell.profiler.history import JobHistory, JobRecord, Outcome, ProfilerStoreError
 from kubecell.profiler.identity import family_of
 from kubecell.profiler.jobs import user_of
 from kubecell.profiler.pairs import ALONE, MIN_SECONDS, pair_history
 from kubecell.profiler.recommend import usage_profile
+from kubecell.profiler.sources import GPU_MEMORY_UTILIZATION, GPU_UTILIZATION
 
 log = logging.getLogger("kubecell.profiler.knowledge")
 
@@ -127,9 +128,8 @@ class HistoryKnowledge:
             alone = statistics.median(statistics.fmean(p.gpu_utilization) for p in profiles)  # decile mean ~ time mean
         util = 100.0 * min(1.0, alone)
         peak = max(p.gpu_memory_mib[-1] for p in profiles)
-        # No memory-controller series is kept: its utilization is taken as the compute's (the conservative side
-        # for a calibrated bandwidth term, and exact where the model's bandwidth term is 0).
-        return expected, SoloProfile(JobKey(f"{namespace}/{family}"), util, util, peak), share  # keyed as family()
+        controller = min(100.0, util * _controller_per_compute(jobs))
+        return expected, SoloProfile(JobKey(f"{namespace}/{family}"), util, controller, peak), share  # as family()
 
     def expected_seconds(self, pod: Mapping[str, Any]) -> float | None:
         return self._answers(pod)[0]
@@ -166,3 +166,15 @@ class HistoryKnowledge:
         self._pairs = pair_history(recent, min_seconds=self.pair_min_seconds)
         self._alone = {row.family: row.busy_seconds / row.seconds for row in recent
                        if row.partner == ALONE and row.seconds > 0 and row.seconds >= self.pair_min_seconds}
+
+
+def _controller_per_compute(jobs: Sequence[JobRecord]) -> float:
+    """The family's memory-controller time per unit of SM time: the median over its jobs with both series. The
+    ratio is the kernels' own (time-slicing scales both alike), so it carries over to the utilization read from
+    time alone. Without the series (an exporter that does not give it) 1.0: the controller taken as busy as the
+    SMs, the side on which a calibrated bandwidth term predicts more slowdown, never less. That side costs: on
+    ``bench/colocation_live.py``'s workload the adaptive rule then shares too little while jobs queue."""
+    ratios = [controller.mean / compute.mean for job in jobs
+              if (compute := job.metrics.get(GPU_UTILIZATION.name)) is not None and compute.mean > 0
+              and (controller := job.metrics.get(GPU_MEMORY_UTILIZATION.name)) is not None]
+    return float(statistics.median(ratios)) if ratios else 1.0

@@ -11,6 +11,11 @@ every pod mapped to it). Values are converted to one canonical unit per metric:
   by 100), else ``DCGM_FI_PROF_SM_ACTIVE`` (0..1, the profiling metric, where only that is collected).
 - ``gpu_memory``: bytes, summed over the pod's GPUs. From ``kubecell_node_gpu_pod_memory_bytes``, else
   ``DCGM_FI_DEV_FB_USED`` (MiB, times 2**20).
+- ``gpu_memory_utilization``: a ratio of one GPU's memory-controller time, summed over the pod's GPUs: how
+  bandwidth-bound the job is, which the co-location predictor weighs beside its SM time. From
+  ``kubecell_node_gpu_pod_memory_utilization_ratio`` (NVML's per-process ``memUtil``), else dcgm-exporter's
+  ``DCGM_FI_DEV_MEM_COPY_UTIL`` (percent). Optional: where no exporter gives it, nothing is reported missing
+  and the scheduler takes a family's compute utilization for it.
 - ``cpu``: cores, the per-container rate of cAdvisor's counter ``container_cpu_usage_seconds_total`` (seconds
   of CPU per second), summed over the pod's containers.
 - ``memory``: bytes, cAdvisor's ``container_memory_working_set_bytes`` (what the kubelet evicts on), summed
@@ -72,11 +77,13 @@ class Source:
 
 @dataclass(frozen=True)
 class Metric:
-    """A metric the profiler keeps a distribution of, its canonical unit and its sources by preference."""
+    """A metric the profiler keeps a distribution of, its canonical unit and its sources by preference.
+    ``optional``: a refinement some exporters give; a pod without its series is not a problem of its job."""
 
     name: str
     unit: str
     sources: tuple[Source, ...]
+    optional: bool = False
 
 
 def _regex_literal(text: str) -> str:
@@ -95,6 +102,11 @@ GPU_MEMORY: Final = Metric("gpu_memory", "bytes", (
     Source("kubecell_node_gpu_pod_memory_bytes"),
     Source("DCGM_FI_DEV_FB_USED", multiply=MIB),
 ))
+GPU_MEMORY_UTILIZATION: Final = Metric("gpu_memory_utilization", "ratio of one GPU's memory-controller time "
+                                       "(summed over GPUs)", (
+    Source("kubecell_node_gpu_pod_memory_utilization_ratio"),
+    Source("DCGM_FI_DEV_MEM_COPY_UTIL", divide=100),
+), optional=True)
 CPU: Final = Metric("cpu", "cores", (
     Source("container_cpu_usage_seconds_total", kind="counter", exclude=CADVISOR_ROWS_NOT_CONTAINERS),
 ))
@@ -102,4 +114,4 @@ MEMORY: Final = Metric("memory", "bytes", (
     Source("container_memory_working_set_bytes", exclude=CADVISOR_ROWS_NOT_CONTAINERS),
 ))
 
-METRICS: Final[tuple[Metric, ...]] = (GPU_UTILIZATION, GPU_MEMORY, CPU, MEMORY)
+METRICS: Final[tuple[Metric, ...]] = (GPU_UTILIZATION, GPU_MEMORY, GPU_MEMORY_UTILIZATION, CPU, MEMORY)
