@@ -77,6 +77,7 @@ from kubecell.profiler.history import JobHistory, JobRecord, Outcome, SharedUse
 from kubecell.profiler.knowledge import HistoryKnowledge
 from kubecell.profiler.pairs import ALONE
 from kubecell.profiler.recommend import GPU_MEMORY, GPU_UTILIZATION
+from kubecell.profiler.sources import GPU_MEMORY_UTILIZATION
 from kubecell.scheduler.options import SchedulerOptions, engine_options
 from kubecell.sim.colocation.experiment import ExperimentConfig, calibrate
 from kubecell.sim.colocation.speeds import PairSpeeds
@@ -98,9 +99,9 @@ TENANTS = {"virtualClusters": {VC: {"gpus": GPUS}}}
 RULES = ("blind", "alnair 70 %", "kubecell + history")
 WARM_SEED = 1000
 """The first workload's seed offset (as the simulator's experiment): the same families, another draw."""
-PAST_RUNS = 5
-"""Earlier runs alone filed per family: its solo profile is the median over its recent runs, and a family's
-runs in the replay (shared ones read lower) must not move it much."""
+PAST_RUNS = 3
+"""Earlier runs alone filed per family: the history gives a solo profile from 3 finished runs, its utilization
+read from their time alone (``HistoryKnowledge``), so the replay's shared runs do not move it."""
 ALONE_SECONDS = 600.0
 """How long each earlier run ran alone (its solo baseline for the pairs)."""
 MIB = 1 << 20
@@ -162,21 +163,24 @@ class ByFamily:
 @dataclass
 class Families:
     """The workload's configurations as job families of one namespace: what the history learns of each
-    (``learned``: the solo profile ``HistoryKnowledge`` gives, whose memory-controller utilization is its
-    compute's) and what each really is (``true``: its measured solo profile, keying the pair table)."""
+    (``learned``: the solo profile ``HistoryKnowledge`` gives; its memory-controller utilization is the
+    measured one where the agent exports it, ``controller``, else its compute's) and what each really is
+    (``true``: its measured solo profile, keying the pair table)."""
 
     namespace: str
     names: list[str]
     learned: dict[str, SoloProfile]
     true: dict[JobKey, SoloProfile]
+    controller: bool
 
     @classmethod
-    def of(cls, configurations: Sequence[SoloProfile], namespace: str) -> Families:
+    def of(cls, configurations: Sequence[SoloProfile], namespace: str, controller: bool = True) -> Families:
         names = [f"c{index:02d}" for index in range(len(configurations))]
-        learned = {name: SoloProfile(JobKey(f"{namespace}/{name}"), p.gpu_util, p.gpu_util, p.memory_mib)
+        learned = {name: SoloProfile(JobKey(f"{namespace}/{name}"), p.gpu_util,
+                                     p.gmem_util if controller else p.gpu_util, p.memory_mib)
                    for name, p in zip(names, configurations, strict=True)}
         true = {learned[name].key: p for name, p in zip(names, configurations, strict=True)}
-        return cls(namespace, names, learned, true)
+        return cls(namespace, names, learned, true, controller)
 
 
 def workload(configurations: Sequence[SoloProfile], families: Families, jobs: int, load: float, seed: int,
@@ -255,13 +259,16 @@ def seed_history(history: JobHistory, families: Families, pairs: Mapping[tuple[J
     start = datetime.now(UTC) - timedelta(days=1)
     for name in families.names:
         learned = families.learned[name]
-        util, memory = learned.gpu_util / 100.0, learned.memory_mib * MIB
+        util, memory, controller = learned.gpu_util / 100.0, learned.memory_mib * MIB, learned.gmem_util / 100.0
         beside = [SharedUse(str(partner), seconds, util * weighted)
                   for (own, partner), (seconds, weighted) in sorted(pairs.items(), key=str) if own == learned.key]
         for run in range(PAST_RUNS):
             begun = start + timedelta(minutes=20 * run)
             metrics = {GPU_UTILIZATION: Distribution((util,) * len(QUANTILES), util, 600, ALONE_SECONDS),
                        GPU_MEMORY: Distribution((memory,) * len(QUANTILES), memory, 600, ALONE_SECONDS)}
+            if families.controller:
+                metrics[GPU_MEMORY_UTILIZATION.name] = Distribution((controller,) * len(QUANTILES), controller, 600,
+                                                                    ALONE_SECONDS)
             sharing = (SharedUse(ALONE, ALONE_SECONDS, util * ALONE_SECONDS), *(beside if run == 0 else ()))
             history.save(JobRecord(
                 uid=f"past-{name}-{run}", namespace=families.namespace, owner_kind="Pod",
@@ -285,7 +292,8 @@ def live(kube: Kube, specs: Sequence[JobSpec], rules: Mapping[str, AdmissionRule
         if spec is None:
             return None
         true = model.true[usage_of(spec.member).key]
-        return EmulatedShare(spec.work, usage_of(spec.member).key, true.gpu_util / 100.0, true.memory_mib * MIB)
+        return EmulatedShare(spec.work, usage_of(spec.member).key, true.gpu_util / 100.0, true.memory_mib * MIB,
+                             true.gmem_util / 100.0 if families.controller else None)
 
     gpus = SharedGpus(kube, namespace, share, model.beside, registry)
     with JobHistory.open(history_url) as history:
@@ -328,6 +336,9 @@ def main() -> int:
     parser.add_argument("--profile-every", type=float, default=2.0)
     parser.add_argument("--pair-seconds", type=float, default=3.0,
                         help="observed sharing a pair needs before its speed counts (the profiler's 300 s, scaled)")
+    parser.add_argument("--no-controller-series", action="store_true",
+                        help="the agent exports no memory-controller utilization (a driver that does not sample it): "
+                             "the history takes each family's compute utilization for it")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one run may take before it stops")
     args = parser.parse_args()
     rules_asked = [part.strip() for part in args.rules.split(",") if part.strip()]
@@ -368,7 +379,7 @@ def main() -> int:
                                                                    seed=seed))
                 for rule in rules_asked:
                     run = f"{rule.replace(' + ', '-').replace(' %', '').replace(' ', '-')}-{seed}"
-                    families = Families.of(configurations, f"share-{run}")
+                    families = Families.of(configurations, f"share-{run}", not args.no_controller_series)
                     model = ByFamily(speeds, families.true)
                     specs = workload(configurations, families, args.jobs, args.load, seed, args.median_seconds,
                                      args.cap_seconds)

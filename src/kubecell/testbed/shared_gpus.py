@@ -5,10 +5,10 @@ show what an interference-aware rule is for. Here a share pod bound to a GPU doe
 caller's model gives it beside the other pods on that GPU (read from the allocation record kubecell's binder
 wrote: who shares with whom is the scheduler's decision, nothing else), and is marked Succeeded when the work
 is done. The node agent's per-pod series are exported as the real agent exports them under time-slicing
-(``kubecell_node_gpu_pod_utilization_ratio``, ``kubecell_node_gpu_pod_memory_bytes``; labels ``pod``,
-``namespace``, ``node``, ``gpu``): a pod's solo utilization times its speed, since a job slowed to 0.7x keeps
-the GPU busy 0.7 of the time it did alone. A Prometheus scraping :func:`metrics_endpoint` then gives the
-profiler what it would read on a cluster.
+(``kubecell_node_gpu_pod_utilization_ratio``, ``kubecell_node_gpu_pod_memory_bytes``,
+``kubecell_node_gpu_pod_memory_utilization_ratio``; labels ``pod``, ``namespace``, ``node``, ``gpu``): a pod's
+solo utilization times its speed, since a job slowed to 0.7x keeps the GPU busy 0.7 of the time it did alone.
+A Prometheus scraping :func:`metrics_endpoint` then gives the profiler what it would read on a cluster.
 
 Pods the caller does not describe, pods not Running, pods being deleted and pods without a record are left to
 the fake kubelet. Each tick is one list of the namespace's pods; a failed tick is kept and reported, and the
@@ -48,12 +48,14 @@ K = TypeVar("K", bound=Hashable)
 class EmulatedShare(Generic[K]):
     """What the emulated GPU knows of a pod: its ``work`` (seconds at solo speed), the ``key`` its speed is
     modelled by (a job family), and what the agent reports of it alone: ``utilization`` (0..1 of the GPU's
-    time) and ``memory_bytes``."""
+    time), ``memory_bytes`` and ``memory_utilization`` (0..1 of the memory controller's time; None: not
+    exported, as by an agent whose driver does not sample it)."""
 
     work: float
     key: K
     utilization: float
     memory_bytes: float
+    memory_utilization: float | None = None
 
 
 @dataclass
@@ -82,6 +84,8 @@ class SharedGpus(Generic[K]):
                                  "Share of the GPU's time the pod's processes kept it busy", LABELS, registry=registry)
         self.memory = Gauge("kubecell_node_gpu_pod_memory_bytes", "GPU memory the pod's processes hold", LABELS,
                             registry=registry)
+        self.controller = Gauge("kubecell_node_gpu_pod_memory_utilization_ratio", "Share of the memory "
+                                "controller's time the pod's processes kept it busy", LABELS, registry=registry)
         self.failures: list[BaseException] = []
         self._labels: dict[str, tuple[str, str, str, str]] = {}
 
@@ -106,8 +110,9 @@ class SharedGpus(Generic[K]):
         for name, where in placed.items():
             holders.setdefault((where.node, where.gpu), []).append(name)
         for name in [name for name in self._labels if name not in placed]:
-            self.utilization.remove(*self._labels[name])
-            self.memory.remove(*self._labels[name])
+            for gauge in (self.utilization, self.memory, self.controller):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(*self._labels[name])
             del self._labels[name]
         for name, where in placed.items():
             others = [placed[other].share.key for other in holders[where.node, where.gpu] if other != name]
@@ -118,6 +123,8 @@ class SharedGpus(Generic[K]):
             labels = self._labels[name] = (name, self.namespace, where.node, where.gpu)
             self.utilization.labels(*labels).set(min(1.0, where.share.utilization * speed))
             self.memory.labels(*labels).set(where.share.memory_bytes)
+            if where.share.memory_utilization is not None:
+                self.controller.labels(*labels).set(min(1.0, where.share.memory_utilization * speed))
             if self.done[name] >= where.share.work:
                 with contextlib.suppress(ApiError):  # deleted meanwhile (preempted): nothing to end
                     self.kube.patch(f"/api/v1/namespaces/{self.namespace}/pods/{name}/status",
