@@ -6,14 +6,16 @@ the same kind on the testbed (a real API server, kubecell's scheduler) under thr
 Alnair's 70 % rule and ``kubecell + history`` (the adaptive rule whose idle part asks the pair history first,
 at the cluster's floor ``MEASURED_FLOOR``). Every piece of the loop runs as on a cluster:
 
-- **The GPUs** are emulated (:class:`SharedGpus`): a pod bound to a GPU runs its work at the speed Lucid's pair
+- **The GPUs** are emulated (``testbed.shared_gpus``): a pod bound to a GPU runs its work at the speed Lucid's pair
   table measured for it beside the pod sharing that GPU (alone: solo speed), read from the allocation record
   kubecell's binder wrote, and is marked Succeeded when its work is done. No real GPU is needed, but the speeds
   are measured ones, and who shares with whom is whatever the scheduler decided.
-- **The node agent** is emulated with it: each running share pod's ``kubecell_node_gpu_pod_utilization_ratio``
-  and ``kubecell_node_gpu_pod_memory_bytes`` (labels ``pod``, ``namespace``, ``node``, ``gpu``), as the agent
-  exports them under time-slicing: its solo utilization times its speed (a job slowed to 0.7x keeps the GPU
-  busy 0.7 of the time it did alone). A real Prometheus scrapes them every second.
+- **The node agent** is emulated with it: each running share pod's ``kubecell_node_gpu_pod_utilization_ratio``,
+  ``kubecell_node_gpu_pod_memory_bytes`` and ``kubecell_node_gpu_pod_memory_utilization_ratio`` (labels ``pod``,
+  ``namespace``, ``node``, ``gpu``), as the agent exports them under time-slicing: its solo utilization times
+  its speed (a job slowed to 0.7x keeps the GPU busy 0.7 of the time it did alone). A real Prometheus scrapes
+  them every second. ``--no-controller-series`` leaves the memory controller's series out, as on a node whose
+  driver does not sample it: the history then takes each family's compute utilization for it.
 - **The profiler** runs a pass every ``--profile-every`` seconds (``profile_jobs`` over the API server's pods,
   against that Prometheus) into a SQLite job history, observing which families shared a GPU and how busy each
   was beside the other and alone (``profiler.pairs``).
@@ -33,8 +35,9 @@ the 40 configurations of the pair table), scaled to seconds: run times are multi
 runs ``--median-seconds`` and capped at ``--cap-seconds``, on 2 nodes of 4 RTX 3090, with Poisson arrivals at
 ``--load``. The rules are calibrated as the simulator's experiment calibrates them (3 models held out per seed).
 
-    python bench/colocation_live.py [--jobs 80] [--load 1.2] [--seeds 0,1] [--median-seconds 15]
-                                    [--cap-seconds 150] [--profile-every 2] [--pair-seconds 3]
+    python bench/colocation_live.py [--jobs 80] [--load 1.2] [--seeds 0,1] [--rules blind,...]
+                                    [--median-seconds 15] [--cap-seconds 150] [--profile-every 2]
+                                    [--pair-seconds 3] [--no-controller-series]
 
 Printed per seed and rule: the average and p90 JCT and the average wait, in seconds, live and simulated, the
 share of job-time run beside another job, and the pairs the history knew at the end (live: read from the job
@@ -42,7 +45,7 @@ history; simulated: the simulator's); then each rule's avg JCT over blind packin
 Go for the first testbed build (cached afterwards), Debian's ``prometheus`` and the Lucid tables
 (``../shared/data/colocation``, non-commercial licence: read at run time, never stored); it says which is
 missing and stops. Loopback only; everything it starts is stopped at the end. The jobs run in real time: at the
-default 80 jobs, 4 to 8 minutes per seed and rule here.
+default 80 jobs, about 5 minutes per seed and rule here.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from kubecell.core.engine.job import JobSpec
 from kubecell.core.interference import JobKey, SharedRun, SoloProfile
 from kubecell.core.interference.admission import AdmissionRule
 from kubecell.core.interference.history import MEASURED_FLOOR, KnownPairs, PairHistory, informed_by_pairs
+from kubecell.core.model import Node
 from kubecell.core.placement.colocation import usage_of
 from kubecell.core.tenancy.config import resolve_tenants
 from kubecell.core.topology import CellForest
@@ -79,7 +83,7 @@ from kubecell.profiler.pairs import ALONE
 from kubecell.profiler.recommend import GPU_MEMORY, GPU_UTILIZATION
 from kubecell.profiler.sources import GPU_MEMORY_UTILIZATION
 from kubecell.scheduler.options import SchedulerOptions, engine_options
-from kubecell.sim.colocation.experiment import ExperimentConfig, calibrate
+from kubecell.sim.colocation.experiment import WARM_SEED, ExperimentConfig, calibrate
 from kubecell.sim.colocation.speeds import PairSpeeds
 from kubecell.sim.colocation.workload import SHARE_MILLI, VC, WorkloadSpec, make_workload, paired_configurations
 from kubecell.sim.dynamic.simulator import DynamicSimulation
@@ -97,8 +101,6 @@ CLUSTER = (f"nodeGroups:\n  - count: {NODES}\n    namePrefix: share-\n    gpu: {
            f"{GPUS_PER_NODE}}}\n    cpuMilli: 64000\n    memoryMiB: 262144\n")
 TENANTS = {"virtualClusters": {VC: {"gpus": GPUS}}}
 RULES = ("blind", "alnair 70 %", "kubecell + history")
-WARM_SEED = 1000
-"""The first workload's seed offset (as the simulator's experiment): the same families, another draw."""
 PAST_RUNS = 3
 """Earlier runs alone filed per family: the history gives a solo profile from 3 finished runs, its utilization
 read from their time alone (``HistoryKnowledge``), so the replay's shared runs do not move it."""
@@ -204,7 +206,7 @@ def workload(configurations: Sequence[SoloProfile], families: Families, jobs: in
 
 
 def warm_pairs(rules: Mapping[str, AdmissionRule], speeds: PairSpeeds, configurations: Sequence[SoloProfile],
-               families: Families, args: argparse.Namespace, seed: int, nodes: Sequence[Any]
+               families: Families, args: argparse.Namespace, seed: int, nodes: Sequence[Node]
                ) -> dict[tuple[JobKey, JobKey], tuple[float, float]]:
     """What a first workload of the same families (seed + ``WARM_SEED``) teaches the history rule in the
     simulator: per ordered pair, (seconds, speed-seconds), capped as the profiler reads them."""
@@ -221,7 +223,7 @@ def rule_of(rules: Mapping[str, AdmissionRule], name: str, pairs: KnownPairs) ->
     return rules[name]
 
 
-def simulate(nodes: Sequence[Any], specs: Sequence[JobSpec], rules: Mapping[str, AdmissionRule], name: str,
+def simulate(nodes: Sequence[Node], specs: Sequence[JobSpec], rules: Mapping[str, AdmissionRule], name: str,
              history: Capped, model: ByFamily) -> Figures:
     """The simulator's run of the same jobs with the same rule and starting history."""
     tenants_ = resolve_tenants(TENANTS, CellForest(list(nodes)))

@@ -2,6 +2,7 @@
 
     python bench/colocation_sim.py [--pairs FILE] [--solo FILE] [--jobs N] [--load X[,Y...]] [--seeds 0,1,2]
                                    [--gpus-per-node 4] [--nodes 8] [--in-sample] [--holdout-models 3]
+                                   [--controller-as-compute]
 
 Defaults read Lucid's RTX 3090 tables from ``../shared/data/colocation`` (non-commercial licence: read at run
 time, never stored in the product). Co-located jobs run at the measured pair speeds (``PairSpeeds``); the
@@ -15,7 +16,9 @@ pair did when it shared a GPU before (a history learned on an earlier workload; 
 from nothing as the run goes; ``history, as measured``: learned as a cluster's profiler measures it, from
 utilization, capped at 1 and noisy, with the cluster's floor 0.95; ``history, short readings``: the same, each
 speed also cut by how far the pair table's own GPU reading of that pair falls short of one job at a time).
-See ``kubecell.sim.colocation.experiment`` for the setup.
+See ``kubecell.sim.colocation.experiment`` for the setup. ``--controller-as-compute``: the rules see each job's
+memory-controller utilization as its compute's, as the scheduler's job history does on a cluster that exports
+no controller series (the jobs still run at their measured speeds).
 
 First it prints how the pair table's GPU readings add up: per band of summed solo utilization, the reading
 while the two shared over the sum of each one's solo utilization times its speed (at most 100 %), and how
@@ -131,6 +134,9 @@ def main() -> None:
     parser.add_argument("--gpus-per-node", type=int, default=4)
     parser.add_argument("--in-sample", action="store_true", help="calibrate the rules on every pair")
     parser.add_argument("--holdout-models", type=int, default=3, help="models left out of calibration")
+    parser.add_argument("--controller-as-compute", action="store_true",
+                        help="the rules see each job's memory-controller utilization as its compute's (a cluster "
+                             "that exports no controller series)")
     args = parser.parse_args()
     if args.jobs < 1 or args.nodes < 1 or args.gpus_per_node < 1:
         parser.error("--jobs, --nodes and --gpus-per-node take a whole number of at least 1")
@@ -155,7 +161,8 @@ def main() -> None:
         try:
             results = [run_experiment(runs, solos, ExperimentConfig(
                 nodes=args.nodes, gpus_per_node=args.gpus_per_node, jobs=args.jobs, load=load, seed=seed,
-                in_sample=args.in_sample, holdout_models=args.holdout_models)) for seed in args.seeds]
+                in_sample=args.in_sample, holdout_models=args.holdout_models,
+                controller_known=not args.controller_as_compute)) for seed in args.seeds]
         except InvalidInputError as error:  # a table too small to hold models out of, an impossible setting
             sys.exit(str(error))
         report(load, results)

@@ -7,7 +7,7 @@ import pytest
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.interference import JobKey, SharedRun, SoloProfile
-from kubecell.sim.colocation.workload import WorkloadSpec, make_workload, paired_configurations
+from kubecell.sim.colocation.workload import WorkloadSpec, controller_as_compute, make_workload, paired_configurations
 
 A = SoloProfile(JobKey("a", batch_size=32), 80.0, 40.0, 2000.4)
 B = SoloProfile(JobKey("b"), 60.0, 20.0, 3000.0)
@@ -39,3 +39,12 @@ def test_arrivals_offer_the_asked_load(load: float) -> None:
 def test_a_run_naming_a_job_without_a_profile_is_refused() -> None:
     with pytest.raises(InvalidInputError, match="no solo profile"):
         paired_configurations([SharedRun((A.key, UNPAIRED.key), (0.7, 0.8))], {A.key: A})
+
+
+def test_without_a_controller_series_the_rules_see_the_controller_as_busy_as_the_sms() -> None:
+    jobs = make_workload([A, B], WorkloadSpec(jobs=20, seed=1))
+    seen = controller_as_compute(jobs)
+    assert [job.member.profile for job in seen] == [
+        SoloProfile(p.key, p.gpu_util, p.gpu_util, p.memory_mib) for p in (job.member.profile for job in jobs) if p]
+    assert [(job.name, job.work, job.submit_time, job.member.gpu_milli) for job in seen] == [
+        (job.name, job.work, job.submit_time, job.member.gpu_milli) for job in jobs], "the same jobs otherwise"

@@ -64,7 +64,13 @@ from kubecell.core.placement.registry import DEFAULT_POLICY
 from kubecell.core.tenancy.config import Tenants, resolve_tenants
 from kubecell.core.topology import CellForest
 from kubecell.sim.colocation.speeds import PairSpeeds
-from kubecell.sim.colocation.workload import VC, WorkloadSpec, make_workload, paired_configurations
+from kubecell.sim.colocation.workload import (
+    VC,
+    WorkloadSpec,
+    controller_as_compute,
+    make_workload,
+    paired_configurations,
+)
 from kubecell.sim.dynamic.simulator import DynamicSimulation
 
 RULES = ("no sharing", "blind", "alnair 70 %", "best threshold", "kubecell", "kubecell + score", "kubecell adaptive",
@@ -107,6 +113,9 @@ class ExperimentConfig:
     holdout_models: int = 3
     floor: float = 0.8
     target_rate: float = 0.01
+    controller_known: bool = True
+    """Whether the rules see each job's memory-controller utilization (a cluster whose node agent or
+    dcgm-exporter exports it); False: taken as its compute's, as the scheduler's history does without it."""
 
     @property
     def gpus(self) -> int:
@@ -241,6 +250,8 @@ def simulate(rule_name: str, rule: AdmissionRule, speeds: PairSpeeds, config: Ex
              history: PairHistory | None = None) -> RuleResult:
     nodes, tenants = cluster(config)
     jobs = make_workload(configurations, workload)
+    if not config.controller_known:
+        jobs = controller_as_compute(jobs)
     options = PRESETS["kubecell"].with_(colocation=rule)
     simulation = DynamicSimulation(nodes, tenants, options, jobs, sample_seconds=0, speed_model=speeds,
                                    placement=PLACEMENTS.get(rule_name, DEFAULT_POLICY), pair_history=history)

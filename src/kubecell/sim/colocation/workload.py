@@ -20,6 +20,7 @@ jobs arrive unless sharing adds throughput. One VC owns the whole cluster.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -82,3 +83,17 @@ def make_workload(configurations: Sequence[SoloProfile], spec: WorkloadSpec) -> 
     picks = rng.integers(0, len(configurations), spec.jobs)
     return [share_job(f"job-{index:05d}", configurations[int(pick)], round(float(submit), 3), float(work))
             for index, (pick, submit, work) in enumerate(zip(picks, submits, works, strict=True))]
+
+
+def controller_as_compute(jobs: Sequence[JobSpec]) -> list[JobSpec]:
+    """The jobs as a scheduler sees them without a memory-controller series: each profile's controller
+    utilization taken as its compute's (``HistoryKnowledge``'s fallback where no exporter gives it). What the
+    admission rules read changes; the jobs' speeds do not (the pair table keys them by configuration)."""
+    changed = []
+    for job in jobs:
+        profile = job.member.profile
+        if profile is not None:
+            profile = dataclasses.replace(profile, gmem_util=profile.gpu_util)
+            job = dataclasses.replace(job, member=dataclasses.replace(job.member, profile=profile))
+        changed.append(job)
+    return changed
