@@ -37,7 +37,7 @@ runs ``--median-seconds`` and capped at ``--cap-seconds``, on 2 nodes of 4 RTX 3
 
     python bench/colocation_live.py [--jobs 80] [--load 1.2] [--seeds 0,1] [--rules blind,...]
                                     [--median-seconds 15] [--cap-seconds 150] [--profile-every 2]
-                                    [--pair-seconds 3] [--no-controller-series]
+                                    [--pair-seconds 3] [--no-controller-series] [--simulate-only]
 
 Printed per seed and rule: the average and p90 JCT and the average wait, in seconds, live and simulated, the
 share of job-time run beside another job, and the pairs the history knew at the end (live: read from the job
@@ -119,6 +119,10 @@ class Figures:
     pairs: int
     """Ordered pairs whose speed the history knew at the end (every rule's history learns; only ``kubecell +
     history`` asks it)."""
+
+
+NOT_RUN = Figures(math.nan, math.nan, math.nan, math.nan, 0)
+"""The live figures of a ``--simulate-only`` run."""
 
 
 class Capped(PairHistory):
@@ -341,6 +345,8 @@ def main() -> int:
     parser.add_argument("--no-controller-series", action="store_true",
                         help="the agent exports no memory-controller utilization (a driver that does not sample it): "
                              "the history takes each family's compute utilization for it")
+    parser.add_argument("--simulate-only", action="store_true",
+                        help="the simulator's figures only, in seconds (live columns nan): a preview of a setting")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one run may take before it stops")
     args = parser.parse_args()
     rules_asked = [part.strip() for part in args.rules.split(",") if part.strip()]
@@ -363,7 +369,8 @@ def main() -> int:
           f"a pass every {args.profile_every:g} s, pairs count after {args.pair_seconds:g} s")
     rows: dict[str, list[tuple[Figures, Figures]]] = {rule: [] for rule in rules_asked}
     try:
-        binaries()
+        if not args.simulate_only:
+            binaries()
     except PrometheusMissingError as error:
         print(f"cannot run: {error}", file=sys.stderr)
         return 2
@@ -372,7 +379,9 @@ def main() -> int:
         cluster = scratch / "cluster.yaml"
         cluster.write_text(CLUSTER)
         nodes = load_cluster_nodes(str(cluster))
-        with cluster_on_testbed(str(cluster), scratch, TENANTS) as kube:
+        testbed_run: contextlib.AbstractContextManager[Kube | None] = (
+            contextlib.nullcontext() if args.simulate_only else cluster_on_testbed(str(cluster), scratch, TENANTS))
+        with testbed_run as kube:
             print(f"  {'seed':>4s} {'rule':18s} {'avg JCT s live':>14s} {'sim':>6s} {'p90 live':>9s} {'sim':>6s} "
                   f"{'avg wait live':>13s} {'sim':>6s} {'shared live':>11s} {'sim':>5s} {'pairs live':>10s} "
                   f"{'sim':>4s}")
@@ -387,7 +396,8 @@ def main() -> int:
                                      args.cap_seconds)
                     pairs = (warm_pairs(rules, speeds, configurations, families, args, seed, nodes)
                              if rule == "kubecell + history" else {})
-                    measured = live(kube, specs, rules, rule, families, model, pairs, scratch, run, args)
+                    measured = (NOT_RUN if kube is None
+                                else live(kube, specs, rules, rule, families, model, pairs, scratch, run, args))
                     start = Capped(args.pair_seconds)
                     for (own, partner), (seconds, weighted) in pairs.items():
                         start.observe(own, partner, weighted / seconds, seconds)
