@@ -204,13 +204,18 @@ def test_metrics_per_pod_and_gpu_and_gone_with_the_processes(tmp_path: Path) -> 
     pod = pod_dict("p", UID, record(UID, HALF))
     registry = CollectorRegistry()
     monitor = OveruseMonitor(cast(Kube, RecordingKube()), NODE, backend, lambda: [pod], registry, proc_root=tmp_path)
-    backend.set_processes(0, [GpuProcess(100, 2_048, 35, 12), GpuProcess(103, 0, 5, None)])
+    backend.set_processes(0, [GpuProcess(100, 2_048, 35, 12), GpuProcess(103, 0, 5, 3)])
     Proc(tmp_path).put(103, UID)  # a second process of the pod: its readings add up
     monitor.sample()
     labels = {"pod": "p", "namespace": "ns", "node": NODE, "gpu": GPU0}
     assert registry.get_sample_value("kubecell_node_gpu_pod_memory_bytes", labels) == 2_048 * 2**20
     assert registry.get_sample_value("kubecell_node_gpu_pod_utilization_ratio", labels) == pytest.approx(0.40)
-    assert registry.get_sample_value("kubecell_node_gpu_pod_memory_utilization_ratio", labels) == pytest.approx(0.12)
+    assert registry.get_sample_value("kubecell_node_gpu_pod_memory_utilization_ratio", labels) == pytest.approx(0.15)
+    backend.set_processes(0, [GpuProcess(100, 2_048, 35, None)])  # sampled, no usable controller reading
+    monitor.sample()
+    assert registry.get_sample_value("kubecell_node_gpu_pod_utilization_ratio", labels) == pytest.approx(0.35)
+    assert registry.get_sample_value("kubecell_node_gpu_pod_memory_utilization_ratio", labels) is None, \
+        "no series rather than one that reads low"
     backend.set_processes(0, [])
     monitor.sample()
     for name in ("memory_bytes", "utilization_ratio", "memory_utilization_ratio"):

@@ -122,6 +122,8 @@ class Usage:
     """SM utilisation in percent (a process NVML did not sample in its window was idle: 0)."""
     memory_utilization: float = 0.0
     """Memory-controller utilisation in percent, as ``utilization``."""
+    controller_unknown: bool = False
+    """A process was sampled without a usable memory-controller reading: the pod's sum would read low."""
     pids: list[int] = field(default_factory=list)
 
 
@@ -247,6 +249,8 @@ class OveruseMonitor:
                 usage.memory_mib += process.memory_mib
                 usage.utilization += process.utilization_percent or 0
                 usage.memory_utilization += process.memory_utilization_percent or 0
+                if process.utilization_percent is not None and process.memory_utilization_percent is None:
+                    usage.controller_unknown = True
                 usage.pids.append(process.pid)
         return found
 
@@ -262,7 +266,11 @@ class OveruseMonitor:
                 series.add(labels)
                 self.memory_bytes.labels(*labels).set(used.memory_mib * MIB)
                 self.utilization.labels(*labels).set(min(used.utilization, 100.0) / 100.0)
-                self.memory_utilization.labels(*labels).set(min(used.memory_utilization, 100.0) / 100.0)
+                if used.controller_unknown:  # no series rather than one that reads low
+                    with contextlib.suppress(KeyError):
+                        self.memory_utilization.remove(*labels)
+                else:
+                    self.memory_utilization.labels(*labels).set(min(used.memory_utilization, 100.0) / 100.0)
         for labels in self._series - series:
             for gauge in (self.memory_bytes, self.utilization, self.memory_utilization):
                 with contextlib.suppress(KeyError):

@@ -37,7 +37,7 @@ from kubecell.core.rightsizing import recommend
 from kubecell.profiler.history import JobHistory, JobRecord, Outcome, ProfilerStoreError
 from kubecell.profiler.identity import family_of
 from kubecell.profiler.jobs import user_of
-from kubecell.profiler.pairs import ALONE, MIN_SECONDS, pair_history
+from kubecell.profiler.pairs import ALONE, MIN_SECONDS, MIN_SOLO_BUSY, pair_history
 from kubecell.profiler.recommend import usage_profile
 from kubecell.profiler.sources import GPU_MEMORY_UTILIZATION, GPU_UTILIZATION
 
@@ -173,8 +173,9 @@ def _controller_per_compute(jobs: Sequence[JobRecord]) -> float:
     ratio is the kernels' own (time-slicing scales both alike), so it carries over to the utilization read from
     time alone. Without the series (an exporter that does not give it) 1.0: the controller taken as busy as the
     SMs, the side on which a calibrated bandwidth term predicts more slowdown, never less. That side costs: on
-    ``bench/colocation_live.py``'s workload the adaptive rule then shares too little while jobs queue."""
+    ``bench/colocation_live.py``'s workload the adaptive rule then shares too little while jobs queue. A job that
+    barely used the SMs (under ``MIN_SOLO_BUSY``) has no ratio worth reading: noise over noise."""
     ratios = [controller.mean / compute.mean for job in jobs
-              if (compute := job.metrics.get(GPU_UTILIZATION.name)) is not None and compute.mean > 0
+              if (compute := job.metrics.get(GPU_UTILIZATION.name)) is not None and compute.mean >= MIN_SOLO_BUSY
               and (controller := job.metrics.get(GPU_MEMORY_UTILIZATION.name)) is not None]
     return float(statistics.median(ratios)) if ratios else 1.0
