@@ -10,8 +10,8 @@ is done. The node agent's per-pod series are exported as the real agent exports 
 solo utilization times its speed, since a job slowed to 0.7x keeps the GPU busy 0.7 of the time it did alone.
 A Prometheus scraping :func:`metrics_endpoint` then gives the profiler what it would read on a cluster.
 
-Pods the caller does not describe, pods not Running, pods being deleted and pods without a record are left to
-the fake kubelet. Each tick is one list of the namespace's pods; a failed tick is kept and reported, and the
+Pods the caller does not describe, pods not Running, pods being deleted and pods without a readable record are
+left to the fake kubelet. Each tick is one list of the namespace's pods; a failed tick is kept and reported, and the
 next one goes on.
 """
 
@@ -29,7 +29,7 @@ from typing import Any, Generic, TypeVar
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from kubecell.kube.names import ANNOTATION_ALLOCATION
-from kubecell.kube.records import parse_record
+from kubecell.kube.records import RecordError, parse_record
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.testbed.kubelet import succeeded_status
 
@@ -98,7 +98,11 @@ class SharedGpus(Generic[K]):
             if (share is None or text is None or meta.get("deletionTimestamp")
                     or (pod.get("status") or {}).get("phase") != "Running"):
                 continue
-            record = parse_record(text, pod=meta["name"], uid=meta["uid"])
+            try:
+                record = parse_record(text, pod=meta["name"], uid=meta["uid"])
+            except RecordError as error:  # a record that is not kubecell's: nothing runs on an emulated GPU
+                log.warning("emulated GPUs: %s", error)
+                continue
             if record.gpus:
                 placed[meta["name"]] = _Placed(record.node, record.gpus[0].uuid, share, pod)
         return placed
