@@ -171,3 +171,13 @@ def test_a_bare_pod_is_read_once_per_object(history: JobHistory, monkeypatch: py
     assert knowledge.family(other) == JobKey("team-a/gpt")
     assert knowledge.family(bare) == JobKey("team-a/bert")
     assert parsed == ["bert-9", "gpt-9", "bert-9"]
+
+
+def test_a_forged_controller_series_cannot_raise_past_its_family(history: JobHistory) -> None:
+    """The controller's time comes from node-written series: a negative or absurd one is bounded, not raised."""
+    for i, controller in enumerate([-0.5, -0.5, 50.0]):
+        job = finished("team-d", f"llm-{i}", 100, 0.4)
+        history.save(replace(job, metrics={**job.metrics, "gpu_memory_utilization": distribution([controller] * 5)}))
+    profile = HistoryKnowledge(history).profile(pod("team-d", "llm-7"))
+    assert profile is not None
+    assert profile.gmem_util == 0.0

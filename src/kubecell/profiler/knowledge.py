@@ -128,7 +128,7 @@ class HistoryKnowledge:
             alone = statistics.median(statistics.fmean(p.gpu_utilization) for p in profiles)  # decile mean ~ time mean
         util = 100.0 * min(1.0, alone)
         peak = max(p.gpu_memory_mib[-1] for p in profiles)
-        controller = min(100.0, util * _controller_per_compute(jobs))
+        controller = min(100.0, max(0.0, util * _controller_per_compute(jobs)))  # node-written series: bounded
         return expected, SoloProfile(JobKey(f"{namespace}/{family}"), util, controller, peak), share  # as family()
 
     def expected_seconds(self, pod: Mapping[str, Any]) -> float | None:
