@@ -56,6 +56,15 @@ def test_outcome_and_end_come_from_every_pod() -> None:
     assert running.finished is None
 
 
+def test_a_job_that_finished_before_it_started_has_no_start_and_says_why() -> None:
+    """Both times are a kubelet's: a node whose clock stepped back writes a finish before the start."""
+    (job,) = group_pods([pod("a-0", owner="a", phase="Succeeded", finished="2026-11-01T09:00:00Z")])
+    assert job.outcome == Outcome.SUCCEEDED
+    assert job.started is None, "its run time is unknown, never negative"
+    assert job.finished is not None
+    assert any("before it started" in problem for problem in job.problems), job.problems
+
+
 def test_a_pod_users_wrote_badly_still_lands_in_a_job_with_the_reason() -> None:
     forged = pod("x", annotations={"kubecell.io/topology": "bogus"})
     nameless = {"metadata": {"namespace": "ns"}}

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from kubecell.core.errors import InvalidInputError
 from kubecell.core.interference.profile import JobKey
 from kubecell.profiler.distribution import distribution
 from kubecell.profiler.history import JobHistory, JobRecord, Outcome, SharedUse
@@ -113,17 +114,39 @@ def test_the_cache_holds_a_bounded_number_of_families(history: JobHistory, monke
     monkeypatch.setattr("kubecell.profiler.knowledge.MAX_CACHED", 3)
     knowledge = HistoryKnowledge(history, ttl_seconds=3600)
     reads: list[str] = []
-    read = knowledge._read
+    read = knowledge._read_family
 
-    def counted(namespace: str, family: str, user: str | None) -> Any:
+    def counted(namespace: str, family: str) -> Any:
         reads.append(family)
-        return read(namespace, family, user)
+        return read(namespace, family)
 
-    monkeypatch.setattr(knowledge, "_read", counted)
+    monkeypatch.setattr(knowledge, "_read_family", counted)
     for owner in ("bert-1", "a-1", "bert-1", "b-1", "c-1", "bert-1", "a-1"):
         knowledge.share_milli(pod("team-a", owner))
     assert reads == ["bert", "a", "b", "c", "a"], "bert stayed held (asked again), a was let go"
-    assert len(knowledge._cache) == 3
+    assert len(knowledge._families) == 3
+
+
+def test_new_user_names_cost_one_small_query_each_and_push_no_family_out(
+        history: JobHistory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kubecell.io/user`` is the pod's to state: a namespace stating a new one on every pod made the scheduling
+    thread read the family's jobs with their distributions again each time, and pushed other namespaces'
+    families out of the cache. A family's jobs are read once per period; a user's own run time is one query."""
+    monkeypatch.setattr("kubecell.profiler.knowledge.MAX_CACHED", 3)
+    knowledge = HistoryKnowledge(history, ttl_seconds=3600)
+    jobs_read: list[str | None] = []
+    real = history.jobs
+
+    def counted(**query: Any) -> Any:
+        jobs_read.append(query.get("family"))
+        return real(**query)
+
+    monkeypatch.setattr(history, "jobs", counted)
+    assert knowledge.share_milli(pod("team-b", "bert-1")) is None
+    for i in range(10):
+        assert knowledge.expected_seconds(pod("team-a", "bert-7", user=f"user-{i}")) == 200
+    assert knowledge.share_milli(pod("team-b", "bert-1")) is None
+    assert jobs_read == ["bert", "bert"], "team b's family and team a's, once each"
 
 
 def test_a_broken_history_answers_nothing(history: JobHistory, tmp_path: Path) -> None:
@@ -181,3 +204,31 @@ def test_a_forged_controller_series_cannot_raise_past_its_family(history: JobHis
     profile = HistoryKnowledge(history).profile(pod("team-d", "llm-7"))
     assert profile is not None
     assert profile.gmem_util == 0.0
+
+
+def test_runs_that_finished_before_they_started_are_not_run_times(history: JobHistory) -> None:
+    """Start and finish are the times a kubelet wrote: a clock stepped back (or a forged status) gives a job that
+    finished before it started. Its run time is unknown; before, the family's median went negative, the solo
+    profile refused it, and the error reached the scheduler at every reconcile: nobody was scheduled."""
+    for i in range(3):
+        history.save(finished("team-e", f"gpt-{i}", -60, 0.3))
+    history.save(finished("team-e", "gpt-3", 120, 0.3))
+    knowledge = HistoryKnowledge(history)
+    assert knowledge.expected_seconds(pod("team-e", "gpt-9")) is None, "one run time known: fewer than three"
+    profile = knowledge.profile(pod("team-e", "gpt-9"))
+    assert profile is not None
+    assert profile.gpu_util == pytest.approx(30.0), "its use is still what it used"
+    assert knowledge.expected_seconds(pod("team-a", "bert-7")) == 200, "other families as before"
+
+
+def test_a_family_whose_history_fails_a_check_goes_uninformed(history: JobHistory,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever check a family's rows fail, that family gets no answer, and the scheduler no exception."""
+    knowledge = HistoryKnowledge(history)
+
+    def refuse(*args: Any) -> Any:
+        raise InvalidInputError("-5.0", location="job team-a/bert-0", field="seconds")
+
+    monkeypatch.setattr("kubecell.profiler.knowledge.usage_profile", refuse)
+    assert knowledge.profile(pod("team-a", "bert-7")) is None
+    assert knowledge.expected_seconds(pod("team-a", "bert-7")) is None

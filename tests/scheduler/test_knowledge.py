@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kubecell.core.errors import InvalidInputError
 from kubecell.core.interference import JobKey, PairHistory, SoloProfile, SummedUtilThreshold, informed_by_pairs
 from kubecell.kube.pods import counted_by_kubernetes
 from kubecell.scheduler.knowledge import Knowledge
@@ -67,6 +68,27 @@ def test_the_history_reaches_the_engine_job_and_a_pod_without_history_is_unchang
     assert bert.spec.member.profile == SoloProfile(JobKey("bert"), 70.0, 70.0, 1000.0)
     assert gpt.spec.expected_seconds is None
     assert gpt.spec.member.profile is None
+
+
+class Refusing(Known):
+    """Knowledge whose answers for one family fail a check (rows made of what nodes wrote)."""
+
+    def expected_seconds(self, pod: Mapping[str, Any]) -> float | None:
+        if self._family(pod) == "bert":
+            raise InvalidInputError("-60.0", location="job ns/bert-0", field="seconds")
+        return super().expected_seconds(pod)
+
+
+def test_knowledge_that_fails_a_check_leaves_the_pod_uninformed_and_scheduled() -> None:
+    """An error of the knowledge once escaped the intake at every reconcile: nobody was scheduled."""
+    loop = Loop(engine(make_nodes(1, gpus=2), {"b": {"gpus": 2}}))
+    loop.intake.knowledge = Refusing({"gpt": 60.0}, {})
+    loop.add(share("bert-0"), share("gpt-0"))
+    loop.cycle(1)
+    bert, gpt = job_of(loop, "bert-0"), job_of(loop, "gpt-0")
+    assert bert.spec.expected_seconds is None, "submitted as if no history were kept"
+    assert gpt.spec.expected_seconds == 60.0
+    assert {bert.name, gpt.name} <= set(loop.state.engine.running), "both placed"
 
 
 def test_the_colocation_rule_keeps_heavy_shares_apart_on_the_intake_path() -> None:

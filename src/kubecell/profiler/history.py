@@ -379,7 +379,8 @@ class JobHistory:
         """Run times in seconds (finished - started) of the finished jobs matching the filters, the most recently
         finished ``limit`` of them, oldest first; ``outcomes`` keeps only jobs that ended so (all when None)."""
         query = select(JobRow.started, JobRow.finished).where(*_conditions(namespace, family, user, vc, None))
-        query = query.where(JobRow.started.is_not(None), JobRow.finished.is_not(None))
+        query = query.where(JobRow.started.is_not(None), JobRow.finished.is_not(None),
+                            JobRow.finished >= JobRow.started)  # (times a kubelet wrote: its clock may step back)
         if outcomes is not None:
             query = query.where(JobRow.outcome.in_([str(outcome) for outcome in outcomes]))
         query = query.order_by(JobRow.finished.desc(), JobRow.uid).limit(limit)

@@ -263,9 +263,14 @@ def _job(namespace: str, uid: str, kind: str, name: str, read: list[tuple[Mappin
     ends = [finished_at(pod) for pod in members]
     finished = max(end for end in ends if end is not None) \
         if outcome in (Outcome.SUCCEEDED, Outcome.FAILED) and all(ends) else None
+    started = min(starts) if starts else None
+    if started is not None and finished is not None and finished < started:
+        problems.append(f"finished ({finished.isoformat()}) before it started ({started.isoformat()}), as its "
+                        "pods' status says (a node's clock stepped back?): its run time is unknown")
+        started = None
     return FoundJob(uid, namespace, kind, name, user, vcs[0] if vcs else None,
                     str(image) if image else None, tuple(members), gpus, milli, memory, model, created,
-                    min(starts) if starts else None, finished, outcome, tuple(problems),
+                    started, finished, outcome, tuple(problems),
                     any(isinstance(demand, InvalidInputError) for _, demand in read))
 
 

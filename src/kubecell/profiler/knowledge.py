@@ -12,11 +12,14 @@ shared GPU: whole GPUs, MPS) it is the median of its runs' mean use.
 A pod's family is its controller owner's name family (else its own name's) **in its own namespace**: another
 team's jobs, whatever they are named, never change what the scheduler expects of this one. A run time comes from
 the user's own runs of the family where there are enough of them (``kubecell.io/user``, else the service
-account), else from the family's. Answers are cached
-per (namespace, family, user) for ``ttl_seconds``, so the scheduling thread touches the database at most once
-per family and period; a database error is logged and answered with None (no knowledge), never raised into the
-scheduler. The cache holds at most ``MAX_CACHED`` families, the one asked least recently let go first: names
-and users come from pods, and the admission webhook is asked for every pod a namespace creates.
+account), else from the family's. Answers are cached for ``ttl_seconds``: a family's (its jobs read with their
+distributions, the costly part) per (namespace, family), a user's own run time apart per (namespace, family,
+user), one small query; so the scheduling thread reads a family's jobs at most once per period however many
+user names its pods state, and a namespace stating ever new ones never pushes another's families out. A
+database error, or rows that fail a check (they are made of what kubelets and node agents wrote), is logged and
+answered with None (no knowledge), never raised into the scheduler. Each cache holds at most ``MAX_CACHED``
+entries, the one asked least recently let go first: names and users come from pods, and the admission webhook is
+asked for every pod a namespace creates.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kubecell.core.errors import InvalidInputError
+from kubecell.core.errors import InvalidInputError, KubecellError
 from kubecell.core.interference.history import PairHistory
 from kubecell.core.interference.profile import JobKey, SoloProfile
 from kubecell.core.rightsizing import recommend
@@ -46,7 +49,8 @@ log = logging.getLogger("kubecell.profiler.knowledge")
 Answers = tuple[float | None, SoloProfile | None, int | None]
 """(expected run time, solo profile, advised share per GPU) of a family."""
 FamilyKey = tuple[str, str, str | None]
-"""(namespace, family, user): what answers are kept under."""
+"""(namespace, family, user) of a pod."""
+NOTHING: Answers = (None, None, None)
 
 MIN_JOBS = 3
 """Finished jobs a family needs before anything is said of it (as ``core.rightsizing``)."""
@@ -71,7 +75,9 @@ class HistoryKnowledge:
         self.ttl_seconds = ttl_seconds
         self.pair_min_seconds = pair_min_seconds
         self.clock = clock
-        self._cache: OrderedDict[FamilyKey, tuple[float, Answers]] = OrderedDict()
+        self._families: OrderedDict[tuple[str, str], tuple[float, Answers]] = OrderedDict()
+        self._users: OrderedDict[FamilyKey, tuple[float, Answers]] = OrderedDict()
+        """A user's own run time of a family (first of its answers; the others unused)."""
         self._pairs = PairHistory()
         self._alone: dict[str, float] = {}
         """``namespace/family`` -> its busy fraction of a GPU while alone on it (time-sliced shares only)."""
@@ -90,31 +96,45 @@ class HistoryKnowledge:
         return key
 
     def _answers(self, pod: Mapping[str, Any]) -> Answers:
-        key = self._key(pod)
-        now = self.clock()
-        cached = self._cache.get(key)
-        if cached is not None and now - cached[0] < self.ttl_seconds:
-            self._cache.move_to_end(key)
-            return cached[1]
-        try:
-            answers = self._read(*key)
-        except ProfilerStoreError as error:
-            log.warning("job history unreadable for %s/%s: %s", key[0], key[1], error)
-            answers = (None, None, None)
-        self._cache[key] = (now, answers)
-        self._cache.move_to_end(key)
-        while len(self._cache) > MAX_CACHED:
-            self._cache.popitem(last=False)
+        namespace, family, user = self._key(pod)
+        answers = self._cached(self._families, (namespace, family), lambda: self._read_family(namespace, family))
+        if user:
+            own = self._cached(self._users, (namespace, family, user),
+                               lambda: (self._run_time(namespace, family, user), None, None))[0]
+            if own is not None:
+                return own, answers[1], answers[2]
         return answers
 
-    def _read(self, namespace: str, family: str, user: str | None) -> Answers:
-        expected = None
-        for who in ((user, None) if user else (None,)):  # the user's own runs of the family first
-            runs = self.history.durations(namespace=namespace, family=family, user=who, limit=RECENT_JOBS,
-                                          outcomes=(Outcome.SUCCEEDED,))
-            if len(runs) >= MIN_JOBS:
-                expected = float(statistics.median(runs))
-                break
+    def _cached(self, cache: OrderedDict[Any, tuple[float, Answers]], key: Any,
+                read: Callable[[], Answers]) -> Answers:
+        now = self.clock()
+        cached = cache.get(key)
+        if cached is not None and now - cached[0] < self.ttl_seconds:
+            cache.move_to_end(key)
+            return cached[1]
+        try:
+            answers = read()
+        except ProfilerStoreError as error:
+            log.warning("job history unreadable for %s: %s", "/".join(filter(None, key)), error)
+            answers = NOTHING
+        except KubecellError as error:  # rows made of what kubelets and node agents wrote: that family goes
+            log.warning("job history of %s not used: %s", "/".join(filter(None, key)), error)  # uninformed alone
+            answers = NOTHING
+        cache[key] = (now, answers)
+        cache.move_to_end(key)
+        while len(cache) > MAX_CACHED:
+            cache.popitem(last=False)
+        return answers
+
+    def _run_time(self, namespace: str, family: str, user: str | None) -> float | None:
+        """The median of the recent successful runs of the family (``user``'s alone, where given), or None below
+        ``MIN_JOBS`` of them."""
+        runs = self.history.durations(namespace=namespace, family=family, user=user, limit=RECENT_JOBS,
+                                      outcomes=(Outcome.SUCCEEDED,))
+        return float(statistics.median(runs)) if len(runs) >= MIN_JOBS else None
+
+    def _read_family(self, namespace: str, family: str) -> Answers:
+        expected = self._run_time(namespace, family, None)
         jobs = [job for job in self.history.jobs(namespace=namespace, family=family, limit=RECENT_JOBS)
                 if job.outcome in (Outcome.SUCCEEDED, Outcome.FAILED)]
         profiles = [p for p in (usage_profile(job) for job in jobs) if p is not None]

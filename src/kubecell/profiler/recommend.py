@@ -51,7 +51,7 @@ def usage_profile(record: JobRecord) -> UsageProfile | None:
         f"{record.namespace}/{record.owner_name}",
         tuple(min(1.0, max(0.0, value / gpus)) for value in util.deciles),
         tuple(max(0.0, value / gpus / MIB) for value in memory.deciles),
-        record.seconds or 0.0,
+        max(record.seconds or 0.0, 0.0),  # a finish before the start (a kubelet's clock stepped back): unknown
     )
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from kubecell.core.engine.job import JobPhase, JobSpec
-from kubecell.core.errors import InvalidInputError
+from kubecell.core.errors import InvalidInputError, KubecellError
 from kubecell.core.model import MILLI_PER_GPU, Request
 from kubecell.kube import pods
 from kubecell.kube.actions import Actions, retry
@@ -412,7 +412,10 @@ class Intake:
             for p, _ in members:
                 self.teller.tell(p, f"cannot be scheduled: {error}", reason="InvalidRequest")
             return False
-        spec = informed(spec, pod, self.knowledge, place_by_use=self.place_by_use)
+        try:
+            spec = informed(spec, pod, self.knowledge, place_by_use=self.place_by_use)
+        except KubecellError as error:  # what a history says is made of what nodes wrote: the pod goes uninformed,
+            log.warning("%s: what the job history says of it is not used: %s", name, error)  # never unscheduled
         owner = elastic_owner(pod) if demand.group is not None and demand.group.maximum is not None else None
         pinned = self.pin(state, owner, spec) if owner is not None and self.pin is not None else None
         if pinned is not None:
