@@ -20,6 +20,9 @@ from kubecell.core.errors import KubecellError
 
 MAX_PRIORITY = 10
 """``MaxExtenderPriority``: an extender's scores run 0..10 (kube-scheduler scales them by the weight)."""
+MAX_CANDIDATES = 50_000
+"""The most candidate nodes a request may name: ten times Kubernetes' tested 5,000. Each failed one is answered
+with its reason, so 2 million names made a 720 MB answer."""
 
 
 class ProtocolError(KubecellError):
@@ -71,11 +74,15 @@ def parse_args(body: bytes | str | Mapping[str, Any], what: str = "filter") -> E
     if names is not None:
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise ProtocolError(f"{what}: NodeNames must be a list of strings")
+        if len(names) > MAX_CANDIDATES:
+            raise ProtocolError(f"{what}: {len(names)} NodeNames, more than the {MAX_CANDIDATES} nodes a cluster has")
         return ExtenderArgs(pod, names, None)
     if isinstance(nodes, dict):
         items = nodes.get("items") or []
         if not isinstance(items, list):
             raise ProtocolError(f"{what}: Nodes.items must be a list")
+        if len(items) > MAX_CANDIDATES:
+            raise ProtocolError(f"{what}: {len(items)} Nodes, more than the {MAX_CANDIDATES} nodes a cluster has")
         try:
             return ExtenderArgs(pod, [str(item["metadata"]["name"]) for item in items], items)
         except (KeyError, TypeError):

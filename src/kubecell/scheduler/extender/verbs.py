@@ -4,9 +4,9 @@ kubecell runs the same loop as ``kubecell scheduler`` (mirror, engine, allocatio
 difference: a decision is not written when the engine makes it but held (``kubecell.scheduler.extender.holds``)
 until kube-scheduler asks to bind. So the policy measured in the simulator decides here too:
 
-* **filter** brings the engine up to date with the pod (from the request when the watch has not shown it
-  yet) and answers with the one node the engine chose for it, or, while it waits, fails every node with
-  the engine's reason, which kube-scheduler puts into the pod's ``PodScheduled`` condition. When
+* **filter** brings the engine up to date with the pod and answers with the one node the engine chose for
+  it, or, while it waits, fails every node with the engine's reason, which kube-scheduler puts into the
+  pod's ``PodScheduled`` condition. When
   kube-scheduler's own filters (pod affinity, ports, volumes: rules kubecell does not evaluate) already
   ruled out the engine's node, the decision is given back and the pod placed again among the nodes
   they left.
@@ -17,6 +17,12 @@ until kube-scheduler asks to bind. So the policy measured in the simulator decid
   gang and then every member's Binding. kube-scheduler binds one pod at a time; kubecell never lets it
   bind part of a gang, since the first member's bind binds them all (later members' binds find their pod
   bound and succeed) and a gang is only ever decided whole.
+* **the pod a request names is read from the API server, never taken from the request.** The endpoint
+  answers whoever reaches its port, and a request's pod is whatever its sender wrote: taken as it came, a
+  made-up pod of any namespace, VC and priority was placed (and preempted other tenants' pods for its
+  room) and stayed in the mirror until the next relist, as no watch event ever ends a pod that never
+  existed. Where the watch has not shown the pod yet, it is read by the namespace and name the request
+  gives (off the scheduler thread) and used only if its uid is the one asked about.
 * **preempt** names no victims: kubecell's engine chooses victims itself and evicts them through the
   Eviction API (honouring PodDisruptionBudgets), as the standalone scheduler does; letting kube-scheduler
   also delete pods on its own count, which ignores GPU shares, would evict the wrong work.
@@ -32,6 +38,7 @@ from typing import Any
 from kubecell.core.engine.job import JobPhase
 from kubecell.kube import pods
 from kubecell.kube.names import MANAGED_RESOURCES
+from kubecell.kube.rest import ApiError
 from kubecell.kube.watch import Event
 from kubecell.scheduler.binder import Outcome, member_index
 from kubecell.scheduler.extender.holds import Holds, attach
@@ -65,7 +72,31 @@ class Extender:
 
     # ------------------------------------------------------------------ verbs (any thread)
     def filter(self, pod: dict[str, Any], candidates: list[str]) -> Verdict:
-        return self.scheduler.call(lambda: self._filter(pod, candidates), self.timeout)
+        known = self._known(pod)
+        if isinstance(known, str):
+            return self._fail(candidates, known)
+        return self.scheduler.call(lambda: self._filter(known, candidates), self.timeout)
+
+    def _known(self, asked: dict[str, Any]) -> dict[str, Any] | str:
+        """The pod the request names as the cluster has it: the mirror's copy, else the API server's (read
+        here, off the scheduler thread: kube-scheduler saw the pod before the watch did) when its uid is the
+        one asked about; else why it is not known."""
+        uid = pods.uid(asked)
+        mirrored = self.scheduler.mirror.pods.get(uid)
+        if mirrored is not None:
+            return mirrored
+        meta = asked.get("metadata") or {}
+        namespace, name = meta.get("namespace", "default"), meta.get("name")
+        if not isinstance(namespace, str) or not isinstance(name, str) or not namespace or not name:
+            return "the request's pod has no namespace and name"
+        try:
+            found = self.scheduler.kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except ApiError as error:
+            return (f"kubecell finds no pod {namespace}/{name}" if error.not_found else
+                    f"kubecell cannot read pod {namespace}/{name} now ({error.reason or error.status})")
+        if pods.uid(found) != uid:
+            return f"pod {namespace}/{name} is not the one asked about (its uid is another)"
+        return pods.trimmed(found)
 
     def prioritize(self, pod: dict[str, Any], candidates: list[str]) -> dict[str, int]:
         return self.scheduler.call(lambda: self._prioritize(pod, candidates), self.timeout)
@@ -96,8 +127,8 @@ class Extender:
         if not pods.asks_for_any(pod, MANAGED):
             return Verdict(list(candidates), {}, {})  # asks for no GPU: nothing for kubecell to decide
         uid = pods.uid(pod)
-        if uid not in s.mirror.pods:  # kube-scheduler saw the pod before our watch did
-            s.mirror.apply(Event("pods", "ADDED", pods.trimmed(pod)))
+        if uid not in s.mirror.pods:  # kube-scheduler saw the pod before our watch did (read from the API)
+            s.mirror.apply(Event("pods", "ADDED", pod))
         for _ in range(2):
             self._catch_up()
             state = s.state
