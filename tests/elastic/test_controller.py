@@ -9,6 +9,7 @@ Every wait is bounded."""
 
 from __future__ import annotations
 
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from tests.elastic.support import (
     RunningController,
     all_pods,
     condition,
+    counted,
     create_job,
     events,
     get_job,
@@ -135,6 +137,32 @@ def test_min_above_max_is_invalid_and_touches_nothing(kube: Kube, namespace: str
     assert service(kube, namespace, "broken") is None
     assert not [p for p in all_pods(kube, namespace) if p["metadata"]["labels"].get(ej.LABEL_JOB) == "broken"]
     assert reasons(kube, namespace, "broken").count("InvalidSpec") == 1  # told once, not at every resync
+
+
+def test_a_job_the_quota_refuses_makes_one_refused_create_per_pass_and_the_rest_in_bursts(
+        kube: Kube, namespace: str, controller: RunningController, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job of many workers is made in bursts, and once the API refuses one (quota, admission) none more that
+    pass: a job of 4,096 workers under a quota made a create and an Event per worker in one reconcile, and no
+    other ElasticJob was reconciled meanwhile."""
+    monkeypatch.setattr("kubecell.elastic.controller.MAX_CREATES_PER_PASS", 2)
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "pods", "namespace": namespace},
+             "spec": {"hard": {"pods": "4"}}}  # the rendezvous host and three workers
+    kube.create(f"/api/v1/namespaces/{namespace}/resourcequotas", quota)
+    wait_for("the quota counted", lambda: kube.get(
+        f"/api/v1/namespaces/{namespace}/resourcequotas/pods").get("status", {}).get("hard"), STEP)
+    create_job(kube, namespace, "wide", minReplicas=1, maxReplicas=64, replicas=64)
+    wait_for("the four pods the quota allows, made two at a time", lambda: len(all_pods(kube, namespace)) == 4,
+             2 * STEP)
+    refused = wait_for("a FailedCreate Event", lambda: [m for _, r, m in events(kube, namespace, "wide")
+                                                        if r == "FailedCreate"], STEP)
+    writes = controller.controller.metrics.pod_writes
+    before = counted(writes, verb="create", outcome="refused")
+    time.sleep(3)  # three resyncs
+    after = counted(writes, verb="create", outcome="refused")
+    assert after - before <= 8, f"one refused create per pass, not one per missing worker: {after - before}"
+    assert len([r for _, r, _ in events(kube, namespace, "wide") if r == "FailedCreate"]) == len(refused) == 1, \
+        "told once"
+    assert "exceeded quota" in refused[0]
 
 
 def test_absent_replicas_are_defaulted_to_min_through_scale(kube: Kube, namespace: str,

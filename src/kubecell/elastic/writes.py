@@ -51,23 +51,26 @@ class JobWrites:
         return exists
 
     def create_worker(self, obj: Mapping[str, Any], spec: ElasticJobSpec, index: int, run: int,
-                      expect: Expectations, now: float) -> None:
+                      expect: Expectations, now: float) -> bool:
+        """Create worker ``index``; False where the API refused it (quota, admission), so that the caller
+        makes no more of the job's workers this pass."""
         try:
             self.kube.create(f"/api/v1/namespaces/{spec.namespace}/pods", worker_pod(spec, index, run))
         except ApiError as error:
             if error.conflict:  # its name is still taken (a worker leaving): created when that one is gone
                 self.metrics.pod_writes.labels("create", "exists").inc()
                 expect.owed.add(index)
-                return
+                return True
             if error.unavailable:
                 raise
             self.metrics.pod_writes.labels("create", "refused").inc()
             expect.owed.add(index)  # refused (quota, admission): tried again at every resync, told once
             self.tell(obj, Emit(True, "FailedCreate", f"worker {index} not created: {error}"))
-            return
+            return False
         self.metrics.pod_writes.labels("create", "ok").inc()
         expect.created[index] = now + self.expectation_seconds
         expect.owed.discard(index)
+        return True
 
     def delete_pod(self, pod: Mapping[str, Any], grace: int) -> bool:
         meta = pod["metadata"]
