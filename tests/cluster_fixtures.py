@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kubecell.cli.main import example_paths
+from kubecell.kube.kept_holds import HoldStore
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.scheduler.options import SchedulerOptions
 from kubecell.scheduler.scheduler import Scheduler
@@ -74,6 +75,13 @@ def start_scheduler(testbed: ControlPlaneState) -> Iterator[type[RunningSchedule
     finally:
         for running in started:
             running.close()
+        if started:  # what they held for the test's jobs is not for the next test's scheduler to take on
+            kube = Kube.from_kubeconfig(testbed.admin_kubeconfig)
+            try:
+                with contextlib.suppress(ApiError):
+                    kube.delete(HoldStore(kube, SchedulerOptions().tenants_namespace).path)
+            finally:
+                kube.close()
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,11 @@ import time
 from functools import partial
 from typing import Any
 
+import pytest
+
 from kubecell.core.model import make_node
 from kubecell.kube.elasticjobs import ElasticRef
+from kubecell.kube.kept_holds import HoldStore, KeptHold, decode
 from kubecell.kube.names import ANNOTATION_STEP_REPORT
 from kubecell.kube.rest import Kube
 from kubecell.kube.step_reports import build_step_report
@@ -25,6 +28,7 @@ from tests.cluster_fixtures import RunningScheduler, fresh_namespace
 from tests.elastic.support import STEP, RunningController, counted, create_job, get_job, template, workers
 from tests.elastic.test_scheduler_sizing import job_events, running_workers
 from tests.kube.test_virtualclusters import accepted, put
+from tests.scheduler.deploy_support import ensure_namespace
 from tests.scheduler.trust_support import create_pod, pod
 from tests.support import registered_node, wait_for
 
@@ -172,13 +176,16 @@ def test_a_move_whose_idle_gpus_are_taken_before_its_gang_forms_is_started_where
             controller.close()
 
 
+@pytest.mark.parametrize("restart", [False, True], ids=["one-scheduler", "restarted-while-workers-end"])
 def test_what_a_move_counted_on_is_not_given_to_another_job_while_its_workers_end(
         testbed: ControlPlaneState, kube: Kube, namespace: str, crd: None, elastic_crd: None,
-        start_scheduler: type[RunningScheduler]) -> None:
+        start_scheduler: type[RunningScheduler], restart: bool) -> None:
     """The same window, against kubecell's own sizer: while the moved job's workers end, the GPUs it was given
     look idle to the engine, and an elastic job of the same VC that may grow there would be raised into them at
     the sizer's next pass (its pods are made at once; the moved job's only after its workers end), and the moved
-    job would find no room where it was sent. The sizer holds what it gave until the job runs there."""
+    job would find no room where it was sent. The sizer holds what it gave until the job runs there, and keeps
+    the hold in the job's status: a scheduler restarted in the window (or a standby taking over) holds it too."""
+    ensure_namespace(kube, SchedulerOptions().tenants_namespace)  # the scheduler's own, where it keeps holds
     with registered_node(kube, node(A100_NODE, "A100")), registered_node(kube, node(V100_NODE, "V100M32")), \
             fresh_namespace(kube) as elsewhere:
         scheduler = taught_both_models(testbed, kube, namespace, start_scheduler)
@@ -187,6 +194,12 @@ def test_what_a_move_counted_on_is_not_given_to_another_job_while_its_workers_en
         kube.delete(f"/api/v1/namespaces/{namespace}/pods/claim", gracePeriodSeconds=0)
         moved = wait_for("a Move Event on the job", lambda: job_events(kube, namespace, "bert", "Move"), 2 * STEP)
         assert "V100M32 -> A100, 4 -> 3 workers" in moved[0], "the 6 A100s left beside the small pod"
+        hold = kept_hold(kube, namespace)
+        assert hold is not None
+        assert (hold.kind, hold.gpu_model, hold.replicas, hold.member_gpus) == ("move", "A100", 3, 2), hold
+        if restart:
+            scheduler.close()
+            scheduler = start_scheduler(testbed, SchedulerOptions(resize_interval_seconds=1.0))
         kube.delete(f"/api/v1/namespaces/{namespace}/pods/small", gracePeriodSeconds=0)
 
         # Another job of speech, A100s only, with a controller that makes its workers at once.
@@ -209,10 +222,18 @@ def test_what_a_move_counted_on_is_not_given_to_another_job_while_its_workers_en
             assert counted(scheduler.scheduler.recorder.elastic_starts, after="move") == 0
             assert running_workers(kube, elsewhere, "gpt", 1), "gpt kept its worker"
             assert_one_model_per_gang(scheduler, namespace)
+            wait_for("the hold taken out once it runs there", lambda: kept_hold(kube, namespace) is None, STEP)
         finally:
             others.close()
             if controller is not None:
                 controller.close()
+
+
+def kept_hold(kube: Kube, namespace: str, name: str = "bert") -> KeptHold | None:
+    """What the scheduler's ConfigMap keeps of the job's hold."""
+    store = HoldStore(kube, SchedulerOptions().tenants_namespace)
+    key = f"{namespace}.{name}"
+    return decode(key, store.read().get(key))
 
 
 def _learned(running: RunningScheduler, ref: ElasticRef) -> frozenset[str]:

@@ -17,6 +17,7 @@ import pytest
 
 from kubecell.core.model import make_node
 from kubecell.kube.elasticjobs import ElasticRef
+from kubecell.kube.kept_holds import HoldStore
 from kubecell.kube.names import ANNOTATION_STEP_REPORT
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.kube.step_reports import REASONS, build_step_report
@@ -162,9 +163,10 @@ def test_a_maximum_no_cluster_could_hold_is_told_and_the_job_still_runs(
 
 def test_the_shipped_rbac_lets_the_scheduler_size_a_job(
         testbed: ControlPlaneState, kube: Kube, namespace: str, crd: None, controller: RunningController,
-        tmp_path: Path) -> None:
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The scheduler's ServiceAccount bound by deploy/base and deploy/elastic only: it reads the ElasticJob and
-    writes its ``/scale`` (a raise the controller follows), and may write nothing else of it."""
+    writes its ``/scale`` (a raise the controller follows), and may write nothing else of it; it keeps its
+    holds in its own namespace."""
     manifest = node_manifest(make_node(NODE, cpu_milli=64_000, memory_mib=524_288, gpu_count=8, gpu_model="A100"))
     shipped = [BASE / "serviceaccount.yaml", BASE / "rbac.yaml", DEPLOY / "elastic" / "rbac.yaml"]
     ensure_namespace(kube)
@@ -186,6 +188,11 @@ def test_the_shipped_rbac_lets_the_scheduler_size_a_job(
                      lambda: replicas(kube, namespace, "bert") == 4
                      and running_workers(kube, namespace, "bert", 4), 2 * STEP)
             assert job_events(kube, namespace, "bert", "Resize"), "the raise has an Event on the job"
+            assert scheduler.elastic.holds_restored, "it may read the holds a previous scheduler kept"
+            holds = HoldStore(as_scheduler, SchedulerOptions().tenants_namespace)
+            wait_for("the raise's hold, kept while its pods were made, taken out since",
+                     lambda: f"{namespace}.bert" not in holds.read(), STEP)
+            assert "cannot keep the sizer's holds" not in caplog.text, "it may write them"
             with pytest.raises(ApiError) as refused:  # /scale is all it may write of an ElasticJob
                 as_scheduler.patch(f"/apis/kubecell.io/v1alpha1/namespaces/{namespace}/elasticjobs/bert",
                                    {"spec": {"maxReplicas": 8}})

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from kubecell.core.engine.job import Job
+from kubecell.kube.kept_holds import HoldStore
 from kubecell.kube.names import ANNOTATION_STEP_REPORT
 from kubecell.kube.step_reports import build_step_report
 from kubecell.scheduler.elastic import ElasticSizer
@@ -29,6 +31,26 @@ def worker(index: int, *, vc: str = "b", size: int = 2) -> dict[str, Any]:
     return body
 
 
+class MemoryHoldStore(HoldStore):
+    """The holds' ConfigMap as its data alone (what the sizer writes to it is the real thing)."""
+
+    def __init__(self) -> None:
+        super().__init__(None, "kubecell-system")  # type: ignore[arg-type]
+        self.data: dict[str, str] = {}
+        self.writes: list[dict[str, str | None]] = []
+
+    def read(self) -> dict[str, Any]:
+        return dict(self.data)
+
+    def write(self, changes: Mapping[str, str | None]) -> None:
+        self.writes.append(dict(changes))
+        for key, value in changes.items():
+            if value is None:
+                self.data.pop(key, None)
+            else:
+                self.data[key] = value
+
+
 class RecordingSizer(ElasticSizer):
     """The sizer with its API writes recorded (the decisions are the real ones)."""
 
@@ -43,6 +65,11 @@ class RecordingSizer(ElasticSizer):
         self.model_kept: Any = None
         """What the job's ``status.goodputModel`` holds."""
         self.models_written: list[dict[str, Any]] = []
+        self.store = MemoryHoldStore()
+        """The holds' ConfigMap."""
+        self.hold_store = self.store
+        self.deleted: set[str] = set()
+        """Names of ElasticJobs that are gone."""
 
     def _get(self, ref: Any) -> dict[str, Any]:
         return {"metadata": {"name": "bert", "namespace": "ns", "uid": "job-uid"},
@@ -60,6 +87,9 @@ class RecordingSizer(ElasticSizer):
         self.pins_written.append(model)
         self.kept = model
         return True
+
+    def _exists(self, ref: Any) -> bool | None:
+        return ref.name not in self.deleted
 
     def _read_model(self, ref: Any) -> Any:
         return json.loads(json.dumps(self.model_kept))  # as the API server hands it back

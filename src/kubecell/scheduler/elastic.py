@@ -56,6 +56,7 @@ from kubecell.core.engine.job import Job, JobPhase
 from kubecell.core.errors import InvalidInputError
 from kubecell.kube import elasticjobs
 from kubecell.kube.elasticjobs import ElasticRef
+from kubecell.kube.kept_holds import HoldStore
 from kubecell.kube.names import ANNOTATION_STEP_REPORT
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.kube.step_reports import REASON_UNTRUSTED, ReportProblem, read_step_report
@@ -81,8 +82,11 @@ class ElasticSizer(SizerStatus):
 
     def __init__(self, kube: Kube, component: str, *, restart_seconds: float = 30.0,
                  pending_grace_seconds: float = 120.0, report_max_age_seconds: float = 600.0,
-                 headroom_refresh_seconds: float = 30.0, forget_seconds: float = 600.0) -> None:
+                 headroom_refresh_seconds: float = 30.0, forget_seconds: float = 600.0,
+                 holds_namespace: str = "kubecell-system") -> None:
         self.kube = kube
+        self.hold_store = HoldStore(kube, holds_namespace)
+        """Where the holds are kept for a restarted scheduler: a ConfigMap in the scheduler's own namespace."""
         self.component = component
         self.policies: dict[str, KubecellElasticPolicy] = {}
         """The simulator's allocator, one per VC (each keeps restart counts and prices between passes)."""
@@ -106,7 +110,7 @@ class ElasticSizer(SizerStatus):
         naming another namespace's job's uid under its own namespace is another key, never that job's state."""
         self.recorder: Recorder | None = None
         """Where resizes, moves and step reports are counted (the scheduler's metrics; None: not counted)."""
-        self.holds = Holds()
+        self.holds = Holds(keep=lambda ref, hold: self._keep_hold(ref, hold))
         """What raises, starts and moves were given and do not run yet: no other job is offered it."""
         self.types = GpuTypes(self._sized, lambda ref, reason, message: self._event(
             job_involved(ref), "Normal", reason, message), self._write, self.holds, pending_grace_seconds)
@@ -120,6 +124,8 @@ class ElasticSizer(SizerStatus):
         """Each job's goodput model, kept in its status across restarts of the scheduler (``elastic_model``)."""
         self._planned: tuple[tuple[str, int, int, int, tuple[tuple[str, int], ...]], ...] = ()
         self._planned_at = float("-inf")
+        self.holds_restored = False
+        """Whether the holds a previous scheduler kept (``kube.kept_holds``) were taken on (``grow``)."""
 
     def shrunk(self, state: Tracking, shrunk: Sequence[Job]) -> None:
         """Lower the targets of the elastic jobs the engine just shrank, before their pods are evicted (so
@@ -139,6 +145,9 @@ class ElasticSizer(SizerStatus):
         live: set[ElasticRef] = set()
         candidates: dict[str, tuple[Sized, Job, GrowthCandidate]] = {}
         fed: dict[str, tuple[str | None, int]] = {}
+        if not self.holds_restored and self._restore_holds(now):  # before any job is sized: none is offered them
+            self.holds_restored = True
+            self._runs_now(state)
         self.holds.expire(now)
         for name, tracked in list(state.tracked.items()):
             if tracked.elastic is None:
@@ -155,8 +164,8 @@ class ElasticSizer(SizerStatus):
                 continue
             try:
                 candidate = self._consider(state, mirror, job, tracked.elastic, now, fed)
-            except (InvalidInputError, ValueError, KeyError) as error:  # one job's bad input costs that job
-                log.warning("cannot size %s: %s", name, error)
+            except (InvalidInputError, ValueError, KeyError, ArithmeticError) as error:  # one job's bad input costs
+                log.warning("cannot size %s: %s", name, error)  # that job
                 continue
             if candidate is not None:
                 candidates[name] = candidate
@@ -169,6 +178,16 @@ class ElasticSizer(SizerStatus):
             candidates = self._again(state, candidates, fed, now)
         if candidates:
             self._plan(state, candidates, now)
+
+    def _runs_now(self, state: Tracking) -> None:
+        """Count what each held job runs now against its hold: a hold kept before a restart was kept with
+        nothing run, and the job may have run it since."""
+        for name, tracked in state.tracked.items():
+            job = state.engine.jobs.get(name)
+            if tracked.elastic in self.holds.held and job is not None and job.phase == JobPhase.RUNNING:
+                types, _ = _placement(state, name)
+                if len(types) == 1:
+                    self.holds.runs(tracked.elastic, next(iter(types)), job.size)
 
     def _again(self, state: Tracking, candidates: Mapping[str, tuple[Sized, Job, GrowthCandidate]],
                fed: Mapping[str, tuple[str | None, int]], now: float) -> dict[str, tuple[Sized, Job, GrowthCandidate]]:
@@ -204,8 +223,8 @@ class ElasticSizer(SizerStatus):
         self._planned, self._planned_at = key, now
         try:
             choices = plan_targets(self.policies, now, [candidate for _, _, candidate in candidates.values()])
-        except (InvalidInputError, ValueError) as error:  # a model that answers nonsense: nobody grows this pass
-            log.warning("cannot size elastic jobs: %s", error)
+        except (InvalidInputError, ValueError, ArithmeticError) as error:  # a model that answers
+            log.warning("cannot size elastic jobs: %s", error)  # nonsense: nobody grows this pass
             return
         # Those that give first: the ones that grow wait for their workers to end (their grace period).
         ending: dict[tuple[str, str], float] = {}
@@ -338,13 +357,8 @@ class ElasticSizer(SizerStatus):
     def _feed(self, state: Tracking, mirror: Mirror, job: Job, sized: Sized, now: float) -> tuple[str | None, int]:
         """Give the job's model the reports its members' pods wrote since the last cycle; the GPU type and
         the number of nodes the job runs on now."""
-        engine, tracked = state.engine, state.tracked[job.name]
-        book = engine.book
-        types, nodes = set(), set()
-        for allocation in engine.allocations_of(job.name):
-            index = book.index[allocation.node]
-            nodes.add(allocation.node)
-            types.add(book.model_names[book.model_id[index]] if allocation.gpu_indices else CPU_ONLY)
+        tracked = state.tracked[job.name]
+        types, nodes = _placement(state, job.name)
         if len(types) > 1:  # a job across GPU types: priced by none, and told once
             self._mixed(sized, sorted(types))
             return None, len(nodes)
@@ -456,6 +470,17 @@ class ElasticSizer(SizerStatus):
         self._event(elasticjobs.involved(current), "Normal", "Resize",
                     f"target {spec.replicas} -> {target} workers: {reason}")
         return True
+
+
+def _placement(state: Tracking, name: str) -> tuple[set[str], set[str]]:
+    """The GPU types (``CPU_ONLY`` for members without GPUs) and the nodes job ``name`` runs on."""
+    book = state.engine.book
+    types, nodes = set(), set()
+    for allocation in state.engine.allocations_of(name):
+        nodes.add(allocation.node)
+        types.add(book.model_names[book.model_id[book.index[allocation.node]]] if allocation.gpu_indices
+                  else CPU_ONLY)
+    return types, nodes
 
 
 def _positive(value: float) -> bool:

@@ -98,7 +98,7 @@ class Scheduler:
         allocated on kubecell's devices held (``scheduler.claims``)."""
         self.intake.claims = self.claims
         self.binder.claims = self.claims
-        self.elastic = ElasticSizer(kube, self.options.name)
+        self.elastic = ElasticSizer(kube, self.options.name, holds_namespace=self.options.tenants_namespace)
         """Moves ElasticJobs' targets after each cycle (``scheduler.elastic``)."""
         self.elastic.types.evict_pod = self.binder.evict_pod
         self.elastic.types.reform = self.intake.renew

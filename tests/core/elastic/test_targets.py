@@ -158,6 +158,24 @@ def test_a_model_that_answers_nonsense_is_not_grown_on_it() -> None:
     assert choices["fine"].target > 2, "the other job is sized as usual"
 
 
+class OnlyAlone:
+    """A model that knows one replica only (its one report): nothing at the job's size of 2."""
+
+    def goodput(self, gpu_type: str, num_nodes: int, num_replicas: int) -> float:
+        return 2.5 if num_replicas == 1 else 0.0
+
+
+def test_a_model_worth_nothing_at_the_jobs_size_is_explained_not_divided_by() -> None:
+    """The reason of a resize states its gain over the goodput at the present size: where that is 0, the
+    reason says +0 %, and no division by zero escapes into the scheduler's loop."""
+    lone = GrowthCandidate(name="lone", vc="a", gpu_type="A100", nodes=("n1",) * 2, room=6, shrinkable=1,
+                           maximum=16, submitted=0.0, attained_member_seconds=0.0, last_resize=0.0,
+                           restart_seconds=30.0, estimate=OnlyAlone(), node_slots=8)
+    choices = plan_growth(KubecellElasticPolicy(), NOW + 1000, [lone])
+    assert choices["lone"].target == 2, choices
+    assert "+0%" in choices["lone"].reason, choices
+
+
 class Typed:
     """Goodput that scales perfectly up to ``knee`` replicas, ``speed[t]`` per replica on type ``t``."""
 

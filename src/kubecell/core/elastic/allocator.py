@@ -409,7 +409,8 @@ class KubecellElasticPolicy:
         if new == 0:
             return f"preempted from {old} {old_t}: jobs with less attained service took its GPUs" if old else (
                 queued or "queued")
-        gain = job.speed_at(new_t, new) / job.speed_at(old_t, old) - 1.0 if old else 0.0
+        before = job.speed_at(old_t, old) if old else 0.0
+        gain = job.speed_at(new_t, new) / before - 1.0 if before > 0.0 else 0.0  # (an estimate of 0 at its size)
         if old == 0:
             worth = f"worth {job.speed_at(new_t, new):.2f} GPUs of its best type"
             return f"started {new} {new_t}{why} ({'exploring' if new_t in job.explored else worth})"
