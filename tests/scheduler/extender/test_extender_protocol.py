@@ -128,7 +128,7 @@ def test_without_an_engine_every_node_fails_with_the_reason(loop: Scheduler) -> 
     assert "no engine" in answer["FailedNodes"]["a"]
     bound = client(loop).post("/extender/bind", json={"PodName": "p", "PodNamespace": "ns", "PodUID": "uid-p",
                                                       "Node": "a"}).json()
-    assert "holds no placement for ns/p" in bound["Error"]  # the filter's pod is known, nothing was decided
+    assert "does not know pod uid-p" in bound["Error"]  # the request's pod is never taken for the cluster's
     unknown = client(loop).post("/extender/bind", json={"PodName": "q", "PodNamespace": "ns", "PodUID": "uid-q",
                                                         "Node": "a"}).json()
     assert "does not know pod uid-q" in unknown["Error"]

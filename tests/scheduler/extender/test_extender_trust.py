@@ -6,6 +6,7 @@ mirror until the next relist. Requests are bounded in size: an unbounded one was
 from __future__ import annotations
 
 import copy
+import threading
 from typing import Any, cast
 
 import pytest
@@ -26,6 +27,8 @@ def test_a_pod_the_request_makes_up_is_never_taken_and_a_real_one_is_read_as_the
     scheduler = Scheduler(kube, SchedulerOptions(extender=True))  # not running: its mirror has seen nothing
     extender = Extender(scheduler)
     real = create_pod(kube, namespace, "train", {"nvidia.com/gpu": "1"}, annotations={"kubecell.io/vc": "team-a"})
+    before = extender._known(real)
+    assert isinstance(before, dict), "read from the API server: the mirror has not seen it"
     forged = copy.deepcopy(real)
     forged["metadata"]["annotations"]["kubecell.io/vc"] = "team-b"  # another tenant's guarantee
     forged["spec"]["priority"] = 2**31 - 1
@@ -36,7 +39,14 @@ def test_a_pod_the_request_makes_up_is_never_taken_and_a_real_one_is_read_as_the
 
     ghost = copy.deepcopy(forged)
     ghost["metadata"].update(name="ghost", uid="0f0e0d0c-made-up0-0000-000000000000")
-    verdict = extender.filter(ghost, ["n1", "n2"])
+    thread = threading.Thread(target=scheduler.run, daemon=True)
+    thread.start()
+    try:
+        assert scheduler.ready.wait(60)
+        verdict = extender.filter(ghost, ["n1", "n2"])
+    finally:
+        scheduler.shutdown()
+        thread.join(timeout=10)
     assert verdict.passed == []
     assert set(verdict.failed.values()) == {f"kubecell finds no pod {namespace}/ghost"}
     renamed = copy.deepcopy(ghost)

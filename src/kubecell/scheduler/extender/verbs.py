@@ -72,10 +72,15 @@ class Extender:
 
     # ------------------------------------------------------------------ verbs (any thread)
     def filter(self, pod: dict[str, Any], candidates: list[str]) -> Verdict:
-        known = self._known(pod)
-        if isinstance(known, str):
-            return self._fail(candidates, known)
-        return self.scheduler.call(lambda: self._filter(known, candidates), self.timeout)
+        s = self.scheduler
+        read: dict[str, Any] | None = None
+        if s.state is not None and pods.uid(pod) not in s.mirror.pods and pods.ours(pod, s.options.names) \
+                and pods.asks_for_any(pod, MANAGED):
+            known = self._known(pod)  # kube-scheduler saw the pod before the watch did: the cluster's copy
+            if isinstance(known, str):
+                return self._fail(candidates, known)
+            read = known
+        return self.scheduler.call(lambda: self._filter(pod, read, candidates), self.timeout)
 
     def _known(self, asked: dict[str, Any]) -> dict[str, Any] | str:
         """The pod the request names as the cluster has it: the mirror's copy, else the API server's (read
@@ -116,8 +121,12 @@ class Extender:
         return f"the API server refused the Binding: {error}"
 
     # ------------------------------------------------------------------ on the scheduler thread
-    def _filter(self, pod: dict[str, Any], candidates: list[str]) -> Verdict:
+    def _filter(self, asked: dict[str, Any], read: dict[str, Any] | None, candidates: list[str]) -> Verdict:
+        """``read``: the pod as the API server had it, where the mirror lacked it. The request's own pod
+        (``asked``) decides only answers that change nothing (another scheduler's pod, a pod without GPUs)."""
         s = self.scheduler
+        uid = pods.uid(asked)
+        pod = s.mirror.pods.get(uid) or read or asked
         name = (pod.get("spec") or {}).get("schedulerName", "default-scheduler")
         if not pods.ours(pod, s.options.names):
             served = ", ".join(sorted(s.options.names))
@@ -126,9 +135,11 @@ class Extender:
             return Verdict([], {}, dict.fromkeys(candidates, why))
         if not pods.asks_for_any(pod, MANAGED):
             return Verdict(list(candidates), {}, {})  # asks for no GPU: nothing for kubecell to decide
-        uid = pods.uid(pod)
-        if uid not in s.mirror.pods:  # kube-scheduler saw the pod before our watch did (read from the API)
-            s.mirror.apply(Event("pods", "ADDED", pod))
+        if uid not in s.mirror.pods:  # kube-scheduler saw the pod before our watch did
+            if read is None:  # (no engine when asked: nothing was read, and nothing is taken from the request)
+                return self._fail(candidates, "kubecell has no engine yet (reading the cluster, or no GPU node)"
+                                  if s.state is None else "kubecell has not seen this pod yet")
+            s.mirror.apply(Event("pods", "ADDED", read))
         for _ in range(2):
             self._catch_up()
             state = s.state
