@@ -34,7 +34,7 @@ from kubecell.kube import virtualclusters as vcs
 from kubecell.kube.dialects import DemandError, pod_demand
 from kubecell.kube.inventory import node_view
 from kubecell.kube.records import RecordError, parse_record
-from kubecell.kube.rest import ApiError, Kube, checked_path
+from kubecell.kube.rest import ApiError, Kube, checked_path, loads
 from kubecell.scheduler.observe.inspect import InspectReport, build_report
 from kubecell.testbed.nodes import node_manifest
 from tests.core.support import make_nodes
@@ -414,3 +414,19 @@ def test_no_request_leaves_for_a_path_a_name_could_have_bent(path: str) -> None:
         kube.get(path)
     assert caught.value.status == 400
     assert checked_path("/apis/kubecell.io/v1alpha1/namespaces/a/elasticjobs/x/scale").endswith("/x/scale")
+
+
+def test_json_nested_as_deep_as_the_api_server_accepts_is_read() -> None:
+    """A ResourceClaim's opaque parameters (or a CRD keeping unknown fields) may nest as deep as the API server
+    accepts, 10,000 levels; Python's decoder stops near 1,000 with RecursionError, which ended the watcher
+    thread of a 3 KB claim nested 1,500 deep and left the scheduler with a frozen copy of every claim."""
+    deep = '{"items": [{"a": ' + "[" * 1500 + "]" * 1500 + '}, {"b": 1}]}'
+    with pytest.raises(RecursionError):
+        json.loads(deep)
+    read = loads(deep)
+    assert read["items"][1] == {"b": 1}
+    assert loads(b'{"kind": "List"}') == {"kind": "List"}
+    deepest = "[" * 10_000 + "]" * 10_000
+    assert isinstance(loads(deepest), list)
+    with pytest.raises(ValueError, match="Expecting"):
+        loads("[" * 2000)  # not JSON, however deep: the error a caller expects, from the caller's thread

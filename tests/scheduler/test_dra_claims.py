@@ -5,9 +5,11 @@ to their pods without disturbing anything else."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +35,7 @@ from tests.dra_support import (
     request,
     results,
 )
+from tests.scheduler.deploy_support import kubectl
 from tests.scheduler.test_scheduler import bound, get_pod, make_pod
 from tests.scheduler.test_tenant_source import configmap, tenant_names, waiting_message
 from tests.support import wait_for
@@ -227,6 +230,29 @@ def test_a_claim_kubecell_cannot_allocate_is_told_to_its_pod_and_blocks_nobody(
     assert expected in told[0], told
     assert not get_pod(kube, namespace, label)["spec"].get("nodeName")
     assert not (get_claim(kube, namespace, label).get("status") or {}).get("allocation")
+
+
+def test_a_claim_nested_too_deep_for_python_never_stops_the_claims_watch(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, dra_nodes: list[str],
+        start_scheduler: type[RunningScheduler], tmp_path: Path) -> None:
+    """Opaque parameters are free-form: a 3 KB claim nested 1,500 deep (the API server accepts 10,000) raised
+    RecursionError out of the watch's decoding, which ended the watcher thread: no claim made afterwards, by
+    anyone, was ever seen, and their pods waited for ever."""
+    start_scheduler(testbed)
+    config = '[{"requests": ["g"], "opaque": {"driver": "other.example.com", "parameters": {"a": ' + \
+        "[" * 1500 + "]" * 1500 + "}}}]"  # written as text: Python's own encoder stops near 1,000 levels too
+    body = json.dumps({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                       "metadata": {"name": "deep", "namespace": namespace},
+                       "spec": {"devices": {"requests": [request("g")], "config": "CONFIG"}}})
+    (tmp_path / "deep.json").write_text(body.replace('"CONFIG"', config))
+    kubectl(testbed, "create", "-f", str(tmp_path / "deep.json"))  # (Go's encoder takes it)
+    claim_pod(kube, namespace, "deep", claim="deep")
+    told = wait_for("a FailedScheduling Event on the deep claim's pod", lambda: [
+        e for e in events_of(kube, namespace, "deep") if e.startswith("FailedScheduling")])
+    assert "nested deeper than kubecell reads" in told[0], told
+    make_claim(kube, namespace, "after", [request("g")])
+    claim_pod(kube, namespace, "after", claim="after")
+    wait_for("a pod whose claim came after the deep one placed", partial(placed, kube, namespace, "after"))
 
 
 def test_a_claim_reserved_for_another_pod_is_refused(

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,7 +149,7 @@ class Kube:
         data = response.read()
         if not 200 <= response.status <= 299:
             raise _api_error(response.status, response.reason or "", data, method, path)
-        return json.loads(data) if data else {}
+        return loads(data) if data else {}
 
     def get(self, path: str, **query: Any) -> dict[str, Any]:
         result: dict[str, Any] = self._send("GET", path, query=_query(query))
@@ -186,7 +188,7 @@ class Kube:
                     line, buffer = buffer.split(b"\n", 1)
                     if not line.strip():
                         continue
-                    event: dict[str, Any] = json.loads(line)
+                    event: dict[str, Any] = loads(line)
                     if event.get("type") == "ERROR":
                         status = event.get("object") or {}
                         raise ApiError(int(status.get("code", 500)), str(status.get("reason", "")),
@@ -194,6 +196,52 @@ class Kube:
                     yield event
         finally:
             response.response.release_conn()
+
+
+MAX_NESTING = 10_000
+"""The deepest JSON the API server accepts (``sigs.k8s.io/json``'s limit); free-form fields (a ResourceClaim's
+opaque parameters, a CRD that keeps unknown fields) may nest that deep."""
+
+
+def loads(data: bytes | str) -> Any:
+    """``json.loads``, and for a document nested deeper than Python's recursion limit lets it read (about 1,000
+    levels), the same on a thread with a stack and limit for ``MAX_NESTING`` levels. Why: a user's 3 KB
+    ResourceClaim nested 1,500 deep raised RecursionError out of the watch's decoding and ended the watcher
+    thread; the scheduler went on with a frozen copy of every tenant's claims, and a relist failed the same way."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        return _deep_loads(data)
+
+
+def _deep_loads(data: bytes | str) -> Any:
+    decoded: list[Any] = []
+    failed: list[BaseException] = []
+
+    def decode() -> None:
+        try:
+            decoded.append(json.loads(data))
+        except BaseException as error:  # handed to the caller's thread
+            failed.append(error)
+
+    with _DEEP:
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 2 * MAX_NESTING + 1000))
+        stack = threading.stack_size(256 * 1024 * 1024)
+        try:
+            worker = threading.Thread(target=decode, name="deep-json", daemon=True)
+            worker.start()
+        finally:
+            threading.stack_size(stack)
+        worker.join()
+        sys.setrecursionlimit(limit)
+    if failed:
+        raise failed[0]
+    return decoded[0]
+
+
+_DEEP = threading.Lock()
+"""One deep decode at a time: the recursion limit it raises is the process's."""
 
 
 LIST_PAGE = 500

@@ -114,10 +114,11 @@ class Watcher:
                     self.stop.wait(backoff)
                     backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
                 version = ""
-            except (OSError, ValueError) as error:
+            except Exception as error:  # (OSError, a body that is not JSON, anything else): the thread never ends
                 if self.stop.is_set():
                     return
-                log.warning("watch of %s interrupted (%s); relisting", self.collection.kind, error)
+                log.warning("watch of %s interrupted (%s: %s); relisting", self.collection.kind,
+                            type(error).__name__, str(error)[:300])
                 self.stop.wait(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
                 version = ""

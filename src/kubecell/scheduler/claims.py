@@ -107,7 +107,7 @@ class ClaimBroker:
         """(devices version, the views they were confirmed against, the devices): the views are held, not their
         id, so a new engine's views are never mistaken for the old."""
         self.problems_told: set[str] = set()
-        self._demands: dict[tuple[str, int], ClaimDemand] = {}
+        self._demands: dict[tuple[str, int], ClaimDemand | ClaimError] = {}
         self._allowed_sets: dict[tuple[frozenset[str] | None, ...], frozenset[tuple[str, int]]] = {}
         """The GPUs claims accept, kept per their accepted UUIDs (one object per claim spec, so the pods of one
         template share one set, and the engine one mask for it)."""
@@ -135,14 +135,24 @@ class ClaimBroker:
         """``claim_demand``, kept per claim spec and devices version: the selectors are evaluated over every
         published device, which the claims of one template (all alike) should not pay for each pod."""
         meta = claim.get("metadata") or {}
-        spec = json.dumps(claim.get("spec"), sort_keys=True, default=str)
+        name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        try:
+            spec = json.dumps(claim.get("spec"), sort_keys=True, default=str)
+        except RecursionError:  # free-form opaque parameters nested as deep as the API server lets them
+            raise ClaimError("is nested deeper than kubecell reads (opaque parameters, most likely)", "spec",
+                             claim=f"ResourceClaim {name}") from None
         key = (spec, self.mirror.devices_version)
         found = self._demands.get(key)
-        name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         if found is None:
             if len(self._demands) >= DEMAND_CACHE:
                 self._demands.clear()
-            found = self._demands[key] = claim_demand(claim, self.mirror.deviceclasses, devices.listed)
+            try:
+                found = claim_demand(claim, self.mirror.deviceclasses, devices.listed)
+            except ClaimError as error:  # kept too: a refusal (a selector that ran out of time) is not paid again
+                found = error             # until the claim or the devices change
+            self._demands[key] = found
+        if isinstance(found, ClaimError):
+            raise found.with_traceback(None)  # (kept bare: each raise would add to a kept traceback)
         return found if found.claim == name else dataclasses.replace(found, claim=name)
 
     def _warn_on_slice(self, problem: str) -> None:

@@ -3,6 +3,7 @@ capacity rule (its own test cases); every refusal with its field; and the claims
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -166,6 +167,25 @@ def test_runtime_selector_error_closes_that_node() -> None:
     assert demand.allowed == {"GPU-node-c-0"}
     assert list(demand.node_errors) == ["node-a"]
     assert "no such key: special" in demand.node_errors["node-a"]
+
+
+def test_a_selector_too_slow_for_the_scheduler_loop_refuses_its_claim(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kubernetes' cost budget is cel-go's; this evaluator takes ~30 us a step, so a 1 KB selector the cost check
+    admits ran 6 s per device on the scheduler's only loop. One claim's selectors get a second in all."""
+    numbers = "[" + ",".join(str(i) for i in range(150)) + "]"
+    slow = f"{numbers}.all(x, {numbers}.all(y, x + y >= 0))"
+    started = time.monotonic()
+    with pytest.raises(ClaimError, match=r"ran out of the time a claim is given over the \d+ published devices"):
+        claim_demand(claim(request(selectors=(slow,))), CLASSES, devices())
+    assert time.monotonic() - started < 0.5, "stopped on its first device, not at the end of its cost"
+    monkeypatch.setattr("kubecell.kube.dra.cel.DEVICE_SECONDS", 60.0)
+    monkeypatch.setattr("kubecell.kube.dra.claims.CLAIM_SELECTOR_SECONDS", 0.2)
+    started = time.monotonic()
+    with pytest.raises(ClaimError, match="ran out of the time"):
+        claim_demand(claim(request(selectors=(slow.replace(">= 0", ">= -1"),))), CLASSES, devices())
+    assert time.monotonic() - started < 1.5, "the claim's own clock bounds it too"
+    cheap = request(selectors=(f'device.attributes["{DRIVER}"].model == "H100-SXM5-80GB"',))
+    assert claim_demand(claim(cheap), CLASSES, devices()).allowed == {"GPU-node-a-1"}, "others as before"
 
 
 def test_tolerations_are_honoured() -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -34,7 +35,7 @@ from typing import Any
 from kubecell.core.errors import InvalidInputError
 from kubecell.kube.dialects.resources import QuantityError, parse_quantity
 from kubecell.kube.dra.capacity import CapacityError, consume, quantity_text
-from kubecell.kube.dra.cel import Selector, SelectorError, compile_selector
+from kubecell.kube.dra.cel import Selector, SelectorError, SelectorTimeoutError, compile_selector
 from kubecell.kube.dra.slices import PublishedDevice, Taint
 from kubecell.kube.dra_names import ATTR_MODEL, CAPACITY_COMPUTE, CAPACITY_MEMORY, CLASS_MIG, DRIVER, TYPE_MIG
 
@@ -46,6 +47,13 @@ MAX_TOLERATIONS = 16
 MAX_OPAQUE_PARAMETERS = 10 * 1024
 MATCHABLE = frozenset({f"{DRIVER}/{ATTR_MODEL}"})
 MIB = 2**20
+CLAIM_SELECTOR_SECONDS = 1.0
+CLAIM_SELECTOR_SECONDS_PER_DEVICE = 0.003
+"""The longest one claim's selectors may run over all the published devices, on the scheduler's loop: 1 s and
+3 ms a device (and ``cel.DEVICE_SECONDS`` on any one device); past it the claim is refused. A selector of the
+usual kind (a model, a driver, an attribute compared) takes 0.6-0.7 ms a device on a loaded 2-core machine
+(2,000 devices: 1.2-1.5 s, against 7 s given), and its result per device is cached, so a claim pays it once
+per new selector."""
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DRIVER_LITERAL = re.compile(r"""device\.driver\s*==\s*["']([^"']*)["']|["']([^"']*)["']\s*==\s*device\.driver""")
 
@@ -129,7 +137,12 @@ def _opaque(entries: list[Any], where: str, claim: str, *, ours_refused: bool) -
         opaque = entry.get("opaque") if isinstance(entry, Mapping) else None
         if not isinstance(opaque, Mapping) or not isinstance(opaque.get("driver"), str):
             raise ClaimError("is not an opaque configuration {driver, parameters}", f"{where}[{j}]", claim=claim)
-        if len(json.dumps(opaque.get("parameters"), default=str)) > MAX_OPAQUE_PARAMETERS:
+        try:
+            size = len(json.dumps(opaque.get("parameters"), default=str))
+        except RecursionError:  # as deep as the API server lets them be: more than Python writes
+            raise ClaimError("opaque parameters nested deeper than kubecell reads", f"{where}[{j}]",
+                             claim=claim) from None
+        if size > MAX_OPAQUE_PARAMETERS:
             raise ClaimError(f"opaque parameters longer than {MAX_OPAQUE_PARAMETERS}", f"{where}[{j}]", claim=claim)
         if ours_refused and opaque["driver"] == DRIVER:
             raise ClaimError(f"opaque parameters for {DRIVER}: kubecell's driver takes no configuration",
@@ -251,7 +264,7 @@ def _share(device: PublishedDevice, amounts: Mapping[str, Decimal], request: _Re
 
 
 def _evaluate(request: _Request, devices: Sequence[PublishedDevice], claim: str,
-              node_errors: dict[str, str]) -> ClaimAsk:
+              node_errors: dict[str, str], deadline: float) -> ClaimAsk:
     allowed: set[str] = set()
     consumed: dict[str, dict[str, Decimal]] = {}
     shares: list[tuple[int, int]] = []
@@ -260,12 +273,16 @@ def _evaluate(request: _Request, devices: Sequence[PublishedDevice], claim: str,
         if device.node in node_errors:
             continue
         try:
-            if not all(selector.matches(device.cel) for selector in request.selectors):
+            if not all(selector.matches(device.cel, deadline) for selector in request.selectors):
                 continue
             if any(t.effect in ("NoSchedule", "NoExecute") and not _tolerates(request.tolerations, t)
                    for t in device.taints):
                 continue
             amounts = consume(request.capacity, device.capacities)
+        except SelectorTimeoutError as error:
+            raise ClaimError(f"the selectors of request {request.name} ran out of the time a claim is given over "
+                             f"the {len(devices)} published devices ({error.reason}): a selector must be cheap "
+                             "enough to run on every device", "spec.devices.requests", claim=claim) from None
         except (SelectorError, CapacityError) as error:
             node_errors[device.node] = f"request {request.name}: {error}"
             continue
@@ -337,7 +354,9 @@ def claim_demand(claim: Mapping[str, Any], classes: Mapping[str, Mapping[str, An
     node_errors: dict[str, str] = {}
     for request in requests:
         _check_largest(request, devices, where)
-    asks = [_evaluate(request, devices, where, node_errors) for request in requests]
+    seconds = CLAIM_SELECTOR_SECONDS + CLAIM_SELECTOR_SECONDS_PER_DEVICE * len(devices)
+    deadline = time.monotonic() + seconds  # the whole claim's, on the scheduler's loop
+    asks = [_evaluate(request, devices, where, node_errors, deadline) for request in requests]
     errored = {device.uuid for device in devices if device.node in node_errors}
     asks = [ask if not errored & ask.allowed else _without(ask, errored) for ask in asks]
     first = asks[0]
