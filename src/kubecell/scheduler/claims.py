@@ -152,7 +152,9 @@ class ClaimBroker:
                 found = error             # until the claim or the devices change
             self._demands[key] = found
         if isinstance(found, ClaimError):
-            raise found.with_traceback(None)  # (kept bare: each raise would add to a kept traceback)
+            # Made again for this claim: the one it was kept for may be another namespace's, whose name is not
+            # this pod's to see (and a kept exception would gather a traceback at each raise).
+            raise ClaimError(found.reason, found.field, claim=f"ResourceClaim {name}", accepted=found.accepted)
         return found if found.claim == name else dataclasses.replace(found, claim=name)
 
     def _warn_on_slice(self, problem: str) -> None:
