@@ -67,13 +67,14 @@ def store(kube: Kube) -> Iterator[HoldStore]:
         yield HoldStore(kube, namespace)
 
 
-def test_the_configmap_is_made_at_the_first_hold_and_each_key_written_alone(store: HoldStore,
-                                                                            testbed: ControlPlaneState) -> None:
+def test_the_configmap_is_made_at_the_first_hold_and_each_key_written_alone(
+        store: HoldStore, testbed: ControlPlaneState, caplog: pytest.LogCaptureFixture) -> None:
     assert store.read() == {}, "no ConfigMap yet: nothing kept"
     assert store.restore(0.0) == []
-    store.keep(BERT, None)  # an end before any hold: nothing to make
+    store.keep(BERT, None)  # an end before any hold: nothing to make, nothing to tell
     with pytest.raises(ApiError):
         store.kube.get(store.path)
+    assert "cannot keep" not in caplog.text
     gpt = ElasticRef("team-b", "gpt", "uid-gpt")
     store.keep(BERT, KEPT)
     store.keep(gpt, KeptHold(gpt, "raise", "V100M32", 4, 1, KEPT.until - 3600))

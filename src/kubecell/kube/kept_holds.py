@@ -129,8 +129,10 @@ class HoldStore:
                 self.kube.patch(self.path, {"data": dict(changes)})
             except ApiError as error:
                 kept = {key: value for key, value in changes.items() if value is not None}
-                if not error.not_found or not kept:
+                if not error.not_found:
                     raise
+                if not kept:
+                    return  # only ends, and no ConfigMap: nothing is kept to take out
                 body = {"apiVersion": "v1", "kind": "ConfigMap", "data": kept,
                         "metadata": {"name": CONFIGMAP, "namespace": self.namespace,
                                      "labels": {"app.kubernetes.io/part-of": "kubecell"}}}
