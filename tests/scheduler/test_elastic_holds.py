@@ -92,7 +92,7 @@ def test_two_jobs_raised_in_one_pass_are_not_given_the_same_idle_gpus() -> None:
 
 
 def test_every_hold_made_or_ended_is_kept_once() -> None:
-    """Each hold made or ended is told to ``keep`` (the job's ``status.hold``), but not one made again as it was:
+    """Each hold made or ended is told to ``keep`` (the holds' ConfigMap), but not one made again as it was:
     a waiting gang's start is held again at every plan, and each would be two API calls."""
     kept: list[tuple[str, Any]] = []
     holds = Holds(keep=lambda ref, hold: kept.append((ref.name, None if hold is None else hold.target)))
