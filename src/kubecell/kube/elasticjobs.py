@@ -22,7 +22,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.validation import key_path
@@ -187,6 +187,12 @@ _UID = re.compile(r"[0-9A-Za-z-]{1,128}")
 """What an object's uid is made of (the API server writes RFC 4122 UUIDs)."""
 
 
+def is_object_uid(text: object) -> TypeGuard[str]:
+    """Whether ``text`` could be an object's uid as the API server writes them; read from anything a user or
+    another process wrote, before it goes into a path, a key or a comparison."""
+    return isinstance(text, str) and _UID.fullmatch(text) is not None
+
+
 def elastic_owner(pod: Mapping[str, Any]) -> ElasticRef | None:
     """The pod's controlling ElasticJob, or None. Read defensively: the pod's metadata is untrusted, and the
     API server checks only that an owner reference's name and uid are not empty. A name that could not be an
@@ -203,7 +209,7 @@ def elastic_owner(pod: Mapping[str, Any]) -> ElasticRef | None:
                 and owner.get("apiVersion") == API_VERSION and isinstance(owner.get("name"), str)
                 and isinstance(owner.get("uid"), str) and owner["name"] and owner["uid"]):
             name, uid = owner["name"], owner["uid"]
-            if len(name) > MAX_NAME_CHARS or not _DNS_1035.fullmatch(name) or not _UID.fullmatch(uid):
+            if len(name) > MAX_NAME_CHARS or not _DNS_1035.fullmatch(name) or not is_object_uid(uid):
                 return None
             return ElasticRef(str(meta.get("namespace") or "default"), name, uid)
     return None
@@ -214,15 +220,18 @@ GPU_MODEL_CHARS = 63
 """The longest GPU model name kept in ``status.gpuModel`` (a label value's limit, as node labels carry them)."""
 
 
+def is_gpu_model_name(text: object) -> TypeGuard[str]:
+    """Whether ``text`` could be a GPU model as node labels carry them (a label value of 1..63 characters)."""
+    return isinstance(text, str) and 0 < len(text) <= GPU_MODEL_CHARS and _MODEL_NAME.fullmatch(text) is not None
+
+
 def kept_gpu_model(obj: Mapping[str, Any]) -> str | None:
     """The GPU model the scheduler keeps in the job's ``status.gpuModel`` (``scheduler.elastic_types``), or
     None where it is absent or not a model name. Whoever reads it must still check it is one the job's pods
     accept: the status is written by whoever may patch ``elasticjobs/status``."""
     status = obj.get("status")
     model = status.get("gpuModel") if isinstance(status, Mapping) else None
-    if not isinstance(model, str) or not 0 < len(model) <= GPU_MODEL_CHARS or not _MODEL_NAME.fullmatch(model):
-        return None
-    return model
+    return model if is_gpu_model_name(model) else None
 
 
 def _int_field(spec: Mapping[str, Any], field: str, where: str, low: int, high: int, default: int | None,

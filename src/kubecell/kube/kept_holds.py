@@ -24,7 +24,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kubecell.kube.elasticjobs import MAX_NPROC_PER_NODE, MAX_REPLICAS, ElasticRef
+from kubecell.kube.elasticjobs import (
+    MAX_NPROC_PER_NODE,
+    MAX_REPLICAS,
+    ElasticRef,
+    is_gpu_model_name,
+    is_object_uid,
+)
 from kubecell.kube.rest import ApiError, Kube
 
 log = logging.getLogger("kubecell.scheduler.elastic")
@@ -36,8 +42,6 @@ MAX_VALUE_CHARS = 512
 """The longest value read (one written is under 250 characters)."""
 
 _KEY = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[a-z]([-a-z0-9]*[a-z0-9])?")
-_UID = re.compile(r"[0-9A-Za-z-]{1,128}")
-_MODEL = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +81,8 @@ def decode(key: str, text: Any) -> KeptHold | None:
         return None
     uid, kind, model, until = (value.get(field) for field in ("uid", "kind", "gpuModel", "until"))
     replicas, gpus = _count(value.get("replicas"), MAX_REPLICAS), _count(value.get("memberGpus"), MAX_NPROC_PER_NODE)
-    if not isinstance(uid, str) or not _UID.fullmatch(uid) or kind not in KINDS or replicas is None \
-            or gpus is None or not isinstance(model, str) or len(model) > 63 or not _MODEL.fullmatch(model):
+    if not is_object_uid(uid) or kind not in KINDS or replicas is None or gpus is None \
+            or not is_gpu_model_name(model):
         return None
     if not isinstance(until, str):
         return None
