@@ -37,15 +37,21 @@ log = logging.getLogger("kubecell.node")
 PLUGIN_RESOURCES = (RESOURCE_GPU, RESOURCE_GPU_MILLI)
 
 
-def plugin_containers(pod: Mapping[str, Any]) -> int:
-    """How many of the pod's containers ask for a device-plugin resource (one ``Allocate`` each)."""
+def plugin_container_names(pod: Mapping[str, Any]) -> set[str]:
+    """The names of the pod's containers that ask for a device-plugin resource (one ``Allocate`` each)."""
     spec = pod.get("spec") or {}
-    count = 0
+    names = set()
     for container in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]:
         resources = container.get("resources") or {}
         asked = {*(resources.get("limits") or {}), *(resources.get("requests") or {})}
-        count += any(name in asked for name in PLUGIN_RESOURCES)
-    return count
+        if any(name in asked for name in PLUGIN_RESOURCES):
+            names.add(str(container.get("name", "")))
+    return names
+
+
+def plugin_containers(pod: Mapping[str, Any]) -> int:
+    """How many of the pod's containers ask for a device-plugin resource (one ``Allocate`` each)."""
+    return len(plugin_container_names(pod))
 
 
 @dataclass
@@ -143,16 +149,18 @@ class RecordAllocator:
             if found is None:
                 continue
             devices: dict[str, set[str]] = {}
-            served_containers = 0
+            wanted = plugin_container_names(pod)
+            served_names: set[str] = set()  # by name: a container listed twice, or one the pod lacks, is no proof
             for container in found.containers:
                 ours = {r: set(ids) for r, ids in container.devices.items() if r in PLUGIN_RESOURCES and ids}
-                served_containers += bool(ours)
+                if ours and container.name in wanted:
+                    served_names.add(container.name)
                 for resource, ids in ours.items():
                     devices.setdefault(resource, set()).update(ids)
             named = {gpu.uuid for gpu in record.gpus}
-            if served_containers < plugin_containers(pod) or any(
-                    gpu_of(d) not in named for ids in devices.values() for d in ids):
+            if served_names != wanted or any(gpu_of(d) not in named for ids in devices.values() for d in ids):
                 continue
+            served_containers = len(served_names)
             log.info("%s was admitted without an acknowledgement (the agent restarted meanwhile): "
                      "acknowledging from PodResources", pods.key(pod))
             with self.lock:  # the same id an Allocate of this pod would write: idempotent either way
@@ -241,7 +249,10 @@ class RecordAllocator:
             for container in found.containers:
                 for resource, ids in container.devices.items():
                     recorded.setdefault(resource, set()).update(ids)
-            wrong = {r: ids for r, ids in served.devices.items() if recorded.get(r, set()) != ids}
+            # every kubecell resource the kubelet recorded, not only those served: devices of a resource the
+            # agent never answered for are a GPU the pod was never allocated
+            checked = set(served.devices) | {r for r in recorded if r in PLUGIN_RESOURCES}
+            wrong = {r for r in checked if recorded.get(r, set()) != served.devices.get(r, set())}
             if wrong:
                 self.mismatches += 1
                 self._event(served.pod, f"the kubelet recorded other devices for this pod than the agent served: "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -121,6 +122,10 @@ class ContainerAllocation:
     annotations: Mapping[str, str] = field(default_factory=dict)
 
 
+class DevicePluginError(KubecellError):
+    """The plugin cannot serve its socket (the kubelet's device-plugin directory is missing or unusable)."""
+
+
 class AllocationRefused(KubecellError):  # noqa: N818 - a decision, reported to the kubelet as such
     """The allocator will not allocate these devices; the message reaches the kubelet (FAILED_PRECONDITION)."""
 
@@ -174,6 +179,35 @@ def allocation_from_proto(message: Any) -> ContainerAllocation:
         devices=tuple(DeviceSpec(d.container_path, d.host_path, d.permissions) for d in message.devices))
 
 
+def _unavailable(context: Any, resource: str, call: str, error: KubecellError) -> NoReturn:
+    """The allocator could not decide (the API server is away, say): a clear UNAVAILABLE to the kubelet and
+    one log line, instead of grpc's UNKNOWN "Exception calling application" and a stack trace."""
+    log.warning("%s for %s failed: %s", call, resource, error)
+    abort(context, grpc.StatusCode.UNAVAILABLE, f"{resource}: {call} cannot be decided now: {error}")
+
+
+def _shown(ids: Sequence[str], most: int = 5, width: int = 80) -> str:
+    """Device IDs for an error message: at most ``most`` of them, each cut to ``width`` characters and
+    quoted, so a hostile request cannot flood the kubelet's event or the log with one enormous or
+    multi-line ID."""
+    shown = [repr(i if len(i) <= width else i[:width] + "...") for i in ids[:most]]
+    return ", ".join(shown) + (f" ... ({len(ids)} in all)" if len(ids) > most else "")
+
+
+def _malformed(requests: Sequence[Sequence[str]]) -> str | None:
+    """What makes an Allocate request one the kubelet never sends, or None: no container, a container
+    with no device, or one device ID twice in a container."""
+    if not requests:
+        return "names no container"
+    for position, ids in enumerate(requests):
+        if not ids:
+            return f"names no device for container request {position}"
+        repeated = sorted(i for i, n in Counter(ids).items() if n > 1)
+        if repeated:
+            return f"names device(s) {_shown(repeated)} more than once in container request {position}"
+    return None
+
+
 def socket_name(resource: str) -> str:
     """``kubecell.io/gpu-milli`` -> ``kubecell-gpu-milli.sock``: one file per resource, kubelet-safe chars."""
     return "kubecell-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", resource.split("/", 1)[-1]) + ".sock"
@@ -208,23 +242,35 @@ class _Servicer:
                     list(container.must_include_deviceIDs), int(container.allocation_size))
             except AllocationRefused as refused:
                 abort(context, grpc.StatusCode.FAILED_PRECONDITION, refused.message)
+            except KubecellError as error:
+                _unavailable(context, self._plugin.resource, "GetPreferredAllocation", error)
             responses.append(self._pb2.ContainerPreferredAllocationResponse(deviceIDs=chosen))
         return self._pb2.PreferredAllocationResponse(container_responses=responses)
 
     def Allocate(self, request: Any, context: Any) -> Any:  # noqa: N802
         requests = [list(container.devices_ids) for container in request.container_requests]
+        resource = self._plugin.resource
+        malformed = _malformed(requests)
+        if malformed:  # the kubelet never sends these; answering would count a container that got nothing
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"{resource}: Allocate request {malformed}")
         _, devices = self._plugin.feed.snapshot()
         known = {device.id for device in devices}
         unknown = sorted({i for ids in requests for i in ids} - known)
         if unknown:
             abort(context, grpc.StatusCode.FAILED_PRECONDITION,
-                          f"{self._plugin.resource}: Allocate names devices this node does not advertise: "
-                          f"{', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}")
+                  f"{resource}: Allocate names devices this node does not advertise: {_shown(unknown)}")
+        unhealthy = sorted({i for ids in requests for i in ids} & {d.id for d in devices if not d.healthy})
+        if unhealthy:  # the GPU took a critical XID after the kubelet chose it: no container starts on it
+            abort(context, grpc.StatusCode.FAILED_PRECONDITION,
+                  f"{resource}: Allocate names devices this node reports {UNHEALTHY} (a critical XID took their "
+                  f"GPU out of service): {_shown(unhealthy)}")
         try:
             allocations = self._plugin.allocator.allocate(self._plugin.resource, requests)
         except AllocationRefused as refused:
             log.warning("Allocate refused for %s: %s", self._plugin.resource, refused.message)
             abort(context, grpc.StatusCode.FAILED_PRECONDITION, refused.message)
+        except KubecellError as error:
+            _unavailable(context, resource, "Allocate", error)
         if len(allocations) != len(requests):
             abort(context, grpc.StatusCode.INTERNAL,
                   f"allocator returned {len(allocations)} allocations for {len(requests)} containers")
@@ -282,9 +328,15 @@ class DevicePlugin:
         return self.directory / self.endpoint
 
     def start(self, register_timeout: float = 10.0) -> None:
-        """Serve, register (waiting up to ``register_timeout`` s for a kubelet) and watch for restarts."""
+        """Serve, register (waiting up to ``register_timeout`` s for a kubelet) and watch for restarts.
+
+        A directory that is not there yet (the kubelet has not started) is no reason to give up: the watcher
+        serves as soon as the kubelet's socket appears."""
         self._stop.clear()
-        self._serve()
+        try:
+            self._serve()
+        except DevicePluginError as error:
+            log.warning("%s: %s; serving once the kubelet's socket appears", self.resource, error)
         self._watcher = threading.Thread(target=self._watch, name=f"deviceplugin-{self.endpoint}", daemon=True)
         self._watcher.start()
         if not self._registered.wait(register_timeout):
@@ -308,7 +360,11 @@ class DevicePlugin:
             api = protos.deviceplugin()
             server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="deviceplugin"))
             api.grpc.add_DevicePluginServicer_to_server(_Servicer(self), server)
-            server.add_insecure_port(f"unix://{self.socket}")
+            try:
+                server.add_insecure_port(f"unix://{self.socket}")
+            except RuntimeError as error:  # grpc's "Failed to bind to address": say which and why
+                why = f"{self.directory} does not exist" if not self.directory.is_dir() else str(error)
+                raise DevicePluginError(f"cannot serve on {self.socket}: {why}") from None
             self._serving_stopped = threading.Event()
             server.start()
             self._server = server
@@ -321,6 +377,23 @@ class DevicePlugin:
             self._server = None
 
     def _watch(self) -> None:
+        """Keep the plugin served and registered until :meth:`stop`; no error ends the thread, since a plugin
+        that stops following the kubelet takes the node's GPUs out of service until the agent restarts."""
+        backoff = self.poll_interval
+        while not self._stop.is_set():
+            try:
+                self._follow()
+                return
+            except (DevicePluginError, OSError) as error:
+                log.warning("%s: %s; retrying in %.1f s", self.resource, error, backoff)
+            except Exception:  # a bug must not end re-registration for the agent's lifetime
+                log.exception("%s: unexpected error while following the kubelet; retrying in %.1f s",
+                              self.resource, backoff)
+            self._registered.clear()  # serve and register afresh once the kubelet is back
+            self._stop.wait(backoff)
+            backoff = min(backoff * 2, self.max_backoff)
+
+    def _follow(self) -> None:
         """Register; afterwards re-serve and re-register whenever the kubelet's or our socket changes."""
         kubelet = self.directory / KUBELET_SOCKET
         seen: tuple[int, int] | None = None

@@ -262,7 +262,7 @@ class NvmlBackend:
             result.append(GpuProcess(int(process.pid), memory, sm, controller))
         return result
 
-    def _utilisation(self, handle: Any, where: str) -> dict[int, tuple[int, int | None]]:
+    def _utilisation(self, handle: Any, where: str) -> dict[int, tuple[int | None, int | None]]:
         """SM and memory-controller utilisation per pid over the driver's last sampling window (empty where
         unsupported or idle)."""
         since = int((time.time() - 10) * 1_000_000)
@@ -272,7 +272,10 @@ class NvmlBackend:
             if error.code in (self._nvml.NVML_ERROR_NOT_SUPPORTED, self._nvml.NVML_ERROR_NOT_FOUND):
                 return {}
             raise
-        return {int(sample.pid): (int(sample.smUtil), _percent(getattr(sample, "memUtil", None)))
+        # smUtil is checked like memUtil: drivers have returned sentinels such as 2147483632 there (DCGM #83,
+        # nvtop #110), and one of those would read as a pod using millions of percent of its GPU
+        return {int(sample.pid): (_percent(getattr(sample, "smUtil", None)),
+                                  _percent(getattr(sample, "memUtil", None)))
                 for sample in samples or ()}
 
     # ------------------------------------------------------------------ events

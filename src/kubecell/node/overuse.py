@@ -8,7 +8,8 @@ scheduler granted; in ``mps`` the driver caps memory and active threads, but a c
 2. the process's pod, from its cgroup (``/proc/<pid>/cgroup``, cgroup v1 or v2, systemd or cgroupfs
    driver): the kubelet puts every container under a ``pod<uid>`` directory, so the path names the pod's UID
    and no container runtime needs to be asked. Processes outside ``kubepods`` (the host, the driver's own
-   daemons) are ignored;
+   daemons) are ignored, and so are those of the agent's own pod (the MPS servers its control daemons start);
+   a utilisation no GPU can report (a driver's sentinel, NaN) counts as unsampled;
 3. each pod's sum per GPU against its record (:mod:`kubecell.kube.records`): a **whole GPU is never over**;
    a share is over on **memory** as soon as it holds more than its ``memoryMiB`` (plus a tolerance: NVML
    counts the CUDA context), and over on **utilisation** only when the mean of its last ``window`` samples
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import re
 import threading
 import time
@@ -109,6 +111,23 @@ class ProcCgroups:
             log.warning("cannot read %s: the agent needs hostPID and root", self.proc_root / str(pid) / "cgroup")
             return None
         return pod_uid_of_cgroup(text)
+
+    def own_pod_uid(self) -> str | None:
+        """The pod this agent runs in, from ``<proc_root>/self/cgroup`` (with ``hostPID`` the host's ``/proc``
+        resolves ``self`` to the agent), or None outside a pod."""
+        try:
+            return pod_uid_of_cgroup((self.proc_root / "self" / "cgroup").read_text(errors="replace"))
+        except OSError:
+            return None
+
+
+def _percent(value: float | None) -> float | None:
+    """A per-process utilisation in percent, or None (unsampled) for one no GPU can report: negative, above
+    100, or not a number. A driver's sentinel must read as "no sample", not as a pod using millions of
+    percent of its GPU (which would poison the window's mean and could get the pod evicted)."""
+    if value is None or not math.isfinite(value) or not 0 <= value <= 100:
+        return None
+    return float(value)
 
 
 @dataclass(slots=True)
@@ -191,6 +210,9 @@ class OveruseMonitor:
         self.backend = backend
         self.pods_source = pods_source or api_pods(kube, node)
         self.cgroups = ProcCgroups(proc_root)
+        self.own_pod_uid = self.cgroups.own_pod_uid()
+        """The agent's own pod: the MPS control daemons it runs start ``nvidia-cuda-mps-server`` in its cgroup,
+        and NVML lists that server as a compute process; it is the driver's daemon, not a pod's use."""
         self.interval = interval
         self.window = window
         self.memory_tolerance_mib = memory_tolerance_mib
@@ -243,13 +265,14 @@ class OveruseMonitor:
         for device in devices:
             for process in self.backend.processes(device.index):
                 uid = self.cgroups.pod_uid(process.pid)
-                if uid is None:
-                    continue
+                if uid is None or uid == self.own_pod_uid:
+                    continue  # the host's, or the MPS servers the agent's own control daemons started
                 usage = found.setdefault(uid, {}).setdefault(device.uuid, Usage(device.index, device.uuid))
                 usage.memory_mib += process.memory_mib
-                usage.utilization += process.utilization_percent or 0
-                usage.memory_utilization += process.memory_utilization_percent or 0
-                if process.utilization_percent is not None and process.memory_utilization_percent is None:
+                sm, controller = _percent(process.utilization_percent), _percent(process.memory_utilization_percent)
+                usage.utilization += sm or 0
+                usage.memory_utilization += controller or 0
+                if sm is not None and controller is None:
                     usage.controller_unknown = True
                 usage.pids.append(process.pid)
         return found

@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 
+from kubecell.core.errors import KubecellError
 from kubecell.node import protos
 
 POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
@@ -55,6 +56,10 @@ def pod_from_proto(message: Any) -> PodDevices:
                       tuple(ContainerDevices(str(c.name), _devices(c.devices)) for c in message.containers))
 
 
+class PodResourcesError(KubecellError):
+    """The kubelet's PodResources API did not answer (socket missing, kubelet restarting, answer too large)."""
+
+
 class PodResourcesClient:
     """``List``, ``Get`` and ``GetAllocatableResources`` with bounded deadlines; use as a context manager."""
 
@@ -66,9 +71,18 @@ class PodResourcesClient:
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
         self._stub = self._api.grpc.PodResourcesListerStub(self._channel)
 
+    def _failed(self, call: str, error: Any) -> PodResourcesError:
+        """A gRPC failure as one line naming the call, the socket and the status (not grpc's debug dump)."""
+        code = error.code() if callable(getattr(error, "code", None)) else None
+        details = error.details() if callable(getattr(error, "details", None)) else str(error)
+        return PodResourcesError(f"PodResources {call} on {self.socket}: {getattr(code, 'name', 'error')}: {details}")
+
     def list(self) -> list[PodDevices]:
         """Every pod the kubelet knows with the devices of its containers."""
-        response = self._stub.List(self._api.pb2.ListPodResourcesRequest(), timeout=self.timeout)
+        try:
+            response = self._stub.List(self._api.pb2.ListPodResourcesRequest(), timeout=self.timeout)
+        except grpc.RpcError as error:
+            raise self._failed("List", error) from None
         return [pod_from_proto(pod) for pod in response.pod_resources]
 
     def get(self, namespace: str, name: str) -> PodDevices | None:
@@ -81,13 +95,16 @@ class PodResourcesClient:
             if error.code() == grpc.StatusCode.NOT_FOUND or (
                     error.code() == grpc.StatusCode.UNKNOWN and "not found" in (error.details() or "")):
                 return None
-            raise
+            raise self._failed(f"Get({namespace}/{name})", error) from None
         return pod_from_proto(response.pod_resources)
 
     def allocatable(self) -> dict[str, tuple[str, ...]]:
         """The device IDs the kubelet can allocate, by resource name."""
-        response = self._stub.GetAllocatableResources(self._api.pb2.AllocatableResourcesRequest(),
-                                                      timeout=self.timeout)
+        try:
+            response = self._stub.GetAllocatableResources(self._api.pb2.AllocatableResourcesRequest(),
+                                                          timeout=self.timeout)
+        except grpc.RpcError as error:
+            raise self._failed("GetAllocatableResources", error) from None
         return _devices(response.devices)
 
     def close(self) -> None:
