@@ -15,7 +15,9 @@ semantic versions (``.isGreaterThan(semver("1.2.3"))``), capacities quantities.
 The library is cel-python (pure Python, RE2 regular expressions as cel-go has). ``compile_selector``
 parses, then ``cel_check`` refuses what Kubernetes or kubecell would not run (a ``SelectorError`` naming
 the reason and position: syntax, an undeclared or unimplemented function, a result that cannot be bool,
-nesting, an estimated cost above 1,000,000) and keeps up to ``COMPILE_CACHE`` expressions (LRU). Input is
+nesting, an estimated cost above 1,000,000) and keeps up to ``COMPILE_CACHE`` expressions (LRU, and no more
+than ``COMPILE_CACHE_NODES`` syntax-tree nodes in all: a tree costs about 1 KiB a node, and one 10 KiB
+selector the API server accepts parses into 10,000 of them, so 1,024 such selectors held ~10 GiB). Input is
 bounded first: ``CELSelectorExpressionMaxLength`` (10 KiB of UTF-8), as the API server checks.
 
 Evaluation is bounded too: every step of cel-python's evaluator, and every 10 characters or elements of a
@@ -24,18 +26,19 @@ cost limit exceeded", as cel-go's run-time limit does. A selector that fails on 
 attribute, a wrong type, a result that is not a bool) raises ``SelectorError(kind="runtime")``: the
 stock allocator treats such an error as fatal for the allocation it is computing (``selectorsMatch``
 returns "CEL runtime error"), so callers must not read it as "no match". Results are memoized per
-(expression, device content), ``RESULT_CACHE`` of them.
+(expression, device content), ``RESULT_CACHE`` of them, keyed by a digest of the expression (not its up to
+10 KiB of text) and by the device's values *with their types* (``True == 1`` in Python, not in CEL).
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from functools import lru_cache
 from typing import Any
 
 import lark
@@ -52,6 +55,9 @@ from kubecell.kube.dra.cel_types import Quantity, Semver
 MAX_EXPRESSION_BYTES = 10 * 1024
 """``resourceapi.CELSelectorExpressionMaxLength``: the API server refuses longer selectors."""
 COMPILE_CACHE = 1024
+COMPILE_CACHE_NODES = 100_000
+"""The most syntax-tree nodes the compiled selectors kept hold together (about 100 MiB): 1,024 selectors of
+the usual kind (tens of nodes each) fit, ten of the largest the API server accepts do."""
 RESULT_CACHE = 65_536
 
 Scalar = int | bool | str | Semver
@@ -82,6 +88,7 @@ class CelDevice:
     capacity: tuple[tuple[str, Decimal], ...] = ()
     allow_multiple_allocations: bool = False
     _value: list[MapType] = field(default_factory=list, compare=False, hash=False, repr=False)
+    _key: list[Any] = field(default_factory=list, compare=False, hash=False, repr=False)
 
     @staticmethod
     def of(driver: str, attributes: Mapping[str, AttributeValue] | None = None,
@@ -225,8 +232,26 @@ class _Evaluator(Evaluator):
 
 _PARSER = CELParser(tree_class=lark.Tree)
 _ACTIVATION = Activation(functions=FUNCTIONS)
-_RESULTS: OrderedDict[tuple[str, CelDevice], bool | SelectorError] = OrderedDict()
+_RESULTS: OrderedDict[tuple[bytes, Any], bool | SelectorError] = OrderedDict()
 _RESULTS_LOCK = threading.Lock()
+
+
+def _typed(value: Any) -> Any:
+    """A value with its type, for a cache key: Python finds ``True == 1`` (and hashes them alike), CEL does not
+    (``1 == true`` is an error), so a key without types would serve one device's answer to another."""
+    if isinstance(value, tuple):
+        return ("list", tuple(_typed(item) for item in value))
+    return (type(value).__name__, value)
+
+
+def _device_key(device: CelDevice) -> Any:
+    """What a selector's result depends on: the device's values with their types (and nothing it keeps
+    besides, such as its built CEL value)."""
+    if not device._key:
+        device._key.append((device.driver, device.allow_multiple_allocations,
+                            tuple((name, _typed(value)) for name, value in device.attributes),
+                            tuple((name, _typed(value)) for name, value in device.capacity)))
+    return device._key[0]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -236,10 +261,14 @@ class Selector:
     expression: str
     estimated_cost: int
     tree: Node = field(repr=False)
+    nodes: int = 1
+    """Nodes of ``tree``: its weight in the compile cache."""
+    digest: bytes = field(default=b"", repr=False)
+    """SHA-256 of ``expression``: the result cache's key, so the cache does not hold 65,536 expressions' text."""
 
     def matches(self, device: CelDevice, deadline: float | None = None) -> bool:
         """Whether ``device`` passes; ``deadline`` (``time.monotonic()``): raise ``SelectorTimeoutError`` past it."""
-        key = (self.expression, device)
+        key = (self.digest or _digest(self.expression), _device_key(device))
         with _RESULTS_LOCK:
             known = _RESULTS.get(key)
             if known is not None:
@@ -308,8 +337,57 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-@lru_cache(maxsize=COMPILE_CACHE)
+def _digest(expression: str) -> bytes:
+    return hashlib.sha256(expression.encode("utf-8", "surrogatepass")).digest()
+
+
+def _count_nodes(tree: Node) -> int:
+    """The nodes of a compiled tree (iteratively: a tree may be deeper than Python's stack)."""
+    count, todo = 0, [tree]
+    while todo:
+        node = todo.pop()
+        count += 1
+        todo.extend(child for child in node.children if isinstance(child, lark.Tree))
+    return count
+
+
+_COMPILED: OrderedDict[str, tuple[Selector | SelectorError, int]] = OrderedDict()
+_COMPILED_LOCK = threading.Lock()
+_compiled_nodes = 0
+
+
 def _compile(expression: str) -> Selector | SelectorError:
+    """``_parse`` kept in an LRU of at most ``COMPILE_CACHE`` entries and ``COMPILE_CACHE_NODES`` tree nodes."""
+    global _compiled_nodes
+    with _COMPILED_LOCK:
+        known = _COMPILED.get(expression)
+        if known is not None:
+            _COMPILED.move_to_end(expression)
+            return known[0]
+    compiled = _parse(expression)
+    weight = compiled.nodes if isinstance(compiled, Selector) else 1
+    if weight > COMPILE_CACHE_NODES:
+        return compiled
+    with _COMPILED_LOCK:
+        if expression not in _COMPILED:
+            _COMPILED[expression] = (compiled, weight)
+            _compiled_nodes += weight
+        while len(_COMPILED) > COMPILE_CACHE or _compiled_nodes > COMPILE_CACHE_NODES:
+            _compiled_nodes -= _COMPILED.popitem(last=False)[1][1]
+    return compiled
+
+
+def _clear_caches() -> None:
+    """Forget every compiled selector and result (for tests)."""
+    global _compiled_nodes
+    with _COMPILED_LOCK:
+        _COMPILED.clear()
+        _compiled_nodes = 0
+    with _RESULTS_LOCK:
+        _RESULTS.clear()
+
+
+def _parse(expression: str) -> Selector | SelectorError:
     size = len(expression.encode("utf-8", "surrogatepass"))
     if size > MAX_EXPRESSION_BYTES:
         return SelectorError("length", f"is {size} bytes long; Kubernetes accepts at most {MAX_EXPRESSION_BYTES}",
@@ -331,7 +409,7 @@ def _compile(expression: str) -> Selector | SelectorError:
         return SelectorError(problem.kind, str(problem), expression)
     except RecursionError:
         return SelectorError("depth", "nested too deeply", expression)
-    return Selector(expression, info.cost, tree)
+    return Selector(expression, info.cost, tree, _count_nodes(tree), _digest(expression))
 
 
 def compile_selector(expression: str) -> Selector:

@@ -12,13 +12,18 @@ generations of a pool, a pool whose newest generation is incomplete (fewer slice
 ``resourceSliceCount``) or names one device twice (the whole pool is invalid), devices that consume
 shared counters or carry binding conditions (neither can kubecell honour). Since the slices are written by
 agents on the nodes, what one node could forge is refused too: a slice whose ``spec.nodeName`` differs from
-its pool's name or is not its owner Node, a device without a UUID or kind, a UUID two devices publish.
-Every device or slice left out is said in ``problems`` (one line each, for a log line or an Event).
+its pool's name or is not its owner Node, a device without a UUID or kind, a UUID two devices publish, an
+attribute or capacity named both with and without the driver's domain (the two are one name to a selector,
+and which value it would see is a matter of order), and a pool of more slices than kubecell's agent ever
+writes (``MAX_SLICES_PER_POOL``: the API server bounds a slice, not a pool, and every slice change reads all
+of them again on the scheduler's loop). Every device or slice left out is said in ``problems`` (one line each,
+for a log line or an Event).
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +42,11 @@ MAX_ATTRIBUTE_VALUES = 48
 MAX_VALUE_LENGTH = 64
 """``DeviceAttributeMaxValueLength``: a string or version attribute."""
 MAX_TAINTS = 16
+MAX_SLICES_PER_POOL = 128
+"""The most slices of one pool read: kubecell's agent writes ``ceil(devices / 128)``, and a node's inventory
+holds at most 256 GPUs of at most 64 MIG instances each (16,384 devices, 128 slices). The API server bounds
+neither the slices of a pool nor ``resourceSliceCount``: a node writing thousands would otherwise have every
+one of its devices parsed on the scheduler's loop at each slice change anywhere in the cluster."""
 INT64 = 2**63
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -145,6 +155,12 @@ def _device(raw: Any, node: str, pool: str) -> PublishedDevice:
     for unusable in ("consumesCounters", "bindingConditions", "nodeName", "nodeSelector", "allNodes"):
         if raw.get(unusable):
             raise ValueError(f"device {name}: sets {unusable}, which kubecell cannot honour")
+    for section, raw_names in (("attribute", attributes_raw), ("capacity", capacity_raw)):
+        both = sorted(key for key in raw_names if isinstance(key, str) and "/" not in key
+                      and f"{DRIVER}/{key}" in raw_names)
+        if both:
+            raise ValueError(f"device {name}: {section} {both[0][:32]!r} is named both with and without the domain "
+                             f"{DRIVER}; a selector sees one of them")
     attributes: dict[str, AttributeValue] = {}
     values = 0
     for key, value in attributes_raw.items():
@@ -249,6 +265,10 @@ def published_devices(slices: Sequence[Mapping[str, Any]]) -> tuple[list[Publish
         newest = max(member.generation for member in members)
         current = sorted((m for m in members if m.generation == newest), key=lambda m: m.name)
         counts = {member.count for member in current}
+        if len(current) > MAX_SLICES_PER_POOL or max(counts) > MAX_SLICES_PER_POOL:
+            problems.append(f"pool {pool} (generation {newest}) has {len(current)} slice(s) for resourceSliceCount "
+                            f"{max(counts)}; kubecell's agent writes at most {MAX_SLICES_PER_POOL}: left out")
+            continue
         if len(counts) != 1 or len(current) != counts.pop():
             problems.append(f"pool {pool} (generation {newest}) is incomplete or inconsistent: {len(current)} "
                             f"slice(s) for resourceSliceCount {sorted({m.count for m in current})}: left out")
@@ -260,8 +280,8 @@ def published_devices(slices: Sequence[Mapping[str, Any]]) -> tuple[list[Publish
                     mine.append(_device(raw, member.node, pool))
                 except ValueError as problem:
                     problems.append(f"ResourceSlice {member.name}: {problem}: left out")
-        names = [device.name for device in mine]
-        twice = sorted({name for name in names if names.count(name) > 1})
+        seen = Counter(device.name for device in mine)  # not list.count: quadratic in a pool's devices
+        twice = sorted(name for name, times in seen.items() if times > 1)
         if twice:
             problems.append(f"pool {pool}: device(s) {', '.join(twice[:5])} published twice; the pool is invalid, "
                             "as the allocator treats it: left out")

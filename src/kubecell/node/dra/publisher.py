@@ -36,6 +36,9 @@ log = logging.getLogger("kubecell.node.dra")
 
 DEFAULT_INTERVAL = 30.0
 FIRST_BACKOFF = 0.5
+MAX_GENERATION = 2**63 - 1
+"""The pool generation is an int64: a slice of this node listed at this one (written by anyone who may write
+ResourceSlices) leaves no higher one to write, and every pass would be refused."""
 
 
 def _devices(item: dict[str, Any]) -> list[Any]:
@@ -134,6 +137,14 @@ class SlicePublisher:
         if untouched:
             return False
         generation = max(self.generation, seen) + 1
+        if generation > MAX_GENERATION:
+            # No higher generation exists: start the pool again from nothing (the scheduler sees the node
+            # without devices between the deletes and the creates, rather than with the other writer's forever).
+            log.warning("node %s: a ResourceSlice of this node has pool generation %d, the largest there is; "
+                        "deleting this node's slices to publish from generation 1", self.node, seen)
+            for name in sorted(existing):
+                self._delete(name)
+            existing, generation = {}, 1
         wanted = node_slices(inventory, self.node, node_uid, generation)
         versions: dict[str, str] = {}
         for item in wanted:
@@ -146,11 +157,7 @@ class SlicePublisher:
                 written = self.kube.replace(f"{names.RESOURCE_SLICES}/{name}", item)
             versions[name] = str(written["metadata"].get("resourceVersion", ""))
         for name in sorted(set(existing) - set(versions)):
-            try:
-                self.kube.delete(f"{names.RESOURCE_SLICES}/{name}")
-            except ApiError as error:
-                if not error.not_found:
-                    raise
+            self._delete(name)
         self.generation = generation
         self._written = (node_uid, layout, devices)
         self._versions = versions
@@ -158,3 +165,11 @@ class SlicePublisher:
         log.info("node %s: ResourceSlice generation %d with %d device(s)", self.node, generation,
                  sum(len(_devices(item)) for item in wanted))
         return True
+
+    def _delete(self, name: str) -> None:
+        """Delete one slice of this node; one already gone is fine."""
+        try:
+            self.kube.delete(f"{names.RESOURCE_SLICES}/{name}")
+        except ApiError as error:
+            if not error.not_found:
+                raise

@@ -61,8 +61,9 @@ from kubecell.kube.mig import mig_model
 MAX_DEVICES_PER_SLICE = 128
 """``resource.k8s.io/v1`` ``ResourceSliceMaxDevices`` (none of our devices uses the "advanced" features
 that would lower it to 64: no taints, counters or list attributes)."""
-MAX_ATTRIBUTE_CHARS = 64
-"""``DeviceAttributeMaxValueLength``: a longer string attribute is refused by the API server."""
+MAX_ATTRIBUTE_BYTES = 64
+"""``DeviceAttributeMaxValueLength``: a string attribute of more UTF-8 bytes is refused by the API server (Go's
+``len`` counts bytes), and with it the whole slice: every device of the node."""
 MAX_NAME_CHARS = 253
 MILLI_PER_GPU = 1000
 
@@ -151,7 +152,9 @@ def nvlink_groups(gpus: Sequence[GpuRecord]) -> dict[int, int]:
 
 
 def _string(value: str) -> dict[str, str]:
-    return {"string": value[:MAX_ATTRIBUTE_CHARS]}
+    """A string attribute cut to what the API server accepts: 64 bytes of UTF-8, on a character boundary (a
+    product name NVML gives with bytes it cannot decode holds U+FFFD, three bytes each)."""
+    return {"string": value.encode("utf-8", "replace")[:MAX_ATTRIBUTE_BYTES].decode("utf-8", "ignore")}
 
 
 def _int(value: int) -> dict[str, int]:
