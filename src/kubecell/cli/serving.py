@@ -3,21 +3,93 @@
 The scheduler's port (health, metrics, dashboard, extender), the elastic controller's probes and the
 right-sizing admission webhook all serve this way, so the process's own loop keeps the main thread (and its
 signal handling), a port in use fails the caller at once, and every stop is bounded.
+
+Whoever reaches a port may be hostile, and uvicorn bounds neither how long a request may take to arrive nor how
+many connections are open: a client sending its head or body a byte a second, or just holding a socket open, kept
+it (and any body read so far) for ever, and 300 such sockets under a 256-descriptor limit left every later call
+(kube-scheduler's, the probes') unanswered. So each connection must deliver a whole request within
+``REQUEST_SECONDS`` or is closed, and connections past ``MAX_CONNECTIONS`` are answered 503 and closed at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import resource
 import socket
 import threading
 import time
 from dataclasses import dataclass
 
+import h11
 import uvicorn
 from starlette.types import ASGIApp
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger("kubecell.http")
+
+REQUEST_SECONDS = 30.0
+"""The longest a client may take to send one request, head and body, from when the connection awaits it. Every
+legitimate caller is far quicker and gives up sooner: kube-scheduler waits 5 s for an extender (its default
+``httpTimeout``), the API server at most 30 s for a webhook, a probe or a scrape seconds."""
+MAX_CONNECTIONS = 512
+"""The most connections open at once (fewer where the descriptor limit is low: half of it). Callers need a few
+dozen (kube-scheduler's pool, probes, scrapes, dashboards); the rest of the descriptors stay for the process's
+own calls (the API server, the leader's Lease), which a flood of sockets must never starve."""
+_BUSY_TEXT = b"too many open connections"
+_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
+         b"content-length: %d\r\n\r\n%s" % (len(_BUSY_TEXT), _BUSY_TEXT))
+
+
+def _connection_limit() -> int:
+    """``MAX_CONNECTIONS``, or half the soft descriptor limit where that is lower."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return MAX_CONNECTIONS if soft == resource.RLIM_INFINITY else max(16, min(MAX_CONNECTIONS, soft // 2))
+
+
+class BoundedH11Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with the two bounds it lacks (see the module): a deadline on receiving each
+    request, and a cap on open connections. A request received whole is the app's time, never cut short (an
+    extender call waits up to 4 s for the scheduler thread; an event stream runs for hours)."""
+
+    request_seconds: float = REQUEST_SECONDS
+    max_connections: int = MAX_CONNECTIONS
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if len(self.connections) >= self.max_connections:  # answered at once, never queued behind the others
+            self.transport = transport
+            transport.write(_BUSY)
+            transport.close()
+            return
+        super().connection_made(transport)
+        self._await_request()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():  # kept alive: the next request has the same time to arrive
+            self._await_request()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        super().connection_lost(exc)
+
+    def _await_request(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self.loop.call_later(self.request_seconds, self._expire)
+
+    def _expire(self) -> None:
+        """The request has not arrived whole in time: close (an app reading its body sees a disconnect)."""
+        self._deadline = None
+        if self.transport.is_closing() or self.conn.their_state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED):
+            return
+        log.debug("closing a connection from %s that sent no whole request within %.0f s", self.client,
+                  self.request_seconds)
+        self.transport.close()
 
 
 @dataclass
@@ -45,9 +117,12 @@ class Served:
 
 
 def serve(app: ASGIApp, host: str, port: int, *, started_timeout: float = 10.0,
-          tls: tuple[str, str] | None = None) -> Served:
+          tls: tuple[str, str] | None = None, request_seconds: float = REQUEST_SECONDS,
+          max_connections: int | None = None) -> Served:
     """Serve ``app`` on ``host``:``port`` (0: any free port) from a daemon thread; over HTTPS with ``tls``
-    (certificate and key files, PEM), as an admission webhook must be.
+    (certificate and key files, PEM), as an admission webhook must be. ``request_seconds`` and
+    ``max_connections`` (default: :func:`_connection_limit`) bound slow and piled-up clients (see the module);
+    requests in progress past ``max_connections`` get uvicorn's own 503 (``limit_concurrency``).
 
     The socket is bound here, in the caller's thread, so a port in use fails the caller at once with the
     usual ``OSError`` instead of dying silently in the server thread.
@@ -65,8 +140,12 @@ def serve(app: ASGIApp, host: str, port: int, *, started_timeout: float = 10.0,
         sock.close()
         raise
     bound = int(sock.getsockname()[1])
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                            timeout_graceful_shutdown=1, ws="none",
+    limit = max_connections if max_connections is not None else _connection_limit()
+    protocol = type("BoundedH11", (BoundedH11Protocol,), {"request_seconds": request_seconds,
+                                                           "max_connections": limit})
+    # limit_concurrency counts this connection too: one more, so the cap above is what turns callers away
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", http=protocol,
+                            limit_concurrency=limit + 1, timeout_graceful_shutdown=1, ws="none",
                             ssl_certfile=tls[0] if tls else None, ssl_keyfile=tls[1] if tls else None)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="http", daemon=True)

@@ -13,13 +13,17 @@ kubelet nor the scheduler hands it out. ``Allocate`` is answered from the alloca
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Gauge, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from kubecell.core.errors import KubecellError
 from kubecell.kube.inventory_schema import IsolationMode, NodeInventory
@@ -71,6 +75,67 @@ class AgentOptions:
     """``dra_plugin_dir`` as the kubelet sees it (the endpoint given to the kubelet)."""
     cdi_dir: Path = CDI_DIR
     """Where prepared claims' CDI specs are written (the container runtime's CDI directory)."""
+
+
+METRICS_CONNECTIONS = 32
+"""The most connections the metrics port serves at once (one thread each); more are answered 503 and closed.
+``prometheus_client.start_http_server`` bounded neither their number nor their time: 200 clients sending a byte a
+second held 200 threads for as long as they liked, and under a 256-descriptor limit left no room for a scrape."""
+METRICS_SOCKET_SECONDS = 10.0
+"""The longest a metrics connection may wait for the client's next bytes (or for it to take the answer's)."""
+_BUSY = (b"HTTP/1.0 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 25\r\n\r\n"
+         b"too many open connections")
+
+
+class _MetricsHandler(WSGIRequestHandler):
+    """A request of the metrics port: silent, and never waiting on a client longer than the socket timeout."""
+
+    timeout = METRICS_SOCKET_SECONDS  # applied to the connection by StreamRequestHandler.setup
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Log nothing (a scrape every few seconds)."""
+
+
+class _MetricsServer(ThreadingWSGIServer):
+    """prometheus_client's threading server with a thread per connection up to ``METRICS_CONNECTIONS``."""
+
+    def __init__(self, address: tuple[str, int], handler: type[WSGIRequestHandler]) -> None:
+        self.slots = threading.BoundedSemaphore(METRICS_CONNECTIONS)
+        super().__init__(address, handler)
+
+    def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+        if not self.slots.acquire(blocking=False):  # answered at once, in the accepting thread: never queued
+            with contextlib.suppress(OSError):
+                request.settimeout(1.0)
+                request.sendall(_BUSY)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread started: nothing else gives the slot back
+            self.slots.release()
+            raise
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client gone or too slow (the socket timeout) is routine on an open port: no traceback on stderr."""
+        log.debug("metrics connection from %s ended", client_address, exc_info=True)
+
+    def process_request_thread(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> WSGIServer:
+    """Serve ``registry`` on ``host``:``port`` from a daemon thread, bounded (see ``METRICS_CONNECTIONS``);
+    ``shutdown()`` stops it."""
+    server_class = type("MetricsServer", (_MetricsServer,),
+                        {"address_family": socket.AF_INET6 if ":" in host else socket.AF_INET})
+    server: WSGIServer = make_server(host, port, make_wsgi_app(registry), server_class,
+                                     handler_class=_MetricsHandler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
 
 
 def devices_of(inventory: NodeInventory) -> list[Device]:
@@ -190,7 +255,7 @@ class NodeAgent:
         server = None
         if self.options.metrics is not None:
             host, port = self.options.metrics
-            server, _ = start_http_server(port, addr=host, registry=self.registry)
+            server = serve_metrics(self.registry, host, port)
         self.publisher.start()
         workers = [threading.Thread(target=self.overuse.run, args=(stop,), daemon=True, name="overuse"),
                    threading.Thread(target=self._housekeeping, args=(stop,), daemon=True, name="mps")]

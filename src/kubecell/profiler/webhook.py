@@ -22,7 +22,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
@@ -33,6 +33,10 @@ log = logging.getLogger("kubecell.profiler.webhook")
 
 MAX_BODY_BYTES = 3 * 1024 * 1024
 """The API server's own limit on an object is about 1.5 MiB; a review carries it (and its old copy) once."""
+MAX_HELD_BYTES = 16 * MAX_BODY_BYTES
+"""The most review bytes all calls together hold, from the first byte read until the answer is written; past it a
+review gets 503 (the API server applies ``failurePolicy``: the pod is let through). A review is kilobytes, but the
+port answers whoever reaches it, and each connection could hold 3 MiB (and several times that while parsed)."""
 
 Advice = Callable[[Mapping[str, Any]], int | None]
 """A pod -> the compute share per GPU its family needs (``HistoryKnowledge.share_milli``)."""
@@ -93,8 +97,9 @@ def _resize(pod: Mapping[str, Any], advice: Advice) -> Resize:
         return Resize((), f"unreadable: {error}")
 
 
-def webhook_app(advice: Advice) -> Starlette:
-    """``POST /mutate`` (the review) and ``GET /healthz``."""
+def webhook_app(advice: Advice, *, max_held_bytes: int = MAX_HELD_BYTES) -> Starlette:
+    """``POST /mutate`` (the review) and ``GET /healthz``; ``max_held_bytes``: see ``MAX_HELD_BYTES``."""
+    held = [0]  # the bytes of reviews in progress; touched on the event loop only, so needs no lock
 
     async def mutate(request: Request) -> Response:
         too_large = PlainTextResponse(f"a review over {MAX_BODY_BYTES} bytes", status_code=413)
@@ -103,16 +108,23 @@ def webhook_app(advice: Advice) -> Starlette:
             return too_large
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.stream():  # read up to the bound, whatever the header said (or left out)
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                return too_large
-            chunks.append(chunk)
-        body = b"".join(chunks)
         try:
+            async for chunk in request.stream():  # read up to the bound, whatever the header said (or left out)
+                size += len(chunk)
+                held[0] += len(chunk)
+                if size > MAX_BODY_BYTES:
+                    return too_large
+                if held[0] > max_held_bytes:
+                    return PlainTextResponse("too many reviews in progress; try again", status_code=503)
+                chunks.append(chunk)
+            body = b"".join(chunks)
             return JSONResponse(await run_in_threadpool(answer, body, advice))
         except ReviewError as error:
             return PlainTextResponse(str(error), status_code=400)
+        except ClientDisconnect:  # gone, or closed for sending too slowly (kubecell.cli.serving): nobody to answer
+            return PlainTextResponse("the client went away before its review was read", status_code=400)
+        finally:
+            held[0] -= size
 
     async def healthz(_: Request) -> Response:
         return PlainTextResponse("ok")

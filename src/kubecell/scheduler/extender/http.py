@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -26,43 +26,81 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 """The largest request read. With ``nodeCacheCapable: true`` (the sample) a filter carries the pod and node
 names, kilobytes; without it, every candidate Node object: tens of megabytes at 5,000 nodes. The port answers
 whoever reaches it, and an unbounded body was read whole into memory (34 MB cost 2 GB and 13 s)."""
+MAX_HELD_BYTES = 4 * MAX_BODY_BYTES
+"""The most request bytes all calls together hold, from the first byte read until the answer is written (parsing
+a body costs several times its size). kube-scheduler sends one filter or prioritize at a time; a request past the
+bound gets 503, and kube-scheduler tries the pod again. Without it each connection could hold 64 MiB: four
+clients that sent 60 MiB and stopped held 240 MB, and nothing bounded their number."""
 
 
-async def _bounded_body(request: Request) -> bytes | None:
-    """The body, or None past ``MAX_BODY_BYTES`` (read up to the bound, whatever the header said)."""
+class _Held:
+    """The request bytes held by calls in progress (touched on the event loop only, so needs no lock)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.bytes = 0
+
+    def take(self, size: int) -> bool:
+        if self.bytes + size > self.limit:
+            return False
+        self.bytes += size
+        return True
+
+
+class _RefusedError(Exception):
+    """A body that is not read, with the status that says why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def _bounded_body(request: Request, held: _Held, taken: list[int]) -> bytes:
+    """The body, read up to ``MAX_BODY_BYTES`` whatever the header said, each chunk taken from ``held`` (and
+    added to ``taken[0]``, for the caller to give back). Raises :class:`_RefusedError`."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        return None
+        raise _RefusedError(413, f"a request over {MAX_BODY_BYTES} bytes")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            return None
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise _RefusedError(413, f"a request over {MAX_BODY_BYTES} bytes")
+            if not held.take(len(chunk)):
+                raise _RefusedError(503, f"kubecell holds {held.limit} bytes of requests already; try again")
+            taken[0] += len(chunk)
+            chunks.append(chunk)
+    except ClientDisconnect:  # gone, or closed for sending too slowly (kubecell.cli.serving): nobody to answer
+        raise _RefusedError(400, "the client went away before its request was read") from None
     return b"".join(chunks)
 
 
-def routes(extender: Extender, *, prefix: str = "/extender",
-           ready: Callable[[], bool] | None = None) -> list[Route]:
+def routes(extender: Extender, *, prefix: str = "/extender", ready: Callable[[], bool] | None = None,
+           max_held_bytes: int = MAX_HELD_BYTES) -> list[Route]:
     """The four verbs under ``prefix`` (kube-scheduler's ``urlPrefix``); ``ready``: whether this replica
-    may answer (it leads and has read the cluster)."""
+    may answer (it leads and has read the cluster); ``max_held_bytes``: see ``MAX_HELD_BYTES``."""
     is_ready = ready or extender.scheduler.ready.is_set
+    held = _Held(max_held_bytes)
 
     def verb(answer: Callable[[bytes], Any], on_error: Callable[[str], Any]) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
             if not is_ready():
                 return JSONResponse(on_error("kubecell is not ready (not the leader, or still reading the "
                                              "cluster)"), status_code=503)
-            body = await _bounded_body(request)
-            if body is None:
-                return JSONResponse(on_error(f"a request over {MAX_BODY_BYTES} bytes"), status_code=413)
+            taken = [0]
             try:
+                body = await _bounded_body(request, held, taken)
                 return JSONResponse(await run_in_threadpool(answer, body))
+            except _RefusedError as refused:
+                return JSONResponse(on_error(str(refused)), status_code=refused.status)
             except protocol.ProtocolError as error:
                 return JSONResponse(on_error(str(error)), status_code=400)
             except TimeoutError as error:
                 return JSONResponse(on_error(str(error)), status_code=503)
+            finally:
+                held.bytes -= taken[0]
         return endpoint
 
     def filter_(body: bytes) -> Any:

@@ -37,6 +37,8 @@ def _fields(body: bytes | str | Mapping[str, Any], what: str) -> dict[str, Any]:
             data = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise ProtocolError(f"{what}: the body is not JSON ({error})") from None
+        except RecursionError:  # "[[[[..." deeper than the interpreter's stack: a 500 and a traceback before
+            raise ProtocolError(f"{what}: the body is JSON nested too deeply") from None
     if not isinstance(data, Mapping):
         raise ProtocolError(f"{what}: expected a JSON object, got {type(data).__name__}")
     return {str(key).lower(): value for key, value in data.items()}
