@@ -28,7 +28,7 @@ def test_a_refusal_is_kept_per_spec_and_told_with_the_asking_claims_name(monkeyp
     devices = Devices({}, {}, (), tuple(listed))
     runs: list[str] = []
 
-    def refusing(body: Any, classes: Any, found: Any) -> Any:
+    def refusing(body: Any, classes: Any, found: Any, **clock: float | None) -> Any:
         runs.append(body["metadata"]["name"])
         raise ClaimError("ran out of the time a claim is given", "spec.devices.requests",
                          claim=f"ResourceClaim {body['metadata']['namespace']}/{body['metadata']['name']}")

@@ -18,6 +18,7 @@ from kubecell.kube import claim_writes, dra_names
 from kubecell.kube.claim_writes import FINALIZER
 from kubecell.kube.names import ANNOTATION_VC
 from kubecell.kube.rest import Kube
+from kubecell.scheduler.claims import ClaimsDeferred
 from kubecell.scheduler.options import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.cluster_fixtures import RunningScheduler
@@ -230,6 +231,37 @@ def test_a_claim_kubecell_cannot_allocate_is_told_to_its_pod_and_blocks_nobody(
     assert expected in told[0], told
     assert not get_pod(kube, namespace, label)["spec"].get("nodeName")
     assert not (get_claim(kube, namespace, label).get("status") or {}).get("allocation")
+
+
+def test_a_claim_whose_selectors_take_several_passes_is_placed_and_others_meanwhile(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, dra_nodes: list[str],
+        start_scheduler: type[RunningScheduler], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim's selectors run in slices of a pass (``scheduler.claims.PASS_SELECTOR_SECONDS``, 10 ms here): the
+    pod waits a few passes, is read again without any event to wake the loop, and is placed; a pod asking by
+    extended resource, made after it, is placed meanwhile."""
+    monkeypatch.setattr("kubecell.scheduler.claims.PASS_SELECTOR_SECONDS", 0.01)
+    passes: list[bool] = []
+    deferred = ClaimsDeferred.__init__
+
+    def counted(self: ClaimsDeferred, key: str, message: str, *, started: bool) -> None:
+        passes.append(started)
+        deferred(self, key, message, started=started)
+
+    monkeypatch.setattr(ClaimsDeferred, "__init__", counted)
+    start_scheduler(testbed)
+    numbers = "[" + ",".join(str(i) for i in range(40)) + "]"  # a few ms a device; new to this scheduler
+    make_claim(kube, namespace, "slow", [request("gpu", selectors=[f"{numbers}.all(x, x >= -{time.time_ns()})"])])
+    claim_pod(kube, namespace, "slow", claim="slow")
+    make_pod(kube, namespace, "bystander", {"kubecell.io/gpu": "1"})
+    wait_for("the bystander placed", lambda: bound(kube, namespace, "bystander"))
+    try:
+        node = wait_for("the slow claim's pod placed", partial(placed, kube, namespace, "slow"))["spec"]["nodeName"]
+    except AssertionError as error:
+        raise AssertionError(f"{error}; passes {passes}, events {events_of(kube, namespace, 'slow')}, waiting: "
+                             f"{waiting_message(kube, namespace, 'slow')!r}") from None
+    assert node in dra_nodes
+    assert passes.count(True) >= 2, f"read over several passes: {passes}"
+    assert claimed_devices(kube, get_pod(kube, namespace, "slow"))[0] == node
 
 
 def test_a_claim_nested_too_deep_for_python_never_stops_the_claims_watch(

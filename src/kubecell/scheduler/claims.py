@@ -15,11 +15,15 @@ UUID the node's inventory does not list, or a node another node's agent publishe
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +33,14 @@ from kubecell.kube import claim_writes, pods
 from kubecell.kube.actions import event_body
 from kubecell.kube.dialects import DemandError, PodDemand
 from kubecell.kube.dra.allocation import allocated_devices, allocation_status
-from kubecell.kube.dra.claims import ClaimDemand, ClaimError, claim_demand, pod_claims
+from kubecell.kube.dra.claims import (
+    ClaimDemand,
+    ClaimError,
+    ClaimOutOfTimeError,
+    claim_demand,
+    claim_seconds,
+    pod_claims,
+)
 from kubecell.kube.dra.slices import PublishedDevice, published_devices
 from kubecell.kube.inventory import NodeView
 from kubecell.kube.records import AllocationRecord
@@ -44,6 +55,14 @@ DEMAND_CACHE = 4096
 """Claims whose reading is kept (``ClaimBroker._demand``); the cache starts over when full."""
 
 
+PASS_SELECTOR_SECONDS = 0.2
+"""The most time one scheduling pass spends evaluating claims' selectors it has not evaluated before
+(``ClaimBroker.selector_pass``). A claim's selectors may take up to ``claim_seconds`` in all (25 s over 8,000
+devices, for a selector made to run just under ``cel.DEVICE_SECONDS`` a device); spent at once, that held the
+scheduler's only loop, and every other pod's placement, for the claim's whole time, once per new claim. In
+slices, the loop goes on placing between them, and the claim's pods wait a few passes more."""
+
+
 class ClaimsPending(KubecellError):  # noqa: N818 - a state the pod is in, like a gang still forming
     """A claim the pod names does not exist yet (made from a template by kube-controller-manager)."""
 
@@ -54,6 +73,15 @@ class ClaimsPending(KubecellError):  # noqa: N818 - a state the pod is in, like 
         from a template is made within moments by kube-controller-manager; like kube-scheduler, which does
         not even queue such a pod, kubecell writes nothing for it meanwhile."""
         super().__init__(message)
+
+
+class ClaimsDeferred(ClaimsPending):
+    """The pass's time for selectors ran out before this claim's were through: the pod is read again at the
+    next pass (``started``: this claim's selectors used some of it, so others go first then)."""
+
+    def __init__(self, key: str, message: str, *, started: bool) -> None:
+        super().__init__(key, message, told=False)
+        self.started = started
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +135,13 @@ class ClaimBroker:
         """(devices version, the views they were confirmed against, the devices): the views are held, not their
         id, so a new engine's views are never mistaken for the old."""
         self.problems_told: set[str] = set()
-        self._demands: dict[tuple[str, int], ClaimDemand | ClaimError] = {}
+        self._demands: dict[tuple[bytes, int], ClaimDemand | ClaimError] = {}
+        """Each claim spec's reading (by a digest of the spec: a spec may be as large as an object may), per
+        devices version."""
+        self._spent: dict[tuple[bytes, int], float] = {}
+        """Seconds the selectors of a claim spec not through yet have run, over the passes so far."""
+        self._pass: tuple[int, float] | None = None
+        """(the thread, the deadline) of the open ``selector_pass``."""
         self._allowed_sets: dict[tuple[frozenset[str] | None, ...], frozenset[tuple[str, int]]] = {}
         """The GPUs claims accept, kept per their accepted UUIDs (one object per claim spec, so the pods of one
         template share one set, and the engine one mask for it)."""
@@ -119,6 +153,7 @@ class ClaimBroker:
         if cached is None or cached[0] != self.mirror.devices_version or cached[1] is not views:
             devices = confirmed_devices(list(self.mirror.slices.values()), views)
             self._demands.clear()  # what was read against the devices before is read again
+            self._spent.clear()
             self._allowed_sets.clear()
             for problem in devices.problems:
                 if problem not in self.problems_told:
@@ -141,21 +176,60 @@ class ClaimBroker:
         except RecursionError:  # free-form opaque parameters nested as deep as the API server lets them
             raise ClaimError("is nested deeper than kubecell reads (opaque parameters, most likely)", "spec",
                              claim=f"ResourceClaim {name}") from None
-        key = (spec, self.mirror.devices_version)
+        key = (hashlib.sha256(spec.encode("utf-8", "surrogatepass")).digest(), self.mirror.devices_version)
         found = self._demands.get(key)
         if found is None:
+            found = self._evaluate(key, claim, devices, name)
             if len(self._demands) >= DEMAND_CACHE:
                 self._demands.clear()
-            try:
-                found = claim_demand(claim, self.mirror.deviceclasses, devices.listed)
-            except ClaimError as error:  # kept too: a refusal (a selector that ran out of time) is not paid again
-                found = error             # until the claim or the devices change
             self._demands[key] = found
         if isinstance(found, ClaimError):
             # Made again for this claim: the one it was kept for may be another namespace's, whose name is not
             # this pod's to see (and a kept exception would gather a traceback at each raise).
             raise ClaimError(found.reason, found.field, claim=f"ResourceClaim {name}", accepted=found.accepted)
         return found if found.claim == name else dataclasses.replace(found, claim=name)
+
+    def _evaluate(self, key: tuple[bytes, int], claim: Mapping[str, Any], devices: Devices,
+                  name: str) -> ClaimDemand | ClaimError:
+        """``claim_demand`` within what is left of the claim's time and of the open pass's; raises
+        ``ClaimsDeferred`` where the pass's ran out first. A refusal is returned, to be kept: a selector that
+        ran out of the claim's time is not paid for again until the claim or the devices change."""
+        allowed = claim_seconds(len(devices.listed))
+        spent = self._spent.get(key, 0.0)
+        start = time.monotonic()
+        deadline = start + max(allowed - spent, 0.0)
+        open_pass = self._pass if self._pass is not None and self._pass[0] == threading.get_ident() else None
+        # (a claim whose selectors and results are all kept is read even past the pass's end: they take no time)
+        try:
+            found: ClaimDemand | ClaimError = claim_demand(
+                claim, self.mirror.deviceclasses, devices.listed, deadline=deadline,
+                pause_at=open_pass[1] if open_pass is not None else None)
+        except ClaimOutOfTimeError as error:
+            spent += time.monotonic() - start
+            if open_pass is not None and spent < allowed:
+                self._spent[key] = spent
+                if len(self._spent) > DEMAND_CACHE:
+                    self._spent.pop(next(iter(self._spent)))
+                raise ClaimsDeferred(name, f"ResourceClaim {name}: its selectors ran {spent:.1f} "
+                                     f"s of the {allowed:.1f} s a claim is given; they go on at the next scheduling "
+                                     "pass", started=start < open_pass[1]) from None
+            found = error
+        except ClaimError as error:
+            found = error
+        self._spent.pop(key, None)
+        return found
+
+    @contextlib.contextmanager
+    def selector_pass(self, seconds: float | None = None) -> Iterator[None]:
+        """Within it, on this thread, claims' selectors run for ``seconds`` in all (None:
+        ``PASS_SELECTOR_SECONDS``); a claim not through by then raises ``ClaimsDeferred`` (its progress is kept:
+        the per-device results are cached)."""
+        self._pass = (threading.get_ident(), time.monotonic() + (PASS_SELECTOR_SECONDS if seconds is None
+                                                                  else seconds))
+        try:
+            yield
+        finally:
+            self._pass = None
 
     def _warn_on_slice(self, problem: str) -> None:
         """A Warning Event on the ResourceSlice a problem names (``UntrustedResourceSlice``), once: whoever

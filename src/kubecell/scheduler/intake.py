@@ -22,7 +22,7 @@ from kubecell.kube.actions import Actions, retry
 from kubecell.kube.dialects import DemandError, PodDemand, pod_demand
 from kubecell.kube.elasticjobs import ElasticRef, elastic_owner
 from kubecell.kube.inventory import NodeView
-from kubecell.scheduler.claims import ClaimBroker, ClaimsPending
+from kubecell.scheduler.claims import ClaimBroker, ClaimsDeferred, ClaimsPending
 from kubecell.scheduler.cluster import Mirror
 from kubecell.scheduler.jobs import (
     Tracked,
@@ -119,6 +119,9 @@ class Intake:
         """Reads pods' DRA ResourceClaims (None: the scheduler ignores claims, as before DRA)."""
         self.claim_waiters: dict[str, set[str]] = {}
         """Claim key -> uids of the pods waiting for that claim to be created (from their template)."""
+        self.deferred: dict[str, bool] = {}
+        """Uids of pods whose claims' selectors wait for the next pass (``ClaimsDeferred``) -> whether theirs
+        used the last pass's time (those go after the others, so that no claim keeps the time to itself)."""
         self.record_warnings: dict[str, str] = {}
         """Pod uid -> the last Warning Event about its allocation record (``restore``): told once, not at every
         rebuild."""
@@ -140,6 +143,11 @@ class Intake:
                 if uid not in state.pod_job and self.ours(pod) and not pods.node_of(pod):
                     changed[uid] = None
         dirty = False
+        if self.deferred:  # after the pods changed since: a claim's long selectors do not delay a new claim's
+            waiting, self.deferred = self.deferred, {}
+            for uid in sorted(waiting, key=waiting.__getitem__):
+                changed.pop(uid, None)
+                changed[uid] = None
         claims_changed = self.mirror.take_claims_changed()
         for key in claims_changed:
             changed.update(dict.fromkeys(self.claim_waiters.pop(key, ())))
@@ -153,7 +161,11 @@ class Intake:
                 self.generations.pop(uid, None)
                 self.record_warnings.pop(uid, None)
         dirty |= self._sync_external(state, changed)
-        dirty |= self._submit_new_pods(state, changed)
+        if self.claims is None:
+            dirty |= self._submit_new_pods(state, changed)
+        else:
+            with self.claims.selector_pass():
+                dirty |= self._submit_new_pods(state, changed)
         return dirty
 
     def retire_name(self, name: str, gang: bool, uids: Sequence[str]) -> None:
@@ -290,6 +302,9 @@ class Intake:
                 demand = pod_demand(pod, pod_groups=pod_groups)
                 if self.claims is not None:
                     demand = self.claims.apply(pod, demand, state.views)
+            except ClaimsDeferred as deferred:
+                self.deferred[uid] = deferred.started
+                continue
             except ClaimsPending as waiting:
                 self.claim_waiters.setdefault(waiting.key, set()).add(uid)
                 if waiting.told:

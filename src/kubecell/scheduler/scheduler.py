@@ -228,8 +228,8 @@ class Scheduler:
             self.binder.announce.close()
 
     def _wait(self) -> float:
-        if self.dirty or self.needs_rebuild:
-            return 0.0
+        if self.dirty or self.needs_rebuild or (self.state is not None and self.intake.deferred):
+            return 0.0  # (pods whose claims' selectors go on at the next pass: no event will wake the loop)
         wake = self.engine.next_wake() if self.engine is not None else None
         idle = self.options.idle_cycle_seconds
         return idle if wake is None else max(0.0, min(idle, wake - time.time()))

@@ -165,10 +165,13 @@ class SelectorTimeoutError(SelectorError):
 
 
 class _Budget:
-    __slots__ = ("deadline", "left")
+    __slots__ = ("deadline", "left", "steps")
 
     def __init__(self, units: int, deadline: float | None = None) -> None:
         self.left = units
+        self.steps = 0
+        """Steps taken: the clock is read every 256 of them (``left`` also drops by a string's or list's
+        size, so its low bits would skip the reading for as long as such values come)."""
         self.deadline = deadline
         """``time.monotonic()`` past which the evaluation stops (None: cost alone)."""
 
@@ -186,7 +189,8 @@ class _Evaluator(Evaluator):
     def _visit_tree(self, tree: Node) -> Any:
         budget = self.budget
         budget.left -= 1
-        if budget.deadline is not None and not budget.left & 255 and time.monotonic() > budget.deadline:
+        budget.steps += 1
+        if budget.deadline is not None and not budget.steps & 255 and time.monotonic() > budget.deadline:
             raise _OutOfTimeError
         result = super()._visit_tree(tree)
         if isinstance(result, (str, bytes, list, dict)):
@@ -265,6 +269,11 @@ class Selector:
     """Nodes of ``tree``: its weight in the compile cache."""
     digest: bytes = field(default=b"", repr=False)
     """SHA-256 of ``expression``: the result cache's key, so the cache does not hold 65,536 expressions' text."""
+
+    def knows(self, device: CelDevice) -> bool:
+        """Whether the result on ``device`` is kept (``matches`` would take no time)."""
+        with _RESULTS_LOCK:
+            return (self.digest or _digest(self.expression), _device_key(device)) in _RESULTS
 
     def matches(self, device: CelDevice, deadline: float | None = None) -> bool:
         """Whether ``device`` passes; ``deadline`` (``time.monotonic()``): raise ``SelectorTimeoutError`` past it."""
@@ -410,6 +419,13 @@ def _parse(expression: str) -> Selector | SelectorError:
     except RecursionError:
         return SelectorError("depth", "nested too deeply", expression)
     return Selector(expression, info.cost, tree, _count_nodes(tree), _digest(expression))
+
+
+def is_compiled(expression: str) -> bool:
+    """Whether ``compile_selector(expression)`` is kept (would take no time): parsing one of the longest
+    selectors takes 0.6-3.6 s here, which a caller on a clock may rather spend later."""
+    with _COMPILED_LOCK:
+        return expression in _COMPILED
 
 
 def compile_selector(expression: str) -> Selector:

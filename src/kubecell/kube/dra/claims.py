@@ -35,7 +35,14 @@ from typing import Any
 from kubecell.core.errors import InvalidInputError
 from kubecell.kube.dialects.resources import QuantityError, parse_quantity
 from kubecell.kube.dra.capacity import CapacityError, consume, quantity_text
-from kubecell.kube.dra.cel import Selector, SelectorError, SelectorTimeoutError, compile_selector
+from kubecell.kube.dra.cel import (
+    DEVICE_SECONDS,
+    Selector,
+    SelectorError,
+    SelectorTimeoutError,
+    compile_selector,
+    is_compiled,
+)
 from kubecell.kube.dra.slices import PublishedDevice, Taint
 from kubecell.kube.dra_names import ATTR_MODEL, CAPACITY_COMPUTE, CAPACITY_MEMORY, CLASS_MIG, DRIVER, TYPE_MIG
 
@@ -49,11 +56,11 @@ MATCHABLE = frozenset({f"{DRIVER}/{ATTR_MODEL}"})
 MIB = 2**20
 CLAIM_SELECTOR_SECONDS = 1.0
 CLAIM_SELECTOR_SECONDS_PER_DEVICE = 0.003
-"""The longest one claim's selectors may run over all the published devices, on the scheduler's loop: 1 s and
-3 ms a device (and ``cel.DEVICE_SECONDS`` on any one device); past it the claim is refused. A selector of the
-usual kind (a model, a driver, an attribute compared) takes 0.6-0.7 ms a device on a loaded 2-core machine
-(2,000 devices: 1.2-1.5 s, against 7 s given), and its result per device is cached, so a claim pays it once
-per new selector."""
+"""The longest one claim's selectors may run over all the published devices: 1 s and 3 ms a device (and
+``cel.DEVICE_SECONDS`` on any one device); past it the claim is refused. A selector of the usual kind (a model,
+a driver, an attribute compared) takes 0.6-0.7 ms a device on a loaded 2-core machine (2,000 devices: 1.2-1.5
+s, against 7 s given), and its result per device is cached, so a claim pays it once per new selector. The
+scheduler spends that time in slices of a scheduling pass (``scheduler.claims``), not at once."""
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DRIVER_LITERAL = re.compile(r"""device\.driver\s*==\s*["']([^"']*)["']|["']([^"']*)["']\s*==\s*device\.driver""")
 
@@ -65,6 +72,17 @@ class ClaimError(InvalidInputError):
                  accepted: str | None = None) -> None:
         super().__init__(reason, location=claim, field=field, accepted=accepted)
         self.reason = reason
+
+
+class ClaimOutOfTimeError(ClaimError):
+    """The claim's selectors reached their ``deadline`` (the claim's own time) or ``pause_at`` before they were
+    through. Paused, they may go on later: the per-device results found so far are cached, so the next try
+    starts where this one stopped."""
+
+
+def claim_seconds(devices: int) -> float:
+    """The time one claim's selectors are given over ``devices`` published devices, in all."""
+    return CLAIM_SELECTOR_SECONDS + CLAIM_SELECTOR_SECONDS_PER_DEVICE * devices
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +134,7 @@ def _list(value: Any, where: str, limit: int, claim: str) -> list[Any]:
     return value
 
 
-def _selectors(raw: Any, where: str, claim: str, owner: str) -> list[Selector]:
+def _selectors(raw: Any, where: str, claim: str, owner: str, deadline: float | None = None) -> list[Selector]:
     selectors = []
     for j, entry in enumerate(_list(raw, where, MAX_REQUESTS, claim)):
         expression = entry.get("cel", {}).get("expression") if isinstance(entry, Mapping) and isinstance(
@@ -124,6 +142,9 @@ def _selectors(raw: Any, where: str, claim: str, owner: str) -> list[Selector]:
         if not isinstance(expression, str):
             raise ClaimError(f"{owner}: selector #{j} is not a CEL selector", f"{where}[{j}]", claim=claim,
                              accepted="selectors: [{cel: {expression: ...}}]")
+        if deadline is not None and time.monotonic() > deadline and not is_compiled(expression):
+            raise ClaimOutOfTimeError(f"{owner}: selector #{j} waits to be compiled (no time is left for it)",
+                                      f"{where}[{j}].cel.expression", claim=claim)
         try:
             selectors.append(compile_selector(expression))
         except SelectorError as error:
@@ -175,7 +196,8 @@ class _Request:
     class_config: tuple[Mapping[str, Any], ...]
 
 
-def _request(raw: Any, i: int, classes: Mapping[str, Mapping[str, Any]], claim: str) -> _Request:
+def _request(raw: Any, i: int, classes: Mapping[str, Mapping[str, Any]], claim: str,
+             deadline: float | None = None) -> _Request:
     where = f"spec.devices.requests[{i}]"
     if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str) or not _NAME.fullmatch(raw["name"]):
         raise ClaimError("has no valid name", where, claim=claim)
@@ -236,8 +258,8 @@ def _request(raw: Any, i: int, classes: Mapping[str, Mapping[str, Any]], claim: 
             if capacity[str(key)] < 0:
                 raise ClaimError(f"request {name}: a negative amount", f"{where}.capacity.requests.{key}", claim=claim)
     selectors = _selectors(spec.get("selectors"), f"DeviceClass {class_name} spec.selectors", claim,
-                           f"device class {class_name}")
-    selectors += _selectors(exactly.get("selectors"), f"{where}.selectors", claim, f"request {name}")
+                           f"device class {class_name}", deadline)
+    selectors += _selectors(exactly.get("selectors"), f"{where}.selectors", claim, f"request {name}", deadline)
     config = _opaque(_list(spec.get("config"), f"DeviceClass {class_name} spec.config", MAX_REQUESTS, claim),
                      f"DeviceClass {class_name} spec.config", claim, ours_refused=False)
     return _Request(name, class_name, count, capacity, selectors, tuple(dict(t) for t in tolerations), config)
@@ -264,14 +286,23 @@ def _share(device: PublishedDevice, amounts: Mapping[str, Decimal], request: _Re
 
 
 def _evaluate(request: _Request, devices: Sequence[PublishedDevice], claim: str,
-              node_errors: dict[str, str], deadline: float) -> ClaimAsk:
+              node_errors: dict[str, str], deadline: float, pause_at: float) -> ClaimAsk:
+    """One request over the devices. ``pause_at`` stops it between devices only: a device begun is finished
+    (within ``cel.DEVICE_SECONDS``), or a pause shorter than one device's evaluation would never get further."""
     allowed: set[str] = set()
     consumed: dict[str, dict[str, Decimal]] = {}
     shares: list[tuple[int, int]] = []
     kinds: set[str] = set()
+    def out_of_time(why: str) -> ClaimOutOfTimeError:
+        return ClaimOutOfTimeError(f"the selectors of request {request.name} ran out of the time a claim is given "
+                                   f"over the {len(devices)} published devices ({why}): a selector must be cheap "
+                                   "enough to run on every device", "spec.devices.requests", claim=claim)
     for device in devices:
         if device.node in node_errors:
             continue
+        if time.monotonic() > pause_at and not all(selector.knows(device.cel) for selector in request.selectors):
+            # between devices (a cheap selector never reads the clock itself); results kept take no time
+            raise out_of_time(f"stopped before device {device.name} of node {device.node}")
         try:
             if not all(selector.matches(device.cel, deadline) for selector in request.selectors):
                 continue
@@ -280,9 +311,11 @@ def _evaluate(request: _Request, devices: Sequence[PublishedDevice], claim: str,
                 continue
             amounts = consume(request.capacity, device.capacities)
         except SelectorTimeoutError as error:
-            raise ClaimError(f"the selectors of request {request.name} ran out of the time a claim is given over "
-                             f"the {len(devices)} published devices ({error.reason}): a selector must be cheap "
-                             "enough to run on every device", "spec.devices.requests", claim=claim) from None
+            if time.monotonic() >= deadline:
+                raise out_of_time(error.reason) from None
+            raise ClaimError(f"a selector of request {request.name} ran longer than {DEVICE_SECONDS * 1000:.0f} ms "
+                             f"on one device ({error.reason}): a selector must be cheap enough to run on every "
+                             "device", "spec.devices.requests", claim=claim) from None
         except (SelectorError, CapacityError) as error:
             node_errors[device.node] = f"request {request.name}: {error}"
             continue
@@ -327,9 +360,13 @@ def _check_largest(request: _Request, devices: Sequence[PublishedDevice], claim:
 
 
 def claim_demand(claim: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]],
-                 devices: Sequence[PublishedDevice]) -> ClaimDemand:
+                 devices: Sequence[PublishedDevice], *, deadline: float | None = None,
+                 pause_at: float | None = None) -> ClaimDemand:
     """What ``claim`` asks of the engine, evaluated against ``devices`` (kubecell's published devices) with
-    the DeviceClasses by name; raises ``ClaimError`` for what kubecell cannot allocate."""
+    the DeviceClasses by name; raises ``ClaimError`` for what kubecell cannot allocate, and
+    ``ClaimOutOfTimeError`` where the selectors are not through by ``deadline`` (``time.monotonic()``; None:
+    ``claim_seconds`` from now), or have reached ``pause_at`` between two devices (a caller that gives its
+    time in slices)."""
     meta = _map(claim.get("metadata"))
     key = f"{str(meta.get('namespace', ''))[:63]}/{str(meta.get('name', ''))[:253]}"
     where = f"ResourceClaim {key}"
@@ -337,7 +374,10 @@ def claim_demand(claim: Mapping[str, Any], classes: Mapping[str, Mapping[str, An
     raw_requests = _list(wanted.get("requests"), "spec.devices.requests", MAX_REQUESTS, where)
     if not raw_requests:
         raise ClaimError("asks for no devices", "spec.devices.requests", claim=where)
-    requests = [_request(raw, i, classes, where) for i, raw in enumerate(raw_requests)]
+    if deadline is None:
+        deadline = time.monotonic() + claim_seconds(len(devices))  # the whole claim's, at once
+    pause = deadline if pause_at is None else min(deadline, pause_at)
+    requests = [_request(raw, i, classes, where, pause) for i, raw in enumerate(raw_requests)]
     names = [request.name for request in requests]
     if len(set(names)) != len(names):
         raise ClaimError("names a request twice", "spec.devices.requests", claim=where)
@@ -354,9 +394,7 @@ def claim_demand(claim: Mapping[str, Any], classes: Mapping[str, Mapping[str, An
     node_errors: dict[str, str] = {}
     for request in requests:
         _check_largest(request, devices, where)
-    seconds = CLAIM_SELECTOR_SECONDS + CLAIM_SELECTOR_SECONDS_PER_DEVICE * len(devices)
-    deadline = time.monotonic() + seconds  # the whole claim's, on the scheduler's loop
-    asks = [_evaluate(request, devices, where, node_errors, deadline) for request in requests]
+    asks = [_evaluate(request, devices, where, node_errors, deadline, pause) for request in requests]
     errored = {device.uuid for device in devices if device.node in node_errors}
     asks = [ask if not errored & ask.allowed else _without(ask, errored) for ask in asks]
     first = asks[0]
