@@ -23,7 +23,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,7 @@ from kubecell.kube.dra.claims import (
     claim_seconds,
     pod_claims,
 )
-from kubecell.kube.dra.slices import PublishedDevice, published_devices
+from kubecell.kube.dra.slices import PublishedDevice, SliceDevices, published_devices
 from kubecell.kube.inventory import NodeView
 from kubecell.kube.records import AllocationRecord
 from kubecell.kube.rest import ApiError, Kube
@@ -106,9 +106,11 @@ class Devices:
     listed: tuple[PublishedDevice, ...]
 
 
-def confirmed_devices(slices: Sequence[Mapping[str, Any]], views: Mapping[str, NodeView]) -> Devices:
-    """Published devices whose node's inventory lists the same UUID; the rest is a problem said once."""
-    devices, problems = published_devices(slices)
+def confirmed_devices(slices: Sequence[Mapping[str, Any]], views: Mapping[str, NodeView],
+                      cache: MutableMapping[tuple[str, str], SliceDevices] | None = None) -> Devices:
+    """Published devices whose node's inventory lists the same UUID; the rest is a problem said once.
+    ``cache``: see ``published_devices``."""
+    devices, problems = published_devices(slices, nodes=views.keys(), cache=cache)
     found = list(problems)
     by_uuid: dict[tuple[str, str], PublishedDevice] = {}
     slot: dict[tuple[str, str], int] = {}
@@ -140,6 +142,9 @@ class ClaimBroker:
         devices version."""
         self._spent: dict[tuple[bytes, int], float] = {}
         """Seconds the selectors of a claim spec not through yet have run, over the passes so far."""
+        self._slice_reads: dict[tuple[str, str], SliceDevices] = {}
+        """Each slice's devices as read, by (uid, resourceVersion): a slice event reads the changed slice again,
+        not every device of every node."""
         self._pass: tuple[int, float] | None = None
         """(the thread, the deadline) of the open ``selector_pass``."""
         self._allowed_sets: dict[tuple[frozenset[str] | None, ...], frozenset[tuple[str, int]]] = {}
@@ -151,7 +156,7 @@ class ClaimBroker:
         """The confirmed devices, read again after a change of the slices or of the nodes' views."""
         cached = self._devices
         if cached is None or cached[0] != self.mirror.devices_version or cached[1] is not views:
-            devices = confirmed_devices(list(self.mirror.slices.values()), views)
+            devices = confirmed_devices(list(self.mirror.slices.values()), views, self._slice_reads)
             self._demands.clear()  # what was read against the devices before is read again
             self._spent.clear()
             self._allowed_sets.clear()

@@ -180,3 +180,50 @@ def test_equal_devices_share_one_result() -> None:
     assert selector.matches(CelDevice.of(DRIVER, {"uuid": "GPU-0", "index": 0}))
     assert selector.matches(CelDevice.of(DRIVER, {"uuid": "GPU-0", "index": 0}))
     assert len(cel._RESULTS) == 1
+
+
+def _versioned(piece: dict[str, Any], uid: str, version: str) -> dict[str, Any]:
+    piece["metadata"]["uid"], piece["metadata"]["resourceVersion"] = uid, version
+    return piece
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    parsed: list[str] = []
+    real = slices_module._device
+
+    def counted(raw: Any, node: str, pool: str) -> PublishedDevice:
+        parsed.append(node)
+        return real(raw, node, pool)
+
+    monkeypatch.setattr(slices_module, "_device", counted)
+    return parsed
+
+
+def test_slices_of_nodes_kubecell_does_not_know_are_left_out_before_their_devices_are_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any holder of the agents' role may write slices for made-up nodes; every slice event read all of their
+    devices (about 180 µs each) before the scheduler dropped them for want of an inventory."""
+    parsed = _counting(monkeypatch)
+    written = [node_slice("known", [gpu_device(i, node="known") for i in range(4)]),
+               node_slice("made-up", [gpu_device(i, node="made-up") for i in range(100)])]
+    devices, problems = published_devices(written, nodes={"known"})
+    assert {d.node for d in devices} == {"known"}
+    assert set(parsed) == {"known"}, "not a device of the made-up node parsed"
+    assert any("node made-up is not one kubecell knows" in p for p in problems), problems
+
+
+def test_a_slice_unchanged_since_the_last_read_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed = _counting(monkeypatch)
+    cache: dict[tuple[str, str], Any] = {}
+    a = _versioned(node_slice("a", [gpu_device(i, node="a") for i in range(8)]), "uid-a", "1")
+    b = _versioned(node_slice("b", [gpu_device(i, node="b") for i in range(8)]), "uid-b", "1")
+    first, _ = published_devices([a, b], cache=cache)
+    assert len(parsed) == 16
+    again, _ = published_devices([a, b], cache=cache)
+    assert again == first
+    assert len(parsed) == 16, "nothing changed, nothing parsed"
+    b = _versioned(node_slice("b", [gpu_device(i, node="b") for i in range(4)]), "uid-b", "2")
+    changed, _ = published_devices([a, b], cache=cache)
+    assert parsed[16:] == ["b"] * 4, "only the changed slice is read again"
+    assert len(changed) == 12
+    assert set(cache) == {("uid-a", "1"), ("uid-b", "2")}, "the cache holds the slices of the last read only"

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,6 +218,8 @@ class _Slice:
     generation: int
     count: int
     devices: list[Any]
+    version: tuple[str, str] | None = None
+    """(uid, resourceVersion): what the API server changes whenever the slice changes (None: unknown)."""
 
 
 def _slice(raw: Any) -> _Slice | str | None:
@@ -246,20 +248,34 @@ def _slice(raw: Any) -> _Slice | str | None:
     devices = spec.get("devices") or []
     if not isinstance(devices, list) or len(devices) > MAX_DEVICES_PER_SLICE:
         return f"{where}: devices is not a list of at most {MAX_DEVICES_PER_SLICE}: left out"
-    return _Slice(name, node, node, generation, count, devices)
+    uid, version = (meta.get("uid"), meta.get("resourceVersion")) if isinstance(meta, Mapping) else (None, None)
+    known = (uid, version) if isinstance(uid, str) and isinstance(version, str) and uid and version else None
+    return _Slice(name, node, node, generation, count, devices, known)
 
 
-def published_devices(slices: Sequence[Mapping[str, Any]]) -> tuple[list[PublishedDevice], list[str]]:
+SliceDevices = tuple[tuple["PublishedDevice", ...], tuple[str, ...]]
+"""One slice's devices as read, and the problems of those left out."""
+
+
+def published_devices(slices: Sequence[Mapping[str, Any]], *, nodes: Collection[str] | None = None,
+                      cache: MutableMapping[tuple[str, str], SliceDevices] | None = None,
+                      ) -> tuple[list[PublishedDevice], list[str]]:
     """The devices of kubecell's driver that can be allocated, sorted by (node, name), and a line for every
-    slice or device left out."""
+    slice or device left out. ``nodes``: the only nodes whose slices are read (the others' are left out, with
+    one line each, before any of their devices is parsed). ``cache``: each slice's devices by (uid,
+    resourceVersion), kept by the caller between calls, so that a change of one slice does not parse every
+    device of every node again (about 180 µs a device); it is left holding the slices of this call only."""
     problems: list[str] = []
     pools: dict[str, list[_Slice]] = {}
     for raw in slices:
         read = _slice(raw)
         if isinstance(read, str):
             problems.append(read)
+        elif read is not None and nodes is not None and read.node not in nodes:
+            problems.append(f"ResourceSlice {read.name}: node {read.node} is not one kubecell knows: left out")
         elif read is not None:
             pools.setdefault(read.pool, []).append(read)
+    kept_reads: dict[tuple[str, str], SliceDevices] = {}
     devices: list[PublishedDevice] = []
     for pool, members in sorted(pools.items()):
         newest = max(member.generation for member in members)
@@ -275,11 +291,13 @@ def published_devices(slices: Sequence[Mapping[str, Any]]) -> tuple[list[Publish
             continue
         mine: list[PublishedDevice] = []
         for member in current:
-            for raw in member.devices:
-                try:
-                    mine.append(_device(raw, member.node, pool))
-                except ValueError as problem:
-                    problems.append(f"ResourceSlice {member.name}: {problem}: left out")
+            found = cache.get(member.version) if cache is not None and member.version is not None else None
+            if found is None:
+                found = _devices_of(member, pool)
+            if member.version is not None:
+                kept_reads[member.version] = found
+            mine.extend(found[0])
+            problems.extend(found[1])
         seen = Counter(device.name for device in mine)  # not list.count: quadratic in a pool's devices
         twice = sorted(name for name, times in seen.items() if times > 1)
         if twice:
@@ -295,5 +313,18 @@ def published_devices(slices: Sequence[Mapping[str, Any]]) -> tuple[list[Publish
         holders = ", ".join(f"{d.node}/{d.name}" for d in by_uuid[uuid][:5])
         problems.append(f"GPU {uuid[:64]} is published by several devices ({holders}): all left out")
     kept = [device for device in devices if device.uuid not in forged]
+    if cache is not None:
+        cache.clear()
+        cache.update(kept_reads)
     return sorted(kept, key=lambda d: (d.node, d.name)), problems
+
+
+def _devices_of(member: _Slice, pool: str) -> SliceDevices:
+    devices, problems = [], []
+    for raw in member.devices:
+        try:
+            devices.append(_device(raw, member.node, pool))
+        except ValueError as problem:
+            problems.append(f"ResourceSlice {member.name}: {problem}: left out")
+    return tuple(devices), tuple(problems)
 
