@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -96,20 +96,22 @@ def kubelet_node_status(kube: Kube, name: str, kubelet: FakeKubelet, stop: threa
 
 
 @contextlib.contextmanager
-def agent_node(kube: Kube, example: str, prefix: str, *, agent_kube: Kube | None = None) -> Iterator[Running]:
+def agent_node(kube: Kube, example: str, prefix: str, *, agent_kube: Kube | None = None,
+               agent_for: Callable[[str], Kube] | None = None) -> Iterator[Running]:
     """A registered Node, a fake kubelet reporting its device plugins' resources on it, and the whole agent
     with the fake ``example``'s GPUs; all removed afterwards.
 
     The Node starts as a kubelet registers it before any plugin did: CPU, memory and pods, no GPU resource
     and no inventory annotation (the agent writes that). ``agent_kube``: the agent's own client (default: the
-    admin's)."""
+    admin's); ``agent_for``: made from the node's name once the Node exists (a token bound to a pod there)."""
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     with registered_node(kube, node_manifest(Node(name, 96_000, 512_000, labels={"kubecell.io/test-node": name}))):
         root = Path(tempfile.mkdtemp(dir="/tmp", prefix=f"{prefix}-"))
         kubelet = FakeKubelet(root / "dp", root / "pr" / "kubelet.sock").start()
         reporting = threading.Event()
         status = kubelet_node_status(kube, name, kubelet, reporting)
-        agent = start_agent(agent_kube or kube, name, FakeNvml.from_file(example_path(example)), kubelet, root)
+        client = agent_for(name) if agent_for is not None else agent_kube or kube
+        agent = start_agent(client, name, FakeNvml.from_file(example_path(example)), kubelet, root)
         try:
             yield agent
         finally:

@@ -608,7 +608,8 @@ def overlay(tmp_path: Path, text: str) -> Path:
 def test_an_overlay_of_the_scheduler_and_the_node_agent_holds_the_policy_once(testbed: ControlPlaneState,
                                                                              tmp_path: Path) -> None:
     objects = rendered(testbed, overlay(tmp_path, "resources: [DEPLOY/extender, DEPLOY/node-agent]\n"))
-    assert [o["kind"] for o in objects].count("ValidatingAdmissionPolicy") == 1
+    policies = [o["metadata"]["name"] for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert sorted(policies) == [POLICY, "kubecell-node-agent-own-node"], "the records' policy once, and the agent's own"
 
 
 def test_the_documented_rename_patch_renames_the_writers(testbed: ControlPlaneState, tmp_path: Path) -> None:
