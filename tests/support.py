@@ -10,6 +10,8 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
+
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.testbed.kubelet import register_nodes
 
@@ -65,3 +67,11 @@ def http_get(port: int, path: str) -> tuple[int, str]:
         return error.code, error.read().decode()
     except urllib.error.URLError as error:  # not listening yet
         return 0, str(error)
+
+
+def refused(write: Callable[..., Any], *args: Any) -> str:
+    """The API server's message for a write it refuses with 403 Forbidden (an admission policy's, say)."""
+    with pytest.raises(ApiError) as error:
+        write(*args)
+    assert error.value.status == 403, error.value
+    return error.value.api_message

@@ -20,7 +20,7 @@ from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.process_kubelet import container_log
 from tests.elastic.support import DEPLOY
 from tests.scheduler.deploy_support import kubectl, service_account_kubeconfig
-from tests.support import wait_for
+from tests.support import refused, wait_for
 from tests.testbed.process_support import IMAGE, WAIT, process_node, python
 
 POLICY = DEPLOY / "worker-admission.yaml"
@@ -57,13 +57,6 @@ class Workers:
     def close(self) -> None:
         self.bound.close()
         self.unbound.close()
-
-
-def refused(write: Any, *args: Any) -> str:
-    with pytest.raises(ApiError) as error:
-        write(*args)
-    assert error.value.status == 403, error.value
-    return error.value.api_message
 
 
 @pytest.fixture

@@ -248,6 +248,22 @@ def test_a_restarted_agent_acknowledges_a_pod_admitted_across_its_restart(
         again.thread.join(10)
 
 
+def does_its_work(r: Running, kube: Kube, namespace: str, start_scheduler: Callable[[], object]) -> None:
+    """The agent publishes the inventory and the GPU memory, and serves and acknowledges a pod (``one``) the
+    scheduler places on its node."""
+    wait_for("the inventory published by the agent", lambda: len(view(kube, r.name).uuids) == 8)
+    wait_for("the GPU memory on the node's status", lambda: kube.get(f"/api/v1/nodes/{r.name}")["status"]
+             .get("capacity", {}).get("kubecell.io/gpu-memory"))
+    start_scheduler()
+    make(kube, namespace, "one", r.name, {"kubecell.io/gpu": "1"})
+    admit_when_bound(r, kube, namespace, "one", {"kubecell.io/gpu": 1})
+    record = pods.record_of(kube.get(f"/api/v1/namespaces/{namespace}/pods/one"))
+    assert record is not None
+    wait_for("the agent's acknowledgement on the pod", lambda: kube.get(
+        f"/api/v1/namespaces/{namespace}/pods/one")["metadata"].get("annotations", {}).get(
+        ANNOTATION_ACK) == record.allocation_id)
+
+
 def test_the_shipped_rbac_is_enough_for_the_agent(testbed: ControlPlaneState, kube: Kube, namespace: str,
                                                   start_scheduler: type[RunningScheduler], tmp_path: Path) -> None:
     """The agent with a token of its ServiceAccount, bound only by deploy/node-agent's RBAC: it publishes the
@@ -259,18 +275,7 @@ def test_the_shipped_rbac_is_enough_for_the_agent(testbed: ControlPlaneState, ku
                                                                "kubecell-node-agent", namespace="kubecell-node"))
     try:
         with agent_node(kube, "a100-nvlink", "rbac", agent_kube=as_agent) as r:
-            wait_for("the inventory published by the least-privileged agent",
-                     lambda: len(view(kube, r.name).uuids) == 8)
-            wait_for("the GPU memory on the node's status", lambda: kube.get(f"/api/v1/nodes/{r.name}")["status"]
-                     .get("capacity", {}).get("kubecell.io/gpu-memory"))
-            start_scheduler(testbed)
-            make(kube, namespace, "one", r.name, {"kubecell.io/gpu": "1"})
-            admit_when_bound(r, kube, namespace, "one", {"kubecell.io/gpu": 1})
-            record = pods.record_of(kube.get(f"/api/v1/namespaces/{namespace}/pods/one"))
-            assert record is not None
-            wait_for("the agent's acknowledgement on the pod", lambda: kube.get(
-                f"/api/v1/namespaces/{namespace}/pods/one")["metadata"].get("annotations", {}).get(
-                ANNOTATION_ACK) == record.allocation_id)
+            does_its_work(r, kube, namespace, lambda: start_scheduler(testbed))
             for attempt in (partial(as_agent.get, "/api/v1/namespaces/kube-system/secrets"),
                             partial(as_agent.delete, f"/api/v1/namespaces/{namespace}/pods/one"),
                             partial(as_agent.create, f"/api/v1/namespaces/{namespace}/pods", {

@@ -14,14 +14,13 @@ import pytest
 
 pytest.importorskip("grpc", reason="tests/node needs the `node` extra: pip install -e '.[dev,node]' (grpcio)")
 
-from kubecell.kube import pods
 from kubecell.kube.names import ANNOTATION_ACK, ANNOTATION_INVENTORY
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.cluster_fixtures import RunningScheduler
-from tests.node.test_agent import admit_when_bound, agent_node, make, view
+from tests.node.test_agent import agent_node, does_its_work
 from tests.scheduler.deploy_support import DEPLOY, kubectl, service_account_kubeconfig
-from tests.support import wait_for
+from tests.support import refused, wait_for
 
 AGENT = DEPLOY / "node-agent"
 POLICY = "kubecell-node-agent-own-node"
@@ -44,13 +43,6 @@ def slice_of(node: str, driver: str = "gpu.kubecell.io") -> dict[str, Any]:
             "metadata": {"name": f"{node}-{driver}-probe"},
             "spec": {"driver": driver, "nodeName": node, "pool": {"name": node, "generation": 1,
                                                                   "resourceSliceCount": 1}, "devices": []}}
-
-
-def refused(write: Any, *args: Any) -> str:
-    with pytest.raises(ApiError) as error:
-        write(*args)
-    assert error.value.status == 403, error.value
-    return error.value.api_message
 
 
 @pytest.fixture
@@ -89,17 +81,7 @@ def test_the_agent_writes_its_own_node_and_nothing_of_anothers(
             as_agent = clients[0]
             wait_for(f"{POLICY} in force", lambda: _refuses(as_agent, other), 60)
             # the agent's own work goes through: inventory, GPU memory, a pod served and acknowledged
-            wait_for("the inventory published under the policy", lambda: len(view(kube, r.name).uuids) == 8)
-            wait_for("the GPU memory on the node's status", lambda: kube.get(f"/api/v1/nodes/{r.name}")["status"]
-                     .get("capacity", {}).get("kubecell.io/gpu-memory"))
-            start_scheduler(testbed)
-            make(kube, namespace, "one", r.name, {"kubecell.io/gpu": "1"})
-            admit_when_bound(r, kube, namespace, "one", {"kubecell.io/gpu": 1})
-            record = pods.record_of(kube.get(f"/api/v1/namespaces/{namespace}/pods/one"))
-            assert record is not None
-            wait_for("the agent's acknowledgement on the pod", lambda: kube.get(
-                f"/api/v1/namespaces/{namespace}/pods/one")["metadata"].get("annotations", {}).get(
-                ANNOTATION_ACK) == record.allocation_id)
+            does_its_work(r, kube, namespace, lambda: start_scheduler(testbed))
             # its own node's slices: created, replaced, deleted
             made = as_agent.create(SLICES, slice_of(r.name))
             as_agent.replace(f"{SLICES}/{made['metadata']['name']}", made)
