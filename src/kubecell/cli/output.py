@@ -8,11 +8,16 @@ cannot be written stops the command *before* the run, not after it with the resu
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
+from rich.segment import Segment
+from rich.text import Text
 
 from kubecell.core.errors import InvalidInputError
 
@@ -23,15 +28,43 @@ LOG_WIDTH = 240
 OUT_ACCEPTED = "a directory that exists or can be created, and that kubecell may write in"
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def neutralized(text: str) -> str:
+    """``text`` with its terminal control characters written out (``\x1b`` as the four characters ``\x1b``):
+    newlines and tabs kept, as kubectl does for the object data it prints since CVE-2021-25743."""
+    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+
+
+class SafeConsole(Console):
+    """A rich console that never writes a control character it did not make itself.
+
+    Much of what kubecell prints was written by someone else: Event messages and refusals quote a user's
+    values (a CEL selector, an annotation), a node writes its GPUs' product names, an ElasticJob's status is
+    whoever may patch it. rich passes ESC through as it comes, so ``\x1b]52;c;...\x07`` in a selector would set
+    the clipboard of the operator who inspects the cluster, ``\x1b[2J`` clear the screen, ``\x1b[1A`` rewrite the
+    line above. Strings are neutralized as rich turns them into text (so tables measure what is shown), and
+    every segment's text again just before rich adds its own styles (for text made some other way)."""
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        return super().render_str(neutralized(text), **options)
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            segment if segment.control else Segment(neutralized(segment.text), segment.style)
+            for segment in buffer)
+
+
 def stdout_console() -> Console:
     """The console for results, made per command so it follows the stream the command really writes to
     (a test runner swaps ``sys.stdout``)."""
-    return Console(width=None if sys.stdout.isatty() else LOG_WIDTH)
+    return SafeConsole(width=None if sys.stdout.isatty() else LOG_WIDTH)
 
 
 def stderr_console() -> Console:
     """The console for warnings, errors and progress."""
-    return Console(stderr=True, width=None if sys.stderr.isatty() else LOG_WIDTH)
+    return SafeConsole(stderr=True, width=None if sys.stderr.isatty() else LOG_WIDTH)
 
 
 def warn(message: str) -> None:

@@ -1,0 +1,50 @@
+"""Text someone else wrote never reaches the operator's terminal as control sequences: rich passes ESC through
+as it comes, so an Event message quoting a user's CEL selector, a GPU product name a node published or an
+ElasticJob status could set the operator's clipboard (OSC 52), retitle the window, clear the screen or rewrite
+the line above (kubectl closed the same hole, CVE-2021-25743)."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from rich.table import Table
+from rich.text import Text
+
+from kubecell.cli.output import SafeConsole, neutralized, stderr_console, warn
+
+HOSTILE = "gpu\x1b]52;c;cHduZWQ=\x07\x1b[2J\x1b[1Amodel\x9b31m"
+
+
+def test_control_characters_are_written_out_and_newlines_and_tabs_kept() -> None:
+    assert neutralized(HOSTILE) == "gpu\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J\\x1b[1Amodel\\x9b31m"
+    assert neutralized("a\tb\nc") == "a\tb\nc"
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_a_table_a_string_and_a_text_print_no_control_sequence_but_rich_styles(terminal: bool) -> None:
+    out = io.StringIO()
+    console = SafeConsole(file=out, force_terminal=terminal, width=120)
+    table = Table("node", "model")
+    table.add_row("n1", HOSTILE)
+    console.print(table)
+    console.print(f"model {HOSTILE}", style="red", markup=False, highlight=False)
+    console.print(Text(HOSTILE, style="bold"))
+    shown = out.getvalue()
+    assert "\x07" not in shown
+    assert "\x9b" not in shown
+    sequences = re.findall(r"\x1b(.)[^m\x1b]*m?", shown)
+    assert set(sequences) <= {"["}, "only rich's own style sequences"
+    assert not re.search(r"\x1b\[[0-9;]*[A-LN-Za-ln-z]", shown), "no cursor or erase sequence"
+    assert shown.count("\\x1b]52;c;cHduZWQ=") == 3
+    lines = [line for line in shown.splitlines() if line.startswith(("┃", "│", "┏", "└"))]
+    assert len({len(re.sub(r"\x1b\[[0-9;]*m", "", line)) for line in lines}) == 1, "the table still lines up"
+
+
+def test_warnings_and_errors_on_stderr_are_neutralized(capsys: pytest.CaptureFixture[str]) -> None:
+    warn(f"slice of node n1 publishes {HOSTILE}")
+    stderr_console().print(f"error: {HOSTILE}", markup=False, highlight=False)
+    err = capsys.readouterr().err
+    assert "\x1b" not in err
+    assert err.count("\\x1b[2J") == 2
