@@ -392,3 +392,17 @@ def test_the_agents_own_mps_server_is_not_a_pods_unaccounted_use(tmp_path: Path)
     put_proc(tmp_path, 301, "99999999-8888-7777-6666-555555555555")  # any other pod's use is still seen
     nvml.set_processes(1, [GpuProcess(301, 500, 0)])
     assert {f.kind for f in watching.sample()} == {"unaccounted"}
+
+
+def test_more_gpus_than_an_inventory_holds_is_a_clear_error_not_a_traceback() -> None:
+    """A backend reporting 300 GPUs (a broken driver, a tampered fake) failed pydantic's validation inside the
+    publisher's loop, logged there as an "unexpected error" with a traceback."""
+    from kubecell.node.inventory import InventoryError, build_inventory
+    from kubecell.node.nvml import GpuDevice
+    from kubecell.node.xid import HealthTracker
+
+    devices = [GpuDevice(i, f"GPU-{i}", "NVIDIA A100-SXM4-40GB", 40960) for i in range(300)]
+    with pytest.raises(InventoryError, match=r"the 300 GPU\(s\) the backend reports cannot be published: "
+                                             r"GpuRecord index: .*less than or equal to 255"):
+        build_inventory(devices, HealthTracker())
+    assert len(build_inventory(devices[:8], HealthTracker()).gpus) == 8

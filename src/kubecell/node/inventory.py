@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pydantic import ValidationError
+
 from kubecell import __version__
 from kubecell.core.errors import KubecellError
 from kubecell.kube.clock import rfc3339
@@ -44,9 +46,26 @@ XID_WAIT = 1.0
 """How long one ``wait_xid`` call blocks: also how fast the waiter notices ``stop``."""
 
 
+class InventoryError(KubecellError):
+    """The GPUs the backend reports cannot be described within the inventory's bounds (more than 256 GPUs, an
+    index or a memory out of range ...): nothing is published, and the reason is logged, not a traceback."""
+
+
 def build_inventory(devices: Sequence[GpuDevice], health: HealthTracker, *, agent: str = AGENT,
                     heartbeat: str = "") -> NodeInventory:
-    """The annotation's content for discovered GPUs: catalog models, topology, MIG, health by UUID."""
+    """The annotation's content for discovered GPUs: catalog models, topology, MIG, health by UUID; raises
+    ``InventoryError`` for what the schema bounds refuse."""
+    try:
+        return _inventory(devices, health, agent, heartbeat)
+    except ValidationError as error:
+        found = error.errors()
+        what = (f"{'.'.join(str(part) for part in found[0]['loc']) or '?'}: {found[0]['msg']} (input "
+                f"{str(found[0].get('input'))[:80]!r})") if found else str(error)[:300]
+        raise InventoryError(f"the {len(devices)} GPU(s) the backend reports cannot be published: {error.title} "
+                             f"{what}") from None
+
+
+def _inventory(devices: Sequence[GpuDevice], health: HealthTracker, agent: str, heartbeat: str) -> NodeInventory:
     return NodeInventory(agent=agent, heartbeat=heartbeat, gpus=[
         GpuRecord(index=d.index, uuid=d.uuid, model=catalog_model(d.product, d.memory_mib), product=d.product,
                   memory_mib=d.memory_mib, numa_node=d.numa_node, nvlink_peers=list(d.nvlink_peers),
