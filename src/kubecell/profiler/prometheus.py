@@ -8,7 +8,7 @@ no response grows with the job's length; neighbouring windows overlap by a milli
 the range's left edge, Prometheus 3 does not) and a sample seen twice is kept once.
 
 Every call has a timeout, and every failure (no connection, an HTTP error with Prometheus' ``error`` field, a
-body that is not the API's JSON, a NaN or infinite value where a number was needed) is a
+body that is not the API's JSON, an answer too large to hold, a NaN or infinite value where a number was needed) is a
 :class:`PrometheusError` naming the query, so a caller can report it for the job it was profiling.
 """
 
@@ -28,6 +28,12 @@ DEFAULT_TIMEOUT = 10.0
 """Seconds for connecting and for each read of one call: a local Prometheus answers in milliseconds."""
 DEFAULT_CHUNK = 3600.0
 """Seconds of samples fetched per query: an hour of 15-s scrapes is 240 samples per series."""
+MAX_ANSWER_BYTES = 32 * 2**20
+"""The largest answer read (after decompression). A query of 100 pods on 8 GPUs each for an hour of 15-s scrapes
+is about 5 MB; a series set far larger is a label-cardinality bomb (an exporter, or a tenant's pod scraped under
+these names, writing a million label values for one pod), and parsed it would take several times its size in
+memory: the profiler's Deployment (512 MiB) would be killed at every pass, and no job profiled. Over this, the
+query is refused as Prometheus refuses one (:attr:`PrometheusError.refused`): that job alone is not saved."""
 
 Sample = tuple[float, float]
 """(unix seconds, value)."""
@@ -36,19 +42,23 @@ Sample = tuple[float, float]
 class PrometheusError(KubecellError):
     """A query Prometheus did not answer, refused, or answered with something that is not a usable number."""
 
-    def __init__(self, url: str, query: str, reason: str, *, status: int | None = None) -> None:
+    def __init__(self, url: str, query: str, reason: str, *, status: int | None = None,
+                 too_large: bool = False) -> None:
         self.url = url
         self.query = query
         self.reason = reason
         self.status = status
         """The HTTP status of Prometheus' answer (None: no answer). A 4xx is this query's fault (a value in it,
         or its answer too large), not Prometheus': the caller may go on with other queries."""
+        self.too_large = too_large
+        """The answer was over :data:`MAX_ANSWER_BYTES`: this query's series, not Prometheus', are at fault."""
         super().__init__(f"prometheus {url}: query {query!r}: {reason}")
 
     @property
     def refused(self) -> bool:
-        """Whether Prometheus answered and refused this query (400, 422): another query may still be answered."""
-        return self.status is not None and 400 <= self.status < 500
+        """Whether Prometheus answered and refused this query (400, 422), or its answer was too large to read:
+        another query may still be answered."""
+        return self.too_large or (self.status is not None and 400 <= self.status < 500)
 
 
 @dataclass(frozen=True)
@@ -84,29 +94,33 @@ def duration(seconds: float) -> str:
 class Prometheus:
     """The HTTP API at ``url`` (``http://host:9090``, a path prefix allowed)."""
 
-    def __init__(self, url: str, *, timeout: float = DEFAULT_TIMEOUT, session: requests.Session | None = None) -> None:
+    def __init__(self, url: str, *, timeout: float = DEFAULT_TIMEOUT, session: requests.Session | None = None,
+                 max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
         if timeout <= 0:
             raise KubecellError(f"prometheus {url}: timeout must be > 0 seconds, got {timeout}")
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.session = session or requests.Session()
+        self.max_answer_bytes = max_answer_bytes
 
     # ---------------------------------------------------------------------------------------- the API
     def _call(self, path: str, query: str, form: Sequence[tuple[str, str]]) -> Any:
         """POST ``form`` to ``/api/v1/<path>`` (a form body: a job's pod regex can be longer than a URL may be)
         and return the ``data`` of a successful answer."""
         try:
-            response = self.session.post(f"{self.url}/api/v1/{path}", data=list(form), timeout=self.timeout)
+            with self.session.post(f"{self.url}/api/v1/{path}", data=list(form), timeout=self.timeout,
+                                   stream=True) as response:
+                content = self._body(response, query)
         except requests.Timeout:
             raise PrometheusError(self.url, query, f"no answer within {self.timeout} s") from None
         except requests.RequestException as error:
             raise PrometheusError(self.url, query, f"cannot reach Prometheus: {error}") from None
         try:
-            body = response.json()
-        except ValueError:
+            body = json.loads(content)
+        except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep, no API's answer
             body = None
         if not isinstance(body, dict):
-            snippet = response.text[:200].strip()
+            snippet = content[:200].decode("utf-8", "replace").strip()
             raise PrometheusError(self.url, query, f"HTTP {response.status_code}, not the API's JSON: {snippet!r}")
         if response.status_code != 200 or body.get("status") != "success":
             kind, reason = body.get("errorType", "error"), body.get("error", "no error given")
@@ -115,6 +129,20 @@ class Prometheus:
         if "data" not in body:
             raise PrometheusError(self.url, query, "a successful answer without data")
         return body["data"]
+
+    def _body(self, response: requests.Response, query: str) -> bytes:
+        """The answer's body (decompressed, so a gzip bomb counts at its real size), at most
+        :attr:`max_answer_bytes` of it; a larger one is a :class:`PrometheusError` (see :data:`MAX_ANSWER_BYTES`)."""
+        parts: list[bytes] = []
+        size = 0
+        for part in response.iter_content(chunk_size=65536):
+            size += len(part)
+            if size > self.max_answer_bytes:
+                raise PrometheusError(self.url, query, f"HTTP {response.status_code}, an answer over "
+                                      f"{self.max_answer_bytes} bytes (too many series or samples for one query): "
+                                      "not read", status=response.status_code, too_large=True)
+            parts.append(part)
+        return b"".join(parts)
 
     def _number(self, query: str, pair: Any, *, finite: bool) -> Sample:
         """A ``[<unix seconds>, "<value>"]`` pair; NaN and infinities refused unless ``finite`` is False."""

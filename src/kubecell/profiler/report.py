@@ -148,6 +148,8 @@ def write_report(records: Sequence[JobRecord], out: Path, pairs: Sequence[PairSp
             f"<li>{html.escape(r.namespace)}/{html.escape(r.owner_name)}: {html.escape(p)}</li>"
             for r, p in problems[:500]) + "</ul>")
     page = out / "index.html"
+    # UTF-8 as the page declares, not the locale's encoding: names are any Unicode a user wrote, and an ASCII or
+    # cp1252 locale would fail the whole report on one
     page.write_text("<!doctype html><html><head><meta charset='utf-8'><title>kubecell job history</title></head>"
-                    "<body>" + "\n".join(parts) + "</body></html>\n")
+                    "<body>" + "\n".join(parts) + "</body></html>\n", encoding="utf-8")
     return page

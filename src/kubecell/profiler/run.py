@@ -84,8 +84,11 @@ def record_of(job: FoundJob, client: Prometheus, now: datetime,
     while it runs, its last ``RUNNING_WINDOW_SECONDS``), and, for a share job, its sharing beside the
     ``partners`` (:func:`share_pods`, which names the job's own time-sliced pods too: the only ones observed),
     its GPUs read through the pass's ``gpus``."""
-    start = (job.started or job.created).timestamp()
-    end = max((job.finished or now).timestamp(), start + 1.0)
+    # start and finish are what kubelets wrote (a node's to choose: 1970, 9999), the creation time is the API
+    # server's and now is ours: the window stays within them, or one pod would cost a query per hour of decades
+    created = job.created.timestamp()
+    start = max((job.started or job.created).timestamp(), created)
+    end = max(min((job.finished or now).timestamp(), now.timestamp()), start + 1.0)
     if job.finished is None:  # read again at every pass while it runs: its last day only, its whole life once ended
         start = max(start, end - RUNNING_WINDOW_SECONDS)
     # a job none of whose pods started has no series: nothing is asked of Prometheus for it
