@@ -48,3 +48,21 @@ def test_warnings_and_errors_on_stderr_are_neutralized(capsys: pytest.CaptureFix
     err = capsys.readouterr().err
     assert "\x1b" not in err
     assert err.count("\\x1b[2J") == 2
+
+
+def test_text_others_wrote_is_never_read_as_markup() -> None:
+    """A workload family is an owner reference's name, which the API server does not check: as markup,
+    ``[link=...]`` wrote a hyperlink into the operator's terminal and ``x[/y]`` raised ``MarkupError``."""
+    out = io.StringIO()
+    console = SafeConsole(file=out, force_terminal=True, width=120)
+    table = Table("family", "why")
+    table.add_row("a[/b] [link=https://example.com]c[/link]", "[red]x")
+    console.print(table)
+    console.print("[bold]kept[/bold] as written")
+    assert "\x1b]8;" not in out.getvalue(), "no hyperlink"
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())  # (rich's styles and highlighting left aside)
+    assert "a[/b] [link=https://example.com]c[/link]" in shown
+    assert "[red]x" in shown
+    assert "[bold]kept[/bold] as written" in shown
+    console.print("[bold]styled[/bold] on request", markup=True)
+    assert "[bold]" not in out.getvalue().rsplit("\n", 2)[-2]

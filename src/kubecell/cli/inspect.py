@@ -164,7 +164,7 @@ def _gpu_rows(table: Table, node: NodeReport) -> None:
     for gpu in node.gpus:
         table.add_row(node.name + state if gpu.index == 0 else "", str(gpu.index), gpu.model,
                       f"{gpu.milli_allocated}/{gpu.milli_total}", f"{gpu.memory_allocated_mib}/{gpu.memory_total_mib}",
-                      "ok" if gpu.healthy else "[red]unhealthy[/red]", ", ".join(gpu.pods))
+                      "ok" if gpu.healthy else Text("unhealthy", style="red"), ", ".join(gpu.pods))
     other = f", {node.other_gpus} GPU(s) held by other schedulers" if node.other_gpus else ""
     table.add_row("", "total", ",".join(node.models), _fraction(node.milli_allocated, node.milli_total),
                   _fraction(node.memory_allocated_mib, node.memory_total_mib), "", other.lstrip(", "),

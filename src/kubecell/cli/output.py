@@ -45,7 +45,16 @@ class SafeConsole(Console):
     whoever may patch it. rich passes ESC through as it comes, so ``\x1b]52;c;...\x07`` in a selector would set
     the clipboard of the operator who inspects the cluster, ``\x1b[2J`` clear the screen, ``\x1b[1A`` rewrite the
     line above. Strings are neutralized as rich turns them into text (so tables measure what is shown), and
-    every segment's text again just before rich adds its own styles (for text made some other way)."""
+    every segment's text again just before rich adds its own styles (for text made some other way).
+
+    Nor is a string read as rich's markup unless a call asks for it (``markup=True``): a workload family named
+    ``[link=https://...]x[/link]`` (an owner reference's name, which the API server does not check) wrote a
+    hyperlink into the operator's terminal, and one named ``x[/y]`` raised ``MarkupError`` and ended the
+    command. Styles are given as ``Text`` or ``style=``."""
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        options.setdefault("markup", False)
+        super().__init__(*args, **options)
 
     def render_str(self, text: str, **options: Any) -> Text:
         return super().render_str(neutralized(text), **options)
