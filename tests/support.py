@@ -4,10 +4,12 @@ bounded wait for tests that watch a real API server."""
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -75,3 +77,17 @@ def refused(write: Callable[..., Any], *args: Any) -> str:
         write(*args)
     assert error.value.status == 403, error.value
     return error.value.api_message
+
+
+@contextlib.contextmanager
+def loopback_http(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threaded HTTP server of ``handler`` on 127.0.0.1 and a free port, for the block: its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

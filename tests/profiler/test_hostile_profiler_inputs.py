@@ -17,10 +17,9 @@ import gzip
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -31,6 +30,7 @@ from kubecell.profiler.history import JobHistory
 from kubecell.profiler.jobs import group_pods
 from kubecell.profiler.prometheus import MAX_ANSWER_BYTES, Prometheus, PrometheusError, Series
 from kubecell.profiler.run import profile_jobs
+from tests.support import loopback_http
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 EMPTY_MATRIX = b'{"status": "success", "data": {"resultType": "matrix", "result": []}}'
@@ -112,15 +112,8 @@ class Hostile(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def hostile() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with loopback_http(Hostile) as url:
+        yield url
 
 
 def test_an_answer_over_the_cap_is_refused_not_parsed(hostile: str) -> None:

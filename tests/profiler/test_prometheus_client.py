@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import math
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import ClassVar
 
@@ -16,6 +15,7 @@ import pytest
 from kubecell.core.errors import KubecellError
 from kubecell.profiler.prometheus import Prometheus, PrometheusError
 from tests.profiler.prometheus_server import BASE_TIME, Family, backfilled
+from tests.support import loopback_http
 
 GAUGE = "kubecell_node_gpu_pod_utilization_ratio"
 LABELS = {"pod": "p", "namespace": "ns", "node": "n1", "gpu": "GPU-0"}
@@ -125,15 +125,8 @@ class Canned(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def canned() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Canned)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with loopback_http(Canned) as url:
+        yield url
 
 
 @pytest.mark.parametrize(("path", "reason"), [
