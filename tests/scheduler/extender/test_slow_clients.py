@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any, cast
 
+import anyio
+import anyio.to_thread
 import pytest
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
 
 from kubecell.cli.serving import Served, serve
 from kubecell.scheduler.extender import protocol
@@ -89,3 +95,37 @@ def test_json_nested_too_deeply_is_a_protocol_error() -> None:
 def test_json_nested_too_deeply_is_answered_400(served: Served) -> None:
     assert post(served, b"[" * 100_000) == "HTTP/1.1 400 Bad Request"
 
+
+
+def test_a_busy_shared_thread_pool_never_delays_a_filter() -> None:
+    """Routes without an ``async`` body (``/metrics``, ``/api/snapshot``) run in anyio's default thread pool: a
+    flood of them held every thread, and kube-scheduler's filter waited behind them past its 5 s timeout. The
+    extender's verbs have threads of their own."""
+    gate = threading.Event()
+
+    async def hog(_: Request) -> PlainTextResponse:
+        anyio.to_thread.current_default_thread_limiter().total_tokens = 2  # the shared pool, made small
+        await anyio.to_thread.run_sync(gate.wait, 10.0)
+        return PlainTextResponse("done")
+
+    app = Starlette(routes=[*routes(cast(Extender, _Stub()), ready=lambda: True), Route("/hog", hog)])
+    server = serve(app, "127.0.0.1", 0)
+    hogs = [threading.Thread(target=_get, args=(server.port, "/hog"), daemon=True) for _ in range(3)]
+    try:
+        for hog_client in hogs:
+            hog_client.start()
+        time.sleep(0.3)  # the two threads of the shared pool taken, the third hog waiting for one
+        started = time.monotonic()
+        assert post(server, filter_body(1000)) == "HTTP/1.1 200 OK"
+        assert time.monotonic() - started < 2.0
+    finally:
+        gate.set()
+        for hog_client in hogs:
+            hog_client.join(10)
+        server.stop()
+
+
+def _get(port: int, path: str) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nhost: x\r\n\r\n".encode())
+        sock.recv(100)

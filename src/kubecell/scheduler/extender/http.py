@@ -12,7 +12,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
+import anyio
+import anyio.to_thread
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -45,6 +46,26 @@ class _Held:
             return False
         self.bytes += size
         return True
+
+
+EXTENDER_THREADS = 8
+"""Worker threads of the extender's own: its calls never wait for the pool every other route shares (anyio's
+default, 40 threads), which a flood of ``/metrics`` or ``/api/snapshot`` requests, each a few ms of CPU, could
+hold while kube-scheduler's filter waited out its 5 s ``httpTimeout``. kube-scheduler sends one call at a
+time; each ends within ``scheduler.call``'s 4 s."""
+
+
+class _Threads:
+    """The extender's own thread limiter, made on the event loop at first use (anyio makes one only there)."""
+
+    def __init__(self, tokens: int) -> None:
+        self.tokens = tokens
+        self._limiter: anyio.CapacityLimiter | None = None
+
+    async def run(self, work: Callable[[bytes], Any], body: bytes) -> Any:
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self.tokens)
+        return await anyio.to_thread.run_sync(work, body, limiter=self._limiter)
 
 
 class _RefusedError(Exception):
@@ -83,6 +104,7 @@ def routes(extender: Extender, *, prefix: str = "/extender", ready: Callable[[],
     may answer (it leads and has read the cluster); ``max_held_bytes``: see ``MAX_HELD_BYTES``."""
     is_ready = ready or extender.scheduler.ready.is_set
     held = _Held(max_held_bytes)
+    threads = _Threads(EXTENDER_THREADS)
 
     def verb(answer: Callable[[bytes], Any], on_error: Callable[[str], Any]) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
@@ -92,7 +114,7 @@ def routes(extender: Extender, *, prefix: str = "/extender", ready: Callable[[],
             taken = [0]
             try:
                 body = await _bounded_body(request, held, taken)
-                return JSONResponse(await run_in_threadpool(answer, body))
+                return JSONResponse(await threads.run(answer, body))
             except _RefusedError as refused:
                 return JSONResponse(on_error(str(refused)), status_code=refused.status)
             except protocol.ProtocolError as error:
