@@ -86,7 +86,7 @@ def test_progress_is_kept_between_passes_and_the_claims_own_time_still_ends_it(
     started = time.monotonic()
     with broker[0].selector_pass(PASS), pytest.raises(ClaimError, match="ran out of the time"):
         broker[0]._demand(body, broker[1])
-    assert time.monotonic() - started < 0.05, "a refusal is kept, not paid for again"
+    assert time.monotonic() - started < 0.25, "a refusal is kept, not paid for again (running took 0.3 s)"
 
 
 def test_a_pass_whose_time_is_spent_defers_a_new_claim_without_running_it(
@@ -103,7 +103,7 @@ def test_a_pass_whose_time_is_spent_defers_a_new_claim_without_running_it(
         with pytest.raises(ClaimsDeferred) as second:
             claims._demand(claim(request(selectors=(slow(4),)), name="second"), devices)
         assert not second.value.started
-        assert time.monotonic() - started < 0.05
+        assert time.monotonic() - started < 0.25
         assert not cel.is_compiled(slow(4)), "no time left: not even parsed (the longest take seconds)"
         # a claim whose selectors' results are all kept (the class's alone) takes no time: read at once
         assert claims._demand(claim(request(count=2), name="plain"), devices).count == 2
