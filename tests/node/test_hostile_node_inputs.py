@@ -289,6 +289,27 @@ def test_a_pod_resources_answer_listing_a_container_twice_does_not_settle_the_po
     assert allocator_for(kube, both).settle() == [f"{UID}-0"], "the honest answer still settles it"
 
 
+def test_a_gpu_init_container_pod_resources_cannot_show_counts_once_the_kubelet_started_it() -> None:
+    """PodResources lists regular and sidecar containers only (upstream ``podresources/server_v1.go``): a pod
+    whose GPU init container was served before the agent restarted was never settled, and the node's next GPU
+    pod waited for ever. The init container counts once the kubelet reports it running or ended; until then,
+    or with nothing else shown, nothing is settled."""
+    pod = gpu_pod([("main", GPU_RESOURCE)], record(UID, [(0, GPU0, 1000, 40_536)]))
+    pod["spec"]["initContainers"] = [{"name": "warm-up", "resources": {"limits": {GPU_RESOURCE: "1"}}}]
+    shown = PodDevices("ns", "p", (ContainerDevices("main", {GPU_RESOURCE: (GPU0,)}),))
+    kube = FakeKube([pod])
+    assert allocator_for(kube, shown).settle() == [], "the init container not started yet: its Allocate may come"
+    pod["status"]["initContainerStatuses"] = [{"name": "warm-up", "state": {"terminated": {"exitCode": 0}}}]
+    assert allocator_for(kube, shown).settle() == [f"{UID}-0"]
+    alone = gpu_pod([], record(UID, [(0, GPU0, 1000, 40_536)]))
+    alone["spec"]["initContainers"] = [{"name": "warm-up", "resources": {"limits": {GPU_RESOURCE: "1"}}},
+                                       {"name": "main-sidecar", "restartPolicy": "Always",
+                                        "resources": {"limits": {GPU_RESOURCE: "1"}}}]
+    alone["status"]["initContainerStatuses"] = [{"name": "warm-up", "state": {"running": {}}}]
+    nothing = PodDevices("ns", "p", ())
+    assert allocator_for(FakeKube([alone]), nothing).settle() == [], "a sidecar PodResources can show, not shown"
+
+
 def test_pod_resources_showing_a_gpu_the_agent_never_served_is_a_mismatch() -> None:
     """The agent served a share (milli slots of GPU0); the kubelet's record also gives the pod a whole GPU1.
     Comparing only the resources served would call that a match."""

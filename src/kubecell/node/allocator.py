@@ -49,6 +49,22 @@ def plugin_container_names(pod: Mapping[str, Any]) -> set[str]:
     return names
 
 
+def _hidden_from_pod_resources(pod: Mapping[str, Any]) -> set[str]:
+    """The GPU init containers that are not sidecars (``restartPolicy: Always``): the kubelet's PodResources
+    lists no such container (upstream ``podresources/server_v1.go``), so it cannot show their devices."""
+    spec = pod.get("spec") or {}
+    return {str(c.get("name", "")) for c in spec.get("initContainers") or () if c.get("restartPolicy") != "Always"}
+
+
+def _started(pod: Mapping[str, Any], name: str) -> bool:
+    """Whether the kubelet reports init container ``name`` running or ended: its ``Allocate`` came first."""
+    for status in (pod.get("status") or {}).get("initContainerStatuses") or ():
+        if isinstance(status, Mapping) and status.get("name") == name:
+            state = status.get("state") or {}
+            return bool(state.get("running") or state.get("terminated"))
+    return False
+
+
 def plugin_containers(pod: Mapping[str, Any]) -> int:
     """How many of the pod's containers ask for a device-plugin resource (one ``Allocate`` each)."""
     return len(plugin_container_names(pod))
@@ -149,7 +165,11 @@ class RecordAllocator:
             if found is None:
                 continue
             devices: dict[str, set[str]] = {}
-            wanted = plugin_container_names(pod)
+            gpu_containers = plugin_container_names(pod)
+            hidden = gpu_containers & _hidden_from_pod_resources(pod)
+            wanted = gpu_containers - hidden
+            if not gpu_containers or not all(_started(pod, name) for name in hidden):
+                continue  # an init container PodResources cannot show counts once the kubelet started it
             served_names: set[str] = set()  # by name: a container listed twice, or one the pod lacks, is no proof
             for container in found.containers:
                 ours = {r: set(ids) for r, ids in container.devices.items() if r in PLUGIN_RESOURCES and ids}
@@ -160,7 +180,7 @@ class RecordAllocator:
             named = {gpu.uuid for gpu in record.gpus}
             if served_names != wanted or any(gpu_of(d) not in named for ids in devices.values() for d in ids):
                 continue
-            served_containers = len(served_names)
+            served_containers = len(served_names) + len(hidden)
             log.info("%s was admitted without an acknowledgement (the agent restarted meanwhile): "
                      "acknowledging from PodResources", pods.key(pod))
             with self.lock:  # the same id an Allocate of this pod would write: idempotent either way
