@@ -37,7 +37,10 @@ def status(server: WSGIServer) -> str:
         return sock.recv(200).split(b"\r\n")[0].decode()
 
 
-def test_slow_clients_hold_at_most_the_bounded_threads(server: WSGIServer) -> None:
+def test_slow_clients_hold_at_most_the_bounded_threads(server: WSGIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # slow clients held for longer than a loaded machine takes to reach the probe (read at each connection)
+    monkeypatch.setattr(agent._MetricsHandler, "timeout", 10.0)
+
     def serving() -> int:  # (other tests' threads may come and go meanwhile: count only this server's)
         return sum("process_request_thread" in thread.name for thread in threading.enumerate())
 
@@ -50,7 +53,7 @@ def test_slow_clients_hold_at_most_the_bounded_threads(server: WSGIServer) -> No
         assert serving() - before <= 4, "a thread per slow client up to the bound, however many clients"
         started = time.monotonic()
         assert status(server) == "HTTP/1.0 503 Service Unavailable"
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < 2.0, "at once, not when a slow client's 10 s are up"
     finally:
         for sock in slow:
             sock.close()

@@ -40,9 +40,10 @@ def _certificate(directory: Path) -> tuple[str, str]:
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[Served]:
+def served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Served]:
+    """The webhook over TLS with a 1 s request deadline (``indirect`` parametrization: another)."""
     server = serve(webhook_app(lambda pod: 500, max_held_bytes=HELD), "127.0.0.1", 0,
-                   tls=_certificate(tmp_path), request_seconds=1.0)
+                   tls=_certificate(tmp_path), request_seconds=getattr(request, "param", 1.0))
     try:
         yield server
     finally:
@@ -102,6 +103,7 @@ def test_a_review_declared_over_the_bound_is_413_before_it_is_read(served: Serve
     assert MAX_BODY_BYTES < 100 * 1024 * 1024
 
 
+@pytest.mark.parametrize("served", [30.0], indirect=True)  # the stalled review kept however slow the machine
 def test_review_bytes_held_together_are_bounded(served: Served) -> None:
     stalled = _context().wrap_socket(socket.create_connection(("127.0.0.1", served.port), timeout=3))
     try:
