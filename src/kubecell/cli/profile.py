@@ -64,9 +64,14 @@ def collect(
     all_jobs: Annotated[bool, typer.Option("--all-jobs", help="Also jobs that asked for no GPU.")] = False,
     every: Annotated[float | None, typer.Option(help="Repeat every this many seconds.")] = None,
     passes: Annotated[int | None, typer.Option(help="With --every: stop after this many passes.")] = None,
+    scrape_job: Annotated[list[str] | None, typer.Option(
+        "--scrape-job", help="Read only the series of this Prometheus scrape job (its 'job' label; repeat for "
+        "each exporter: the node agent, dcgm-exporter, the kubelet's cAdvisor). Give them where tenants' own "
+        "pods are scraped too, or a pod could export its own usage. Default: every job's series.")] = None,
 ) -> None:
     """Profile the cluster's jobs from Prometheus into the job history."""
     from kubecell.cli.inspect import default_kubeconfig
+    from kubecell.core.errors import KubecellError
     from kubecell.kube.rest import ApiError, Kube, KubeconfigError
     from kubecell.profiler.jobs import group_pods, list_pods
     from kubecell.profiler.prometheus import Prometheus, PrometheusError
@@ -79,6 +84,10 @@ def collect(
     scheme = urlsplit(prometheus)
     if scheme.scheme not in ("http", "https") or not scheme.hostname:
         _fail(f"--prometheus {prometheus!r}: give Prometheus' base URL, http(s)://HOST[:PORT][/PREFIX]")
+    try:
+        client = Prometheus(prometheus, scrape_jobs=scrape_job or ())
+    except KubecellError as error:
+        _fail(f"--scrape-job: {error}")
     path = kubeconfig or default_kubeconfig()
     in_cluster = kubeconfig is None and not path.is_file()  # in a pod: its service account (deploy/profiler)
     try:
@@ -86,7 +95,6 @@ def collect(
     except KubeconfigError as error:
         _fail(f"{error} ({path} is absent)" if in_cluster else str(error))
     history = _history(db, create=True)
-    client = Prometheus(prometheus)
     done = 0
     try:
         while True:

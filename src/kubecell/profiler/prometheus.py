@@ -7,6 +7,13 @@ with a range-vector selector (``metric{...}[1h]``) evaluated as an instant query
 no response grows with the job's length; neighbouring windows overlap by a millisecond (Prometheus 2 includes
 the range's left edge, Prometheus 3 does not) and a sample seen twice is kept once.
 
+Where the series a tenant's own pods export are scraped too (a ``kubernetes-pods`` scrape job), a tenant could
+export the profiler's series under its own pod's name: its usage would read as the sum of the node agent's
+series and its own, or, on a cluster without the agent, as its own alone. ``scrape_jobs`` names the scrape jobs
+the profiler believes (the ``job`` label Prometheus sets on every series of a target, which a target cannot
+set unless its scrape job honours its labels): every selector is read within them, and every answer is checked
+against them.
+
 Every call has a timeout, and every failure (no connection, an HTTP error with Prometheus' ``error`` field, a
 body that is not the API's JSON, an answer too large to hold, a NaN or infinite value where a number was needed) is a
 :class:`PrometheusError` naming the query, so a caller can report it for the job it was profiling.
@@ -83,6 +90,11 @@ def quote(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+def regex_literal(text: str) -> str:
+    """``text`` matched literally by an RE2 regex (pod names may hold dots)."""
+    return "".join(f"\\{c}" if c in r"\.+*?()|[]{}^$" else c for c in text)
+
+
 def duration(seconds: float) -> str:
     """A PromQL duration in whole milliseconds (the TSDB's resolution): ``3600000ms``."""
     millis = round(seconds * 1000)
@@ -95,9 +107,15 @@ class Prometheus:
     """The HTTP API at ``url`` (``http://host:9090``, a path prefix allowed)."""
 
     def __init__(self, url: str, *, timeout: float = DEFAULT_TIMEOUT, session: requests.Session | None = None,
-                 max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
+                 max_answer_bytes: int = MAX_ANSWER_BYTES, scrape_jobs: Sequence[str] = ()) -> None:
         if timeout <= 0:
             raise KubecellError(f"prometheus {url}: timeout must be > 0 seconds, got {timeout}")
+        for job in scrape_jobs:
+            if not job.strip():
+                raise KubecellError(f"prometheus {url}: a scrape job is named by a non-empty text, got {job!r}")
+            quote(job)  # valid Unicode, or no series' label
+        self.scrape_jobs = frozenset(scrape_jobs)
+        """The scrape jobs whose series are read (empty: every job's)."""
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.session = session or requests.Session()
@@ -189,12 +207,15 @@ class Prometheus:
         caller that reports them per series instead of failing the whole query."""
         if end < start or chunk <= 0:
             raise PrometheusError(self.url, selector, f"window [{start}, {end}] in chunks of {chunk} s is empty")
+        selector = self._within_scrape_jobs(selector)
         merged: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], dict[float, float]]] = {}
         at = start
         while True:
             at = min(at + chunk, end)
             width = min(chunk, at - start) + 0.001  # overlap the previous window (and reach back to ``start``)
             for series in self.query(f"{selector}[{duration(width)}]", at, finite=finite):
+                if not self._believed(series.labels):
+                    continue
                 key = tuple(sorted(series.labels.items()))
                 _, samples = merged.setdefault(key, (dict(series.labels), {}))
                 for t, v in series.samples:
@@ -208,10 +229,29 @@ class Prometheus:
     def series(self, selector: str, start: float | None = None, end: float | None = None) -> list[dict[str, str]]:
         """The label sets of the series ``selector`` matches (with samples in the blocks overlapping
         ``[start, end]``, a block's granularity, where given)."""
+        selector = self._within_scrape_jobs(selector)
         form = [("match[]", selector)]
         form += [("start", f"{start:.3f}")] if start is not None else []
         form += [("end", f"{end:.3f}")] if end is not None else []
         data = self._call("series", selector, form)
         if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
             raise PrometheusError(self.url, selector, f"malformed series list {str(data)[:200]!r}")
-        return [{str(k): str(v) for k, v in item.items()} for item in data]
+        listed = [{str(k): str(v) for k, v in item.items()} for item in data]
+        return [labels for labels in listed if self._believed(labels)]
+
+    def _within_scrape_jobs(self, selector: str) -> str:
+        """``selector`` (``name{matchers}``, the only form the profiler writes) with a matcher on the believed
+        scrape jobs added; unchanged where every job is believed."""
+        if not self.scrape_jobs:
+            return selector
+        if not selector.endswith("}") or "{" not in selector:
+            raise KubecellError(f"prometheus {self.url}: {selector!r} is not a selector name{{matchers}}, so "
+                                "it cannot be kept to the believed scrape jobs")
+        jobs = "|".join(regex_literal(job) for job in sorted(self.scrape_jobs))
+        inner = selector[selector.index("{") + 1:-1].strip()
+        return f"{selector[:-1]}{', ' if inner else ''}job=~{quote(jobs)}}}"
+
+    def _believed(self, labels: Mapping[str, str]) -> bool:
+        """Whether a series comes from a believed scrape job (checked on the answer too: a selector is text,
+        and a Prometheus behind a proxy may not apply it as written)."""
+        return not self.scrape_jobs or labels.get("job") in self.scrape_jobs

@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from kubecell.profiler.prometheus import quote
+from kubecell.profiler.prometheus import quote, regex_literal
 
 MIB: Final = 2**20
 
@@ -60,10 +60,10 @@ class Source:
     def selector(self, namespace: str, pods: tuple[str, ...]) -> str:
         """The PromQL selector of ``pods`` in ``namespace`` (regexes are anchored: a pod matches by its whole
         name), the excluded rows left out already in Prometheus."""
-        alternatives = "|".join(_regex_literal(pod) for pod in sorted(pods))
+        alternatives = "|".join(regex_literal(pod) for pod in sorted(pods))
         matchers = [f"{self.namespace_label}={quote(namespace)}", f"{self.pod_label}=~{quote(alternatives)}"]
         for label, values in sorted(self.exclude.items()):
-            matchers.append(f"{label}!~{quote('|'.join(_regex_literal(v) for v in values))}")
+            matchers.append(f"{label}!~{quote('|'.join(regex_literal(v) for v in values))}")
         return f"{self.name}{{{', '.join(matchers)}}}"
 
     def canonical(self, value: float) -> float:
@@ -84,11 +84,6 @@ class Metric:
     unit: str
     sources: tuple[Source, ...]
     optional: bool = False
-
-
-def _regex_literal(text: str) -> str:
-    """``text`` matched literally by an RE2 regex (pod names may hold dots)."""
-    return "".join(f"\\{c}" if c in r"\.+*?()|[]{}^$" else c for c in text)
 
 
 CADVISOR_ROWS_NOT_CONTAINERS: Final[Mapping[str, tuple[str, ...]]] = {"container": ("", "POD")}
