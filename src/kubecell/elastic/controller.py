@@ -51,10 +51,10 @@ from kubecell.elastic.status import (
     CONDITION_ACCEPTED,
     CONDITION_AVAILABLE,
     MAX_GENERATION,
-    OUR_CONDITIONS,
     StatusView,
     condition,
     count,
+    foreign_conditions,
     read_status,
 )
 from kubecell.elastic.writes import JobWrites
@@ -86,6 +86,11 @@ MAX_CREATES_PER_PASS = 500
 next resync. After the first the API refuses (quota, admission) the job makes none more that pass: a job of
 4,096 workers under a quota made 8,192 calls (a create and an Event each) in one reconcile, 20 s during which
 no other ElasticJob was reconciled."""
+
+TOLD_KEPT = 8
+"""Repeated-failure Events remembered per job (a bound: their messages carry what the API server said)."""
+MAX_FINALIZERS_TOLD = 8
+"""Finalizers named in one PodHeldByFinalizers Warning."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +128,9 @@ class ElasticController:
         self.dirty: set[str] = set()
         self.expectations: dict[str, Expectations] = {}
         self.synced: set[str] = set()
-        self.told: dict[str, str] = {}
-        """Job key -> the last repeated-failure Event sent for it (a refused create is told once, not per retry)."""
+        self.told: dict[str, tuple[str, ...]] = {}
+        """Job key -> the last ``TOLD_KEPT`` repeated-failure Events sent for it (a refused create is told once,
+        not per retry)."""
         self.writes = JobWrites(kube, self.metrics, self._tell_once,
                                 recheck_seconds=self.options.service_recheck_seconds,
                                 expectation_seconds=self.options.expectation_seconds)
@@ -183,19 +189,19 @@ class ElasticController:
         if event.kind == "elasticjobs":
             if event.type == "SYNC":
                 self.synced.add("elasticjobs")
-                self.jobs = {self._key(obj): obj for obj in event.objects}
+                before, self.jobs = self.jobs, {self._key(obj): obj for obj in event.objects}
                 self.dirty |= set(self.jobs)
-                for kept in (self.expectations, self.writes.services, self.told):  # jobs deleted while unwatched
-                    for key in [key for key in kept if key not in self.jobs]:
-                        del kept[key]
+                for key in {*self.expectations, *self.writes.services, *self.told}:  # deleted while unwatched,
+                    if key not in self.jobs or _uid(self.jobs[key]) != _uid(before.get(key)):  # or made again
+                        self._forget(key)
                 return
             key = self._key(event.obj)
             if event.type == "DELETED":
                 self.jobs.pop(key, None)
-                self.expectations.pop(key, None)
-                self.writes.services.pop(key, None)
-                self.told.pop(key, None)
+                self._forget(key)
             else:
+                if key in self.jobs and _uid(self.jobs[key]) != _uid(event.obj):  # another job under the name
+                    self._forget(key)
                 self.jobs[key] = event.obj
                 self.dirty.add(key)
             return
@@ -221,6 +227,13 @@ class ElasticController:
         if changed is not None:
             self.dirty.add(changed)
 
+    def _forget(self, key: str) -> None:
+        """Drop what the controller kept for the job under ``key`` (by name): gone, or another job made under its
+        name. Kept for the new one, the old one's expectations stood for a minute (its workers counted as made,
+        its Service as existing: the new job got neither) and its told Warnings were not told again."""
+        for kept in (self.expectations, self.writes.services, self.told):
+            kept.pop(key, None)
+
     def _keep_pod(self, pod: dict[str, Any]) -> None:
         key = readers.job_key(pod)
         uid = (pod.get("metadata") or {}).get("uid")
@@ -241,8 +254,13 @@ class ElasticController:
         if obj is None:
             return
         meta = obj.get("metadata") or {}
-        namespace, name, uid = str(meta.get("namespace", "default")), str(meta.get("name", "")), meta.get("uid")
+        name, uid = str(meta.get("name", "")), meta.get("uid")
         if not name or not isinstance(uid, str):
+            return
+        if meta.get("deletionTimestamp"):
+            # being deleted (a foreground deletion waits for the garbage collector to delete its Pods): nothing is
+            # made or written again. Each Pod the collector deleted was taken for a lost worker and made again,
+            # racing the deletion it kept from finishing.
             return
         now = self.clock()
         expect = self.expectations.setdefault(key, Expectations())
@@ -258,14 +276,10 @@ class ElasticController:
             self._default_replicas(obj, spec)
             return  # the job comes back through the watch with spec.replicas set
         workers, pods_by_index, host, runs = self._observe(key, uid, expect)
-        for pod in (*pods_by_index.values(), *((host,) if host is not None else ())):
-            pod_uid = str(pod["metadata"]["uid"])
-            if pod_uid not in expect.deleted and readers.overdue(pod, now, self.options.stuck_seconds) \
-                    and self.writes.delete_pod(pod, 0):
-                expect.deleted[pod_uid] = now + self.options.expectation_seconds
-                self._event(obj, Emit(True, "PodForceDeleted", f"pod {pod['metadata']['name']} Terminating "
-                                          f"{self.options.stuck_seconds:.0f} s past its grace period (its node is "
-                                          "not answering): deleted at once, to be replaced"))
+        held = [found for pod in (*pods_by_index.values(), *((host,) if host is not None else ()))
+                if (found := self._end_overdue(obj, pod, expect, now)) is not None]
+        if held:
+            self._tell_held(obj, held)
         stale = frozenset(index for index, run in runs.items() if run != previous.restarts)
         made_from = template_hash(spec.template) if spec is not None else None
         outdated = frozenset(index for index, pod in pods_by_index.items() if index not in stale
@@ -278,7 +292,7 @@ class ElasticController:
                                       spec_changed=generation != previous.observed_generation,
                                       reason=previous.reason, message=previous.message)
         else:
-            service = self.writes.service_exists(key, namespace, name, now)
+            service = self.writes.service_exists(obj, spec, now)
             host_up = host is not None and not readers.ended(host) and not readers.terminating(host)
             observation = Observation(
                 target=spec.replicas, min_replicas=spec.min_replicas, workers=workers,
@@ -298,6 +312,37 @@ class ElasticController:
             for action in decision.actions:
                 if isinstance(action, Emit):
                     self._event(obj, action)
+
+    def _end_overdue(self, obj: Mapping[str, Any], pod: Mapping[str, Any], expect: Expectations,
+                     now: float) -> tuple[str, tuple[str, ...]] | None:
+        """A Pod of the job still Terminating ``stuck_seconds`` past its grace period: deleted at once (its node is
+        lost). One already deleted at once is kept only by its finalizers, which no delete ends: not deleted
+        again (each delete was one more Warning, every minute, for as long as they stayed); its name and
+        finalizers are returned, to be told."""
+        pod_uid = str(pod["metadata"]["uid"])
+        if pod_uid in expect.deleted or not readers.overdue(pod, now, self.options.stuck_seconds):
+            return None
+        name = str(pod["metadata"]["name"])
+        finalizers = readers.held_by(pod)
+        if finalizers is not None:
+            return name, finalizers
+        if self.writes.delete_pod(pod, 0):
+            expect.deleted[pod_uid] = now + self.options.expectation_seconds
+            self._event(obj, Emit(True, "PodForceDeleted", f"pod {name} Terminating "
+                                      f"{self.options.stuck_seconds:.0f} s past its grace period (its node is "
+                                      "not answering): deleted at once, to be replaced"))
+        return None
+
+    def _tell_held(self, obj: Mapping[str, Any], held: list[tuple[str, tuple[str, ...]]]) -> None:
+        """One Warning for all the job's Pods that only their finalizers keep (told once while they are the same):
+        one per Pod would cycle through what ``_tell_once`` remembers, and be sent again at every pass."""
+        names = sorted(name for name, _ in held)
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        finalizers = ", ".join(sorted({f for _, found in held for f in found})[:MAX_FINALIZERS_TOLD])
+        self._tell_once(obj, Emit(True, "PodHeldByFinalizers",
+                                  f"pod{'s' if len(names) > 1 else ''} {shown} deleted at once but kept by "
+                                  f"finalizers ({finalizers}): whoever set them must remove them before the job "
+                                  "can replace them"))
 
     def _observe(self, key: str, uid: str, expect: Expectations
                  ) -> tuple[dict[int, Worker], dict[int, dict[str, Any]], dict[str, Any] | None, dict[int, int | None]]:
@@ -365,7 +410,7 @@ class ElasticController:
                              problem or "the spec can be run", generation, previous.conditions, stamp)
         available_condition = condition(CONDITION_AVAILABLE, available, decision.reason, decision.message,
                                         generation, previous.conditions, stamp)
-        others = [dict(c) for c in previous.conditions if c.get("type") not in OUR_CONDITIONS]
+        others = foreign_conditions(previous.conditions)
         status: dict[str, Any] = {
             "phase": str(decision.phase),
             "replicas": sum(state in ACTIVE for state in workers.values()),
@@ -423,10 +468,13 @@ class ElasticController:
                 self._event(obj, action)
 
     def _tell_once(self, obj: Mapping[str, Any], action: Emit) -> None:
-        """An Event that a retry would repeat: sent when its message differs from the last one sent for the job."""
+        """An Event that a retry would repeat: sent when its message is not among the last ``TOLD_KEPT`` sent
+        for the job. Several, not one: a pass that meets two refusals (a Service and a host whose names are
+        taken) would otherwise tell both again at every resync, each undoing the other's memory."""
         key = self._key(obj)
-        if self.told.get(key) != action.message:
-            self.told[key] = action.message
+        recent = self.told.get(key, ())
+        if action.message not in recent:
+            self.told[key] = (*recent, action.message)[-TOLD_KEPT:]
             self._event(obj, action)
 
     def _event(self, obj: Mapping[str, Any], action: Emit) -> None:
@@ -440,6 +488,12 @@ class ElasticController:
         except ApiError as error:  # an Event is advice: it never stops a decision
             log.warning("event %s on %s %s/%s not recorded: %s", action.reason, KIND, subject["namespace"],
                         subject["name"], error)
+
+
+def _uid(obj: Mapping[str, Any] | None) -> str | None:
+    meta = (obj or {}).get("metadata") or {}
+    uid = meta.get("uid")
+    return uid if isinstance(uid, str) else None
 
 
 def _utc(epoch: float) -> datetime.datetime:

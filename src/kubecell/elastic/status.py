@@ -77,6 +77,15 @@ def read_status(obj: Mapping[str, Any]) -> StatusView:
                       conditions=conditions)
 
 
+def foreign_conditions(conditions: tuple[Mapping[str, Any], ...]) -> list[dict[str, Any]]:
+    """The conditions of other writers, written back beside the controller's own: the first ``MAX_CONDITIONS``
+    less ours, so that the status written stays within the CRD's ``maxItems``. Whoever may patch the status
+    could fill it with 15 or 16 of their own: written back with ours, every status write of the job was
+    refused (422), and since the status is written before any action, the job was never acted on again."""
+    others = [dict(c) for c in conditions if c.get("type") not in OUR_CONDITIONS]
+    return others[:MAX_CONDITIONS - len(OUR_CONDITIONS)]
+
+
 def condition(kind: str, true: bool, reason: str, message: str, generation: int,
               previous: tuple[Mapping[str, Any], ...], now: str) -> dict[str, Any]:
     """A ``metav1.Condition``; its transition time moves only when its status does."""

@@ -139,14 +139,30 @@ def overdue(pod: Mapping[str, Any], now: float, margin: float) -> bool:
     return deleting is not None and now - deleting > margin
 
 
+MAX_FINALIZERS_KEPT = 8
+"""Finalizers a trimmed Pod keeps (to name them in an Event; their number is the tenant's)."""
+
+
+def held_by(pod: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The finalizers of a Pod already deleted at once (``deletionGracePeriodSeconds`` 0), which alone keep it:
+    another delete cannot end it, only whoever set them. None for any other Pod."""
+    meta = pod.get("metadata") or {}
+    if meta.get("deletionGracePeriodSeconds") != 0 or not meta.get("deletionTimestamp"):
+        return None
+    found = meta.get("finalizers")
+    if not isinstance(found, list) or not found:
+        return None  # going: the API server removes a Pod deleted at once that nothing holds
+    return tuple(str(f)[:316] for f in found[:MAX_FINALIZERS_KEPT])
+
+
 def group_size(pod: Mapping[str, Any]) -> str | None:
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     value = annotations.get(ANNOTATION_GROUP_SIZE) if isinstance(annotations, Mapping) else None
     return value if isinstance(value, str) else None
 
 
-_META_KEPT = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "labels",
-              "ownerReferences")
+_META_KEPT = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
+              "deletionGracePeriodSeconds", "labels", "ownerReferences")
 
 
 def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
@@ -157,6 +173,9 @@ def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
     size = group_size(pod)
     if size is not None:
         kept["annotations"] = {ANNOTATION_GROUP_SIZE: size}
+    finalizers = meta.get("finalizers")
+    if isinstance(finalizers, list) and finalizers:
+        kept["finalizers"] = [str(f)[:316] for f in finalizers[:MAX_FINALIZERS_KEPT]]
     status = pod.get("status") or {}
     containers = []
     for container in status.get("containerStatuses") or []:

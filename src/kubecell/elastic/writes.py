@@ -4,6 +4,13 @@ Service, and the gang headcount on live workers (``kubecell.elastic.controller``
 Every write is idempotent against the API server's answer: a create whose name is taken waits for the old
 object to go (the expectations say what is owed), a delete names the uid it means (a new Pod under the name is
 never deleted), and a refusal that a retry would repeat is told once through ``tell``.
+
+**Names are not ownership.** The names the controller uses (``<job>-worker-<i>``, ``<job>-rdzv``) can be taken
+by objects it did not make: made by hand, or left by an earlier job of the same name deleted with
+``--cascade=orphan``. Only an object the job controls (its ``ownerReference`` with ``controller: true`` and the
+job's UID) is taken for the job's own: another is never deleted (the controller may delete Services and Pods
+its users may not, so deleting by name would delete for them), never taken for the rendezvous, and a create
+its name blocks is told once (a ``FailedCreate`` Warning naming it) instead of being retried in silence.
 """
 
 from __future__ import annotations
@@ -16,8 +23,8 @@ from kubecell.elastic import workers as readers
 from kubecell.elastic.expectations import Expectations
 from kubecell.elastic.metrics import ControllerMetrics
 from kubecell.elastic.states import Emit
-from kubecell.kube.elasticjob_objects import rendezvous_pod, rendezvous_service, worker_pod
-from kubecell.kube.elasticjobs import ElasticJobSpec, rendezvous_name
+from kubecell.kube.elasticjob_objects import rendezvous_labels, rendezvous_pod, rendezvous_service, worker_pod
+from kubecell.kube.elasticjobs import ROLE_RENDEZVOUS, ROLE_WORKER, ElasticJobSpec, rendezvous_name, worker_name
 from kubecell.kube.names import ANNOTATION_GROUP_SIZE
 from kubecell.kube.rest import ApiError, Kube
 
@@ -36,19 +43,52 @@ class JobWrites:
         self.services: dict[str, tuple[bool, float]] = {}
         """Job key -> (whether its rendezvous Service exists, when that was learnt)."""
 
-    def service_exists(self, key: str, namespace: str, name: str, now: float) -> bool:
-        known = self.services.get(key)
+    def service_exists(self, obj: Mapping[str, Any], spec: ElasticJobSpec, now: float) -> bool:
+        """Whether the job's own rendezvous Service exists: a Service of that name the job does not control is
+        told once and counts as none (the workers' endpoint would reach whatever it selects)."""
+        known = self.services.get(spec.key)
         if known is not None and (not known[0] or now - known[1] < self.recheck_seconds):
             return known[0]
+        found = self._read(_service_path(spec))
+        ours = found is not None and readers.controlled_by(found, spec.uid)
+        if found is not None and not ours:
+            self._tell_taken(obj, "rendezvous Service", found)
+        elif found is not None and not _routes_to_host(found, spec):  # edited: made again as the job's
+            self.tell(obj, Emit(True, "RendezvousServiceEdited",
+                                f"rendezvous Service {rendezvous_name(spec.name)} was edited (its type, selector or "
+                                f"port {spec.rendezvous_port} is not the job's): deleted, to be made again"))
+            self._delete_service(found)
+            ours = False
+        self.services[spec.key] = (ours, now)
+        return ours
+
+    def _delete_service(self, found: Mapping[str, Any]) -> None:
+        """Delete the Service read as ``found`` (that one: its uid is the precondition, so a Service made under
+        the name meanwhile is never deleted)."""
+        meta = found["metadata"]
         try:
-            self.kube.get(f"/api/v1/namespaces/{namespace}/services/{rendezvous_name(name)}")
-            exists = True
+            self.kube.delete(f"/api/v1/namespaces/{meta['namespace']}/services/{meta['name']}",
+                             {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": meta["uid"]}})
         except ApiError as error:
-            if not error.not_found:
+            if not (error.not_found or error.conflict):
                 raise
-            exists = False
-        self.services[key] = (exists, now)
-        return exists
+
+    def _read(self, path: str) -> dict[str, Any] | None:
+        """The object at ``path``, None where there is none."""
+        try:
+            return self.kube.get(path)
+        except ApiError as error:
+            if error.not_found:
+                return None
+            raise
+
+    def _tell_taken(self, obj: Mapping[str, Any], what: str, holder: Mapping[str, Any]) -> None:
+        meta = holder.get("metadata") or {}
+        kind = str(holder.get("kind") or "object")
+        self.tell(obj, Emit(True, "FailedCreate",
+                            f"{what} not created: the {kind} {meta.get('name')} exists and this job does not control "
+                            "it (made by hand, left by an earlier job of the same name, or its labels or owner "
+                            "edited); it is left alone: delete it and the job makes its own"))
 
     def create_worker(self, obj: Mapping[str, Any], spec: ElasticJobSpec, index: int, run: int,
                       expect: Expectations, now: float) -> bool:
@@ -57,10 +97,15 @@ class JobWrites:
         try:
             self.kube.create(f"/api/v1/namespaces/{spec.namespace}/pods", worker_pod(spec, index, run))
         except ApiError as error:
-            if error.conflict:  # its name is still taken (a worker leaving): created when that one is gone
+            if error.conflict:  # its name is still taken: by a worker leaving (created when that one is gone) ...
                 self.metrics.pod_writes.labels("create", "exists").inc()
                 expect.owed.add(index)
-                return True
+                holder = self._read(f"/api/v1/namespaces/{spec.namespace}/pods/{worker_name(spec.name, index)}")
+                if holder is None or (_seen_as(holder, spec, ROLE_WORKER)
+                                      and readers.worker_index(holder, spec.name) == index):
+                    return True
+                self._tell_taken(obj, f"worker {index}", holder)  # ... or by a Pod that no retry will move
+                return False
             if error.unavailable:
                 raise
             self.metrics.pod_writes.labels("create", "refused").inc()
@@ -91,11 +136,16 @@ class JobWrites:
         if not self.services.get(spec.key, (False, 0.0))[0]:
             try:
                 self.kube.create(f"/api/v1/namespaces/{spec.namespace}/services", rendezvous_service(spec))
+                self.services[spec.key] = (True, now)
             except ApiError as error:
                 if not error.conflict:
                     self.tell(obj, Emit(True, "FailedCreate", f"rendezvous Service not created: {error}"))
                     raise
-            self.services[spec.key] = (True, now)
+                found = self._read(_service_path(spec))
+                if found is not None and not readers.controlled_by(found, spec.uid):
+                    self._tell_taken(obj, "rendezvous Service", found)
+                else:
+                    self.services[spec.key] = (found is not None, now)
         if host is not None and readers.ended(host) and not readers.terminating(host):
             self.delete_pod(host, 0)  # a host that ended is replaced (its store is gone anyway)
         elif host is None:
@@ -107,10 +157,17 @@ class JobWrites:
                     self.tell(obj, Emit(True, "FailedCreate", f"rendezvous host not created: {error}"))
                     raise
                 self.metrics.pod_writes.labels("create", "exists").inc()
+                holder = self._read(f"/api/v1/namespaces/{spec.namespace}/pods/{rendezvous_name(spec.name)}")
+                if holder is not None and not _seen_as(holder, spec, ROLE_RENDEZVOUS):
+                    self._tell_taken(obj, "rendezvous host", holder)
 
     def remove_rendezvous(self, spec: ElasticJobSpec, host: Mapping[str, Any] | None, now: float) -> None:
+        """Delete the job's rendezvous Service, if it controls the one of that name (and only that one: the uid
+        is the delete's precondition), and its host."""
         with contextlib.suppress(ApiError):
-            self.kube.delete(f"/api/v1/namespaces/{spec.namespace}/services/{rendezvous_name(spec.name)}")
+            found = self._read(_service_path(spec))
+            if found is not None and readers.controlled_by(found, spec.uid):
+                self._delete_service(found)
         self.services[spec.key] = (False, now)
         if host is not None and not readers.terminating(host):
             self.delete_pod(host, 0)
@@ -131,3 +188,27 @@ class JobWrites:
             except ApiError as error:
                 if not (error.not_found or error.conflict):
                     raise
+
+
+def _service_path(spec: ElasticJobSpec) -> str:
+    return f"/api/v1/namespaces/{spec.namespace}/services/{rendezvous_name(spec.name)}"
+
+
+def _seen_as(pod: Mapping[str, Any], spec: ElasticJobSpec, role: str) -> bool:
+    """Whether the controller's watch shows ``pod`` as the job's own, in ``role``: controlled by the job and
+    carrying the labels it selects by. One that is not (its labels edited) blocks its name for good: no pass
+    will see it leave."""
+    return (readers.controlled_by(pod, spec.uid) and readers.job_key(pod) == spec.key
+            and readers.role(pod) == role)
+
+
+def _routes_to_host(service: Mapping[str, Any], spec: ElasticJobSpec) -> bool:
+    """Whether the job's own Service still routes its rendezvous port to its host alone (a ClusterIP selecting
+    the host's labels), as :func:`rendezvous_service` made it; anyone who may update Services can point it
+    elsewhere."""
+    body = service.get("spec") or {}
+    listed = body.get("ports")
+    ports = listed if isinstance(listed, list) else []
+    return (body.get("type", "ClusterIP") == "ClusterIP" and body.get("selector") == rendezvous_labels(spec.name)
+            and any(isinstance(port, Mapping) and port.get("port") == spec.rendezvous_port
+                    and port.get("targetPort", spec.rendezvous_port) == spec.rendezvous_port for port in ports))
