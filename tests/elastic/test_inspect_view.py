@@ -75,6 +75,15 @@ def test_what_is_not_a_kept_model_is_shown_as_such(kept: Any, state: str, fragme
     assert model.types == ()
 
 
+def test_a_kept_model_of_a_world_the_job_can_never_form_is_shown_dropped_as_the_scheduler_drops_it() -> None:
+    """Measured at 4 workers, kept on a job of at most 2 (one process each): the scheduler would not take it up
+    (a forged status would lift its exploration limit), so the inspector does not show it as kept."""
+    model = job_view(job(learned(), maxReplicas=2, replicas=2)).model
+    assert model.state == "dropped"
+    assert "never form" in model.reason
+    assert job_view(job(learned(), maxReplicas=4)).model.state == "kept"
+
+
 @pytest.mark.parametrize("obj", [{}, {"metadata": "x", "spec": 3, "status": []},
                                  {"metadata": {"name": "j", "namespace": "n"}, "spec": {"minReplicas": 5,
                                                                                        "maxReplicas": 2}}])

@@ -97,9 +97,11 @@ def job_view(obj: Mapping[str, Any], *, gpus_per_node: int = 8) -> JobView:
     status = read_status(obj)
     problem = ""
     minimum = maximum = target = None
+    world: tuple[int, int] | None = None
     try:
         spec = read_elastic_job(obj)
         minimum, maximum, target = spec.min_replicas, spec.max_replicas, spec.replicas
+        world = (spec.max_replicas, spec.max_replicas * spec.nproc_per_node)
     except InvalidInputError as error:
         problem = str(error)
     kept = status_obj.get("goodputModel")
@@ -108,11 +110,14 @@ def job_view(obj: Mapping[str, Any], *, gpus_per_node: int = 8) -> JobView:
         message=status.message, minimum=minimum, maximum=maximum, target=target,
         replicas=_count(status_obj.get("replicas")), ready=_count(status_obj.get("readyReplicas")),
         gpu_model=str(status_obj.get("gpuModel") or "")[:63], restarts=status.restarts, problem=problem,
-        model=model_view(kept, maximum=maximum, current=status.target or target, gpus_per_node=gpus_per_node))
+        model=model_view(kept, maximum=maximum, current=status.target or target, gpus_per_node=gpus_per_node,
+                         world=world))
 
 
-def model_view(kept: Any, *, maximum: int | None, current: int | None, gpus_per_node: int = 8) -> ModelView:
-    """What a kept ``status.goodputModel`` says (see the module)."""
+def model_view(kept: Any, *, maximum: int | None, current: int | None, gpus_per_node: int = 8,
+               world: tuple[int, int] | None = None) -> ModelView:
+    """What a kept ``status.goodputModel`` says (see the module). ``world``: the most nodes and processes the
+    job can form, as the scheduler bounds the kept model by them (a kept shape of a larger world drops it)."""
     if kept is None:
         return ModelView("none", "the scheduler has kept no model yet (no step report read)")
     if not isinstance(kept, Mapping):
@@ -123,7 +128,8 @@ def model_view(kept: Any, *, maximum: int | None, current: int | None, gpus_per_
         model = OnlineGoodput(initial_bsz=low, max_bsz=high)  # type: ignore[arg-type]  # checked by the model
     except (InvalidInputError, TypeError):
         return ModelView("dropped", f"batchSize {batch!r} is not a range")
-    problem = restore_model(model, kept)
+    most_nodes, most_replicas = world if world is not None else (None, None)
+    problem = restore_model(model, kept, most_nodes=most_nodes, most_replicas=most_replicas)
     if problem is not None:
         return ModelView("dropped", problem)
     sizes = sorted({n for n in SIZES if maximum is None or n <= maximum} | ({current} if current else set()))

@@ -26,16 +26,18 @@ The goodput model is fed from the step reports the workers write on their own po
 or that the model refuses gets one Warning Event per pod and kind of problem, and is ignored.
 
 A write goes to the ElasticJob the pod's controller owner reference names, and only after a GET shows that
-job exists with that uid: a pod cannot make the scheduler resize someone else's job (nor a job of another
-namespace: owner references are namespaced). Errors are logged and the decision is taken again next time;
+job exists with that uid, with the resourceVersion that GET read (``SizerStatus._patch_as_read``): a pod cannot
+make the scheduler resize someone else's job (nor a job of another namespace: owner references are namespaced),
+nor a job made again under its job's name meanwhile. Errors are logged and the decision is taken again next time;
 nothing here stops the cycle.
 
 Its API calls are made on the scheduling thread, not through the binder's pool: a shrink's target must be
 lowered before the evictions are sent (the pool keeps no order between writes), and the other calls are rare:
 one GET and one PATCH per resize (at most one per job per resize interval, or per give-back), two GETs per
 job when its model is made (the batch range, and the model its status keeps), and one GET and one PATCH when
-the model is kept there (when it learned a new placement shape, else at most every 5 minutes). Reading reports
-and asking for headroom make no call.
+the model is kept there (when it learned a new placement shape, else at most every 5 minutes); each write once
+more where it met a conflict, and one GET per pods' grace for a job held that long (is it still there?). Reading
+reports and asking for headroom make no call.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from kubecell.core.elastic.allocator import KubecellElasticPolicy
 from kubecell.core.elastic.targets import (
@@ -52,6 +55,7 @@ from kubecell.core.elastic.targets import (
     plan_targets,
     take_the_room,
 )
+from kubecell.core.elastic.types import StepReport
 from kubecell.core.engine.job import Job, JobPhase
 from kubecell.core.errors import InvalidInputError
 from kubecell.kube import elasticjobs
@@ -112,6 +116,7 @@ class ElasticSizer(SizerStatus):
         """Where resizes, moves and step reports are counted (the scheduler's metrics; None: not counted)."""
         self.holds = Holds(keep=lambda ref, hold: self._keep_hold(ref, hold))
         """What raises, starts and moves were given and do not run yet: no other job is offered it."""
+        self.holds_checked = {}
         self.types = GpuTypes(self._sized, lambda ref, reason, message: self._event(
             job_involved(ref), "Normal", reason, message), self._write, self.holds, pending_grace_seconds)
         """Which GPU model each ElasticJob's gang runs on: pins, starts and moves (``elastic_types``)."""
@@ -149,6 +154,7 @@ class ElasticSizer(SizerStatus):
             self.holds_restored = True
             self._runs_now(state)
         self.holds.expire(now)
+        self._let_go_of_deleted(now)
         for name, tracked in list(state.tracked.items()):
             if tracked.elastic is None:
                 continue
@@ -370,6 +376,10 @@ class ElasticSizer(SizerStatus):
             for uid in [uid for uid in kept if uid not in members]:
                 del kept[uid]
         sized.told = {told for told in sized.told if not told[0] or told[0] in members}  # "": the job's own
+        # Whether the API failed, in this pass, to give what the job's model is made from: the reports of its
+        # other pods then wait for the next pass too, unread (one attempt per job and pass, not one per worker: a
+        # job of thousands of workers would otherwise send thousands of GETs to an API server that is failing).
+        unanswered = False
         for uid in tracked.members.values():
             pod = mirror.pods.get(uid)
             if pod is None or elasticjobs.elastic_owner(pod) != sized.ref:
@@ -377,6 +387,8 @@ class ElasticSizer(SizerStatus):
             text = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_STEP_REPORT)
             if text is None or sized.read.get(uid) is text:
                 continue  # no report, or the one already read (the mirror replaces a pod's dict when it changes)
+            if unanswered and sized.model is None:
+                continue
             sized.read[uid] = text
             read = read_step_report(pod, gpu_type=gpu_type, now=now, max_age_seconds=self.report_max_age_seconds)
             if read is None:
@@ -391,10 +403,15 @@ class ElasticSizer(SizerStatus):
             if model is None:
                 try:
                     low, high, stated = self._batch_range(sized, read.report.local_bsz * read.report.num_replicas)
-                    model = sized.model = self.models.make(sized, low, high, stated=stated)
+                    problem = _unformable(job, sized, read.report, sets_batch=not stated)  # (its nproc read now)
+                    if problem is not None:  # before the report sets the batch of a job that states none
+                        raise InvalidInputError(problem)
+                    model = sized.model = self.models.make(sized, low, high, stated=stated,
+                                                           world=_world(job, sized))
                 except ApiError as error:  # its spec or kept model unreadable now: the report waits for a pass
                     sized.read.pop(uid, None)  # that can read both, so a transient error loses neither
                     self._unreadable(sized, error)
+                    unanswered = True
                     continue
                 except InvalidInputError as error:
                     sized.consumed[uid] = read.time
@@ -402,14 +419,10 @@ class ElasticSizer(SizerStatus):
                     self._tell(sized, pod, REASON_UNTRUSTED, str(error))
                     continue
             sized.consumed[uid] = read.time
-            most = job.spec.members * (sized.nproc or elasticjobs.MAX_NPROC_PER_NODE)
-            if read.report.num_nodes > job.spec.members or read.report.num_replicas > most:
-                # a world this job can never form: believed, it would lift the model's exploration limit
+            problem = _unformable(job, sized, read.report)
+            if problem is not None:
                 self._count_report(REASON_UNTRUSTED)
-                self._tell(sized, pod, REASON_UNTRUSTED,
-                           f"step report of {read.report.num_replicas} replicas on {read.report.num_nodes} nodes: "
-                           f"this job runs at most {job.spec.members} workers of "
-                           f"{sized.nproc or elasticjobs.MAX_NPROC_PER_NODE} processes each")
+                self._tell(sized, pod, REASON_UNTRUSTED, problem)
             elif not model.observe(read.report, accumulation_steps=read.accumulation_steps):
                 self._count_report(REASON_UNTRUSTED)
                 self._tell(sized, pod, REASON_UNTRUSTED, f"step report refused: {model.last_refusal}")
@@ -447,29 +460,45 @@ class ElasticSizer(SizerStatus):
     # -- writes -----------------------------------------------------------------------------------------
 
     def _write(self, sized: Sized, target: int, reason: str) -> bool:
-        """Set the job's ``/scale`` target after checking that the job the pods name is the one that exists."""
+        """Set the job's ``/scale`` target after checking that the job the pods name is the one that exists, on
+        that very object (``_patch_as_read``: a job deleted and made again between the GET and the PATCH is not
+        resized)."""
         ref = sized.ref
-        path = elasticjobs.job_path(ref.namespace, ref.name)
         try:
-            current = self._own(ref)
-            if current is None:
-                log.warning("ElasticJob %s/%s is not the one its pods name (uid %s): not resized",
-                            ref.namespace, ref.name, ref.uid)
-                return False
-            spec = elasticjobs.read_elastic_job(current)
-            target = max(spec.min_replicas, min(target, spec.max_replicas))
-            if spec.replicas == target:
-                return False
-            self.kube.patch(f"{path}/scale", {"spec": {"replicas": target}})
+            try:
+                written = self._scale(ref, target)
+            except ApiError as error:
+                if not error.conflict:
+                    raise
+                written = self._scale(ref, target)  # changed since the GET (its controller writes the status)
         except (ApiError, InvalidInputError) as error:
             self._refused(sized, f"cannot resize ElasticJob {ref.namespace}/{ref.name} to {target}", error)
             return False
+        if written is None:
+            return False
+        current, before, target = written
         if self.recorder is not None:
-            self.recorder.elastic_resizes.labels("grow" if target > spec.replicas else "shrink").inc()
-        log.info("ElasticJob %s/%s: target %d -> %d (%s)", ref.namespace, ref.name, spec.replicas, target, reason)
+            self.recorder.elastic_resizes.labels("grow" if target > before else "shrink").inc()
+        log.info("ElasticJob %s/%s: target %d -> %d (%s)", ref.namespace, ref.name, before, target, reason)
         self._event(elasticjobs.involved(current), "Normal", "Resize",
-                    f"target {spec.replicas} -> {target} workers: {reason}")
+                    f"target {before} -> {target} workers: {reason}")
         return True
+
+    def _scale(self, ref: ElasticRef, target: int) -> tuple[dict[str, Any], int, int] | None:
+        """One GET and PATCH of ``_write``: the job as read, its target before and the one written (clamped to
+        its ``minReplicas..maxReplicas``), or None where nothing was written (the job of that name is another
+        one, or its target is that already); raises ``ApiError``, ``InvalidInputError``."""
+        current = self._own(ref)
+        if current is None:
+            log.warning("ElasticJob %s/%s is not the one its pods name (uid %s): not resized",
+                        ref.namespace, ref.name, ref.uid)
+            return None
+        spec = elasticjobs.read_elastic_job(current)
+        target = max(spec.min_replicas, min(target, spec.max_replicas))
+        if spec.replicas == target:
+            return None
+        self._patch_as_read(ref, "scale", current, {"spec": {"replicas": target}})
+        return current, spec.replicas, target
 
 
 def _placement(state: Tracking, name: str) -> tuple[set[str], set[str]]:
@@ -481,6 +510,28 @@ def _placement(state: Tracking, name: str) -> tuple[set[str], set[str]]:
         types.add(book.model_names[book.model_id[book.index[allocation.node]]] if allocation.gpu_indices
                   else CPU_ONLY)
     return types, nodes
+
+
+def _unformable(job: Job, sized: Sized, report: StepReport, *, sets_batch: bool = False) -> str | None:
+    """Why ``report`` is of a world ``job`` can never form, or None. Believed, it would lift the model's
+    exploration limit (``OnlineGoodput.replica_limit``: a forged report of a huge world, and the job is grown on
+    a claim). ``sets_batch``: the report sets the batch of a job that states no batch range (``_batch_range``,
+    its first): one larger than any ElasticJob may state is no batch the job runs at."""
+    most_nodes, most = _world(job, sized)
+    if report.num_nodes > most_nodes or report.num_replicas > most:
+        return (f"step report of {report.num_replicas} replicas on {report.num_nodes} nodes: this job runs at "
+                f"most {job.spec.members} workers of {sized.nproc or elasticjobs.MAX_NPROC_PER_NODE} processes "
+                "each")
+    if sets_batch and report.num_replicas * report.local_bsz > elasticjobs.MAX_BATCH_SIZE:
+        return (f"step report of a global batch of {report.num_replicas} x {report.local_bsz}: above "
+                f"{elasticjobs.MAX_BATCH_SIZE}, the largest an ElasticJob may state")
+    return None
+
+
+def _world(job: Job, sized: Sized) -> tuple[int, int]:
+    """The most nodes and replicas (processes) a world of ``job`` can have: its most workers, each of
+    ``spec.nprocPerNode`` processes (the most any job may state while it was not read)."""
+    return job.spec.members, job.spec.members * (sized.nproc or elasticjobs.MAX_NPROC_PER_NODE)
 
 
 def _positive(value: float) -> bool:

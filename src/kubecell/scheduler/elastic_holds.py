@@ -7,11 +7,11 @@ between, the engine still sees those GPUs idle, and so would the sizer's next pa
 pass: it would grow another job into them, and the job they were given to would find no room (a moved job's
 gang then starts elsewhere, at a second restart; a raise waits out the pods' grace and is given back).
 
-So every raise, start and move is held here until the job runs that many members on that model, it is lowered,
-or the time it may take has passed, and the room the sizer offers any other job on that model is less what the
-holds there keep. A hold is the sizer's own bookkeeping, not the engine's: a pod the sizer does not place (a
-plain pod of any VC, a guaranteed claim) still takes those GPUs if it comes first, and the holder then starts
-where there is room (``elastic_types``, the ``Start`` Event).
+So every raise, start and move is held here until the job runs that many members on that model, it is lowered, its
+ElasticJob is gone (``SizerStatus._let_go_of_deleted``), or the time it may take has passed, and the room the sizer
+offers any other job on that model is less what the holds there keep. A hold is the sizer's own bookkeeping, not the
+engine's: a pod the sizer does not place (a plain pod of any VC, a guaranteed claim) still takes those GPUs if it
+comes first, and the holder then starts where there is room (``elastic_types``, the ``Start`` Event).
 
 **Kept in the API server.** A move's replacements are made only after its old workers end, so a scheduler that
 restarts (or a standby that takes over) in that window would otherwise see the GPUs idle and offer them to

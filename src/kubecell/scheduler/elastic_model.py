@@ -43,11 +43,14 @@ class ModelKeeper:
         self.save_seconds = save_seconds
         self.retry_seconds = retry_seconds
 
-    def make(self, sized: Sized, initial_bsz: int, max_bsz: int, *, stated: bool = True) -> OnlineGoodput:
+    def make(self, sized: Sized, initial_bsz: int, max_bsz: int, *, stated: bool = True,
+             world: tuple[int, int] | None = None) -> OnlineGoodput:
         """A new model for the job (raises ``InvalidInputError`` for bounds it cannot have), with what its
         status keeps taken up when that holds up. ``stated``: whether the job states its batch range; one that
         does not is priced at the batch it first reported, so the kept model's batch is that batch (the job may
-        have reported another since, e.g. a script that keeps its micro-batch as workers come and go)."""
+        have reported another since, e.g. a script that keeps its micro-batch as workers come and go).
+        ``world``: the most nodes and replicas the job can form, which no kept shape may exceed (as no step
+        report may)."""
         kept = self.read(sized.ref)
         model = None
         if kept is not None and not stated:
@@ -61,7 +64,8 @@ class ModelKeeper:
             model = OnlineGoodput(initial_bsz=initial_bsz, max_bsz=max_bsz)
         if kept is None:
             return model
-        problem = restore_model(model, kept)
+        most_nodes, most_replicas = world if world is not None else (None, None)
+        problem = restore_model(model, kept, most_nodes=most_nodes, most_replicas=most_replicas)
         ref = sized.ref
         if problem is not None:
             log.warning("ElasticJob %s/%s: the goodput model its status keeps is not used (%s): it learns afresh",

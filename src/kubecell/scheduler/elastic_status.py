@@ -1,6 +1,7 @@
 """The ElasticJob object as the scheduler's sizer reads and writes it: the fields it keeps in the job's status
-(``status.gpuModel``, ``status.goodputModel``), always on the job its pods name, checked by uid; and its holds,
-kept in a ConfigMap of the scheduler's own namespace (``kube.kept_holds``), never in a job's status.
+(``status.gpuModel``, ``status.goodputModel``), always on the job its pods name, checked by uid (and written
+only as that GET read it: ``_patch_as_read``); and its holds, kept in a ConfigMap of the scheduler's own
+namespace (``kube.kept_holds``), never in a job's status, and let go when their job is gone.
 
 Why apart from ``scheduler.elastic``: what the sizer decides and how it keeps it in the API server change for
 different reasons (a status field, a retry policy), and every read here treats the object as input a user may
@@ -15,7 +16,7 @@ from typing import Any
 
 from kubecell.kube import elasticjobs
 from kubecell.kube.elasticjobs import ElasticRef
-from kubecell.kube.kept_holds import HoldStore, KeptHold
+from kubecell.kube.kept_holds import HoldStore, KeptHold, entry_key
 from kubecell.kube.rest import ApiError
 from kubecell.scheduler.elastic_holds import Hold, Holds
 from kubecell.scheduler.elastic_sized import Sized
@@ -32,9 +33,20 @@ class SizerStatus(SizerTelling):
     holds: Holds
     hold_store: HoldStore
     pending_grace_seconds: float
+    holds_checked: dict[ElasticRef, float]
+    """Per held job, since when it is held, or when its ElasticJob was last found to exist
+    (``_let_go_of_deleted``)."""
 
     def _keep_hold(self, ref: ElasticRef, hold: Hold | None) -> None:
-        """Keep a hold made (or ended: None) where a restarted scheduler reads it (``kube.kept_holds``)."""
+        """Keep a hold made (or ended: None) where a restarted scheduler reads it (``kube.kept_holds``). The
+        ConfigMap keeps one hold per job name: where a job made again under the name of one whose hold ends is
+        held itself, its hold is kept instead of the end (else the end of the old job's hold would take out the
+        new job's)."""
+        if hold is None:
+            key = entry_key(ref)
+            namesake = next((other for other in self.holds.held if entry_key(other) == key and other != ref), None)
+            if namesake is not None:
+                ref, hold = namesake, self.holds.held[namesake]
         self.hold_store.keep(ref, None if hold is None else KeptHold(ref, hold.kind, hold.model, hold.target,
                                                                      hold.member_gpus, hold.until))
 
@@ -63,6 +75,28 @@ class SizerStatus(SizerTelling):
         if kept:
             log.info("took on %d holds a previous scheduler kept (%d of deleted jobs let go)", taken, len(gone))
         return True
+
+    def _let_go_of_deleted(self, now: float) -> None:
+        """Let go of the holds of ElasticJobs deleted (or made again under their name: another uid) while held.
+
+        A hold ends when its job runs what it was given, or when its time is up; a move's time is its workers'
+        grace period, which the job's template states (up to a day), and the pods' grace. A job deleted during
+        its move runs nothing again, so its hold kept the GPUs it was given from every other job's growth on
+        that model, in every VC, for as long as its template said. Each hold that has lasted
+        ``pending_grace_seconds`` (a raise's pods are made and bound by then) has its job looked up once per
+        that time: one GET per long hold, and none while the API cannot say (the hold stays)."""
+        checked: dict[ElasticRef, float] = {}
+        for ref in list(self.holds.held):
+            since = self.holds_checked.get(ref, now)
+            if now - since < self.pending_grace_seconds:
+                checked[ref] = since
+            elif self._exists(ref) is False:
+                log.info("ElasticJob %s/%s (uid %s) is gone: what it was given is held no more", ref.namespace,
+                         ref.name, ref.uid)
+                self.holds.release(ref)
+            else:
+                checked[ref] = now
+        self.holds_checked = checked
 
     def _exists(self, ref: ElasticRef) -> bool | None:
         """Whether the ElasticJob is there (its uid checked) and not being deleted (its namespace, say); None
@@ -105,12 +139,14 @@ class SizerStatus(SizerTelling):
 
     def _write_status(self, ref: ElasticRef, fields: dict[str, Any], what: str) -> bool:
         """A merge patch of ``fields`` alone into the status (the controller's fields are untouched), on the
-        job the pods name only."""
+        job the pods name only, as a GET of it showed it (``_patch_as_read``)."""
         try:
-            if self._own(ref) is None:
-                return False
-            self.kube.patch(f"{elasticjobs.job_path(ref.namespace, ref.name)}/status",
-                            {"metadata": {"uid": ref.uid}, "status": fields})
+            try:
+                return self._status_once(ref, fields)
+            except ApiError as error:
+                if not error.conflict:
+                    raise
+                return self._status_once(ref, fields)  # changed since the GET (its controller writes there too)
         except ApiError as error:
             sized = self.jobs.get(ref)
             message = f"cannot keep {what} of ElasticJob {ref.namespace}/{ref.name}"
@@ -119,7 +155,27 @@ class SizerStatus(SizerTelling):
             else:
                 log.warning("%s: %s", message, error)
             return False
+
+    def _status_once(self, ref: ElasticRef, fields: dict[str, Any]) -> bool:
+        """One GET and PATCH of ``_write_status``: False where the job of that name is another one."""
+        current = self._own(ref)
+        if current is None:
+            return False
+        self._patch_as_read(ref, "status", current, {"status": fields})
         return True
+
+    def _patch_as_read(self, ref: ElasticRef, subresource: str, current: Mapping[str, Any],
+                       body: dict[str, Any]) -> None:
+        """PATCH the job's ``subresource`` (``scale``, ``status``) with ``body`` only if the object is still the
+        one ``current`` (a GET) showed: the patch carries its ``resourceVersion``, so the API server refuses it
+        (409 Conflict) where the object changed since, deleted and made again under its name included. Its uid
+        in the patch would not do: a custom resource's ``/status`` and ``/scale`` ignore ``metadata.uid`` and
+        write to the object of that name, whatever its uid (``tests/scheduler/test_hostile_sizer_testbed.py``).
+        Raises ``ApiError``."""
+        version = (current.get("metadata") or {}).get("resourceVersion")
+        if isinstance(version, str) and version:
+            body = {**body, "metadata": {"resourceVersion": version}}
+        self.kube.patch(f"{elasticjobs.job_path(ref.namespace, ref.name)}/{subresource}", body)
 
     def _own(self, ref: ElasticRef) -> dict[str, Any] | None:
         """The ElasticJob the pods name, or None where the object of that name is another one (deleted and

@@ -44,11 +44,15 @@ def saved_model(model: OnlineGoodput) -> dict[str, Any]:
             "noise": list(model.noise.sums) if model.noise.known else None}
 
 
-def restore_model(model: OnlineGoodput, value: Any) -> str | None:
+def restore_model(model: OnlineGoodput, value: Any, *, most_nodes: int | None = None,
+                  most_replicas: int | None = None) -> str | None:
     """Teach ``model`` (new, nothing observed yet) what ``value`` holds; the reason it was dropped instead, or
-    None once taken up. Never raises, whatever ``value`` is."""
+    None once taken up. Never raises, whatever ``value`` is. ``most_nodes``, ``most_replicas``: the largest world
+    the job can form (None: no bound beyond ``refusal``'s). The sizer refuses a step report of a larger world,
+    which would lift the model's exploration limit (``OnlineGoodput.replica_limit``); a kept shape of one is
+    refused alike, or the status would be the way around that check."""
     try:
-        reports, sums, limits = _read(value, model.initial_bsz, model.max_bsz)
+        reports, sums, limits = _read(value, model.initial_bsz, model.max_bsz, most_nodes, most_replicas)
     except _DroppedError as problem:
         return str(problem)
     except (TypeError, ValueError, OverflowError, KeyError, IndexError) as error:
@@ -68,7 +72,8 @@ class _DroppedError(Exception):
     """Why a kept value is dropped whole."""
 
 
-def _read(value: Any, low: int, high: int) -> tuple[list[StepReport], list[float] | None, dict[str, int]]:
+def _read(value: Any, low: int, high: int, most_nodes: int | None = None, most_replicas: int | None = None,
+          ) -> tuple[list[StepReport], list[float] | None, dict[str, int]]:
     """The measurements, noise sums and micro-batch limits ``value`` holds; raises ``_DroppedError``."""
     limits: dict[str, int] = {}
     if not isinstance(value, Mapping):
@@ -106,6 +111,10 @@ def _read(value: Any, low: int, high: int) -> tuple[list[StepReport], list[float
             reason = refusal(report, max_bsz=high)
             if reason is None and any(isinstance(v, bool) or not isinstance(v, int | float) for v in (step, sync)):
                 reason = "a time is not a number"
+            if reason is None and ((most_nodes is not None and nodes > most_nodes)
+                                   or (most_replicas is not None and replicas > most_replicas)):
+                reason = (f"a world this job can never form (at most {most_replicas} replicas on {most_nodes} "
+                          "nodes)")
             if reason is not None:
                 raise _DroppedError(f"{gpu_type}: shape {row!r}: {reason}")
             reports.append(report)
