@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kubecell.core.elastic.goodput import OnlineGoodput
-from kubecell.core.elastic.saved_model import saved_model
+from kubecell.core.elastic.saved_model import restore_model, saved_model
 from kubecell.elastic.inspect import job_view, job_views
 from tests.core.elastic.support import TRUE, report, reports, scaled
 
@@ -82,6 +82,19 @@ def test_a_kept_model_of_a_world_the_job_can_never_form_is_shown_dropped_as_the_
     assert model.state == "dropped"
     assert "never form" in model.reason
     assert job_view(job(learned(), maxReplicas=4)).model.state == "kept"
+
+
+def test_sizes_are_workers_of_the_jobs_processes_as_the_scheduler_prices_them() -> None:
+    """With ``nprocPerNode: 4`` one worker is the model's 4 processes (``core.elastic.per_worker``)."""
+    kept = learned()
+    view = job_view(job(kept, nprocPerNode=4, maxReplicas=16)).model
+    assert view.state == "kept"
+    model = OnlineGoodput(initial_bsz=64, max_bsz=2048)
+    assert restore_model(model, kept) is None
+    a100 = view.types[0]
+    assert a100.speedup[1] == 1.0
+    assert a100.speedup[2] == round(model.goodput("A100", 1, 8) / model.goodput("A100", 1, 4), 3)
+    assert a100.batch[2] == model.best_batch("A100", 1, 8)
 
 
 @pytest.mark.parametrize("obj", [{}, {"metadata": "x", "spec": 3, "status": []},

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubecell.core.elastic.goodput import OnlineGoodput
+from kubecell.core.elastic.per_worker import PerWorker
 from kubecell.core.elastic.saved_model import restore_model
 from kubecell.core.errors import InvalidInputError
 from kubecell.elastic.status import read_status
@@ -98,10 +99,12 @@ def job_view(obj: Mapping[str, Any], *, gpus_per_node: int = 8) -> JobView:
     problem = ""
     minimum = maximum = target = None
     world: tuple[int, int] | None = None
+    processes = 1
     try:
         spec = read_elastic_job(obj)
         minimum, maximum, target = spec.min_replicas, spec.max_replicas, spec.replicas
         world = (spec.max_replicas, spec.max_replicas * spec.nproc_per_node)
+        processes = spec.nproc_per_node
     except InvalidInputError as error:
         problem = str(error)
     kept = status_obj.get("goodputModel")
@@ -111,13 +114,15 @@ def job_view(obj: Mapping[str, Any], *, gpus_per_node: int = 8) -> JobView:
         replicas=_count(status_obj.get("replicas")), ready=_count(status_obj.get("readyReplicas")),
         gpu_model=str(status_obj.get("gpuModel") or "")[:63], restarts=status.restarts, problem=problem,
         model=model_view(kept, maximum=maximum, current=status.target or target, gpus_per_node=gpus_per_node,
-                         world=world))
+                         world=world, processes=processes))
 
 
 def model_view(kept: Any, *, maximum: int | None, current: int | None, gpus_per_node: int = 8,
-               world: tuple[int, int] | None = None) -> ModelView:
+               world: tuple[int, int] | None = None, processes: int = 1) -> ModelView:
     """What a kept ``status.goodputModel`` says (see the module). ``world``: the most nodes and processes the
-    job can form, as the scheduler bounds the kept model by them (a kept shape of a larger world drops it)."""
+    job can form, as the scheduler bounds the kept model by them (a kept shape of a larger world drops it).
+    Sizes are workers of ``processes`` processes (GPUs) each, as the scheduler asks the model
+    (``core.elastic.per_worker``)."""
     if kept is None:
         return ModelView("none", "the scheduler has kept no model yet (no step report read)")
     if not isinstance(kept, Mapping):
@@ -133,18 +138,19 @@ def model_view(kept: Any, *, maximum: int | None, current: int | None, gpus_per_
     if problem is not None:
         return ModelView("dropped", problem)
     sizes = sorted({n for n in SIZES if maximum is None or n <= maximum} | ({current} if current else set()))
-    per_node = max(int(gpus_per_node), 1)
+    per_node = max(int(gpus_per_node) // max(processes, 1), 1)  # workers a node holds
     measured = model.measurements()
-    one = max((model.goodput(gpu_type, 1, 1) for gpu_type in measured), default=0.0)
+    workers = PerWorker(model, max(processes, 1))
+    one = max((workers.goodput(gpu_type, 1, 1) for gpu_type in measured), default=0.0)
     types = []
     for gpu_type, rows in sorted(measured.items()):
         speedup: dict[int, float | None] = {}
         batches: dict[int, tuple[int, int] | None] = {}
         for n in sizes:
             nodes = math.ceil(n / per_node)
-            value = model.goodput(gpu_type, nodes, n)
+            value = workers.goodput(gpu_type, nodes, n)
             speedup[n] = round(value / one, 3) if value > 0 and one > 0 else None
-            batches[n] = model.best_batch(gpu_type, nodes, n) if value > 0 else None
+            batches[n] = workers.best_batch(gpu_type, nodes, n) if value > 0 else None
         types.append(TypeView(gpu_type, len(rows), model.max_local_bsz.get(gpu_type), speedup, batches))
     phi = model.noise.phi_at(model.initial_bsz) if model.noise.known else None
     return ModelView("kept", types=tuple(types), noise_ratio=None if phi is None else round(phi, 4),

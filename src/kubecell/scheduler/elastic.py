@@ -274,7 +274,7 @@ class ElasticSizer(SizerStatus):
         if not rooms:
             return None
         restart = self.restart_seconds if sized.restart_seconds is None else float(sized.restart_seconds)
-        candidate = engine_candidate(state.engine, job, "", 0, sized.model or NOTHING_KNOWN, restart, now,
+        candidate = engine_candidate(state.engine, job, "", 0, sized.estimate() or NOTHING_KNOWN, restart, now,
                                      rooms=rooms, attained=sized.served)
         return sized, job, candidate
 
@@ -334,7 +334,7 @@ class ElasticSizer(SizerStatus):
         if gpu_type is not None:  # what other jobs were given there and do not run yet is not its room
             room = max(room - self.holds.members(gpu_type, job.spec.member.gpu_count, sized.ref, now), 0)
         most = min(job.spec.members, size + room)
-        model = sized.model
+        model = sized.estimate()  # in workers, as the engine counts them
         if model is None or gpu_type is None or not _positive(model.goodput(gpu_type, max(nodes, 1), size)):
             if most <= size:
                 return None

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kubecell.core.elastic.goodput import OnlineGoodput
+from kubecell.core.elastic.per_worker import in_workers
+from kubecell.core.elastic.types import GoodputEstimate
 from kubecell.kube.elasticjobs import ElasticRef
 
 
@@ -71,3 +73,9 @@ class Sized:
     """Whether the cluster was asked if it could ever hold its maximum (told once, with a Warning, if not)."""
     seen_at: float = float("-inf")
     """When a job of its pods was last tracked (forgotten ``forget_seconds`` after)."""
+
+    def estimate(self) -> GoodputEstimate | None:
+        """Its goodput model asked in workers (``core.elastic.per_worker``: the model is fitted in the
+        processes its step reports state, ``nproc`` per worker; the engine and the allocator count workers);
+        None while it has no model."""
+        return None if self.model is None else in_workers(self.model, self.nproc)

@@ -148,7 +148,7 @@ class GpuTypes:
             job = state.engine.jobs.get(name)
             if tracked.pinned is not None and job is not None and job.phase == JobPhase.RUNNING:
                 above[tracked.pinned] += len(shrinkable(job))
-        model = sized.model
+        model = sized.estimate()  # one worker's goodput per model: its processes together
         price = {m: model.goodput(m, 1, 1) if model is not None else 0.0 for m in models}
         sized.pin = start_type(models, idle, above, price, spec.minimum)
         log.info("ElasticJob %s/%s: its gang runs on %s", ref.namespace, ref.name, sized.pin)
