@@ -228,7 +228,8 @@ def test_prepare_is_idempotent_and_survives_a_restart_without_the_api(node: Node
     assert node.preparer.unprepare([ref, ClaimRef("ns", "never", "x")]) == {ref.uid: "", "never": ""}
     node.restart()
     assert node.preparer.checkpoint.claims == {}
-    assert not [p for p in (node.directory / "plugin").iterdir() if p.name.startswith(".partial-")]
+    assert not [p for d in ("plugin", "cdi") for p in (node.directory / d).iterdir()
+                if p.name.startswith((cdi.PARTIAL_PREFIX, ".partial-"))], "no temporary file left"
 
 
 def test_a_corrupt_checkpoint_is_set_aside(tmp_path: Path) -> None:

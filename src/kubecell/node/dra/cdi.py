@@ -12,12 +12,17 @@ edits of every CDI device a container gets and a later variable of the same name
 identical values per request make that harmless. A container that uses several requests of one claim gets
 one request's variables; one request per container (or one claim per request) is the supported use.
 
-Files are written to a temporary name and renamed, so a runtime never reads half a spec.
+Files are written to a temporary name and renamed, so a runtime never reads half a spec. The temporary name
+does not end in ``.json`` (runtimes read every ``*.json`` and ``*.yaml`` of the directory, hidden ones too):
+a plugin killed before the rename would otherwise leave a second spec with the claim's devices, which the
+runtime's CDI cache drops as defined twice, and the claim's containers would never start. What a killed
+writer left is removed at the next start (:func:`remove_partials`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import tempfile
@@ -29,10 +34,17 @@ from typing import Any
 from kubecell.kube import dra_names as names
 from kubecell.node.deviceplugin import ContainerAllocation
 
+log = logging.getLogger("kubecell.node.dra")
+
 CDI_DIR = Path("/var/run/cdi")
 CDI_VERSION = "0.6.0"
 FILE_PREFIX = f"{names.DRIVER}-"
 _INVALID = re.compile(r"[^A-Za-z0-9_.:-]+")
+PARTIAL_PREFIX = f".{names.DRIVER}-partial-"
+PARTIAL_SUFFIX = ".tmp"
+"""A file being written is ``<PARTIAL_PREFIX><random><PARTIAL_SUFFIX>``: not a name a CDI runtime reads."""
+LEGACY_PARTIAL = ".partial-*.json"
+"""How files being written were named before (a runtime reads them as specs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +92,7 @@ def atomic_write_json(path: Path, data: Any, mode: int = 0o644) -> None:
     """Write JSON to ``path`` through a temporary file in the same directory, fsync and rename: a reader sees
     the old content or the new, never a part (CDI specs for the runtime, the plugin's checkpoint)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, partial = tempfile.mkstemp(prefix=".partial-", suffix=".json", dir=path.parent)
+    fd, partial = tempfile.mkstemp(prefix=PARTIAL_PREFIX, suffix=PARTIAL_SUFFIX, dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:
             json.dump(data, handle, indent=2)
@@ -91,6 +103,31 @@ def atomic_write_json(path: Path, data: Any, mode: int = 0o644) -> None:
     except BaseException:
         Path(partial).unlink(missing_ok=True)
         raise
+
+
+def remove_partials(directory: Path, *, owned: bool = False) -> list[Path]:
+    """Remove the temporary files a writer killed before its rename left in ``directory`` (call it before
+    anything writes there: the plugin is the only writer of its files). Files named the way they were before
+    (``.partial-*.json``) go too where ``owned`` (the plugin's own directory) or where they hold a spec of
+    ours; another vendor's files stay. Returns what was removed."""
+    found = list(directory.glob(f"{PARTIAL_PREFIX}*{PARTIAL_SUFFIX}"))
+    for path in directory.glob(LEGACY_PARTIAL):
+        try:
+            ours = owned or f'"kind": "{names.CDI_KIND}"' in path.read_text(errors="replace")[:4096]
+        except OSError:
+            continue
+        if ours:
+            found.append(path)
+    removed = []
+    for path in found:
+        try:
+            path.unlink(missing_ok=True)
+            removed.append(path)
+        except OSError as error:
+            log.warning("cannot remove %s, left by a writer that was killed: %s", path, error)
+    if removed:
+        log.warning("removed %s, left half-written by a writer that was killed", ", ".join(p.name for p in removed))
+    return removed
 
 
 def write_spec(directory: Path, claim_uid: str, spec: dict[str, Any]) -> Path:

@@ -20,9 +20,18 @@ How a claim becomes a record, per request:
   else ``accounting``.
 
 Every problem is that claim's error string in the answer, never an exception out of the RPC: the kubelet
-retries a failed claim and fails only that pod's start. A restarted agent reads the checkpoint (JSON,
+retries a failed claim and fails only that pod's start. That holds for a bug too (``internal error: ...``
+for that claim; the others of the call are prepared), and for an allocation no scheduler should write: a
+device (or share) named twice, a negative consumed capacity. A restarted agent reads the checkpoint (JSON,
 written with a rename), so a repeated Prepare answers as before without the API, and Unprepare removes what
-an earlier process wrote. Unpreparing an unknown claim succeeds (the kubelet may repeat it).
+an earlier process wrote. Unpreparing an unknown claim succeeds (the kubelet may repeat it); an Unprepare
+that fails (the checkpoint cannot be written) keeps the claim, so the kubelet's retry still releases its
+MPS daemon.
+
+The claim is read from the API server without the preparer's lock (the checkpoint, the CDI files and the
+MPS holds are under it): a slow or unreachable API server delays that claim only, not other pods' claims,
+Unprepare or the MPS housekeeping. Concurrent Prepares of one claim prepare it once; an Unprepare that
+arrives while a Prepare of the same claim reads it makes that Prepare fail rather than leave a spec behind.
 """
 
 from __future__ import annotations
@@ -118,7 +127,10 @@ class Checkpoint:
     @classmethod
     def load(cls, path: Path) -> Checkpoint:
         """The checkpoint at ``path``; none yet is empty, and an unreadable one is set aside (``.corrupt``)
-        and empty (its claims' CDI files stay; Unprepare of an unknown claim still removes its file)."""
+        and empty (its claims' CDI files stay; Unprepare of an unknown claim still removes its file). What a
+        writer killed before its rename left next to it is removed."""
+        if path.parent.is_dir():
+            cdi.remove_partials(path.parent, owned=True)
         try:
             raw = json.loads(path.read_text())
             if raw.get("version") != CHECKPOINT_VERSION:
@@ -150,9 +162,12 @@ class Allocated:
 
 def _ceil(value: Any, unit: int, what: str) -> int:
     try:
-        return math.ceil(parse_quantity(value) / unit)
+        amount = parse_quantity(value)
     except ValueError as error:
         raise PrepareError(f"consumed {what} {value!r}: {error}") from None
+    if amount < 0:  # no scheduler consumes less than nothing: refused here, not as a record that cannot be built
+        raise PrepareError(f"consumed {what} {value!r} is negative")
+    return math.ceil(amount / unit)
 
 
 def grant_of(allocated: Allocated) -> GpuGrant:
@@ -222,18 +237,27 @@ class ClaimPreparer:
         self.acquire = acquire
         self.release = release
         self.lock = threading.Lock()
+        """Held for the checkpoint, the CDI files and the MPS holds; never while waiting on the API server."""
+        self._reading: dict[str, int] = {}
+        """Claim UID -> prepares of it reading the claim from the API server (outside the lock)."""
+        self._unprepared: set[str] = set()
+        """Claims unprepared while a prepare of theirs read the claim: that prepare must not complete."""
+        cdi.remove_partials(cdi_dir)
 
     # ------------------------------------------------------------------ the two calls
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PreparedClaim | str]:
-        """Claim UID -> its prepared devices, or the error string for that claim."""
+        """Claim UID -> its prepared devices, or the error string for that claim. An unexpected error (a bug)
+        is that claim's error too: the kubelet batches a pod's claims, and the others are prepared."""
         answers: dict[str, PreparedClaim | str] = {}
-        with self.lock:
-            for ref in claims:
-                try:
-                    answers[ref.uid] = self._prepare(ref)
-                except (KubecellError, OSError) as error:
-                    log.warning("prepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, error)
-                    answers[ref.uid] = str(error)
+        for ref in claims:
+            try:
+                answers[ref.uid] = self._prepare(ref)
+            except (KubecellError, OSError) as error:
+                log.warning("prepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, error)
+                answers[ref.uid] = str(error)
+            except Exception as error:  # a bug: this claim's error, not the whole call's
+                log.exception("prepare %s/%s (%s)", ref.namespace, ref.name, ref.uid)
+                answers[ref.uid] = f"internal error: {type(error).__name__}: {error}"
         return answers
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
@@ -241,6 +265,8 @@ class ClaimPreparer:
         answers: dict[str, str] = {}
         with self.lock:
             for ref in claims:
+                if ref.uid in self._reading:
+                    self._unprepared.add(ref.uid)
                 try:
                     self._unprepare(ref)
                     answers[ref.uid] = ""
@@ -259,11 +285,37 @@ class ClaimPreparer:
         return holders
 
     # ------------------------------------------------------------------ one claim
-    def _prepare(self, ref: ClaimRef) -> PreparedClaim:
+    def _known(self, ref: ClaimRef) -> PreparedClaim | None:
+        """The claim as prepared before (maybe by an earlier agent), while its spec is there (under the lock)."""
         known = self.checkpoint.claims.get(ref.uid)
-        if known is not None and cdi.spec_path(self.cdi_dir, ref.uid).is_file():
-            return known  # prepared before (maybe by an earlier agent): the same answer
-        claim = self._claim(ref)
+        return known if known is not None and cdi.spec_path(self.cdi_dir, ref.uid).is_file() else None
+
+    def _prepare(self, ref: ClaimRef) -> PreparedClaim:
+        """The claim is read from the API server outside the lock: a slow or unreachable server (a GET may
+        take the client's whole timeout) holds up this claim only, not the other pods' prepares, every
+        unprepare and the MPS housekeeping. An unprepare meanwhile wins: this prepare then fails."""
+        with self.lock:
+            known = self._known(ref)
+            if known is not None:
+                return known
+            self._reading[ref.uid] = self._reading.get(ref.uid, 0) + 1
+        try:
+            claim = self._claim(ref)
+            with self.lock:
+                if ref.uid in self._unprepared:
+                    raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name} ({ref.uid}) was unprepared while "
+                                       "it was being prepared")
+                known = self._known(ref)  # a concurrent call for the same claim prepared it meanwhile
+                return known if known is not None else self._prepare_claim(ref, claim)
+        finally:
+            with self.lock:
+                left = self._reading.pop(ref.uid) - 1
+                if left:
+                    self._reading[ref.uid] = left
+                else:
+                    self._unprepared.discard(ref.uid)
+
+    def _prepare_claim(self, ref: ClaimRef, claim: dict[str, Any]) -> PreparedClaim:
         inventory = self.inventory()
         if inventory is None:
             raise PrepareError(f"node {self.node}: the GPU inventory is not discovered yet")
@@ -332,7 +384,13 @@ class ClaimPreparer:
                                f"this node's pool {self.node}")
         table = {device.name: device for device in all_devices(inventory)}
         out = []
+        seen: set[tuple[str, Any]] = set()
         for result in results:
+            key = (str(result.get("device")), result.get("shareID"))
+            if key in seen:  # a scheduler's bug: taken as written, the records would add the GPU to itself
+                raise PrepareError(f"{where} names device {key[0]}{'' if key[1] is None else ' share ' + str(key[1])} "
+                                   "more than once")
+            seen.add(key)
             device = table.get(str(result.get("device")))
             if device is None:
                 raise PrepareError(f"{where}: node {self.node} has no device {result.get('device')} (the GPUs or "
@@ -347,10 +405,16 @@ class ClaimPreparer:
 
     def _unprepare(self, ref: ClaimRef) -> None:
         known = self.checkpoint.claims.pop(ref.uid, None)
-        cdi.remove_spec(self.cdi_dir, ref.uid)
+        try:
+            cdi.remove_spec(self.cdi_dir, ref.uid)
+            if known is not None:
+                self.checkpoint.save()
+        except BaseException:  # the kubelet retries: the retry must still find the claim and release its MPS hold
+            if known is not None:
+                self.checkpoint.claims[ref.uid] = known
+            raise
         if known is None:
             return
-        self.checkpoint.save()
         self._release([(uuid, ref.uid) for uuid in known.mps_gpus])
         log.info("unprepared %s/%s (%s)", ref.namespace, ref.name, ref.uid)
 
