@@ -185,7 +185,9 @@ class KubeletPlugin:
         self._halt(socket, 0.5)
         socket.parent.mkdir(parents=True, exist_ok=True)
         socket.unlink(missing_ok=True)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="dra-plugin"))
+        # a Prepare may wait the API client's whole timeout on a slow server (it reads the claim without the
+        # preparer's lock): 16 threads, so that an Unprepare, which needs no API, does not queue behind four
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="dra-plugin"))
         if socket == self.paths.registration_socket:
             protos.pluginregistration().grpc.add_RegistrationServicer_to_server(_Registration(self), server)
         else:
