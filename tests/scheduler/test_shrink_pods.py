@@ -20,8 +20,9 @@ from kubecell.kube.names import ANNOTATION_ALLOCATION
 from kubecell.kube.records import AllocationRecord
 from kubecell.scheduler.binder import Binder
 from kubecell.scheduler.cluster import Mirror
-from kubecell.scheduler.intake import Intake, Teller
+from kubecell.scheduler.intake import Intake
 from kubecell.scheduler.jobs import Tracked, groups_for
+from kubecell.scheduler.teller import Teller
 from kubecell.scheduler.tracking import Tracking
 from tests.core.support import engine, make_nodes
 from tests.scheduler.trust_support import pod_body

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubecell.scheduler.intake import Teller
+from kubecell.scheduler.teller import Teller
 
 POD = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1"}}
 

@@ -46,7 +46,6 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from kubecell.core.elastic.allocator import KubecellElasticPolicy
 from kubecell.core.elastic.targets import (
@@ -456,49 +455,6 @@ class ElasticSizer(SizerStatus):
         if spec.batch_size is None:
             return observed, observed, False
         return spec.batch_size.min, max(spec.batch_size.max, spec.batch_size.min), True
-
-    # -- writes -----------------------------------------------------------------------------------------
-
-    def _write(self, sized: Sized, target: int, reason: str) -> bool:
-        """Set the job's ``/scale`` target after checking that the job the pods name is the one that exists, on
-        that very object (``_patch_as_read``: a job deleted and made again between the GET and the PATCH is not
-        resized)."""
-        ref = sized.ref
-        try:
-            try:
-                written = self._scale(ref, target)
-            except ApiError as error:
-                if not error.conflict:
-                    raise
-                written = self._scale(ref, target)  # changed since the GET (its controller writes the status)
-        except (ApiError, InvalidInputError) as error:
-            self._refused(sized, f"cannot resize ElasticJob {ref.namespace}/{ref.name} to {target}", error)
-            return False
-        if written is None:
-            return False
-        current, before, target = written
-        if self.recorder is not None:
-            self.recorder.elastic_resizes.labels("grow" if target > before else "shrink").inc()
-        log.info("ElasticJob %s/%s: target %d -> %d (%s)", ref.namespace, ref.name, before, target, reason)
-        self._event(elasticjobs.involved(current), "Normal", "Resize",
-                    f"target {before} -> {target} workers: {reason}")
-        return True
-
-    def _scale(self, ref: ElasticRef, target: int) -> tuple[dict[str, Any], int, int] | None:
-        """One GET and PATCH of ``_write``: the job as read, its target before and the one written (clamped to
-        its ``minReplicas..maxReplicas``), or None where nothing was written (the job of that name is another
-        one, or its target is that already); raises ``ApiError``, ``InvalidInputError``."""
-        current = self._own(ref)
-        if current is None:
-            log.warning("ElasticJob %s/%s is not the one its pods name (uid %s): not resized",
-                        ref.namespace, ref.name, ref.uid)
-            return None
-        spec = elasticjobs.read_elastic_job(current)
-        target = max(spec.min_replicas, min(target, spec.max_replicas))
-        if spec.replicas == target:
-            return None
-        self._patch_as_read(ref, "scale", current, {"spec": {"replicas": target}})
-        return current, spec.replicas, target
 
 
 def _placement(state: Tracking, name: str) -> tuple[set[str], set[str]]:

@@ -1,7 +1,7 @@
-"""The ElasticJob object as the scheduler's sizer reads and writes it: the fields it keeps in the job's status
-(``status.gpuModel``, ``status.goodputModel``), always on the job its pods name, checked by uid (and written
-only as that GET read it: ``_patch_as_read``); and its holds, kept in a ConfigMap of the scheduler's own
-namespace (``kube.kept_holds``), never in a job's status, and let go when their job is gone.
+"""The ElasticJob object as the scheduler's sizer reads and writes it: its ``/scale`` target and the fields it
+keeps in the job's status (``status.gpuModel``, ``status.goodputModel``), always on the job its pods name,
+checked by uid (and written only as that GET read it: ``_patch_as_read``); and its holds, kept in a ConfigMap of
+the scheduler's own namespace (``kube.kept_holds``), never in a job's status, and let go when their job is gone.
 
 Why apart from ``scheduler.elastic``: what the sizer decides and how it keeps it in the API server change for
 different reasons (a status field, a retry policy), and every read here treats the object as input a user may
@@ -14,6 +14,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from kubecell.core.errors import InvalidInputError
 from kubecell.kube import elasticjobs
 from kubecell.kube.elasticjobs import ElasticRef
 from kubecell.kube.kept_holds import HoldStore, KeptHold, entry_key
@@ -26,8 +27,8 @@ log = logging.getLogger("kubecell.scheduler.elastic")
 
 
 class SizerStatus(SizerTelling):
-    """The sizer's reads and status writes of ElasticJobs, and its kept holds (a base of ``ElasticSizer``, which
-    sets ``jobs``, ``holds``, ``hold_store`` and ``pending_grace_seconds``)."""
+    """The sizer's reads, ``/scale`` and status writes of ElasticJobs, and its kept holds (a base of
+    ``ElasticSizer``, which sets ``jobs``, ``holds``, ``hold_store`` and ``pending_grace_seconds``)."""
 
     jobs: dict[ElasticRef, Sized]
     holds: Holds
@@ -136,6 +137,49 @@ class SizerStatus(SizerTelling):
     def _write_model(self, sized: Sized, value: dict[str, Any]) -> bool:
         """Keep the job's goodput model in its ``status.goodputModel``."""
         return self._write_status(sized.ref, {"goodputModel": value}, "the goodput model")
+
+    # -- the /scale target ------------------------------------------------------------------------------
+
+    def _write(self, sized: Sized, target: int, reason: str) -> bool:
+        """Set the job's ``/scale`` target after checking that the job the pods name is the one that exists, on
+        that very object (``_patch_as_read``: a job deleted and made again between the GET and the PATCH is not
+        resized)."""
+        ref = sized.ref
+        try:
+            try:
+                written = self._scale(ref, target)
+            except ApiError as error:
+                if not error.conflict:
+                    raise
+                written = self._scale(ref, target)  # changed since the GET (its controller writes the status)
+        except (ApiError, InvalidInputError) as error:
+            self._refused(sized, f"cannot resize ElasticJob {ref.namespace}/{ref.name} to {target}", error)
+            return False
+        if written is None:
+            return False
+        current, before, target = written
+        if self.recorder is not None:
+            self.recorder.elastic_resizes.labels("grow" if target > before else "shrink").inc()
+        log.info("ElasticJob %s/%s: target %d -> %d (%s)", ref.namespace, ref.name, before, target, reason)
+        self._event(elasticjobs.involved(current), "Normal", "Resize",
+                    f"target {before} -> {target} workers: {reason}")
+        return True
+
+    def _scale(self, ref: ElasticRef, target: int) -> tuple[dict[str, Any], int, int] | None:
+        """One GET and PATCH of ``_write``: the job as read, its target before and the one written (clamped to
+        its ``minReplicas..maxReplicas``), or None where nothing was written (the job of that name is another
+        one, or its target is that already); raises ``ApiError``, ``InvalidInputError``."""
+        current = self._own(ref)
+        if current is None:
+            log.warning("ElasticJob %s/%s is not the one its pods name (uid %s): not resized",
+                        ref.namespace, ref.name, ref.uid)
+            return None
+        spec = elasticjobs.read_elastic_job(current)
+        target = max(spec.min_replicas, min(target, spec.max_replicas))
+        if spec.replicas == target:
+            return None
+        self._patch_as_read(ref, "scale", current, {"spec": {"replicas": target}})
+        return current, spec.replicas, target
 
     def _write_status(self, ref: ElasticRef, fields: dict[str, Any], what: str) -> bool:
         """A merge patch of ``fields`` alone into the status (the controller's fields are untouched), on the

@@ -35,13 +35,14 @@ from kubecell.scheduler.binder import Binder, Settled
 from kubecell.scheduler.claims import ClaimBroker
 from kubecell.scheduler.cluster import Mirror, trimmed_node, without_managed_fields
 from kubecell.scheduler.elastic import ElasticSizer
-from kubecell.scheduler.intake import Intake, Teller
+from kubecell.scheduler.intake import Intake
 from kubecell.scheduler.nodes import NodeReader
 from kubecell.scheduler.observe.capture import CaptureCache, capture
 from kubecell.scheduler.observe.recorder import Recorder
 from kubecell.scheduler.observe.snapshot import Snapshot
 from kubecell.scheduler.options import SchedulerOptions, engine_options
 from kubecell.scheduler.restore import Restorer
+from kubecell.scheduler.teller import Teller
 from kubecell.scheduler.tenants import TenantSources
 from kubecell.scheduler.tracking import Tracking
 
