@@ -150,7 +150,8 @@ def test_the_environment_gives_the_bounds_and_the_world(monkeypatch: pytest.Monk
 
 
 @pytest.mark.parametrize("bounds", [{"min_batch": 0}, {"min_batch": 2048}, {"max_local_batch": -1},
-                                    {"replicas": 2, "nodes": 3}, {"gpu_type": ""}, {"min_batch": 64.0}])
+                                    {"replicas": 2, "nodes": 3}, {"gpu_type": ""}, {"min_batch": 64.0},
+                                    {"max_batch": 2**31}])  # one past the CRD's maximum (2**31 - 1)
 def test_the_scripts_own_bad_arguments_are_named(bounds: dict[str, Any]) -> None:
     arguments: dict[str, Any] = {"min_batch": 64, "max_batch": 1024, "max_local_batch": 512, **bounds}
     with pytest.raises(InvalidInputError):

@@ -408,3 +408,54 @@ def test_a_job_replaced_under_its_name_while_unwatched_starts_from_nothing() -> 
     assert service_path() in store.objects
     assert store.objects[service_path()]["metadata"]["ownerReferences"][0]["uid"] == "bert-uid"
     assert store.objects[pod_path("bert-worker-0")]["metadata"]["ownerReferences"][0]["uid"] == "bert-uid"
+
+
+# --- a namespace whose quota refuses the rendezvous -----------------------------------------------------------------
+
+
+class QuotaStore(Store):
+    """A namespace whose ResourceQuota is spent: every Pod create is refused (403), as the API server refuses it."""
+
+    def create(self, path: str, body: dict[str, Any], **query: Any) -> dict[str, Any]:
+        if path.endswith("/pods"):
+            raise ApiError(403, "Forbidden", f'pods "{body["metadata"]["name"]}" is forbidden: exceeded quota: '
+                                             "pods, requested: pods=1, used: pods=4, limited: pods=4")
+        return super().create(path, body, **query)
+
+
+def test_a_rendezvous_host_the_quota_refuses_is_told_once_and_logged_once(caplog: pytest.LogCaptureFixture
+                                                                          ) -> None:
+    """The quota refuses the rendezvous host: the controller logged the refusal with a traceback, as a bug, at
+    every resync (every 5 s, for as long as the quota stayed spent). Now: one Event, one line in the log, the
+    reconciles counted as ``refused``, and no worker made without a rendezvous to join."""
+    store = QuotaStore()
+    controller = controller_over(store, job())
+    with caplog.at_level("DEBUG", logger="kubecell.elastic"):
+        for _ in range(4):
+            controller.dirty.add(f"{NS}/bert")
+            controller.reconcile_dirty()
+    assert [reason for reason, _ in store.warnings()] == ["FailedCreate"]
+    assert "exceeded quota" in store.warnings()[0][1]
+    assert controller.metrics.reconciles.labels("refused")._value.get() == 4
+    assert controller.metrics.reconciles.labels("error")._value.get() == 0
+    warned = [r for r in caplog.records if r.levelname == "WARNING" and "bert" in r.getMessage()]
+    assert len(warned) == 1
+    assert "rendezvous host not created" in warned[0].getMessage()
+    assert not [r for r in caplog.records if r.exc_info], "a refusal is not a bug: no traceback"
+    assert not [path for path in store.objects if "-worker-" in path]
+
+
+def test_an_api_server_that_is_unavailable_is_still_an_error() -> None:
+    """A 503 on the rendezvous host is not a refusal to remember: it is tried again and counted as an error."""
+
+    class Flaky(Store):
+        def create(self, path: str, body: dict[str, Any], **query: Any) -> dict[str, Any]:
+            if path.endswith("/pods"):
+                raise ApiError(503, "ServiceUnavailable", "etcd leader changed")
+            return super().create(path, body, **query)
+
+    store = Flaky()
+    controller = controller_over(store, job())
+    controller.reconcile_dirty()
+    assert controller.metrics.reconciles.labels("error")._value.get() == 1
+    assert not store.warnings()

@@ -55,6 +55,7 @@ from typing import Any
 from kubecell.core.elastic.goodput import OnlineGoodput, synchronising_step_seconds
 from kubecell.core.elastic.types import StepReport
 from kubecell.core.errors import InvalidInputError
+from kubecell.kube.elasticjobs import MAX_BATCH_SIZE
 from kubecell.kube.names import ENV_BATCH_SIZE_MAX, ENV_BATCH_SIZE_MIN
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ log = logging.getLogger(__name__)
 STATE_VERSION = 1
 MAX_KEPT = 256
 """Measurements kept in ``state_dict`` (the newest): enough for the model's fit, small in a checkpoint."""
-MAX_BATCH = 1 << 31
+MAX_BATCH = MAX_BATCH_SIZE
 """The CRD's bound on ``batchSize``."""
 
 

@@ -57,7 +57,7 @@ from kubecell.elastic.status import (
     foreign_conditions,
     read_status,
 )
-from kubecell.elastic.writes import JobWrites
+from kubecell.elastic.writes import CreateRefusedError, JobWrites
 from kubecell.kube.actions import event_body
 from kubecell.kube.clock import rfc3339
 from kubecell.kube.elasticjob_objects import template_hash
@@ -131,6 +131,8 @@ class ElasticController:
         self.told: dict[str, tuple[str, ...]] = {}
         """Job key -> the last ``TOLD_KEPT`` repeated-failure Events sent for it (a refused create is told once,
         not per retry)."""
+        self.refusals: dict[str, str] = {}
+        """Job key -> the refusal its last pass stopped at (logged when it changes, not at every resync)."""
         self.writes = JobWrites(kube, self.metrics, self._tell_once,
                                 recheck_seconds=self.options.service_recheck_seconds,
                                 expectation_seconds=self.options.expectation_seconds)
@@ -178,6 +180,12 @@ class ElasticController:
             started, outcome = time.perf_counter(), "ok"
             try:
                 self.reconcile(key)
+                self.refusals.pop(key, None)
+            except CreateRefusedError as refused:  # told once as an Event, logged once: no traceback per resync
+                outcome = "refused"
+                level = logging.DEBUG if self.refusals.get(key) == str(refused) else logging.WARNING
+                self.refusals[key] = str(refused)
+                log.log(level, "ElasticJob %s waits: %s; trying again at every resync", key, refused)
             except Exception:  # one job's trouble (a bug, an API error) must never stop the others
                 outcome = "error"
                 log.exception("reconciling ElasticJob %s failed; trying again at the next resync", key)
@@ -191,7 +199,8 @@ class ElasticController:
                 self.synced.add("elasticjobs")
                 before, self.jobs = self.jobs, {self._key(obj): obj for obj in event.objects}
                 self.dirty |= set(self.jobs)
-                for key in {*self.expectations, *self.writes.services, *self.told}:  # deleted while unwatched,
+                kept = {*self.expectations, *self.writes.services, *self.told, *self.refusals}
+                for key in kept:  # deleted while unwatched,
                     if key not in self.jobs or _uid(self.jobs[key]) != _uid(before.get(key)):  # or made again
                         self._forget(key)
                 return
@@ -231,7 +240,7 @@ class ElasticController:
         """Drop what the controller kept for the job under ``key`` (by name): gone, or another job made under its
         name. Kept for the new one, the old one's expectations stood for a minute (its workers counted as made,
         its Service as existing: the new job got neither) and its told Warnings were not told again."""
-        for kept in (self.expectations, self.writes.services, self.told):
+        for kept in (self.expectations, self.writes.services, self.told, self.refusals):
             kept.pop(key, None)
 
     def _keep_pod(self, pod: dict[str, Any]) -> None:

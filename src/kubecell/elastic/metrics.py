@@ -106,7 +106,9 @@ class ControllerMetrics:
         self.leading: Callable[[], bool] = lambda: True
         """Whether this replica leads (the process sets it to its elector's flag)."""
         self.reconciles = Counter("kubecell_elastic_reconciles", "Reconciles of one ElasticJob, by outcome "
-                                  "(error: an API error or a bug; the job is tried again at the next resync)",
+                                  "(refused: the API refused its rendezvous Service or host, quota or "
+                                  "admission; error: another API error or a bug; either way the job is tried "
+                                  "again at the next resync)",
                                   ["outcome"], registry=self.registry)
         self.reconcile_seconds = Histogram("kubecell_elastic_reconcile_duration_seconds", "Time to reconcile one "
                                            "ElasticJob (API round trips included)", registry=self.registry,
@@ -116,7 +118,7 @@ class ControllerMetrics:
                                   "404; refused: quota or admission)", ["verb", "outcome"], registry=self.registry)
         self.events = Counter("kubecell_elastic_events", "Events recorded on ElasticJobs, by type and reason",
                               ["type", "reason"], registry=self.registry)
-        for outcome in ("ok", "error"):
+        for outcome in ("ok", "refused", "error"):
             self.reconciles.labels(outcome)
         for verb, outcome in (("create", "ok"), ("create", "exists"), ("create", "refused"), ("delete", "ok"),
                               ("delete", "gone")):

@@ -29,6 +29,12 @@ from kubecell.kube.names import ANNOTATION_GROUP_SIZE
 from kubecell.kube.rest import ApiError, Kube
 
 
+class CreateRefusedError(Exception):
+    """The API refused a write the job cannot run without (the rendezvous Service or host: quota, admission).
+    Its Event is told (once); the pass stops, and the next resync tries again. Raised as its own type so that
+    the controller logs one line for it, not the traceback of a bug at every resync."""
+
+
 class JobWrites:
     """The controller's writes of Pods and Services (see the module)."""
 
@@ -139,8 +145,7 @@ class JobWrites:
                 self.services[spec.key] = (True, now)
             except ApiError as error:
                 if not error.conflict:
-                    self.tell(obj, Emit(True, "FailedCreate", f"rendezvous Service not created: {error}"))
-                    raise
+                    self._refused(obj, "rendezvous Service", error)
                 found = self._read(_service_path(spec))
                 if found is not None and not readers.controlled_by(found, spec.uid):
                     self._tell_taken(obj, "rendezvous Service", found)
@@ -154,12 +159,22 @@ class JobWrites:
                 self.metrics.pod_writes.labels("create", "ok").inc()
             except ApiError as error:
                 if not error.conflict:
-                    self.tell(obj, Emit(True, "FailedCreate", f"rendezvous host not created: {error}"))
-                    raise
+                    if not error.unavailable:
+                        self.metrics.pod_writes.labels("create", "refused").inc()
+                    self._refused(obj, "rendezvous host", error)
                 self.metrics.pod_writes.labels("create", "exists").inc()
                 holder = self._read(f"/api/v1/namespaces/{spec.namespace}/pods/{rendezvous_name(spec.name)}")
                 if holder is not None and not _seen_as(holder, spec, ROLE_RENDEZVOUS):
                     self._tell_taken(obj, "rendezvous host", holder)
+
+    def _refused(self, obj: Mapping[str, Any], what: str, error: ApiError) -> None:
+        """A create the job needs was refused: an API server that is unavailable is an error like any other
+        (tried again, logged as one); a refusal that a retry would repeat is told once and raised as
+        ``CreateRefusedError``."""
+        if error.unavailable:
+            raise error
+        self.tell(obj, Emit(True, "FailedCreate", f"{what} not created: {error}"))
+        raise CreateRefusedError(f"{what} not created: {error}") from error
 
     def remove_rendezvous(self, spec: ElasticJobSpec, host: Mapping[str, Any] | None, now: float) -> None:
         """Delete the job's rendezvous Service, if it controls the one of that name (and only that one: the uid

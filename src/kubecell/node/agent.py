@@ -229,8 +229,8 @@ class NodeAgent:
 
     def _housekeeping(self, stop: threading.Event) -> None:
         """Acknowledge pods admitted while the agent was away (``RecordAllocator.settle``, at start and then
-        periodically); stop the MPS daemons no running pod holds any more (and restart dead ones that one
-        still does)."""
+        periodically) and release DRA claims the kubelet never unprepared (as often); stop the MPS daemons no
+        running pod holds any more (and restart dead ones that one still does)."""
         next_settle = 0.0
         while True:
             if time.monotonic() >= next_settle:
@@ -239,6 +239,11 @@ class NodeAgent:
                     self.allocator.settle()
                 except Exception as error:  # the API server or the kubelet's socket may be away: next round
                     log.warning("acknowledging admitted pods failed: %s", error)
+                if self.dra is not None:
+                    try:
+                        self.dra.sweep()  # claims the kubelet never unprepared
+                    except (KubecellError, OSError) as error:
+                        log.warning("sweeping prepared claims failed: %s", error)
             if "mps" in self.allocator.isolation.modes:
                 try:
                     holders = mps_holders(api_pods(self.kube, self.options.node)(), self.options.node)

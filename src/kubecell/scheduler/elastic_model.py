@@ -18,12 +18,12 @@ from typing import Any
 from kubecell.core.elastic.goodput import OnlineGoodput
 from kubecell.core.elastic.saved_model import restore_model, saved_model
 from kubecell.core.errors import InvalidInputError
-from kubecell.kube.elasticjobs import ElasticRef
+from kubecell.kube.elasticjobs import MAX_BATCH_SIZE, ElasticRef
 from kubecell.scheduler.elastic_sized import Sized
 
 log = logging.getLogger("kubecell.scheduler.elastic")
 
-MAX_BATCH = 1 << 31
+MAX_BATCH = MAX_BATCH_SIZE
 """The CRD's bound on ``batchSize``: a kept batch beyond it is not one a job ran at."""
 
 ReadModel = Callable[[ElasticRef], Any]

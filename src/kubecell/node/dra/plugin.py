@@ -38,6 +38,7 @@ from kubecell.node import protos
 from kubecell.node.dra.cdi import CDI_DIR
 from kubecell.node.dra.prepared import Checkpoint, ClaimPreparer, ClaimRef
 from kubecell.node.dra.publisher import DEFAULT_INTERVAL, SlicePublisher
+from kubecell.node.dra.sweep import ClaimSweeper
 from kubecell.node.isolation import NodeIsolation
 
 log = logging.getLogger("kubecell.node.dra")
@@ -225,6 +226,7 @@ class DraDriver:
                                       inventory=lambda: self._inventory, isolation=isolation, acquire=acquire,
                                       release=release)
         self.plugin = KubeletPlugin(self.preparer, paths)
+        self.sweeper = ClaimSweeper(kube, node, self.preparer)
 
     def follow(self, inventory: NodeInventory) -> None:
         """A new inventory: the slices follow it, and claims are prepared against it."""
@@ -233,6 +235,10 @@ class DraDriver:
 
     def mps_holders(self) -> dict[str, set[str]]:
         return self.preparer.mps_holders()
+
+    def sweep(self) -> None:
+        """Release the claims the kubelet never unprepared (:mod:`.sweep`); called by the agent's housekeeping."""
+        self.sweeper.sweep()
 
     def start(self) -> None:
         self.publisher.start()

@@ -284,6 +284,20 @@ class ClaimPreparer:
                     holders.setdefault(uuid, set()).add(uid)
         return holders
 
+    def prepared_claims(self) -> list[ClaimRef]:
+        """The claims this node holds prepared (a snapshot)."""
+        with self.lock:
+            return [claim.ref for claim in self.checkpoint.claims.values()]
+
+    def release_unused(self, ref: ClaimRef) -> bool:
+        """Unprepare a claim the kubelet never unprepared (see :mod:`.sweep`); False, and nothing done, while a
+        prepare of it is reading it (the kubelet means it again) or where it is prepared no more."""
+        with self.lock:
+            if ref.uid in self._reading or ref.uid not in self.checkpoint.claims:
+                return False
+            self._unprepare(ref)
+            return True
+
     # ------------------------------------------------------------------ one claim
     def _known(self, ref: ClaimRef) -> PreparedClaim | None:
         """The claim as prepared before (maybe by an earlier agent), while its spec is there (under the lock)."""

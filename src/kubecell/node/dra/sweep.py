@@ -1,0 +1,90 @@
+"""Claims the kubelet never unprepares: found in the API, and released after a grace period.
+
+The kubelet unprepares a claim when the last pod using it on the node is gone, and keeps its own checkpoint
+so that it does so after a restart too. Some claims are never unprepared all the same: a node whose kubelet
+state was wiped (``/var/lib/kubelet`` reset, a node re-imaged with the agent's state kept), a pod force-deleted
+while the kubelet was down and its claim deleted before the kubelet came back. Each such claim stayed in the
+checkpoint for good, with its CDI spec and, for a share under MPS, the hold that keeps its GPU's MPS daemon
+running: the checkpoint grew without bound on a long-lived node, and a GPU kept a daemon nobody used.
+
+The sweeper asks the API server about every prepared claim. A claim is unused when it is gone (404), when
+another claim has its name (another UID), or when it holds none of this driver's devices in this node's pool
+any more (deallocated, or allocated elsewhere): no pod can be running with it then, since a claim stays
+allocated while a pod reserves it. An unused claim is released only once it has been seen unused for
+``grace_seconds`` without a break (ten minutes by default: the kubelet's own unprepare has that long, and a
+claim deallocated and allocated here again is seen in use in between). A claim the API server cannot be asked
+about (unreachable, forbidden) is left as it is: the sweeper never releases on an answer it did not get.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from kubecell.kube import dra_names as names
+from kubecell.kube.rest import ApiError, Kube
+from kubecell.node.dra.prepared import ClaimPreparer, ClaimRef
+
+log = logging.getLogger("kubecell.node.dra")
+
+DEFAULT_GRACE_SECONDS = 600.0
+
+
+class ClaimSweeper:
+    """Releases prepared claims that the API says are no longer in use on this node (see the module)."""
+
+    def __init__(self, kube: Kube, node: str, preparer: ClaimPreparer, *,
+                 grace_seconds: float = DEFAULT_GRACE_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+        self.kube = kube
+        self.node = node
+        self.preparer = preparer
+        self.grace_seconds = grace_seconds
+        self.clock = clock
+        self.unused_since: dict[str, float] = {}
+        """Claim UID -> when it was first seen unused (in this run of unbroken sightings)."""
+
+    def sweep(self) -> list[ClaimRef]:
+        """Ask about every prepared claim (outside the preparer's lock); release those unused for the grace
+        period. The claims released."""
+        released: list[ClaimRef] = []
+        prepared = self.preparer.prepared_claims()
+        for ref in prepared:
+            why = self._unused(ref)
+            if why is None:
+                self.unused_since.pop(ref.uid, None)
+                continue
+            if not why:  # no answer: nothing learnt either way
+                continue
+            now = self.clock()
+            since = self.unused_since.setdefault(ref.uid, now)
+            if now - since < self.grace_seconds:
+                continue
+            if self.preparer.release_unused(ref):
+                log.warning("released ResourceClaim %s/%s (%s), prepared on this node and never unprepared by the "
+                            "kubelet: %s for %.0f s", ref.namespace, ref.name, ref.uid, why, now - since)
+                released.append(ref)
+            self.unused_since.pop(ref.uid, None)
+        known = {ref.uid for ref in prepared}
+        for uid in [uid for uid in self.unused_since if uid not in known]:  # unprepared by the kubelet meanwhile
+            del self.unused_since[uid]
+        return released
+
+    def _unused(self, ref: ClaimRef) -> str | None:
+        """Why the claim is unused on this node; None when it is in use; "" when the API did not answer."""
+        path = f"/apis/{names.API_GROUP_VERSION}/namespaces/{ref.namespace}/resourceclaims/{ref.name}"
+        try:
+            claim = self.kube.get(path)
+        except ApiError as error:
+            if error.not_found:
+                return "the claim is gone"
+            log.debug("sweeping ResourceClaim %s/%s: %s; asked again next time", ref.namespace, ref.name, error)
+            return ""
+        if (claim.get("metadata") or {}).get("uid") != ref.uid:
+            return "the claim is gone (another claim has its name)"
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        results = ((allocation.get("devices") or {}).get("results") or []) if isinstance(allocation, dict) else []
+        if not any(isinstance(r, dict) and r.get("driver") == names.DRIVER and r.get("pool") == self.node
+                   for r in results):
+            return f"the claim holds no {names.DRIVER} device of this node any more"
+        return None

@@ -1,0 +1,127 @@
+"""Claims the kubelet never unprepares (its state wiped, a pod force-deleted while it was down): each stayed in
+the plugin's checkpoint for good, with its CDI spec and its GPU's MPS daemon held. The sweeper asks the API
+about every prepared claim and releases one only after it has been seen unused for a whole grace period."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+pytest.importorskip("grpc", reason="tests/node needs the `node` extra: pip install -e '.[dev,node]' (grpcio)")
+
+from kubecell.kube.rest import ApiError, Kube
+from kubecell.node.dra import cdi
+from kubecell.node.dra.prepared import ClaimRef
+from kubecell.node.dra.sweep import ClaimSweeper
+from tests.node.dra.test_cdi import NODE, Node, add_claim, result
+
+GRACE = 600.0
+CLAIM = "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/share"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def mps_node(tmp_path: Path) -> tuple[Node, ClaimRef, ClaimSweeper, Clock]:
+    node = Node(tmp_path, modes=("accounting", "mps"))
+    ref = add_claim(node.fake, "share", "uid-share", [result("gpu-2", share="s", consumed={"compute": "250"})])
+    node.prepared(ref)
+    clock = Clock()
+    return node, ref, ClaimSweeper(cast(Kube, node.fake), NODE, node.preparer, grace_seconds=GRACE,
+                                   clock=clock), clock
+
+
+def still_prepared(node: Node, ref: ClaimRef) -> bool:
+    return ref.uid in node.preparer.checkpoint.claims and cdi.spec_path(node.directory / "cdi", ref.uid).is_file()
+
+
+def test_a_deleted_claim_never_unprepared_is_released_after_the_grace_period(tmp_path: Path) -> None:
+    node, ref, sweeper, clock = mps_node(tmp_path)
+    del node.fake.objects[CLAIM]
+    assert sweeper.sweep() == []
+    clock.now += GRACE - 1
+    assert sweeper.sweep() == [], "the kubelet's own unprepare has the grace period"
+    assert still_prepared(node, ref)
+    clock.now += 1
+    assert sweeper.sweep() == [ref]
+    assert not still_prepared(node, ref)
+    assert node.released == [(node.uuid(2), ref.uid)], "its GPU's MPS daemon is held no more"
+    assert json.loads((tmp_path / "plugin" / "checkpoint.json").read_text())["claims"] == {}
+    assert node.preparer.unprepare([ref]) == {ref.uid: ""}, "the kubelet's late unprepare still succeeds"
+
+
+@pytest.mark.parametrize("change", ["replaced", "deallocated", "elsewhere"])
+def test_a_claim_replaced_deallocated_or_allocated_elsewhere_is_unused(tmp_path: Path, change: str) -> None:
+    node, ref, sweeper, clock = mps_node(tmp_path)
+    if change == "replaced":
+        add_claim(node.fake, "share", "uid-other", [result("gpu-2", share="s", consumed={"compute": "250"})])
+    else:
+        add_claim(node.fake, "share", ref.uid, None if change == "deallocated" else [result("gpu-2", pool="n2")])
+    sweeper.sweep()
+    clock.now += GRACE
+    assert sweeper.sweep() == [ref]
+
+
+def test_a_claim_in_use_is_never_released(tmp_path: Path) -> None:
+    node, ref, sweeper, clock = mps_node(tmp_path)
+    for _ in range(5):
+        assert sweeper.sweep() == []
+        clock.now += GRACE
+    assert still_prepared(node, ref)
+
+
+def test_no_answer_from_the_api_server_releases_nothing(tmp_path: Path) -> None:
+    """An API server that is away, or forbids the read, says nothing about the claim: a sweeper that took an
+    error for "gone" would pull the devices of every running pod on a node cut off from its control plane."""
+    node, ref, sweeper, clock = mps_node(tmp_path)
+    for error in (ApiError(503, "ServiceUnavailable", "etcd"), ApiError(403, "Forbidden", "rbac")):
+        node.fake.fail = error
+        for _ in range(3):
+            assert sweeper.sweep() == []
+            clock.now += GRACE
+    assert still_prepared(node, ref)
+
+
+def test_a_claim_seen_in_use_again_starts_its_grace_period_afresh(tmp_path: Path) -> None:
+    """Deallocated, then allocated to this node again (same UID): the grace period counts unbroken sightings."""
+    node, ref, sweeper, clock = mps_node(tmp_path)
+    allocated = node.fake.objects[CLAIM]["status"]["allocation"]["devices"]["results"]
+    add_claim(node.fake, "share", ref.uid, None)
+    sweeper.sweep()
+    clock.now += GRACE - 10
+    add_claim(node.fake, "share", ref.uid, allocated)
+    assert sweeper.sweep() == []
+    add_claim(node.fake, "share", ref.uid, None)
+    clock.now += 20
+    assert sweeper.sweep() == [], "unused again only 0 s ago"
+    assert still_prepared(node, ref)
+
+
+def test_a_claim_being_prepared_again_is_not_released(tmp_path: Path) -> None:
+    node, ref, sweeper, clock = mps_node(tmp_path)
+    del node.fake.objects[CLAIM]
+    sweeper.sweep()
+    clock.now += GRACE
+    node.preparer._reading[ref.uid] = 1  # a prepare of it is reading the claim (the kubelet means it again)
+    assert sweeper.sweep() == []
+    assert still_prepared(node, ref)
+    del node.preparer._reading[ref.uid]
+
+
+def test_a_restarted_agent_sweeps_what_an_earlier_one_prepared(tmp_path: Path) -> None:
+    node, ref, _, clock = mps_node(tmp_path)
+    del node.fake.objects[CLAIM]
+    preparer = node.restart()
+    sweeper = ClaimSweeper(cast(Kube, node.fake), NODE, preparer, grace_seconds=GRACE, clock=clock)
+    sweeper.sweep()
+    clock.now += GRACE
+    assert sweeper.sweep() == [ref]
+    assert not cdi.spec_path(node.directory / "cdi", ref.uid).exists()
