@@ -41,9 +41,10 @@ def _certificate(directory: Path) -> tuple[str, str]:
 
 @pytest.fixture
 def served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Served]:
-    """The webhook over TLS with a 1 s request deadline (``indirect`` parametrization: another)."""
+    """The webhook over TLS with a 1 s request deadline (``indirect`` parametrization: another) and a 1 s
+    handshake deadline."""
     server = serve(webhook_app(lambda pod: 500, max_held_bytes=HELD), "127.0.0.1", 0,
-                   tls=_certificate(tmp_path), request_seconds=getattr(request, "param", 1.0))
+                   tls=_certificate(tmp_path), request_seconds=getattr(request, "param", 1.0), handshake_seconds=1.0)
     try:
         yield server
     finally:
@@ -145,3 +146,16 @@ def test_a_garbage_or_unfinished_handshake_leaves_the_server_serving(served: Ser
         assert healthy(served)
     finally:
         unfinished.close()
+
+
+@pytest.mark.parametrize("sent", [b"", b"\x16\x03"], ids=["nothing", "half-a-hello"])
+def test_a_handshake_that_never_finishes_is_cut_off(served: Served, sent: bytes) -> None:
+    """A client that opens a connection to the TLS port and never finishes its handshake: asyncio's default
+    kept the socket 60 s (uvicorn set no bound), and those sockets were not counted against the connection cap
+    either, so a few thousand of them took the process's descriptors."""
+    with socket.create_connection(("127.0.0.1", served.port), timeout=3) as sock:
+        sock.sendall(sent)
+        started = time.monotonic()
+        assert closed_by_server(sock, limit=5.0), "the handshake was given longer than its bound"
+        assert time.monotonic() - started < 4.0
+    assert healthy(served)

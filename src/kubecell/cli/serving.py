@@ -9,6 +9,9 @@ many connections are open: a client sending its head or body a byte a second, or
 it (and any body read so far) for ever, and 300 such sockets under a 256-descriptor limit left every later call
 (kube-scheduler's, the probes') unanswered. So each connection must deliver a whole request within
 ``REQUEST_SECONDS`` or is closed, and connections past ``MAX_CONNECTIONS`` are answered 503 and closed at once.
+On a TLS port a connection reaches the protocol only once its handshake is done, and asyncio gives a handshake
+60 s unless told otherwise (uvicorn never tells it): a client that opened TCP connections and sent nothing held
+each descriptor for a minute, uncounted by the cap. The server's loop now gives a handshake ``HANDSHAKE_SECONDS``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import h11
 import uvicorn
@@ -33,6 +37,8 @@ REQUEST_SECONDS = 30.0
 """The longest a client may take to send one request, head and body, from when the connection awaits it. Every
 legitimate caller is far quicker and gives up sooner: kube-scheduler waits 5 s for an extender (its default
 ``httpTimeout``), the API server at most 30 s for a webhook, a probe or a scrape seconds."""
+HANDSHAKE_SECONDS = 10.0
+"""The longest a TLS client may take over its handshake. The API server calling a webhook takes milliseconds."""
 MAX_CONNECTIONS = 512
 """The most connections open at once (fewer where the descriptor limit is low: half of it). Callers need a few
 dozen (kube-scheduler's pool, probes, scrapes, dashboards); the rest of the descriptors stay for the process's
@@ -92,6 +98,25 @@ class BoundedH11Protocol(H11Protocol):
         self.transport.close()
 
 
+class _HandshakeBoundedLoop(asyncio.SelectorEventLoop):
+    """asyncio's loop, with a TLS server's handshake bounded (uvicorn creates its server without a bound)."""
+
+    def __init__(self, handshake_seconds: float) -> None:
+        super().__init__()
+        self.handshake_seconds = handshake_seconds
+
+    async def create_server(self, *args: Any, **kwargs: Any) -> asyncio.Server:
+        if kwargs.get("ssl") is not None and kwargs.get("ssl_handshake_timeout") is None:
+            kwargs["ssl_handshake_timeout"] = self.handshake_seconds
+        return await super().create_server(*args, **kwargs)
+
+
+def _run(server: uvicorn.Server, sock: socket.socket, handshake_seconds: float) -> None:
+    """The server's thread: ``uvicorn.Server.run``, on a loop that bounds TLS handshakes."""
+    with asyncio.Runner(loop_factory=lambda: _HandshakeBoundedLoop(handshake_seconds)) as runner:
+        runner.run(server.serve(sockets=[sock]))
+
+
 @dataclass
 class Served:
     """A running server: ``port`` is the one bound (useful when asked for port 0); ``stop`` ends it."""
@@ -118,10 +143,10 @@ class Served:
 
 def serve(app: ASGIApp, host: str, port: int, *, started_timeout: float = 10.0,
           tls: tuple[str, str] | None = None, request_seconds: float = REQUEST_SECONDS,
-          max_connections: int | None = None) -> Served:
+          max_connections: int | None = None, handshake_seconds: float = HANDSHAKE_SECONDS) -> Served:
     """Serve ``app`` on ``host``:``port`` (0: any free port) from a daemon thread; over HTTPS with ``tls``
-    (certificate and key files, PEM), as an admission webhook must be. ``request_seconds`` and
-    ``max_connections`` (default: :func:`_connection_limit`) bound slow and piled-up clients (see the module);
+    (certificate and key files, PEM), as an admission webhook must be. ``request_seconds``, ``handshake_seconds``
+    and ``max_connections`` (default: :func:`_connection_limit`) bound slow and piled-up clients (see the module);
     requests in progress past ``max_connections`` get uvicorn's own 503 (``limit_concurrency``).
 
     The socket is bound here, in the caller's thread, so a port in use fails the caller at once with the
@@ -148,7 +173,7 @@ def serve(app: ASGIApp, host: str, port: int, *, started_timeout: float = 10.0,
                             limit_concurrency=limit + 1, timeout_graceful_shutdown=1, ws="none",
                             ssl_certfile=tls[0] if tls else None, ssl_keyfile=tls[1] if tls else None)
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="http", daemon=True)
+    thread = threading.Thread(target=_run, args=(server, sock, handshake_seconds), name="http", daemon=True)
     thread.start()
     deadline = time.monotonic() + started_timeout
     while not server.started and thread.is_alive() and time.monotonic() < deadline:
