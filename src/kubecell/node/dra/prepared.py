@@ -40,7 +40,7 @@ import json
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,6 +53,7 @@ from kubecell.kube.inventory_schema import NodeInventory
 from kubecell.kube.records import AllocationRecord, GpuGrant
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.dra import cdi
+from kubecell.node.dra.exclusive import Holding, held_elsewhere, holding
 from kubecell.node.dra.slices import MILLI_PER_GPU, NodeDevice, all_devices
 from kubecell.node.isolation import NodeIsolation, container_allocation
 
@@ -84,19 +85,36 @@ class PreparedDevice:
     device: str
     cdi_ids: tuple[str, ...]
     share_id: str | None = None
+    gpu: str | None = None
+    """The physical GPU's UUID (None in a checkpoint written before it was kept: read from the inventory)."""
+    exclusive: bool | None = None
+    """Held whole (None where not kept: taken as whole without a share ID)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"requestNames": list(self.request_names), "poolName": self.pool,
                                "deviceName": self.device, "cdiDeviceIDs": list(self.cdi_ids)}
         if self.share_id is not None:
             out["shareID"] = self.share_id
+        if self.gpu is not None:
+            out["gpuUUID"] = self.gpu
+        if self.exclusive is not None:
+            out["exclusive"] = self.exclusive
         return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PreparedDevice:
-        share = data.get("shareID")
+        share, gpu, exclusive = data.get("shareID"), data.get("gpuUUID"), data.get("exclusive")
         return cls(tuple(data["requestNames"]), str(data["poolName"]), str(data["deviceName"]),
-                   tuple(data["cdiDeviceIDs"]), None if share is None else str(share))
+                   tuple(data["cdiDeviceIDs"]), None if share is None else str(share),
+                   None if gpu is None else str(gpu), exclusive if isinstance(exclusive, bool) else None)
+
+    def holding(self, table: Mapping[str, NodeDevice]) -> Holding | None:
+        """What it takes of its GPU (None: a device the node no longer has, which holds nothing now)."""
+        device = table.get(self.device)
+        if device is None:
+            return None
+        exclusive = self.share_id is None if self.exclusive is None else self.exclusive
+        return Holding(self.device, self.gpu or device.gpu.uuid, device.is_mig, self.share_id, exclusive)
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +354,9 @@ class ClaimPreparer:
         by_request: dict[str, list[Allocated]] = {}
         for allocated in self._allocated(claim, inventory):
             by_request.setdefault(allocated.request, []).append(allocated)
+        wanted = {(m.device.name, m.share_id): holding(m.device, m.share_id, grant_of(m).milli)
+                  for members in by_request.values() for m in members}
+        self._refuse_held(ref, list(wanted.values()), inventory)
         isolation = self.isolation()
         node_isolation = NodeIsolation((*isolation.modes, "mig"), isolation.mps_root)
         memory = memory_by_uuid(inventory)
@@ -356,8 +377,9 @@ class ClaimPreparer:
                         name, k = f"{base}-{k}", k + 1
                     device = cdi.CdiDevice(name, edits)
                     devices.append(device)
+                    held = wanted[member.device.name, member.share_id]
                     answers.append(PreparedDevice((request.split("/", 1)[0],), self.node, member.device.name,
-                                                  (device.qualified,), member.share_id))
+                                                  (device.qualified,), member.share_id, held.gpu, held.exclusive))
             cdi.write_spec(self.cdi_dir, ref.uid, cdi.claim_spec(devices))
             prepared = PreparedClaim(ref, tuple(answers), tuple(sorted({uuid for uuid, _ in mps})))
             self.checkpoint.claims[ref.uid] = prepared
@@ -370,6 +392,16 @@ class ClaimPreparer:
         log.info("prepared %s/%s (%s): %s", ref.namespace, ref.name, ref.uid,
                  ", ".join(f"{d.device}{' share ' + d.share_id if d.share_id else ''}" for d in answers))
         return prepared
+
+    def _refuse_held(self, ref: ClaimRef, wanted: Sequence[Holding], inventory: NodeInventory) -> None:
+        """Refuse a claim whose devices another prepared claim holds (:mod:`.exclusive`)."""
+        table = {device.name: device for device in all_devices(inventory)}
+        others = {f"{c.ref.namespace}/{c.ref.name} ({uid})": [h for d in c.devices if (h := d.holding(table))]
+                  for uid, c in self.checkpoint.claims.items() if uid != ref.uid}
+        why = held_elsewhere(wanted, others)
+        if why is not None:
+            raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name}: {why}; it is prepared once that claim "
+                               "is unprepared")
 
     def _claim(self, ref: ClaimRef) -> dict[str, Any]:
         path = f"/apis/{names.API_GROUP_VERSION}/namespaces/{ref.namespace}/resourceclaims/{ref.name}"
