@@ -73,20 +73,38 @@ class CountingExists(SizerByJob):
         return super()._exists(ref)
 
 
+def llama_worker_leaving(loop: Loop) -> None:
+    """Llama's old worker (one of 4 GPUs), bound and now ending: the move evicted it, with a day's grace."""
+    body = copy.deepcopy(gpt_worker(0))
+    meta = body["metadata"]
+    meta["name"], meta["uid"] = "llama-worker-0", "llama-0"
+    meta["annotations"]["kubecell.io/group"] = "llama"
+    meta["ownerReferences"] = [{**meta["ownerReferences"][0], "name": "llama", "uid": LLAMA.uid}]
+    loop.add(body)
+    loop.cycle(1)
+    leaving = copy.deepcopy(loop.mirror.pods["llama-0"])
+    leaving["metadata"].update(deletionTimestamp="2026-12-01T00:00:00Z",
+                               deletionGracePeriodSeconds=elasticjobs.MAX_GRACE_SECONDS)
+    loop.add(leaving)
+    (name,) = [name for name, tracked in loop.state.tracked.items() if tracked.elastic == LLAMA]
+    loop.state.tracked[name].moving = True
+
+
 def test_a_job_deleted_during_its_move_holds_nothing_for_the_day_its_template_states() -> None:
     """A move is held for its workers' grace period (the job's template says how long, up to a day) and the
     pods'. A tenant whose job was moved and then deleted kept the GPUs the move was given from every other
     job's growth on that model, in every VC, for that day: nothing of the job ever ran there to end the hold."""
     now = 1_796_090_400.0
-    eng = engine(make_nodes(2), {"a": {"gpus": 16}}, resize_min_interval_seconds=0)
+    eng = engine(make_nodes(3), {"a": {"gpus": 24}}, resize_min_interval_seconds=0)
     loop, sizer = Loop(eng), CountingExists()
-    loop.add(worker(0, vc="a", size=1), gpt_worker(0))  # one worker of 4 GPUs each: 8 of 16 GPUs idle
+    loop.add(worker(0, vc="a", size=1), gpt_worker(0))  # one worker of 4 GPUs each
     loop.cycle(1)
+    llama_worker_leaving(loop)  # 12 of 24 GPUs idle
     sizer.holds_restored = True  # a sizer that has run a while (no restart: nothing kept to take on)
-    sizer.holds.hold(LLAMA, "move", "V100M32", target=2, runs=0, member_gpus=4,
+    sizer.holds.hold(LLAMA, "move", "V100M32", target=3, runs=0, member_gpus=4,
                      until=now + elasticjobs.MAX_GRACE_SECONDS + sizer.pending_grace_seconds, now=now)
     sizer.grow(loop.state, loop.mirror, now)
-    assert sizer.targets == {}, "llama's move was given the 8 idle GPUs"
+    assert sizer.targets == {}, "llama's move was given the 12 idle GPUs"
     sizer.grow(loop.state, loop.mirror, now + sizer.pending_grace_seconds + 1)
     assert sizer.targets == {}, "llama still exists: its workers end with their grace period"
     assert sizer.looked_up == ["llama"], "looked up once the hold lasted the pods' grace"
@@ -97,10 +115,50 @@ def test_a_job_deleted_during_its_move_holds_nothing_for_the_day_its_template_st
     sizer.grow(loop.state, loop.mirror, later)
     assert LLAMA not in sizer.holds.held, "deleted: what it was given is let go"
     assert entry_key(LLAMA) not in sizer.store.data, "and taken out of the holds' ConfigMap"
-    assert sum(target - 1 for target in sizer.targets.values()) == 2, "the 8 idle GPUs are offered again"
+    assert sum(target - 1 for target in sizer.targets.values()) == 3, "the 12 idle GPUs are offered again"
     assert sizer.looked_up == ["llama", "llama"]
     sizer.grow(loop.state, loop.mirror, later + 1000)
     assert sizer.looked_up == ["llama", "llama"], "no hold, nothing looked up"
+
+
+def test_a_move_whose_replacements_are_never_made_holds_for_the_pods_grace_once_its_workers_have_ended() -> None:
+    """The move's old workers have ended and its replacements are not made (a quota refuses them): the GPUs
+    the move was given stayed held from every other job's growth for the rest of the workers' grace period
+    the job's template states (up to a day), though nothing of the job was left to end."""
+    now = 1_796_090_400.0
+    eng = engine(make_nodes(2), {"a": {"gpus": 16}}, resize_min_interval_seconds=0)
+    loop, sizer = Loop(eng), SizerByJob()
+    loop.add(worker(0, vc="a", size=1), gpt_worker(0))  # 8 of 16 GPUs idle; llama has no pod left
+    loop.cycle(1)
+    sizer.holds_restored = True
+    sizer.holds.hold(LLAMA, "move", "V100M32", target=2, runs=0, member_gpus=4,
+                     until=now + elasticjobs.MAX_GRACE_SECONDS + sizer.pending_grace_seconds, now=now)
+    sizer.grow(loop.state, loop.mirror, now)
+    assert sizer.targets == {}, "its replacements have the pods' grace to form its gang"
+    kept = decode(entry_key(LLAMA), sizer.store.data[entry_key(LLAMA)])
+    assert kept is not None
+    assert kept.until == now + sizer.pending_grace_seconds, "kept shortened: a restarted scheduler holds no longer"
+    sizer.grow(loop.state, loop.mirror, now + sizer.pending_grace_seconds - 1)
+    assert sizer.targets == {}
+    sizer.grow(loop.state, loop.mirror, now + sizer.pending_grace_seconds + 1)
+    assert LLAMA not in sizer.holds.held
+    assert sum(target - 1 for target in sizer.targets.values()) == 2, "the 8 idle GPUs are offered again"
+
+
+def test_a_move_whose_workers_are_still_ending_keeps_its_hold() -> None:
+    now = 1_796_090_400.0
+    eng = engine(make_nodes(3), {"a": {"gpus": 24}}, resize_min_interval_seconds=0)
+    loop, sizer = Loop(eng), SizerByJob()
+    loop.add(worker(0, vc="a", size=1), gpt_worker(0))
+    loop.cycle(1)
+    llama_worker_leaving(loop)
+    sizer.holds_restored = True
+    until = now + elasticjobs.MAX_GRACE_SECONDS + sizer.pending_grace_seconds
+    sizer.holds.hold(LLAMA, "move", "V100M32", target=3, runs=0, member_gpus=4, until=until, now=now)
+    for later in (now, now + 3600, now + 7200):
+        sizer.grow(loop.state, loop.mirror, later)
+        assert sizer.targets == {}, "its old worker ends with its grace period: the move is still on its way"
+    assert sizer.holds.held[LLAMA].until == until
 
 
 def test_a_kept_model_of_a_world_the_job_can_never_form_is_dropped_as_such_a_report_is() -> None:

@@ -116,6 +116,7 @@ class ElasticSizer(SizerStatus):
         self.holds = Holds(keep=lambda ref, hold: self._keep_hold(ref, hold))
         """What raises, starts and moves were given and do not run yet: no other job is offered it."""
         self.holds_checked = {}
+        self.moves_unformed = {}
         self.types = GpuTypes(self._sized, lambda ref, reason, message: self._event(
             job_involved(ref), "Normal", reason, message), self._write, self.holds, pending_grace_seconds)
         """Which GPU model each ElasticJob's gang runs on: pins, starts and moves (``elastic_types``)."""
@@ -174,6 +175,7 @@ class ElasticSizer(SizerStatus):
                 continue
             if candidate is not None:
                 candidates[name] = candidate
+        self._end_unformed_moves(live, now)
         for ref, sized in list(self.jobs.items()):
             if ref in live:
                 sized.seen_at = now

@@ -87,6 +87,16 @@ class Holds:
         """``ref`` was lowered, or sent elsewhere: what it was given is free again."""
         self._end(ref)
 
+    def shorten(self, ref: ElasticRef, until: float) -> None:
+        """``ref``'s hold ends at ``until`` at the latest (kept so: a restarted scheduler holds no longer)."""
+        hold = self.held.get(ref)
+        if hold is None or hold.until <= until:
+            return
+        hold.until = until
+        if self.keep is not None:
+            hold.kept_until = until
+            self.keep(ref, hold)
+
     def runs(self, ref: ElasticRef, model: str | None, members: int) -> None:
         """``ref`` runs ``members`` on ``model`` now: a hold there shrinks by what it took (gone once it runs
         them all). A hold on another model stays: a moved job's old gang runs on where it was until it ends."""

@@ -37,6 +37,9 @@ class SizerStatus(SizerTelling):
     holds_checked: dict[ElasticRef, float]
     """Per held job, since when it is held, or when its ElasticJob was last found to exist
     (``_let_go_of_deleted``)."""
+    moves_unformed: dict[ElasticRef, float]
+    """Per moved job with no gang (its old workers ended, its replacements not formed), since when
+    (``_end_unformed_moves``)."""
 
     def _keep_hold(self, ref: ElasticRef, hold: Hold | None) -> None:
         """Keep a hold made (or ended: None) where a restarted scheduler reads it (``kube.kept_holds``). The
@@ -98,6 +101,21 @@ class SizerStatus(SizerTelling):
             else:
                 checked[ref] = now
         self.holds_checked = checked
+
+    def _end_unformed_moves(self, live: set[ElasticRef], now: float) -> None:
+        """A move is held for its workers' grace period (the job's template states it, up to a day) and the
+        pods': its old workers end first, then their replacements are made and form its gang on the new model.
+        Where the replacements are never made (a quota that refuses them, an admission webhook), the GPUs the
+        move was given stayed held from every other job's growth, in every VC, for the rest of that grace period
+        after the old workers had ended. Now a moved job that has no gang at all (``live``: its old one ended,
+        no new one formed) keeps its hold for the pods' grace from when it was first seen so, no longer."""
+        unformed: dict[ElasticRef, float] = {}
+        for ref, hold in list(self.holds.held.items()):
+            if hold.kind != "move" or ref in live:
+                continue
+            since = unformed[ref] = self.moves_unformed.get(ref, now)
+            self.holds.shorten(ref, since + self.pending_grace_seconds)
+        self.moves_unformed = unformed
 
     def _exists(self, ref: ElasticRef) -> bool | None:
         """Whether the ElasticJob is there (its uid checked) and not being deleted (its namespace, say); None
