@@ -34,7 +34,6 @@ from kubecell.elastic import workers as readers
 from kubecell.elastic.expectations import Expectations
 from kubecell.elastic.metrics import ControllerMetrics
 from kubecell.elastic.states import (
-    ACTIVE,
     TERMINAL,
     CreateWorker,
     Decision,
@@ -42,21 +41,11 @@ from kubecell.elastic.states import (
     Emit,
     EnsureRendezvous,
     Observation,
-    Phase,
     RemoveRendezvous,
     Worker,
     step,
 )
-from kubecell.elastic.status import (
-    CONDITION_ACCEPTED,
-    CONDITION_AVAILABLE,
-    MAX_GENERATION,
-    StatusView,
-    condition,
-    count,
-    foreign_conditions,
-    read_status,
-)
+from kubecell.elastic.status import MAX_GENERATION, StatusView, count, read_status, status_body
 from kubecell.elastic.writes import CreateRefusedError, JobWrites
 from kubecell.kube.actions import event_body
 from kubecell.kube.clock import rfc3339
@@ -73,7 +62,6 @@ from kubecell.kube.elasticjobs import (
     job_path,
     read_elastic_job,
     rendezvous_name,
-    worker_selector,
 )
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.kube.watch import Collection, Event, Watcher
@@ -411,28 +399,9 @@ class ElasticController:
         """Write the decision into the status when it changed; False when the write was refused (the job
         changed meanwhile: the next event decides again) or the job is gone."""
         meta = obj.get("metadata") or {}
-        stamp = rfc3339(_utc(now))
-        ready = sum(state is Worker.READY for state in workers.values())
-        available = (spec is not None and decision.phase not in TERMINAL and decision.phase is not Phase.INVALID
-                     and ready >= spec.min_replicas)
-        accepted = condition(CONDITION_ACCEPTED, problem is None, "Accepted" if problem is None else "InvalidSpec",
-                             problem or "the spec can be run", generation, previous.conditions, stamp)
-        available_condition = condition(CONDITION_AVAILABLE, available, decision.reason, decision.message,
-                                        generation, previous.conditions, stamp)
-        others = foreign_conditions(previous.conditions)
-        status: dict[str, Any] = {
-            "phase": str(decision.phase),
-            "replicas": sum(state in ACTIVE for state in workers.values()),
-            "readyReplicas": ready,
-            "targetReplicas": decision.established,
-            "selector": worker_selector(str(meta.get("name", ""))),
-            "restarts": decision.restarts,
-            "observedGeneration": generation,
-            "conditions": [*others, accepted, available_condition],
-        }
-        last = stamp if decision.changed else previous.last_resize
-        if last is not None:
-            status["lastResizeTime"] = last
+        status = status_body(str(meta.get("name", "")), previous, decision, workers,
+                             None if spec is None else spec.min_replicas, problem, generation,
+                             rfc3339(_utc(now)))
         current = obj.get("status")
         if isinstance(current, Mapping) and all(current.get(k) == v for k, v in status.items()):
             return True

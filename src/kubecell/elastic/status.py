@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubecell.elastic import workers as readers
-from kubecell.elastic.states import Phase
+from kubecell.elastic.states import ACTIVE, TERMINAL, Decision, Phase, Worker
+from kubecell.kube.elasticjobs import worker_selector
 
 CONDITION_ACCEPTED = "Accepted"
 """True when the spec can be run; False with reason InvalidSpec and the problem as its message."""
@@ -96,3 +97,31 @@ def condition(kind: str, true: bool, reason: str, message: str, generation: int,
         since = None  # an edited time that the schema would refuse is not written back
     return {"type": kind, "status": status, "observedGeneration": generation,
             "lastTransitionTime": since or now, "reason": reason, "message": message[:32768]}
+
+
+def status_body(name: str, previous: StatusView, decision: Decision, workers: Mapping[int, Worker],
+                min_replicas: int | None, problem: str | None, generation: int, stamp: str) -> dict[str, Any]:
+    """The status the controller writes for ``decision`` (``min_replicas`` None: a spec that cannot be read):
+    its own two conditions after those of other writers (bounded, ``foreign_conditions``), ``lastResizeTime``
+    moved only by a change."""
+    ready = sum(state is Worker.READY for state in workers.values())
+    available = (min_replicas is not None and decision.phase not in TERMINAL and decision.phase is not Phase.INVALID
+                 and ready >= min_replicas)
+    accepted = condition(CONDITION_ACCEPTED, problem is None, "Accepted" if problem is None else "InvalidSpec",
+                         problem or "the spec can be run", generation, previous.conditions, stamp)
+    available_condition = condition(CONDITION_AVAILABLE, available, decision.reason, decision.message,
+                                    generation, previous.conditions, stamp)
+    status: dict[str, Any] = {
+        "phase": str(decision.phase),
+        "replicas": sum(state in ACTIVE for state in workers.values()),
+        "readyReplicas": ready,
+        "targetReplicas": decision.established,
+        "selector": worker_selector(name),
+        "restarts": decision.restarts,
+        "observedGeneration": generation,
+        "conditions": [*foreign_conditions(previous.conditions), accepted, available_condition],
+    }
+    last = stamp if decision.changed else previous.last_resize
+    if last is not None:
+        status["lastResizeTime"] = last
+    return status
