@@ -95,3 +95,42 @@ def test_a_mig_instance_and_its_gpu_are_never_held_by_two_claims() -> None:
     assert conflicts(whole, instance)
     assert not conflicts(instance, other), "two instances of one GPU are two devices"
     assert not conflicts(elsewhere, whole)
+
+
+def test_shares_that_would_take_more_than_the_gpu_are_refused(node: Node) -> None:
+    """Two allocations of 600 milli-GPU each on one GPU, each with its own share ID: each alone is a share, both
+    together oversubscribe the GPU, and MPS would hold each to its own 60 %."""
+    node.prepared(add_claim(node.fake, "a", "uid-a", [result("gpu-2", share="s-1", consumed={"compute": "600"})]))
+    over = add_claim(node.fake, "b", "uid-b", [result("gpu-2", share="s-2", consumed={"compute": "600"})])
+    error = refused(node, over)
+    assert "1200 milli-GPU" in error
+    assert "ns/a (uid-a)" in error
+    fits = add_claim(node.fake, "c", "uid-c", [result("gpu-2", share="s-3", consumed={"compute": "400"})])
+    assert isinstance(node.preparer.prepare([fits])["uid-c"], PreparedClaim), "what is left of the GPU fits"
+
+
+def test_shares_that_would_take_more_than_the_gpus_memory_are_refused(node: Node) -> None:
+    assert node.inventory is not None
+    memory = node.inventory.gpus[2].memory_mib
+    half = f"{memory // 2 + 1024}Mi"
+    node.prepared(add_claim(node.fake, "a", "uid-a", [result("gpu-2", share="s-1",
+                                                             consumed={"compute": "100", "memory": half})]))
+    over = add_claim(node.fake, "b", "uid-b", [result("gpu-2", share="s-2",
+                                                      consumed={"compute": "100", "memory": half})])
+    assert f"more than its {memory} MiB" in refused(node, over)
+
+
+def test_a_kept_share_without_its_capacities_counts_as_none(node: Node) -> None:
+    """A checkpoint written before consumed capacities were kept: its shares hold their share IDs, not their
+    size (nothing to refuse on), and the checkpoint read is not an error."""
+    node.prepared(add_claim(node.fake, "a", "uid-a", [result("gpu-2", share="s-1", consumed={"compute": "600"})]))
+    path = node.directory / "plugin" / "checkpoint.json"
+    raw = json.loads(path.read_text())
+    (device,) = raw["claims"]["uid-a"]["devices"]
+    assert (device.pop("milli"), device.pop("memoryMiB")) == (600, 0)
+    path.write_text(json.dumps(raw))
+    node.restart()
+    again = add_claim(node.fake, "b", "uid-b", [result("gpu-2", share="s-2", consumed={"compute": "600"})])
+    assert isinstance(node.preparer.prepare([again])["uid-b"], PreparedClaim)
+    same = add_claim(node.fake, "c", "uid-c", [result("gpu-2", share="s-1", consumed={"compute": "100"})])
+    assert "s-1" in refused(node, same)

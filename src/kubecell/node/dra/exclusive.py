@@ -1,4 +1,4 @@
-"""The node's own check that a claim's devices are not another prepared claim's.
+"""The node's own check that a claim's devices are not another prepared claim's, and that shares fit.
 
 DRA drivers usually trust the scheduler for exclusivity across claims: the allocator never gives one device to
 two claims. The plugin is the last thing between an allocation and a container, though, and whoever can write a
@@ -11,11 +11,12 @@ silently. So a claim is refused, with a message naming the claim that holds the 
 * is a share whose ``shareID`` another prepared claim already holds on that device (a share ID is one
   allocation's);
 * is a MIG instance of a GPU another claim holds as a GPU (whole or a share), or the other way round: a GPU in
-  MIG mode runs no work outside its instances.
+  MIG mode runs no work outside its instances;
+* is a share that, with the shares other prepared claims hold on that device, would take more than all of its
+  compute or more than its memory (a claim prepared before the plugin kept consumed capacities counts as
+  none of either).
 
-Shares of one GPU with distinct share IDs are not summed here (the checkpoint does not keep consumed
-capacities): that a GPU's shares fit is the scheduler's, and the memory limits MPS enforces are each claim's
-own. A refusal is the claim's error: the kubelet retries it, and it is prepared once the other claim is
+A refusal is the claim's error: the kubelet retries it, and it is prepared once the other claim is
 unprepared (a pod that ended on the device and whose claim was allocated again before its unprepare arrived).
 """
 
@@ -38,12 +39,16 @@ class Holding:
     share_id: str | None
     exclusive: bool
     """Held whole: a whole GPU, or a MIG instance."""
+    milli: int = 0
+    """The compute a share takes, in thousandths of the GPU (0: not known)."""
+    memory_mib: int = 0
+    """The memory a share takes (0: not stated or not known)."""
 
 
-def holding(device: NodeDevice, share_id: str | None, milli: int) -> Holding:
-    """What ``device``, held with ``share_id`` and ``milli`` of its compute, takes."""
-    return Holding(device.name, device.gpu.uuid, device.is_mig, share_id,
-                   device.is_mig or milli >= MILLI_PER_GPU)
+def holding(device: NodeDevice, share_id: str | None, milli: int, memory_mib: int) -> Holding:
+    """What ``device``, held with ``share_id``, ``milli`` of its compute and ``memory_mib``, takes."""
+    return Holding(device.name, device.gpu.uuid, device.is_mig, share_id, device.is_mig or milli >= MILLI_PER_GPU,
+                   milli, memory_mib)
 
 
 def conflicts(wanted: Holding, held: Holding) -> bool:
@@ -54,9 +59,11 @@ def conflicts(wanted: Holding, held: Holding) -> bool:
     return wanted.gpu == held.gpu and wanted.mig != held.mig
 
 
-def held_elsewhere(wanted: Sequence[Holding], others: Mapping[str, Iterable[Holding]]) -> str | None:
-    """Why ``wanted`` cannot be prepared beside the claims ``others`` (claim name -> its holdings); None if it
-    can."""
+def held_elsewhere(wanted: Sequence[Holding], others: Mapping[str, Iterable[Holding]],
+                   memory_of: Mapping[str, int]) -> str | None:
+    """Why ``wanted`` cannot be prepared beside the claims ``others`` (claim name -> its holdings), on devices
+    of ``memory_of`` MiB (device name -> memory); None if it can."""
+    shared: dict[str, list[tuple[str, Holding]]] = {}
     for claim, holdings in others.items():
         for held in holdings:
             for want in wanted:
@@ -65,4 +72,19 @@ def held_elsewhere(wanted: Sequence[Holding], others: Mapping[str, Iterable[Hold
                     asked = "whole" if want.exclusive else f"as share {want.share_id}"
                     return (f"device {want.device} is asked {asked}, and claim {claim} prepared on this node holds "
                             f"{held.device} {what}")
+            if not held.exclusive:
+                shared.setdefault(held.device, []).append((claim, held))
+    for device in sorted({want.device for want in wanted if not want.exclusive}):
+        mine = [want for want in wanted if want.device == device]
+        there = shared.get(device, [])
+        milli = sum(h.milli for h in mine) + sum(h.milli for _, h in there)
+        memory = sum(h.memory_mib for h in mine) + sum(h.memory_mib for _, h in there)
+        holders = ", ".join(sorted({claim for claim, _ in there}))
+        if milli > MILLI_PER_GPU:
+            return (f"device {device}: the shares asked ({sum(h.milli for h in mine)} milli-GPU) and those claims "
+                    f"{holders} hold on it come to {milli} milli-GPU, more than the GPU")
+        capacity = memory_of.get(device, 0)
+        if capacity and memory > capacity:
+            return (f"device {device}: the shares asked ({sum(h.memory_mib for h in mine)} MiB) and those claims "
+                    f"{holders} hold on it come to {memory} MiB, more than its {capacity} MiB")
     return None

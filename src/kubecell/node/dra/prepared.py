@@ -89,6 +89,9 @@ class PreparedDevice:
     """The physical GPU's UUID (None in a checkpoint written before it was kept: read from the inventory)."""
     exclusive: bool | None = None
     """Held whole (None where not kept: taken as whole without a share ID)."""
+    milli: int = 0
+    memory_mib: int = 0
+    """What a share takes (0 where not kept: counted as nothing)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"requestNames": list(self.request_names), "poolName": self.pool,
@@ -99,6 +102,8 @@ class PreparedDevice:
             out["gpuUUID"] = self.gpu
         if self.exclusive is not None:
             out["exclusive"] = self.exclusive
+        if self.milli or self.memory_mib:
+            out["milli"], out["memoryMiB"] = self.milli, self.memory_mib
         return out
 
     @classmethod
@@ -106,7 +111,8 @@ class PreparedDevice:
         share, gpu, exclusive = data.get("shareID"), data.get("gpuUUID"), data.get("exclusive")
         return cls(tuple(data["requestNames"]), str(data["poolName"]), str(data["deviceName"]),
                    tuple(data["cdiDeviceIDs"]), None if share is None else str(share),
-                   None if gpu is None else str(gpu), exclusive if isinstance(exclusive, bool) else None)
+                   None if gpu is None else str(gpu), exclusive if isinstance(exclusive, bool) else None,
+                   _amount(data.get("milli")), _amount(data.get("memoryMiB")))
 
     def holding(self, table: Mapping[str, NodeDevice]) -> Holding | None:
         """What it takes of its GPU (None: a device the node no longer has, which holds nothing now)."""
@@ -114,7 +120,13 @@ class PreparedDevice:
         if device is None:
             return None
         exclusive = self.share_id is None if self.exclusive is None else self.exclusive
-        return Holding(self.device, self.gpu or device.gpu.uuid, device.is_mig, self.share_id, exclusive)
+        return Holding(self.device, self.gpu or device.gpu.uuid, device.is_mig, self.share_id, exclusive,
+                       self.milli, self.memory_mib)
+
+
+def _amount(value: Any) -> int:
+    """A kept share's milli-GPU or MiB (0 for anything that is not a count: unknown)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,8 +366,8 @@ class ClaimPreparer:
         by_request: dict[str, list[Allocated]] = {}
         for allocated in self._allocated(claim, inventory):
             by_request.setdefault(allocated.request, []).append(allocated)
-        wanted = {(m.device.name, m.share_id): holding(m.device, m.share_id, grant_of(m).milli)
-                  for members in by_request.values() for m in members}
+        wanted = {(m.device.name, m.share_id): holding(m.device, m.share_id, grant.milli, grant.memory_mib)
+                  for members in by_request.values() for m in members for grant in (grant_of(m),)}
         self._refuse_held(ref, list(wanted.values()), inventory)
         isolation = self.isolation()
         node_isolation = NodeIsolation((*isolation.modes, "mig"), isolation.mps_root)
@@ -379,7 +391,9 @@ class ClaimPreparer:
                     devices.append(device)
                     held = wanted[member.device.name, member.share_id]
                     answers.append(PreparedDevice((request.split("/", 1)[0],), self.node, member.device.name,
-                                                  (device.qualified,), member.share_id, held.gpu, held.exclusive))
+                                                  (device.qualified,), member.share_id, held.gpu, held.exclusive,
+                                                  0 if held.exclusive else held.milli,
+                                                  0 if held.exclusive else held.memory_mib))
             cdi.write_spec(self.cdi_dir, ref.uid, cdi.claim_spec(devices))
             prepared = PreparedClaim(ref, tuple(answers), tuple(sorted({uuid for uuid, _ in mps})))
             self.checkpoint.claims[ref.uid] = prepared
@@ -398,7 +412,7 @@ class ClaimPreparer:
         table = {device.name: device for device in all_devices(inventory)}
         others = {f"{c.ref.namespace}/{c.ref.name} ({uid})": [h for d in c.devices if (h := d.holding(table))]
                   for uid, c in self.checkpoint.claims.items() if uid != ref.uid}
-        why = held_elsewhere(wanted, others)
+        why = held_elsewhere(wanted, others, {name: device.memory_mib for name, device in table.items()})
         if why is not None:
             raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name}: {why}; it is prepared once that claim "
                                "is unprepared")
