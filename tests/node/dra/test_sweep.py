@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -20,6 +20,7 @@ from tests.node.dra.test_cdi import NODE, Node, add_claim, result
 
 GRACE = 600.0
 CLAIM = "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/share"
+PODS = "/api/v1/pods"
 
 
 class Clock:
@@ -30,10 +31,24 @@ class Clock:
         return self.now
 
 
+def node_pods(node: Node, *pods: dict[str, Any]) -> None:
+    """The pods the API server lists on the node (the fake answers the LIST whatever its selector)."""
+    node.fake.objects[PODS] = {"items": list(pods)}
+
+
+def pod_naming(claim: str, *, templated: bool) -> dict[str, Any]:
+    if templated:
+        return {"metadata": {"namespace": "ns", "name": "trainer"},
+                "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": claim}]}}
+    return {"metadata": {"namespace": "ns", "name": "trainer"},
+            "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": claim}]}}
+
+
 def mps_node(tmp_path: Path) -> tuple[Node, ClaimRef, ClaimSweeper, Clock]:
     node = Node(tmp_path, modes=("accounting", "mps"))
     ref = add_claim(node.fake, "share", "uid-share", [result("gpu-2", share="s", consumed={"compute": "250"})])
     node.prepared(ref)
+    node_pods(node)
     clock = Clock()
     return node, ref, ClaimSweeper(cast(Kube, node.fake), NODE, node.preparer, grace_seconds=GRACE,
                                    clock=clock), clock
@@ -78,15 +93,55 @@ def test_a_claim_in_use_is_never_released(tmp_path: Path) -> None:
     assert still_prepared(node, ref)
 
 
+@pytest.mark.parametrize("templated", [True, False], ids=["from-a-template", "named"])
+def test_a_claim_a_pod_on_the_node_names_is_in_use_and_not_asked_about(tmp_path: Path, templated: bool) -> None:
+    """A node of many shares: a GET per prepared claim per sweep would cost the API server thousands of calls a
+    minute over a cluster. The node's pods are listed once, and the claims they name are in use (the kubelet
+    unprepares them when their pod is done), even where the claim's allocation is gone."""
+    node, ref, sweeper, clock = mps_node(tmp_path)
+    node_pods(node, pod_naming("share", templated=templated))
+    del node.fake.objects[CLAIM]
+    for _ in range(3):
+        assert sweeper.sweep() == []
+        clock.now += GRACE
+    assert sweeper.asked == 0
+    assert still_prepared(node, ref)
+    node_pods(node, pod_naming("other", templated=templated))
+    sweeper.sweep()
+    clock.now += GRACE
+    assert sweeper.sweep() == [ref], "once no pod on the node names it, it is asked about"
+    assert sweeper.asked == 2
+
+
+def test_a_node_with_nothing_prepared_lists_nothing(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    sweeper = ClaimSweeper(cast(Kube, node.fake), NODE, node.preparer, grace_seconds=GRACE)
+    node.fake.fail = ApiError(500, "InternalError", "must not be called")
+    assert sweeper.sweep() == []
+
+
 def test_no_answer_from_the_api_server_releases_nothing(tmp_path: Path) -> None:
     """An API server that is away, or forbids the read, says nothing about the claim: a sweeper that took an
     error for "gone" would pull the devices of every running pod on a node cut off from its control plane."""
     node, ref, sweeper, clock = mps_node(tmp_path)
     for error in (ApiError(503, "ServiceUnavailable", "etcd"), ApiError(403, "Forbidden", "rbac")):
-        node.fake.fail = error
+        node.fake.fail = error  # the pods' LIST fails
         for _ in range(3):
             assert sweeper.sweep() == []
             clock.now += GRACE
+    node.fake.fail = None
+    listed = node.fake.get
+
+    def claims_refused(path: str, **query: Any) -> dict[str, Any]:
+        if "/resourceclaims/" in path:
+            raise ApiError(403, "Forbidden", "resourceclaims is forbidden")
+        return listed(path, **query)
+
+    node.fake.get = claims_refused  # type: ignore[method-assign]
+    for _ in range(3):  # the pods are listed, the claim cannot be read
+        assert sweeper.sweep() == []
+        clock.now += GRACE
+    assert sweeper.asked == 3
     assert still_prepared(node, ref)
 
 

@@ -7,20 +7,24 @@ while the kubelet was down and its claim deleted before the kubelet came back. E
 checkpoint for good, with its CDI spec and, for a share under MPS, the hold that keeps its GPU's MPS daemon
 running: the checkpoint grew without bound on a long-lived node, and a GPU kept a daemon nobody used.
 
-The sweeper asks the API server about every prepared claim. A claim is unused when it is gone (404), when
+The sweeper lists the pods bound to this node (one LIST, by field selector): a claim one of them names (in
+``status.resourceClaimStatuses`` or ``spec.resourceClaims``) is in use, and the kubelet unprepares it when that pod
+is done. Only the others (none, on a healthy node) are asked about, one GET each, so that a node of many shares
+costs the API server one LIST per sweep, not a GET per claim. A claim is unused when it is gone (404), when
 another claim has its name (another UID), or when it holds none of this driver's devices in this node's pool
 any more (deallocated, or allocated elsewhere): no pod can be running with it then, since a claim stays
 allocated while a pod reserves it. An unused claim is released only once it has been seen unused for
 ``grace_seconds`` without a break (ten minutes by default: the kubelet's own unprepare has that long, and a
-claim deallocated and allocated here again is seen in use in between). A claim the API server cannot be asked
-about (unreachable, forbidden) is left as it is: the sweeper never releases on an answer it did not get.
+claim deallocated and allocated here again is seen in use in between). Where the API server cannot be asked
+(unreachable, forbidden), nothing is released: the sweeper never releases on an answer it did not get.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from kubecell.kube import dra_names as names
 from kubecell.kube.rest import ApiError, Kube
@@ -38,6 +42,8 @@ class ClaimSweeper:
                  grace_seconds: float = DEFAULT_GRACE_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self.node = node
+        self.asked = 0
+        """Claims asked about (GETs), for the tests and the log."""
         self.preparer = preparer
         self.grace_seconds = grace_seconds
         self.clock = clock
@@ -49,8 +55,15 @@ class ClaimSweeper:
         period. The claims released."""
         released: list[ClaimRef] = []
         prepared = self.preparer.prepared_claims()
+        if not prepared:
+            return released
+        try:
+            named = claims_named(self.kube.get("/api/v1/pods", fieldSelector=f"spec.nodeName={self.node}")["items"])
+        except (ApiError, KeyError, TypeError) as error:
+            log.debug("sweeping prepared claims: the node's pods cannot be listed (%s); next time", error)
+            return released
         for ref in prepared:
-            why = self._unused(ref)
+            why = None if (ref.namespace, ref.name) in named else self._unused(ref)
             if why is None:
                 self.unused_since.pop(ref.uid, None)
                 continue
@@ -73,6 +86,7 @@ class ClaimSweeper:
     def _unused(self, ref: ClaimRef) -> str | None:
         """Why the claim is unused on this node; None when it is in use; "" when the API did not answer."""
         path = f"/apis/{names.API_GROUP_VERSION}/namespaces/{ref.namespace}/resourceclaims/{ref.name}"
+        self.asked += 1
         try:
             claim = self.kube.get(path)
         except ApiError as error:
@@ -88,3 +102,18 @@ class ClaimSweeper:
                    for r in results):
             return f"the claim holds no {names.DRIVER} device of this node any more"
         return None
+
+
+def claims_named(pods: Iterable[Any]) -> set[tuple[str, str]]:
+    """(namespace, claim name) of every ResourceClaim the pods name: the claims made for them from templates
+    (``status.resourceClaimStatuses``) and those they name directly (``spec.resourceClaims``)."""
+    named: set[tuple[str, str]] = set()
+    for pod in pods:
+        if not isinstance(pod, Mapping):
+            continue
+        namespace = str((pod.get("metadata") or {}).get("namespace", ""))
+        listed = [*((pod.get("status") or {}).get("resourceClaimStatuses") or []),
+                  *((pod.get("spec") or {}).get("resourceClaims") or [])]
+        named |= {(namespace, str(entry["resourceClaimName"])) for entry in listed
+                  if isinstance(entry, Mapping) and entry.get("resourceClaimName")}
+    return named
