@@ -134,3 +134,13 @@ def test_a_kept_share_without_its_capacities_counts_as_none(node: Node) -> None:
     assert isinstance(node.preparer.prepare([again])["uid-b"], PreparedClaim)
     same = add_claim(node.fake, "c", "uid-c", [result("gpu-2", share="s-1", consumed={"compute": "100"})])
     assert "s-1" in refused(node, same)
+
+
+def test_one_claims_shares_that_come_to_more_than_the_gpu_are_refused(node: Node) -> None:
+    """Two shares of 600 milli-GPU on one GPU in a single claim were one grant capped at the whole GPU: a pod
+    told it holds all of a GPU that no scheduler gave it whole."""
+    both = add_claim(node.fake, "both", "uid-both", [result("gpu-3", share="a", consumed={"compute": "600"}),
+                                                     result("gpu-3", share="b", consumed={"compute": "600"})])
+    error = refused(node, both)
+    assert "the shares asked (1200 milli-GPU) come to 1200 milli-GPU, more than the GPU" in error
+    assert "unprepared" not in error, "no other claim to wait for: the kubelet's retry cannot help"

@@ -71,7 +71,7 @@ def held_elsewhere(wanted: Sequence[Holding], others: Mapping[str, Iterable[Hold
                     what = "held whole" if held.exclusive else f"shared as {held.share_id or 'a share'}"
                     asked = "whole" if want.exclusive else f"as share {want.share_id}"
                     return (f"device {want.device} is asked {asked}, and claim {claim} prepared on this node holds "
-                            f"{held.device} {what}")
+                            f"{held.device} {what}; it is prepared once that claim is unprepared")
             if not held.exclusive:
                 shared.setdefault(held.device, []).append((claim, held))
     for device in sorted({want.device for want in wanted if not want.exclusive}):
@@ -79,12 +79,14 @@ def held_elsewhere(wanted: Sequence[Holding], others: Mapping[str, Iterable[Hold
         there = shared.get(device, [])
         milli = sum(h.milli for h in mine) + sum(h.milli for _, h in there)
         memory = sum(h.memory_mib for h in mine) + sum(h.memory_mib for _, h in there)
-        holders = ", ".join(sorted({claim for claim, _ in there}))
+        held_by = sorted({claim for claim, _ in there})
+        beside = (f" and the shares claims {', '.join(held_by)} hold on it" if held_by else "")
+        after = "; it is prepared once enough of them are unprepared" if held_by else ""
         if milli > MILLI_PER_GPU:
-            return (f"device {device}: the shares asked ({sum(h.milli for h in mine)} milli-GPU) and those claims "
-                    f"{holders} hold on it come to {milli} milli-GPU, more than the GPU")
+            return (f"device {device}: the shares asked ({sum(h.milli for h in mine)} milli-GPU){beside} come to "
+                    f"{milli} milli-GPU, more than the GPU{after}")
         capacity = memory_of.get(device, 0)
         if capacity and memory > capacity:
-            return (f"device {device}: the shares asked ({sum(h.memory_mib for h in mine)} MiB) and those claims "
-                    f"{holders} hold on it come to {memory} MiB, more than its {capacity} MiB")
+            return (f"device {device}: the shares asked ({sum(h.memory_mib for h in mine)} MiB){beside} come to "
+                    f"{memory} MiB, more than its {capacity} MiB{after}")
     return None

@@ -414,8 +414,7 @@ class ClaimPreparer:
                   for uid, c in self.checkpoint.claims.items() if uid != ref.uid}
         why = held_elsewhere(wanted, others, {name: device.memory_mib for name, device in table.items()})
         if why is not None:
-            raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name}: {why}; it is prepared once that claim "
-                               "is unprepared")
+            raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name}: {why}")
 
     def _claim(self, ref: ClaimRef) -> dict[str, Any]:
         path = f"/apis/{names.API_GROUP_VERSION}/namespaces/{ref.namespace}/resourceclaims/{ref.name}"
