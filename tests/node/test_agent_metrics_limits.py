@@ -69,3 +69,29 @@ def test_a_client_that_stops_sending_is_dropped(server: WSGIServer) -> None:
         started = time.monotonic()
         assert sock.recv(100) == b""
         assert time.monotonic() - started < 2.0
+
+
+def test_a_client_that_trickles_is_dropped_at_the_connection_deadline(server: WSGIServer,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A byte every 0.3 s keeps under the 0.5 s socket timeout for ever: the thread was held as long as the
+    client liked, and 32 such clients took every slot."""
+    monkeypatch.setattr(agent, "METRICS_CONNECTION_SECONDS", 1.5)
+    with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=0.3) as sock:
+        started = time.monotonic()
+        closed = False
+        for byte in b"GET /metrics HTTP/1.1\r\n" + b"x" * 40:
+            if time.monotonic() - started > 5:
+                break
+            try:
+                sock.sendall(bytes([byte]))
+                if sock.recv(100) == b"":
+                    closed = True
+                    break
+            except TimeoutError:
+                continue
+            except OSError:
+                closed = True
+                break
+        assert closed, "the trickling client kept its connection"
+        assert time.monotonic() - started < 3.0
+    assert status(server) == "HTTP/1.0 200 OK"

@@ -83,6 +83,10 @@ METRICS_CONNECTIONS = 32
 second held 200 threads for as long as they liked, and under a 256-descriptor limit left no room for a scrape."""
 METRICS_SOCKET_SECONDS = 10.0
 """The longest a metrics connection may wait for the client's next bytes (or for it to take the answer's)."""
+METRICS_CONNECTION_SECONDS = 30.0
+"""The longest a metrics connection may last, request and answer (one each: the server closes after it). The
+socket timeout alone bounds each wait, so a client sending a byte every 9 s held its thread for as long as it
+liked; a scrape takes milliseconds."""
 _BUSY = (b"HTTP/1.0 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 25\r\n\r\n"
          b"too many open connections")
 
@@ -121,10 +125,20 @@ class _MetricsServer(ThreadingWSGIServer):
         log.debug("metrics connection from %s ended", client_address, exc_info=True)
 
     def process_request_thread(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+        deadline = threading.Timer(METRICS_CONNECTION_SECONDS, _cut, args=(request,))
+        deadline.daemon = True
+        deadline.start()
         try:
             super().process_request_thread(request, client_address)
         finally:
+            deadline.cancel()
             self.slots.release()
+
+
+def _cut(request: socket.socket) -> None:
+    """End a connection past its time: the thread serving it sees its socket closed and ends."""
+    with contextlib.suppress(OSError):
+        request.shutdown(socket.SHUT_RDWR)
 
 
 def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> WSGIServer:
