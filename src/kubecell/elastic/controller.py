@@ -119,8 +119,6 @@ class ElasticController:
         self.told: dict[str, tuple[str, ...]] = {}
         """Job key -> the last ``TOLD_KEPT`` repeated-failure Events sent for it (a refused create is told once,
         not per retry)."""
-        self.refusals: dict[str, str] = {}
-        """Job key -> the refusal its last pass stopped at (logged when it changes, not at every resync)."""
         self.writes = JobWrites(kube, self.metrics, self._tell_once,
                                 recheck_seconds=self.options.service_recheck_seconds,
                                 expectation_seconds=self.options.expectation_seconds)
@@ -168,12 +166,10 @@ class ElasticController:
             started, outcome = time.perf_counter(), "ok"
             try:
                 self.reconcile(key)
-                self.refusals.pop(key, None)
-            except CreateRefusedError as refused:  # told once as an Event, logged once: no traceback per resync
+            except CreateRefusedError as refused:  # logged when its Event is told: no traceback per resync
                 outcome = "refused"
-                level = logging.DEBUG if self.refusals.get(key) == str(refused) else logging.WARNING
-                self.refusals[key] = str(refused)
-                log.log(level, "ElasticJob %s waits: %s; trying again at every resync", key, refused)
+                log.log(logging.WARNING if refused.told else logging.DEBUG,
+                        "ElasticJob %s waits: %s; trying again at every resync", key, refused)
             except Exception:  # one job's trouble (a bug, an API error) must never stop the others
                 outcome = "error"
                 log.exception("reconciling ElasticJob %s failed; trying again at the next resync", key)
@@ -187,8 +183,7 @@ class ElasticController:
                 self.synced.add("elasticjobs")
                 before, self.jobs = self.jobs, {self._key(obj): obj for obj in event.objects}
                 self.dirty |= set(self.jobs)
-                kept = {*self.expectations, *self.writes.services, *self.told, *self.refusals}
-                for key in kept:  # deleted while unwatched,
+                for key in {*self.expectations, *self.writes.services, *self.told}:  # deleted while unwatched,
                     if key not in self.jobs or _uid(self.jobs[key]) != _uid(before.get(key)):  # or made again
                         self._forget(key)
                 return
@@ -228,7 +223,7 @@ class ElasticController:
         """Drop what the controller kept for the job under ``key`` (by name): gone, or another job made under its
         name. Kept for the new one, the old one's expectations stood for a minute (its workers counted as made,
         its Service as existing: the new job got neither) and its told Warnings were not told again."""
-        for kept in (self.expectations, self.writes.services, self.told, self.refusals):
+        for kept in (self.expectations, self.writes.services, self.told):
             kept.pop(key, None)
 
     def _keep_pod(self, pod: dict[str, Any]) -> None:
@@ -445,15 +440,18 @@ class ElasticController:
             else:
                 self._event(obj, action)
 
-    def _tell_once(self, obj: Mapping[str, Any], action: Emit) -> None:
+    def _tell_once(self, obj: Mapping[str, Any], action: Emit) -> bool:
         """An Event that a retry would repeat: sent when its message is not among the last ``TOLD_KEPT`` sent
-        for the job. Several, not one: a pass that meets two refusals (a Service and a host whose names are
-        taken) would otherwise tell both again at every resync, each undoing the other's memory."""
+        for the job (True: sent now). Several, not one: a pass that meets two refusals (a Service and a host
+        whose names are taken) would otherwise tell both again at every resync, each undoing the other's
+        memory."""
         key = self._key(obj)
         recent = self.told.get(key, ())
-        if action.message not in recent:
-            self.told[key] = (*recent, action.message)[-TOLD_KEPT:]
-            self._event(obj, action)
+        if action.message in recent:
+            return False
+        self.told[key] = (*recent, action.message)[-TOLD_KEPT:]
+        self._event(obj, action)
+        return True
 
     def _event(self, obj: Mapping[str, Any], action: Emit) -> None:
         subject = involved(obj)

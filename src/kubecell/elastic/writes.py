@@ -32,18 +32,23 @@ from kubecell.kube.rest import ApiError, Kube
 class CreateRefusedError(Exception):
     """The API refused a write the job cannot run without (the rendezvous Service or host: quota, admission).
     Its Event is told (once); the pass stops, and the next resync tries again. Raised as its own type so that
-    the controller logs one line for it, not the traceback of a bug at every resync."""
+    the controller logs one line for it (when ``told``: the Event was sent now), not the traceback of a bug at
+    every resync."""
+
+    def __init__(self, message: str, *, told: bool) -> None:
+        super().__init__(message)
+        self.told = told
 
 
 class JobWrites:
     """The controller's writes of Pods and Services (see the module)."""
 
-    def __init__(self, kube: Kube, metrics: ControllerMetrics, tell: Callable[[Mapping[str, Any], Emit], None], *,
+    def __init__(self, kube: Kube, metrics: ControllerMetrics, tell: Callable[[Mapping[str, Any], Emit], bool], *,
                  recheck_seconds: float, expectation_seconds: float) -> None:
         self.kube = kube
         self.metrics = metrics
         self.tell = tell
-        """An Event that a retry would repeat, told once per job and message."""
+        """An Event that a retry would repeat, told once per job and message (True: told now)."""
         self.recheck_seconds = recheck_seconds
         self.expectation_seconds = expectation_seconds
         self.services: dict[str, tuple[bool, float]] = {}
@@ -173,8 +178,8 @@ class JobWrites:
         ``CreateRefusedError``."""
         if error.unavailable:
             raise error
-        self.tell(obj, Emit(True, "FailedCreate", f"{what} not created: {error}"))
-        raise CreateRefusedError(f"{what} not created: {error}") from error
+        message = f"{what} not created: {error}"
+        raise CreateRefusedError(message, told=self.tell(obj, Emit(True, "FailedCreate", message))) from error
 
     def remove_rendezvous(self, spec: ElasticJobSpec, host: Mapping[str, Any] | None, now: float) -> None:
         """Delete the job's rendezvous Service, if it controls the one of that name (and only that one: the uid

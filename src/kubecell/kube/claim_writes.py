@@ -20,6 +20,7 @@ from typing import Any
 
 from kubecell.core.errors import KubecellError
 from kubecell.kube.dra.allocation import reserved_for
+from kubecell.kube.dra_names import claim_path
 from kubecell.kube.rest import ApiError, Kube
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
@@ -28,10 +29,6 @@ FINALIZER = "resource.kubernetes.io/delete-protection"
 
 class ClaimConflict(KubecellError):  # noqa: N818 - a state the claim is in, as ApiError.conflict
     """The claim is not as the decision found it: replaced, deleted, or allocated by someone else."""
-
-
-def claim_path(namespace: str, name: str) -> str:
-    return f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
 
 
 def _devices(allocation: Mapping[str, Any] | None) -> list[tuple[str, str, str, str]]:

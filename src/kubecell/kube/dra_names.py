@@ -16,6 +16,12 @@ registered name and the domain of every attribute and capacity below."""
 API_GROUP_VERSION = "resource.k8s.io/v1"
 RESOURCE_SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
+
+def claim_path(namespace: str, name: str) -> str:
+    """The API path of ResourceClaim ``namespace/name``."""
+    return f"/apis/{API_GROUP_VERSION}/namespaces/{namespace}/resourceclaims/{name}"
+
+
 # Device attributes (``spec.devices[].attributes``).
 ATTR_TYPE = "type"
 """``gpu`` (a whole GPU, shareable by capacity) or ``mig`` (one MIG instance, exclusive)."""

@@ -256,8 +256,8 @@ class NodeAgent:
                 if self.dra is not None:
                     try:
                         self.dra.sweep()  # claims the kubelet never unprepared
-                    except (KubecellError, OSError) as error:
-                        log.warning("sweeping prepared claims failed: %s", error)
+                    except Exception:  # never the end of this thread: the MPS daemons depend on it
+                        log.exception("sweeping prepared claims failed; next round")
             if "mps" in self.allocator.isolation.modes:
                 try:
                     holders = mps_holders(api_pods(self.kube, self.options.node)(), self.options.node)

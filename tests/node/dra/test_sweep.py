@@ -180,3 +180,15 @@ def test_a_restarted_agent_sweeps_what_an_earlier_one_prepared(tmp_path: Path) -
     clock.now += GRACE
     assert sweeper.sweep() == [ref]
     assert not cdi.spec_path(node.directory / "cdi", ref.uid).exists()
+
+
+@pytest.mark.parametrize("status", [{"allocation": "x"}, {"allocation": {"devices": ["x"]}},
+                                    {"allocation": {"devices": {"results": {"driver": "gpu.kubecell.io"}}}}, "x"])
+def test_a_claim_of_any_shape_is_read_without_an_error(tmp_path: Path, status: Any) -> None:
+    """The sweep runs on the agent's housekeeping thread, which also keeps the MPS daemons: a claim of a shape
+    it did not expect holds no device of this node, and is never an exception."""
+    node, ref, sweeper, clock = mps_node(tmp_path)
+    node.fake.objects[CLAIM]["status"] = status
+    assert sweeper.sweep() == []
+    clock.now += GRACE
+    assert sweeper.sweep() == [ref]

@@ -363,12 +363,13 @@ class ClaimPreparer:
         inventory = self.inventory()
         if inventory is None:
             raise PrepareError(f"node {self.node}: the GPU inventory is not discovered yet")
+        table = {device.name: device for device in all_devices(inventory)}
         by_request: dict[str, list[Allocated]] = {}
-        for allocated in self._allocated(claim, inventory):
+        for allocated in self._allocated(claim, table):
             by_request.setdefault(allocated.request, []).append(allocated)
         wanted = {(m.device.name, m.share_id): holding(m.device, m.share_id, grant.milli, grant.memory_mib)
                   for members in by_request.values() for m in members for grant in (grant_of(m),)}
-        self._refuse_held(ref, list(wanted.values()), inventory)
+        self._refuse_held(ref, list(wanted.values()), table)
         isolation = self.isolation()
         node_isolation = NodeIsolation((*isolation.modes, "mig"), isolation.mps_root)
         memory = memory_by_uuid(inventory)
@@ -407,9 +408,9 @@ class ClaimPreparer:
                  ", ".join(f"{d.device}{' share ' + d.share_id if d.share_id else ''}" for d in answers))
         return prepared
 
-    def _refuse_held(self, ref: ClaimRef, wanted: Sequence[Holding], inventory: NodeInventory) -> None:
-        """Refuse a claim whose devices another prepared claim holds (:mod:`.exclusive`)."""
-        table = {device.name: device for device in all_devices(inventory)}
+    def _refuse_held(self, ref: ClaimRef, wanted: Sequence[Holding], table: Mapping[str, NodeDevice]) -> None:
+        """Refuse a claim whose devices another prepared claim holds, or whose shares do not fit
+        (:mod:`.exclusive`); ``table``: the node's devices by name."""
         others = {f"{c.ref.namespace}/{c.ref.name} ({uid})": [h for d in c.devices if (h := d.holding(table))]
                   for uid, c in self.checkpoint.claims.items() if uid != ref.uid}
         why = held_elsewhere(wanted, others, {name: device.memory_mib for name, device in table.items()})
@@ -417,9 +418,8 @@ class ClaimPreparer:
             raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name}: {why}")
 
     def _claim(self, ref: ClaimRef) -> dict[str, Any]:
-        path = f"/apis/{names.API_GROUP_VERSION}/namespaces/{ref.namespace}/resourceclaims/{ref.name}"
         try:
-            claim = self.kube.get(path)
+            claim = self.kube.get(names.claim_path(ref.namespace, ref.name))
         except ApiError as error:
             raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name}: {error}") from None
         uid = claim.get("metadata", {}).get("uid")
@@ -428,7 +428,7 @@ class ClaimPreparer:
                                "created again?)")
         return claim
 
-    def _allocated(self, claim: dict[str, Any], inventory: NodeInventory) -> list[Allocated]:
+    def _allocated(self, claim: dict[str, Any], table: Mapping[str, NodeDevice]) -> list[Allocated]:
         where = f"ResourceClaim {claim['metadata'].get('namespace')}/{claim['metadata'].get('name')}"
         allocation = (claim.get("status") or {}).get("allocation")
         if not allocation:
@@ -441,7 +441,6 @@ class ClaimPreparer:
         if elsewhere:
             raise PrepareError(f"{where} holds {names.DRIVER} devices of pool(s) {', '.join(elsewhere)}, not of "
                                f"this node's pool {self.node}")
-        table = {device.name: device for device in all_devices(inventory)}
         out = []
         seen: set[tuple[str, Any]] = set()
         for result in results:

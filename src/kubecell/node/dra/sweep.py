@@ -29,6 +29,7 @@ from typing import Any
 from kubecell.kube import dra_names as names
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.dra.prepared import ClaimPreparer, ClaimRef
+from kubecell.node.overuse import api_pods
 
 log = logging.getLogger("kubecell.node.dra")
 
@@ -58,7 +59,7 @@ class ClaimSweeper:
         if not prepared:
             return released
         try:
-            named = claims_named(self.kube.get("/api/v1/pods", fieldSelector=f"spec.nodeName={self.node}")["items"])
+            named = claims_named(api_pods(self.kube, self.node)())
         except (ApiError, KeyError, TypeError) as error:
             log.debug("sweeping prepared claims: the node's pods cannot be listed (%s); next time", error)
             return released
@@ -85,23 +86,28 @@ class ClaimSweeper:
 
     def _unused(self, ref: ClaimRef) -> str | None:
         """Why the claim is unused on this node; None when it is in use; "" when the API did not answer."""
-        path = f"/apis/{names.API_GROUP_VERSION}/namespaces/{ref.namespace}/resourceclaims/{ref.name}"
         self.asked += 1
         try:
-            claim = self.kube.get(path)
+            claim = self.kube.get(names.claim_path(ref.namespace, ref.name))
         except ApiError as error:
             if error.not_found:
                 return "the claim is gone"
             log.debug("sweeping ResourceClaim %s/%s: %s; asked again next time", ref.namespace, ref.name, error)
             return ""
-        if (claim.get("metadata") or {}).get("uid") != ref.uid:
+        if _field(claim, "metadata").get("uid") != ref.uid:
             return "the claim is gone (another claim has its name)"
-        allocation = (claim.get("status") or {}).get("allocation") or {}
-        results = ((allocation.get("devices") or {}).get("results") or []) if isinstance(allocation, dict) else []
-        if not any(isinstance(r, dict) and r.get("driver") == names.DRIVER and r.get("pool") == self.node
-                   for r in results):
+        results = _field(_field(_field(claim, "status"), "allocation"), "devices").get("results")
+        if not isinstance(results, list) or not any(
+                isinstance(r, Mapping) and r.get("driver") == names.DRIVER and r.get("pool") == self.node
+                for r in results):
             return f"the claim holds no {names.DRIVER} device of this node any more"
         return None
+
+
+def _field(obj: Any, key: str) -> Mapping[str, Any]:
+    """``obj[key]`` where both are mappings, else empty: a claim read as it is, whatever its shape."""
+    value = obj.get(key) if isinstance(obj, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
 
 
 def claims_named(pods: Iterable[Any]) -> set[tuple[str, str]]:
