@@ -100,54 +100,81 @@ def plan_targets(policies: MutableMapping[str, KubecellElasticPolicy], now: floa
     return choices
 
 
+@dataclass(slots=True)
+class _VcView:
+    """One VC's jobs as its allocator sees them, and what each GPU type has to give."""
+
+    types: list[str]
+    nodes: list[ClusterNode] = field(default_factory=list)
+    """The nodes the jobs hold (named per type, ``_held``) and one node per ``node_slots`` idle slots."""
+    views: list[tuple[GrowthCandidate, ElasticJobView]] = field(default_factory=list)
+    idle: dict[str, int] = field(default_factory=dict)
+    """Per type, the idle member slots: the most any job could be given there."""
+    given: dict[str, int] = field(default_factory=dict)
+    """Per type, the members its running jobs may give up now."""
+    slots_of: dict[str, int] = field(default_factory=dict)
+
+
 def _plan_vc(policy: KubecellElasticPolicy, now: float,
              candidates: Sequence[GrowthCandidate]) -> dict[str, GrowthChoice]:
-    nodes: list[ClusterNode] = []
-    views: list[tuple[GrowthCandidate, ElasticJobView]] = []
-    idle: dict[str, int] = {}
-    given: dict[str, int] = {}
-    slots_of: dict[str, int] = {}
-    types = sorted({c.gpu_type for c in candidates if c.gpu_type} | {t for c in candidates for t in c.rooms})
-    for gpu_type in types:
+    vc = _vc_view(candidates)
+    if not vc.views:
+        return {}
+    decision = policy.allocate(now, [view for _, view in vc.views], vc.nodes)
+    planned: dict[str, tuple[str, int]] = {}
+    for c, view in vc.views:
+        placed = decision.get(c.name, view.current)
+        planned[c.name] = (placed[0].split("/", 1)[0] if placed else c.gpu_type,
+                           min(len(placed), view.max_replicas))
+    kept: dict[str, str] = {}
+    choices = _starts_and_moves(policy, vc, planned, kept)
+    _givers(policy, vc, planned, kept, choices)
+    return choices
+
+
+def _vc_view(candidates: Sequence[GrowthCandidate]) -> _VcView:
+    """The allocator's cluster: the nodes the VC's jobs hold, its idle slots per type, and each job's view
+    (the sizes and types it may be given)."""
+    vc = _VcView(sorted({c.gpu_type for c in candidates if c.gpu_type} | {t for c in candidates for t in c.rooms}))
+    for gpu_type in vc.types:
         group = [c for c in candidates if c.gpu_type == gpu_type]
         held = Counter(node for c in group for node in c.nodes)
-        nodes += [ClusterNode(_held(gpu_type, node), gpu_type, count) for node, count in sorted(held.items())]
+        vc.nodes += [ClusterNode(_held(gpu_type, node), gpu_type, count) for node, count in sorted(held.items())]
         # The idle member slots: the most any job could be given there (its own headroom, or its room there).
-        idle[gpu_type] = max([max(c.room, 0) for c in group]
-                             + [max(c.rooms[gpu_type], 0) for c in candidates
-                                if c.gpu_type != gpu_type and gpu_type in c.rooms], default=0)
+        vc.idle[gpu_type] = max([max(c.room, 0) for c in group]
+                                + [max(c.rooms[gpu_type], 0) for c in candidates
+                                   if c.gpu_type != gpu_type and gpu_type in c.rooms], default=0)
         slots = max([max(c.node_slots, 1) for c in group] or [max(max(c.node_slots, 1) for c in candidates)])
-        slots_of[gpu_type] = slots
-        nodes += [ClusterNode(f"{gpu_type}/+idle-{i}", gpu_type, min(slots, idle[gpu_type] - i * slots))
-                  for i in range(math.ceil(idle[gpu_type] / slots))]
-        given[gpu_type] = sum(_shrinkable(c) for c in group)
+        vc.slots_of[gpu_type] = slots
+        vc.nodes += [ClusterNode(f"{gpu_type}/+idle-{i}", gpu_type, min(slots, vc.idle[gpu_type] - i * slots))
+                     for i in range(math.ceil(vc.idle[gpu_type] / slots))]
+        vc.given[gpu_type] = sum(_shrinkable(c) for c in group)
     for c in candidates:
         size, least = len(c.nodes), max(c.minimum, 1)
         if size:  # a move goes only where its minimum is idle now: it gives up what it runs on for it
             reach = {t: room for t, room in c.rooms.items() if t != c.gpu_type and room >= least}
-            reach[c.gpu_type] = size + max(c.room, 0) + given[c.gpu_type] - _shrinkable(c)
+            reach[c.gpu_type] = size + max(c.room, 0) + vc.given[c.gpu_type] - _shrinkable(c)
         else:  # a job that waits may also start on what other jobs of its VC give up
-            reach = {t: max(room, 0) + given[t] for t, room in c.rooms.items() if max(room, 0) + given[t] >= least}
+            reach = {t: max(room, 0) + vc.given[t] for t, room in c.rooms.items()
+                     if max(room, 0) + vc.given[t] >= least}
         if not reach:
             continue  # it waits and no type has room for its minimum: the engine's queue decides
-        views.append((c, ElasticJobView(
+        vc.views.append((c, ElasticJobView(
             name=c.name, submitted=c.submitted, min_replicas=max(1, size - _shrinkable(c)) if size else least,
             max_replicas=max(size, min(c.maximum, max(reach.values()))),
             current=tuple(_held(c.gpu_type, node) for node in c.nodes), last_resize=c.last_resize,
             attained_gpu_seconds=c.attained_member_seconds, restart_seconds=c.restart_seconds,
             estimate=c.estimate, gpu_types=frozenset(reach))))
-    if not views:
-        return {}
-    decision = policy.allocate(now, [view for _, view in views], nodes)
-    planned: dict[str, tuple[str, int]] = {}
-    for c, view in views:
-        placed = decision.get(c.name, view.current)
-        planned[c.name] = (placed[0].split("/", 1)[0] if placed else c.gpu_type,
-                           min(len(placed), view.max_replicas))
+    return vc
+
+
+def _starts_and_moves(policy: KubecellElasticPolicy, vc: _VcView, planned: dict[str, tuple[str, int]],
+                      kept: dict[str, str]) -> dict[str, GrowthChoice]:
+    """The jobs the allocator starts or moves to another type, into the idle slots; a move that cannot be made
+    is taken back out of ``planned`` (the job stays where it is) with its reason in ``kept``."""
     choices: dict[str, GrowthChoice] = {}
-    free = dict(idle)
-    kept: dict[str, str] = {}
-    for c, _ in sorted(views, key=lambda item: (bool(item[0].nodes), *_order(item[0]))):
+    free = dict(vc.idle)
+    for c, _ in sorted(vc.views, key=lambda item: (bool(item[0].nodes), *_order(item[0]))):
         # Starts first, then moves, each into the idle GPUs left, in least-attained-service order; a move
         # never counts on members others give (it could be left with nothing), a start may (it waits for them).
         gpu_type, count = planned[c.name]
@@ -160,24 +187,31 @@ def _plan_vc(policy: KubecellElasticPolicy, now: float,
                 kept[c.name] = (f"kept {len(c.nodes)} {c.gpu_type}: the allocator would move it to {gpu_type}, "
                                 f"where fewer than its minimum are idle now after the jobs before it")
                 continue
-            slower = _slower_after_move(c, gpu_type, count, slots_of[gpu_type])
+            slower = _slower_after_move(c, gpu_type, count, vc.slots_of[gpu_type])
             if slower is not None:
                 planned[c.name] = (c.gpu_type, len(c.nodes))
                 kept[c.name] = slower
                 continue
         free[gpu_type] -= min(count, free[gpu_type])
         choices[c.name] = GrowthChoice(count, policy.last_reasons.get(c.name, ""), gpu_type)
+    return choices
+
+
+def _givers(policy: KubecellElasticPolicy, vc: _VcView, planned: Mapping[str, tuple[str, int]],
+            kept: Mapping[str, str], choices: dict[str, GrowthChoice]) -> None:
+    """The size of every job that stays on its type: raised as planned, or lowered only as far as the growth
+    and starts of its VC that the idle slots cannot cover need (the most-served jobs give first)."""
     arriving = Counter[str]()
     for choice in choices.values():
         if choice.gpu_type is not None:
             arriving[choice.gpu_type] += choice.target
-    for gpu_type in types:
-        stay = [c for c, _ in views if c.gpu_type == gpu_type and c.name not in choices]
+    for gpu_type in vc.types:
+        stay = [c for c, _ in vc.views if c.gpu_type == gpu_type and c.name not in choices]
         # Members are taken from a job only for growth and starts the idle slots cannot give, the most-served
         # jobs first. (What a job moving away frees is not counted: on a cluster it is free only once its
         # workers have ended.)
         need = (sum(max(planned[c.name][1] - len(c.nodes), 0) for c in stay) + arriving[gpu_type]
-                - idle[gpu_type])
+                - vc.idle[gpu_type])
         for c in sorted(stay, key=lambda c: (-c.attained_member_seconds, c.name)):
             size, count = len(c.nodes), planned[c.name][1]
             reason = kept.get(c.name) or policy.last_reasons.get(c.name, "")
@@ -193,7 +227,6 @@ def _plan_vc(policy: KubecellElasticPolicy, now: float,
                 reason = (f"shrunk {size}->{size - give} {gpu_type}: {give} given to jobs of its VC that grow or "
                           f"start (the allocator would run it on {count}: {reason})")
             choices[c.name] = GrowthChoice(size - give, reason)
-    return choices
 
 
 def _slower_after_move(candidate: GrowthCandidate, gpu_type: str, count: int, slots: int) -> str | None:
