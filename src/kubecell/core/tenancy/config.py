@@ -166,6 +166,71 @@ def _cell_type(forest: CellForest, type_name: str, where: Locator, parts: KeyPat
         raise InvalidInputError(error.message, location=where(parts), accepted=error.accepted) from None
 
 
+def _demand(vc: VirtualClusterConfig, aliases: Mapping[str, str], forest: CellForest, where: Locator,
+            at: tuple[str, ...]) -> dict[tuple[str, int], int]:
+    """The cells a VC is guaranteed, per (chain, level): its ``cells`` by type and its ``gpus`` shorthand."""
+    demand: dict[tuple[str, int], int] = {}
+    for type_name, count in vc.cells.items():
+        chain, level = _cell_type(forest, aliases.get(type_name, type_name), where,
+                                  (*at, "cells", type_name))
+        if count < 0:
+            raise InvalidInputError(f"negative count {count} for {type_name}",
+                                    location=where((*at, "cells", type_name)), accepted="whole numbers >= 0")
+        if count:
+            demand[(chain.name, level)] = demand.get((chain.name, level), 0) + count
+    if vc.gpus is not None:
+        shorthand = vc.gpus if isinstance(vc.gpus, GpuShorthand) else GpuShorthand(count=vc.gpus)
+        chain_name = shorthand.chain
+        if chain_name is None:
+            if len(forest.chains) != 1:
+                raise InvalidInputError("gpus: N is ambiguous on a cluster with several chains",
+                                        location=where((*at, "gpus")),
+                                        accepted="gpus: {count: N, chain: one of " + ", ".join(forest.chains) + "}")
+            chain_name = next(iter(forest.chains))
+        if chain_name not in forest.chains:
+            raise InvalidInputError(f"unknown chain {chain_name!r}", location=where((*at, "gpus", "chain")),
+                                    accepted=", ".join(forest.chains))
+        for key, n in expand_gpus(forest, shorthand.count, chain_name).items():
+            demand[key] = demand.get(key, 0) + n
+    return demand
+
+
+def _pinned(vc: VirtualClusterConfig, name: str, forest: CellForest, where: Locator, at: tuple[str, ...],
+            pinned_owner: dict[str, tuple[str, int]]) -> list[Cell]:
+    """A VC's pinned cells, each pinned by one VC once (``pinned_owner``: cell id -> (VC, index), filled)."""
+    pinned: list[Cell] = []
+    for position, cell_id in enumerate(vc.pinned_cells):
+        try:
+            cell = forest.cell(cell_id)
+        except InvalidInputError as error:
+            raise InvalidInputError(error.message, location=where((*at, "pinnedCells", position)),
+                                    accepted=error.accepted) from None
+        if cell_id in pinned_owner:
+            owner = pinned_owner[cell_id][0]
+            message = (f"cell {cell_id!r} is pinned twice by {name!r}" if owner == name
+                       else f"cell {cell_id!r} is pinned by both {owner!r} and {name!r}")
+            raise InvalidInputError(message, location=where((*at, "pinnedCells", position)),
+                                    accepted="each cell pinned by one VC, once")
+        pinned_owner[cell_id] = (name, position)
+        pinned.append(cell)
+    return pinned
+
+
+def _check_disjoint_pins(forest: CellForest, pinned_owner: Mapping[str, tuple[str, int]],
+                         where: Locator) -> list[Cell]:
+    """Every pinned cell, none inside another (two VCs cannot both own one GPU)."""
+    all_pinned = [forest.by_id[c] for c in pinned_owner]
+    for cell in all_pinned:
+        for other in all_pinned:
+            if other is not cell and other in set(cell.ancestors()):
+                owner, position = pinned_owner[cell.id]
+                raise InvalidInputError(
+                    f"pinned cell {cell.id!r} ({owner}) lies inside pinned cell {other.id!r} "
+                    f"({pinned_owner[other.id][0]})", accepted="disjoint pinned cells",
+                    location=where(("virtualClusters", owner, "pinnedCells", position)))
+    return all_pinned
+
+
 def resolve_tenants(raw: Any, forest: CellForest, *, source: str = "tenants",
                     locate: Locator | None = None) -> Tenants:
     """Validate a parsed YAML document against the physical cluster and return the tenants.
@@ -189,43 +254,8 @@ def resolve_tenants(raw: Any, forest: CellForest, *, source: str = "tenants",
     vcs: list[VirtualCluster] = []
     for index, (name, vc) in enumerate(config.virtual_clusters.items()):
         at: tuple[str, ...] = ("virtualClusters", name)
-        demand: dict[tuple[str, int], int] = {}
-        for type_name, count in vc.cells.items():
-            chain, level = _cell_type(forest, aliases.get(type_name, type_name), where, (*at, "cells", type_name))
-            if count < 0:
-                raise InvalidInputError(f"negative count {count} for {type_name}",
-                                        location=where((*at, "cells", type_name)), accepted="whole numbers >= 0")
-            if count:
-                demand[(chain.name, level)] = demand.get((chain.name, level), 0) + count
-        if vc.gpus is not None:
-            shorthand = vc.gpus if isinstance(vc.gpus, GpuShorthand) else GpuShorthand(count=vc.gpus)
-            chain_name = shorthand.chain
-            if chain_name is None:
-                if len(forest.chains) != 1:
-                    raise InvalidInputError("gpus: N is ambiguous on a cluster with several chains",
-                                            location=where((*at, "gpus")),
-                                            accepted="gpus: {count: N, chain: one of " + ", ".join(forest.chains) + "}")
-                chain_name = next(iter(forest.chains))
-            if chain_name not in forest.chains:
-                raise InvalidInputError(f"unknown chain {chain_name!r}", location=where((*at, "gpus", "chain")),
-                                        accepted=", ".join(forest.chains))
-            for key, n in expand_gpus(forest, shorthand.count, chain_name).items():
-                demand[key] = demand.get(key, 0) + n
-        pinned: list[Cell] = []
-        for position, cell_id in enumerate(vc.pinned_cells):
-            try:
-                cell = forest.cell(cell_id)
-            except InvalidInputError as error:
-                raise InvalidInputError(error.message, location=where((*at, "pinnedCells", position)),
-                                        accepted=error.accepted) from None
-            if cell_id in pinned_owner:
-                owner = pinned_owner[cell_id][0]
-                message = (f"cell {cell_id!r} is pinned twice by {name!r}" if owner == name
-                           else f"cell {cell_id!r} is pinned by both {owner!r} and {name!r}")
-                raise InvalidInputError(message, location=where((*at, "pinnedCells", position)),
-                                        accepted="each cell pinned by one VC, once")
-            pinned_owner[cell_id] = (name, position)
-            pinned.append(cell)
+        demand = _demand(vc, aliases, forest, where, at)
+        pinned = _pinned(vc, name, forest, where, at, pinned_owner)
         gpus = sum(forest.chains[c].sizes[level] * n for (c, level), n in demand.items())
         gpus += sum(cell.size for cell in pinned)
         if gpus == 0:
@@ -234,15 +264,7 @@ def resolve_tenants(raw: Any, forest: CellForest, *, source: str = "tenants",
         limit = None if vc.borrow_limit_gpus is None else round(vc.borrow_limit_gpus * 1000)
         vcs.append(VirtualCluster(name, index, demand, tuple(vc.pinned_cells), vc.weight, limit,
                                   vc.min_runtime_minutes * 60.0, gpus))
-    all_pinned = [forest.by_id[c] for c in pinned_owner]
-    for cell in all_pinned:
-        for other in all_pinned:
-            if other is not cell and other in set(cell.ancestors()):
-                owner, position = pinned_owner[cell.id]
-                raise InvalidInputError(
-                    f"pinned cell {cell.id!r} ({owner}) lies inside pinned cell {other.id!r} "
-                    f"({pinned_owner[other.id][0]})", accepted="disjoint pinned cells",
-                    location=where(("virtualClusters", owner, "pinnedCells", position)))
+    all_pinned = _check_disjoint_pins(forest, pinned_owner, where)
     problems = shortfalls(forest, {vc.name: vc.demand for vc in vcs}, blocked=all_pinned)
     if problems:
         raise InvalidInputError(
