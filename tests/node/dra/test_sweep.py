@@ -192,3 +192,25 @@ def test_a_claim_of_any_shape_is_read_without_an_error(tmp_path: Path, status: A
     assert sweeper.sweep() == []
     clock.now += GRACE
     assert sweeper.sweep() == [ref]
+
+
+def test_a_pod_naming_a_claim_made_again_under_its_name_does_not_keep_the_old_one(tmp_path: Path) -> None:
+    """A pod names a claim by name. The claim was deleted while the kubelet could not unprepare it, and made
+    again under its name for a pod on this node: that pod vouches for the new claim, not for the old one, whose
+    hold would otherwise last as long as the new pod runs."""
+    node, old, sweeper, clock = mps_node(tmp_path)
+    new = add_claim(node.fake, "share", "uid-new", [result("gpu-3", share="t", consumed={"compute": "250"})])
+    node.prepared(new)
+    node_pods(node, pod_naming("share", templated=False))
+    assert sweeper.sweep() == []
+    clock.now += GRACE
+    assert sweeper.sweep() == [old]
+    assert not still_prepared(node, old)
+    assert still_prepared(node, new)
+    for _ in range(3):
+        clock.now += GRACE
+        assert sweeper.sweep() == [], "the claim the pod uses is kept"
+    assert still_prepared(node, new)
+    asked = sweeper.asked
+    sweeper.sweep()
+    assert sweeper.asked == asked, "once the name is one claim's again, the pod's naming it is enough"

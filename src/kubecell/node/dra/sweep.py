@@ -10,19 +10,22 @@ running: the checkpoint grew without bound on a long-lived node, and a GPU kept 
 The sweeper lists the pods bound to this node (one LIST, by field selector): a claim one of them names (in
 ``status.resourceClaimStatuses`` or ``spec.resourceClaims``) is in use, and the kubelet unprepares it when that pod
 is done. Only the others (none, on a healthy node) are asked about, one GET each, so that a node of many shares
-costs the API server one LIST per sweep, not a GET per claim. A claim is unused when it is gone (404), when
-another claim has its name (another UID), or when it holds none of this driver's devices in this node's pool
-any more (deallocated, or allocated elsewhere): no pod can be running with it then, since a claim stays
-allocated while a pod reserves it. An unused claim is released only once it has been seen unused for
-``grace_seconds`` without a break (ten minutes by default: the kubelet's own unprepare has that long, and a
-claim deallocated and allocated here again is seen in use in between). Where the API server cannot be asked
-(unreachable, forbidden), nothing is released: the sweeper never releases on an answer it did not get.
+costs the API server one LIST per sweep, not a GET per claim. (A pod names a claim by name only: where two
+prepared claims have one name, an old one deleted and its name taken again, both are asked about.) A claim is
+unused when it is gone (404), when another claim has its name (another UID), or when it holds none of this
+driver's devices in this node's pool any more (deallocated, or allocated elsewhere): no pod can be running with
+it then, since a claim stays allocated while a pod reserves it. An unused claim is released only once it has
+been seen unused for ``grace_seconds`` without a break (ten minutes by default: the kubelet's own unprepare has
+that long, and a claim deallocated and allocated here again is seen in use in between). Where the API server
+cannot be asked (unreachable, forbidden), nothing is released: the sweeper never releases on an answer it did
+not get.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -63,8 +66,12 @@ class ClaimSweeper:
         except (ApiError, KeyError, TypeError) as error:
             log.debug("sweeping prepared claims: the node's pods cannot be listed (%s); next time", error)
             return released
+        # A pod names a claim by name, not UID: where this node prepared two claims of one name (one deleted
+        # and made again while the kubelet could not unprepare it), a pod naming it vouches for neither.
+        crowded = {key for key, count in Counter((ref.namespace, ref.name) for ref in prepared).items() if count > 1}
         for ref in prepared:
-            why = None if (ref.namespace, ref.name) in named else self._unused(ref)
+            key = (ref.namespace, ref.name)
+            why = None if key in named and key not in crowded else self._unused(ref)
             if why is None:
                 self.unused_since.pop(ref.uid, None)
                 continue
