@@ -14,7 +14,7 @@ pytest.importorskip("grpc", reason="tests/node needs the `node` extra: pip insta
 
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.dra import cdi
-from kubecell.node.dra.prepared import ClaimRef
+from kubecell.node.dra.prepared import ClaimRef, PreparedClaim
 from kubecell.node.dra.sweep import ClaimSweeper
 from tests.node.dra.test_cdi import NODE, Node, add_claim, result
 
@@ -36,11 +36,11 @@ def node_pods(node: Node, *pods: dict[str, Any]) -> None:
     node.fake.objects[PODS] = {"items": list(pods)}
 
 
-def pod_naming(claim: str, *, templated: bool) -> dict[str, Any]:
+def pod_naming(claim: str, *, templated: bool, phase: str = "Running") -> dict[str, Any]:
     if templated:
         return {"metadata": {"namespace": "ns", "name": "trainer"},
-                "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": claim}]}}
-    return {"metadata": {"namespace": "ns", "name": "trainer"},
+                "status": {"phase": phase, "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": claim}]}}
+    return {"metadata": {"namespace": "ns", "name": "trainer"}, "status": {"phase": phase},
             "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": claim}]}}
 
 
@@ -214,3 +214,25 @@ def test_a_pod_naming_a_claim_made_again_under_its_name_does_not_keep_the_old_on
     asked = sweeper.asked
     sweeper.sweep()
     assert sweeper.asked == asked, "once the name is one claim's again, the pod's naming it is enough"
+
+
+def test_a_pending_pod_naming_a_claim_made_again_does_not_keep_the_old_one(tmp_path: Path) -> None:
+    """The old claim of the name still holds the GPU share, so the new claim's prepare is refused and its pod
+    stays Pending, naming the claim. Were that enough to call the old one in use, neither would ever move: the
+    old one is asked about (another UID has its name) and released, and the new one then prepares."""
+    node, old, sweeper, clock = mps_node(tmp_path)
+    new = add_claim(node.fake, "share", "uid-new", [result("gpu-2", share="t", consumed={"compute": "900"})])
+    assert not isinstance(node.preparer.prepare([new])[new.uid], PreparedClaim), "250 + 900 of one GPU"
+    node_pods(node, pod_naming("share", templated=False, phase="Pending"))
+    assert sweeper.sweep() == []
+    clock.now += GRACE
+    assert sweeper.sweep() == [old]
+    node.prepared(new)
+    assert still_prepared(node, new)
+    for _ in range(3):
+        clock.now += GRACE
+        assert sweeper.sweep() == [], "the new claim, allocated here, is in use while its pod starts"
+    asked = sweeper.asked
+    node_pods(node, pod_naming("share", templated=False))
+    sweeper.sweep()
+    assert sweeper.asked == asked, "a pod that has started vouches for its claim without a GET"

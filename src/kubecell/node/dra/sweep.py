@@ -7,18 +7,19 @@ while the kubelet was down and its claim deleted before the kubelet came back. E
 checkpoint for good, with its CDI spec and, for a share under MPS, the hold that keeps its GPU's MPS daemon
 running: the checkpoint grew without bound on a long-lived node, and a GPU kept a daemon nobody used.
 
-The sweeper lists the pods bound to this node (one LIST, by field selector): a claim one of them names (in
-``status.resourceClaimStatuses`` or ``spec.resourceClaims``) is in use, and the kubelet unprepares it when that pod
-is done. Only the others (none, on a healthy node) are asked about, one GET each, so that a node of many shares
-costs the API server one LIST per sweep, not a GET per claim. (A pod names a claim by name only: where two
-prepared claims have one name, an old one deleted and its name taken again, both are asked about.) A claim is
-unused when it is gone (404), when another claim has its name (another UID), or when it holds none of this
-driver's devices in this node's pool any more (deallocated, or allocated elsewhere): no pod can be running with
-it then, since a claim stays allocated while a pod reserves it. An unused claim is released only once it has
-been seen unused for ``grace_seconds`` without a break (ten minutes by default: the kubelet's own unprepare has
-that long, and a claim deallocated and allocated here again is seen in use in between). Where the API server
-cannot be asked (unreachable, forbidden), nothing is released: the sweeper never releases on an answer it did
-not get.
+The sweeper lists the pods bound to this node (one LIST, by field selector): a claim one of them that has
+started names (in ``status.resourceClaimStatuses`` or ``spec.resourceClaims``) is in use, and the kubelet
+unprepares it when that pod is done. Only the others (none, on a healthy node) are asked about, one GET each, so
+that a node of many shares costs the API server one LIST per sweep, not a GET per claim. (A pod names a claim by
+name only, so an old claim deleted and its name taken again must not pass for the new one: the claims of pods
+still Pending, whose prepare may be failing on the old claim's devices, are asked about, and so are two prepared
+claims of one name.) A claim is unused when it is gone (404), when another claim has its name (another UID), or
+when it holds none of this driver's devices in this node's pool any more (deallocated, or allocated elsewhere):
+no pod can be running with it then, since a claim stays allocated while a pod reserves it. An unused claim is
+released only once it has been seen unused for ``grace_seconds`` without a break (ten minutes by default: the
+kubelet's own unprepare has that long, and a claim deallocated and allocated here again is seen in use in
+between). Where the API server cannot be asked (unreachable, forbidden), nothing is released: the sweeper never
+releases on an answer it did not get.
 """
 
 from __future__ import annotations
@@ -118,11 +119,13 @@ def _field(obj: Any, key: str) -> Mapping[str, Any]:
 
 
 def claims_named(pods: Iterable[Any]) -> set[tuple[str, str]]:
-    """(namespace, claim name) of every ResourceClaim the pods name: the claims made for them from templates
-    (``status.resourceClaimStatuses``) and those they name directly (``spec.resourceClaims``)."""
+    """(namespace, claim name) of every ResourceClaim the pods that have started name: the claims made for them
+    from templates (``status.resourceClaimStatuses``) and those they name directly (``spec.resourceClaims``).
+    A pod still Pending (or without a phase) vouches for nothing: its claim may be the one whose prepare fails
+    because an old claim of the same name still holds the devices, and that old one must not be kept for it."""
     named: set[tuple[str, str]] = set()
     for pod in pods:
-        if not isinstance(pod, Mapping):
+        if not isinstance(pod, Mapping) or _field(pod, "status").get("phase") in (None, "Pending"):
             continue
         namespace = str((pod.get("metadata") or {}).get("namespace", ""))
         listed = [*((pod.get("status") or {}).get("resourceClaimStatuses") or []),
