@@ -1,7 +1,8 @@
 """Interference-aware sharing against simple admission rules, on measured pairs of jobs sharing one GPU.
 
     python bench/colocation.py [--pairs FILE] [--solo FILE] [--floor 0.8] [--target-rate 0.01]
-                               [--folds 4] [--seed 0] [--holdout any|both] [--gpu-memory-mib 24576]
+                               [--folds 4] [--seed 0] [--partitions 1] [--holdout any|both]
+                               [--gpu-memory-mib 24576]
 
 Defaults read Lucid's RTX 3090 tables from ``../shared/data/colocation`` (non-commercial licence: used here,
 at run time, never stored in the product). For each rule it prints how many pairs it admits and the share of
@@ -24,6 +25,11 @@ same-model heavy). With ``any``, a pair whose models fall in two groups is evalu
 calibrations; counts are summed over folds, so "admitted" counts pair-evaluations. Nothing of the
 evaluation pairs is used to tune either rule. The in-sample figures (calibrated and evaluated on every pair)
 are printed for reference only.
+
+One dealing of 8 models into 4 folds is one draw: a single pair that turns bad or good moves a rule's rate by
+0.1-0.2 points, and which models share a fold moves both rules' counts by tens of pairs. ``--partitions N``
+deals the models N times (seeds ``--seed`` .. ``--seed + N - 1``) and sums the held-out counts over all of
+them, so that a comparison between the rules does not hang on one dealing.
 
 Ranking apart from calibration: the tuned rules stand or fall by two things, how well their score *ranks*
 pairs (safe ones first) on models never seen, and where tuning puts the limit. The section "ranking on the
@@ -114,6 +120,17 @@ class Evaluation:
         for name, values in scores.items():
             for index, rate in enumerate(RANKING_RATES):
                 self.ranking[name][index] += best_admitted(values, bad, rate)
+
+    def absorb(self, other: Evaluation) -> None:
+        """Add another dealing's counts to these (notes are kept only for a single dealing)."""
+        self.evaluated += other.evaluated
+        for name, tally in other.tallies.items():
+            mine = self.tallies[name]
+            mine.admitted += tally.admitted
+            mine.below_floor += tally.below_floor
+            mine.below_09 += tally.below_09
+        for name, counts in other.ranking.items():
+            self.ranking[name] = [mine + theirs for mine, theirs in zip(self.ranking[name], counts, strict=True)]
 
     def count(self, rules: dict[str, AdmissionRule | None], cases: Sequence[Case], floor: float,
               gpu_memory_mib: float) -> None:
@@ -232,6 +249,8 @@ def main() -> None:
                         help="bad rate allowed on calibration pairs when tuning the threshold and the floor")
     parser.add_argument("--folds", type=int, default=4, help="groups of models, each held out once")
     parser.add_argument("--seed", type=int, default=0, help="shuffles the models before dealing them into folds")
+    parser.add_argument("--partitions", type=int, default=1,
+                        help="deal the models into folds this many times (seeds --seed, --seed + 1, ...) and sum")
     parser.add_argument("--holdout", choices=("any", "both"), default="any",
                         help="evaluate pairs with at least one / both models held out")
     parser.add_argument("--gpu-memory-mib", type=float, default=24576.0, help="RTX 3090: 24 GiB")
@@ -240,12 +259,23 @@ def main() -> None:
                                    ("--gpu-memory-mib", args.gpu_memory_mib, 1.0, 1e9)):
         if not (math.isfinite(value) and low < value <= high):
             parser.error(f"{name} {value}: give a number above {low:g} and at most {high:g}")
+    if not 1 <= args.partitions <= 1000:
+        parser.error(f"--partitions {args.partitions}: give a whole number from 1 to 1000")
     cases = load(args.pairs, args.solo)
-    groups = folds_of(cases, args.folds, args.seed)
     print(f"{len(cases)} pairs of {len({m for case in cases for m in case.models})} models; floor {args.floor:g}x, "
           f"calibration bad rate <= {100 * args.target_rate:g} %")
-    report(f"held-out models ({args.folds} folds, seed {args.seed}, evaluated: {args.holdout} model(s) unseen)",
-           held_out(cases, args.floor, args.target_rate, groups, args.holdout, args.gpu_memory_mib), args.floor)
+    pooled = Evaluation()
+    for seed in range(args.seed, args.seed + args.partitions):
+        groups = folds_of(cases, args.folds, seed)
+        dealing = held_out(cases, args.floor, args.target_rate, groups, args.holdout, args.gpu_memory_mib)
+        if args.partitions == 1:
+            pooled = dealing
+        else:
+            pooled.absorb(dealing)
+    seeds = f"seed {args.seed}" if args.partitions == 1 else \
+        f"{args.partitions} dealings, seeds {args.seed}-{args.seed + args.partitions - 1}, summed"
+    report(f"held-out models ({args.folds} folds, {seeds}, evaluated: {args.holdout} model(s) unseen)", pooled,
+           args.floor)
     report("in-sample (reference only)", in_sample(cases, args.floor, args.target_rate, args.gpu_memory_mib),
            args.floor)
 
