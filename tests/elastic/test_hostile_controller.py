@@ -459,3 +459,33 @@ def test_an_api_server_that_is_unavailable_is_still_an_error() -> None:
     controller.reconcile_dirty()
     assert controller.metrics.reconciles.labels("error")._value.get() == 1
     assert not store.warnings()
+
+
+# --- a worker whose init container crash-loops ----------------------------------------------------------------------
+
+
+def test_a_worker_whose_init_container_crash_loops_restarts_the_job_and_is_told() -> None:
+    """``restartPolicy: OnFailure`` and an init container that fails at every start (a dataset it cannot fetch):
+    the kubelet restarts it for ever and the Pod stays Pending on its node. The controller read the worker as
+    Scheduled, so the job sat Pending, "waiting for the scheduler", holding the GPUs its workers were bound to,
+    with no CrashLoop condition, no Event and no restart counted."""
+    store = Store()
+    spec = ej.read_elastic_job(job())
+    for index in range(2):
+        worker = worker_pod(spec, index)
+        worker["metadata"]["ownerReferences"] = [owner_reference(spec)]
+        worker["spec"]["nodeName"] = "n1"
+        worker["status"] = {"phase": "Pending",
+                            "initContainerStatuses": [{"name": "fetch", "restartCount": 7,
+                                                       "state": {"waiting": {"reason": "CrashLoopBackOff"}}}],
+                            "containerStatuses": [{"name": "trainer", "restartCount": 0,
+                                                   "state": {"waiting": {"reason": "PodInitializing"}}}]}
+        store.put(pod_path(ej.worker_name("bert", index)), worker)
+    controller = controller_over(store, job(status={"phase": "Pending", "targetReplicas": 2}))
+    reconcile(controller, store)
+    status = store.objects[ej.job_path(NS, "bert")]["status"]
+    assert (status["phase"], status["restarts"]) == ("Restarting", 1)
+    available = next(c for c in status["conditions"] if c["type"] == "Available")
+    assert (available["status"], available["reason"]) == ("False", "CrashLoop")
+    assert [reason for reason, _ in store.warnings()] == ["CrashLoop"]
+    assert {pod_path("bert-worker-0"), pod_path("bert-worker-1")} <= set(store.deleted)

@@ -57,6 +57,30 @@ def test_a_worker_pods_state(obj: dict[str, Any], state: Worker) -> None:
     assert readers.worker_state(readers.trimmed(obj)) is state  # what the watch keeps is enough
 
 
+def initialising(reason: str, *, phase: str = "Pending", sidecar_ready: bool = False) -> dict[str, Any]:
+    """A bound worker whose init container (``fetch``: downloads the dataset) is waiting for ``reason``."""
+    body = pod(phase, node="n1", ready=sidecar_ready)
+    body["status"]["initContainerStatuses"] = [{"name": "fetch", "restartCount": 6,
+                                                "state": {"waiting": {"reason": reason}}}]
+    body["status"]["containerStatuses"] = [{"name": "trainer", "restartCount": 0,
+                                            "state": {"waiting": {"reason": "PodInitializing"}}}]
+    return body
+
+
+@pytest.mark.parametrize(("obj", "state"), [
+    (initialising("CrashLoopBackOff"), Worker.CRASH_LOOP),
+    (initialising("PodInitializing"), Worker.SCHEDULED),
+    (initialising("CrashLoopBackOff", phase="Running", sidecar_ready=True), Worker.READY),
+], ids=["init container crash loop", "init container starting", "a sidecar's restarts while the worker trains"])
+def test_a_worker_whose_init_container_crash_loops_is_crash_looping(obj: dict[str, Any], state: Worker) -> None:
+    """With ``restartPolicy: OnFailure`` the kubelet restarts a failing init container for ever and the Pod stays
+    Pending: the worker was read as Scheduled, so the job sat Pending ("waiting for the scheduler") holding the
+    GPUs it was bound to, with no CrashLoop condition, no Event and no restart counted. A native sidecar (an init
+    container with ``restartPolicy: Always``) restarting while the worker trains is left to its readiness."""
+    assert readers.worker_state(obj) is state
+    assert readers.worker_state(readers.trimmed(obj)) is state  # what the watch keeps is enough
+
+
 @pytest.mark.parametrize(("obj", "index"), [
     (pod(), 1),
     (pod(index="01"), None),              # the label must be the name's index

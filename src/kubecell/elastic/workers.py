@@ -112,7 +112,11 @@ def worker_state(pod: Mapping[str, Any]) -> Worker:
         taken = _condition_of(pod, "DisruptionTarget")
         pressure = status.get("reason") == EVICTED_REASON and taken.get("reason") == BY_KUBELET
         return Worker.DISRUPTED if taken.get("status") == "True" and not pressure else Worker.FAILED
-    for container in status.get("containerStatuses") or []:
+    # an init container that crash-loops keeps the Pod Pending on its node for ever (its GPUs held); once the Pod
+    # runs, only a native sidecar restarts there, and its readiness speaks for it
+    looping = [*(status.get("containerStatuses") or []),
+               *((status.get("initContainerStatuses") or []) if phase == "Pending" else [])]
+    for container in looping:
         waiting = ((container or {}).get("state") or {}).get("waiting") or {}
         if waiting.get("reason") == CRASH_LOOP_REASON:
             return Worker.CRASH_LOOP
@@ -177,18 +181,24 @@ def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
     if isinstance(finalizers, list) and finalizers:
         kept["finalizers"] = [str(f)[:316] for f in finalizers[:MAX_FINALIZERS_KEPT]]
     status = pod.get("status") or {}
+    conditions = [{"type": c.get("type"), "status": c.get("status"), "reason": c.get("reason")}
+                  for c in status.get("conditions") or [] if isinstance(c, Mapping)]
+    return {"metadata": kept, "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
+            "status": {"phase": status.get("phase"), "reason": status.get("reason"), "conditions": conditions,
+                       "containerStatuses": _container_states(status.get("containerStatuses")),
+                       "initContainerStatuses": _container_states(status.get("initContainerStatuses"))}}
+
+
+def _container_states(listed: Any) -> list[dict[str, Any]]:
+    """Of each container's status, what ``worker_state`` reads: its name, restarts, state and reason."""
     containers = []
-    for container in status.get("containerStatuses") or []:
+    for container in listed or []:
         state = (container or {}).get("state") or {}
         containers.append({"name": container.get("name"), "restartCount": container.get("restartCount", 0),
                            "state": {key: {"reason": (value or {}).get("reason"),
                                            "exitCode": (value or {}).get("exitCode")}
                                      for key, value in state.items()}})
-    conditions = [{"type": c.get("type"), "status": c.get("status"), "reason": c.get("reason")}
-                  for c in status.get("conditions") or [] if isinstance(c, Mapping)]
-    return {"metadata": kept, "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
-            "status": {"phase": status.get("phase"), "reason": status.get("reason"), "conditions": conditions,
-                       "containerStatuses": containers}}
+    return containers
 
 
 def parse_time(text: Any) -> float | None:
