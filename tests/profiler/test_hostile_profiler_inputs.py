@@ -81,6 +81,20 @@ def test_a_kubelets_start_or_finish_does_not_stretch_the_window(tmp_path: Path, 
     assert all(T.timestamp() <= at <= now.timestamp() for at in client.windows), client.windows
 
 
+def test_a_kubelets_finish_does_not_stretch_the_run_time(tmp_path: Path) -> None:
+    """The record's run time is what a family's expected run time and the report's GPU-hours are made of: a pod
+    has finished before the pass that sees it finished, whatever year its node's clock wrote."""
+    now = T + timedelta(hours=2)
+    with JobHistory.open(f"sqlite:///{tmp_path / 'h.db'}") as history:
+        done = profile_jobs(group_pods([finished_pod("p", stamp(T), "9999-12-31T23:59:59Z")]), Counting(), history,
+                            now=now)
+        (saved,) = done.saved
+        assert saved.seconds is not None
+        assert 0 <= saved.seconds <= (now - T).total_seconds(), saved.seconds
+        assert history.durations() == [saved.seconds]
+    assert any("clock" in problem for problem in saved.problems), saved.problems
+
+
 class Hostile(BaseHTTPRequestHandler):
     """A Prometheus whose answer depends on the pod a query names: ``bomb`` gets 40 MB of JSON (whitespace,
     gzipped to a few kB), ``deep`` arrays nested 100,000 deep, any other an empty matrix."""

@@ -13,7 +13,7 @@ from typing import ClassVar
 import pytest
 
 from kubecell.core.errors import KubecellError
-from kubecell.profiler.prometheus import Prometheus, PrometheusError
+from kubecell.profiler.prometheus import Prometheus, PrometheusError, quote
 from tests.profiler.prometheus_server import BASE_TIME, Family, backfilled
 from tests.support import loopback_http
 
@@ -22,11 +22,14 @@ LABELS = {"pod": "p", "namespace": "ns", "node": "n1", "gpu": "GPU-0"}
 MINUTES = 180
 SAMPLES = [(float(BASE_TIME + 60 * i), (i % 17) / 16) for i in range(MINUTES)]
 NAN_SERIES = [(float(BASE_TIME + 60 * i), math.nan) for i in range(5)]
+ODD_LABELS = {"pod": "odd", "namespace": "elsewhere", "node": "n1", "gpu": "GPU-\ufffd"}
+"""A label holding U+FFFD, which PromQL's lexer takes for a bad byte where it stands in a string literal."""
 
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    families = [Family(GAUGE, "gauge", [(LABELS, SAMPLES), ({**LABELS, "pod": "broken"}, NAN_SERIES)])]
+    families = [Family(GAUGE, "gauge", [(LABELS, SAMPLES), ({**LABELS, "pod": "broken"}, NAN_SERIES),
+                                        (ODD_LABELS, SAMPLES[:3])])]
     with backfilled(Path(tmp_path_factory.mktemp("client")), families) as url:
         yield url
 
@@ -54,6 +57,13 @@ def test_instant_queries_and_series(prometheus: str) -> None:
     assert vector.samples == ((at, SAMPLES[30][1]),)
     listed = client.series(f'{GAUGE}{{namespace="ns"}}', SAMPLES[0][0], SAMPLES[-1][0])
     assert sorted(s["pod"] for s in listed) == ["broken", "p"]
+
+
+def test_a_label_holding_the_replacement_character_is_quoted_as_promql_reads_it(prometheus: str) -> None:
+    (series,) = Prometheus(prometheus).raw(f"{GAUGE}{{gpu={quote(ODD_LABELS['gpu'])}}}", SAMPLES[0][0],
+                                           SAMPLES[-1][0])
+    assert series.labels == {"__name__": GAUGE, **ODD_LABELS}
+    assert list(series.samples) == SAMPLES[:3]
 
 
 def test_bad_promql_names_the_query(prometheus: str) -> None:

@@ -15,8 +15,9 @@ set unless its scrape job honours its labels): every selector is read within the
 against them.
 
 Every call has a timeout, and every failure (no connection, an HTTP error with Prometheus' ``error`` field, a
-body that is not the API's JSON, an answer too large to hold, a NaN or infinite value where a number was needed) is a
-:class:`PrometheusError` naming the query, so a caller can report it for the job it was profiling.
+body that is not the API's JSON, an answer too large to hold, an answer with ``warnings`` (a store failed, so it is
+partial), a NaN or infinite value where a number was needed) is a :class:`PrometheusError` naming the query, so a
+caller can report it for the job it was profiling.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class PrometheusError(KubecellError):
     """A query Prometheus did not answer, refused, or answered with something that is not a usable number."""
 
     def __init__(self, url: str, query: str, reason: str, *, status: int | None = None,
-                 too_large: bool = False) -> None:
+                 too_large: bool = False, partial: bool = False) -> None:
         self.url = url
         self.query = query
         self.reason = reason
@@ -59,13 +60,16 @@ class PrometheusError(KubecellError):
         or its answer too large), not Prometheus': the caller may go on with other queries."""
         self.too_large = too_large
         """The answer was over :data:`MAX_ANSWER_BYTES`: this query's series, not Prometheus', are at fault."""
+        self.partial = partial
+        """Prometheus answered with warnings: a store it reads (``remote_read``, a Thanos store) failed, so the
+        samples may be only part of what it keeps. Another query (another time range) may be answered whole."""
         super().__init__(f"prometheus {url}: query {query!r}: {reason}")
 
     @property
     def refused(self) -> bool:
-        """Whether Prometheus answered and refused this query (400, 422), or its answer was too large to read:
-        another query may still be answered."""
-        return self.too_large or (self.status is not None and 400 <= self.status < 500)
+        """Whether Prometheus answered and refused this query (400, 422), its answer was too large to read, or
+        it answered only in part: another query may still be answered."""
+        return self.too_large or self.partial or (self.status is not None and 400 <= self.status < 500)
 
 
 @dataclass(frozen=True)
@@ -80,14 +84,15 @@ def quote(text: str) -> str:
     """``text`` as a PromQL string literal (JSON's escapes are a subset of what PromQL accepts).
 
     Characters beyond ASCII are written as themselves: JSON would write one outside the Basic Multilingual
-    Plane as a surrogate pair (``\\ud83d\\ude00``), which PromQL's lexer refuses, failing the whole query. Text
-    that is not valid Unicode (a lone surrogate, from a hand-edited annotation) cannot be any label's value, and
-    is refused here with a :class:`~kubecell.core.errors.KubecellError`."""
+    Plane as a surrogate pair (``\\ud83d\\ude00``), which PromQL's lexer refuses, failing the whole query. All
+    but U+FFFD, which the lexer takes for a byte that is not UTF-8 ("invalid UTF-8 rune") where it stands as
+    itself, so it is escaped. Text that is not valid Unicode (a lone surrogate, from a hand-edited annotation)
+    cannot be any label's value, and is refused here with a :class:`~kubecell.core.errors.KubecellError`."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise KubecellError(f"not valid Unicode, so no series' label: {text!r}") from None
-    return json.dumps(text, ensure_ascii=False)
+    return json.dumps(text, ensure_ascii=False).replace("\ufffd", "\\ufffd")
 
 
 def regex_literal(text: str) -> str:
@@ -146,6 +151,14 @@ class Prometheus:
                                   status=response.status_code)
         if "data" not in body:
             raise PrometheusError(self.url, query, "a successful answer without data")
+        warnings = body.get("warnings")
+        if warnings:
+            # samples as stored are all this client reads, and a raw selector draws no PromQL warning: one here is
+            # a store that failed (Prometheus' remote_read, a Thanos store with partial responses), and an answer
+            # without its samples would be kept as the job's whole life
+            said = "; ".join(str(warning) for warning in warnings) if isinstance(warnings, list) else str(warnings)
+            raise PrometheusError(self.url, query, f"a partial answer, Prometheus warns: {said[:1000]}",
+                                  status=response.status_code, partial=True)
         return body["data"]
 
     def _body(self, response: requests.Response, query: str) -> bytes:

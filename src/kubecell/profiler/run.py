@@ -107,6 +107,7 @@ def record_of(job: FoundJob, client: Prometheus, now: datetime,
         observed = observe_sharing(client, job.namespace, list(sliced), start, end, family, gpus=gpus,
                                    placed=placed)
         sharing, sharing_problems = observed.sharing, observed.problems
+    started, finished, clock_problems = _run_between(job, now)
     pods = []
     for pod in job.pods:
         name = str(pod["metadata"]["name"])
@@ -117,16 +118,33 @@ def record_of(job: FoundJob, client: Prometheus, now: datetime,
             phase=Outcome(phase) if phase in Outcome.__members__.values() else Outcome.UNKNOWN,
             started=parse_time(status.get("startTime")), finished=finished_at(pod),
             metrics={metric: found.pods[name] for metric, found in profile.metrics.items() if name in found.pods}))
-    problems = (*job.problems, *(f"pod {p.pod}: {p.metric}: {p.reason}" for p in profile.problems),
+    problems = (*job.problems, *clock_problems, *(f"pod {p.pod}: {p.metric}: {p.reason}" for p in profile.problems),
                 *(f"sharing: {problem}" for problem in sharing_problems))
     return JobRecord(
         uid=job.uid, namespace=job.namespace, owner_kind=job.owner_kind, owner_name=job.owner_name,
         created=job.created, user=job.user, vc=job.vc, image=job.image, pod_count=len(job.pods),
         gpus_per_pod=job.gpus_per_pod, milli_gpu_per_pod=job.milli_gpu_per_pod,
         gpu_memory_mib_per_pod=job.gpu_memory_mib_per_pod, gpu_model_requested=job.gpu_model_requested,
-        nodes=job.nodes, started=job.started, finished=job.finished, outcome=job.outcome, pods=tuple(pods),
+        nodes=job.nodes, started=started, finished=finished, outcome=job.outcome, pods=tuple(pods),
         metrics={metric: found.job for metric, found in profile.metrics.items() if found.job is not None},
         problems=problems, sharing=sharing)
+
+
+def _run_between(job: FoundJob, now: datetime) -> tuple[datetime | None, datetime | None, tuple[str, ...]]:
+    """The job's start and finish as its record keeps them (what a family's run time and the report's GPU-hours
+    are made of), and why they differ from what its pods say. A kubelet writes the finish by its node's clock,
+    which can say 9999: a job has finished before the pass that sees it finished, so its finish is held to that
+    pass's time (and a finish so held before the start leaves the run time unknown)."""
+    started, finished = job.started, job.finished
+    problems = []
+    if finished is not None and finished > now:
+        problems.append(f"finished ({finished.isoformat()}) after {now.isoformat()}, when this pass saw it "
+                        "finished, as its pods' status says (a node's clock?): taken as finished then")
+        finished = now
+        if started is not None and finished < started:
+            problems.append("its finish, held so, is before its start: its run time is unknown")
+            started = None
+    return started, finished, tuple(problems)
 
 
 def saved_run(history: JobHistory, job: FoundJob) -> FoundJob:

@@ -97,17 +97,22 @@ def backfill(openmetrics: Path, data: Path) -> None:
 
 
 @contextmanager
-def serve(data: Path, scrape: Sequence[str] = ()) -> Iterator[str]:
+def serve(data: Path, scrape: Sequence[str] = (), *, remote_read: str | None = None) -> Iterator[str]:
     """Prometheus over the TSDB in ``data`` on a free 127.0.0.1 port: yields its base URL once ready. With
-    ``scrape`` (``127.0.0.1:PORT`` targets), it scrapes them every second, as it would a node agent."""
+    ``scrape`` (``127.0.0.1:PORT`` targets), it scrapes them every second, as it would a node agent. With
+    ``remote_read`` (another Prometheus' base URL), it also answers from that one's samples, as a Prometheus in
+    front of a long-term store (Thanos, Cortex) does."""
     prometheus, _ = binaries()
     config = data.parent / f"{data.name}-prometheus.yml"
     if scrape:
         targets = ", ".join(f"'{target}'" for target in scrape)
-        config.write_text("global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n"
-                          f"  - job_name: agents\n    static_configs: [{{targets: [{targets}]}}]\n")
+        text = ("global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n"
+                f"  - job_name: agents\n    static_configs: [{{targets: [{targets}]}}]\n")
     else:
-        config.write_text("global:\n  scrape_interval: 1m\nscrape_configs: []\n")
+        text = "global:\n  scrape_interval: 1m\nscrape_configs: []\n"
+    if remote_read is not None:
+        text += f"remote_read:\n  - url: {remote_read}/api/v1/read\n    read_recent: true\n    remote_timeout: 5s\n"
+    config.write_text(text)
     log_path = data.parent / f"{data.name}-prometheus.log"
     for _attempt in range(3):  # another process may take the free port between the probe and the bind
         port = free_port()
