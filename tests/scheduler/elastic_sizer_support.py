@@ -70,11 +70,29 @@ class RecordingSizer(ElasticSizer):
         self.hold_store = self.store
         self.deleted: set[str] = set()
         """Names of ElasticJobs that are gone."""
+        self.conditions: list[dict[str, Any]] = []
+        """What the job's ``status.conditions`` holds (the sizer's, through the real ``_say``)."""
+        self.status_patches: list[dict[str, Any]] = []
 
     def _get(self, ref: Any) -> dict[str, Any]:
         return {"metadata": {"name": "bert", "namespace": "ns", "uid": "job-uid"},
                 "spec": {"minReplicas": 1, "maxReplicas": 4, "replicas": 2, "batchSize": {"min": 64, "max": 1024},
-                         "template": {"spec": {"containers": [{"name": "t", "image": "i"}]}}, **self.spec}}
+                         "template": {"spec": {"containers": [{"name": "t", "image": "i"}]}}, **self.spec},
+                "status": {"conditions": copy.deepcopy(self.conditions)}}
+
+    def _patch_as_read(self, ref: Any, subresource: str, current: Mapping[str, Any], body: dict[str, Any]) -> None:
+        if subresource != "status":  # a test that gives the sizer a Kube of its own and the real ``_write``
+            super()._patch_as_read(ref, subresource, current, body)
+            return
+        assert set(body) == {"status"}, "only the status comes through here"
+        assert set(body["status"]) == {"conditions"}, "and of it only the conditions"
+        self.status_patches.append(body)
+        self.conditions = copy.deepcopy(body["status"]["conditions"])
+
+    def condition(self, kind: str) -> tuple[str, str] | None:
+        """The (status, reason) of the job's condition of that type, if any."""
+        found = next((c for c in self.conditions if c["type"] == kind), None)
+        return None if found is None else (found["status"], found["reason"])
 
     def _write(self, sized: Sized, target: int, reason: str) -> bool:
         self.written.append((target, reason))

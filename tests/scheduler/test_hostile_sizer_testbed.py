@@ -1,7 +1,7 @@
 """The ElasticJob sizer's writes on the real API server (the testbed) when the job is deleted and made again
 under its name between the sizer's GET and its PATCH: what the API server checks of a patch of a custom
 resource's ``/status`` and ``/scale`` (not the uid, only the resourceVersion), and that the sizer writes nothing
-on the job made again."""
+on the job made again. And its conditions, written through the CRD's schema beside the controller's."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from kubecell.kube import elasticjobs as ej
 from kubecell.kube.elasticjobs import ElasticRef
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.scheduler.elastic import ElasticSizer
+from kubecell.scheduler.elastic_conditions import CONDITION_STEP_REPORTS, Said
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.elastic.support import create_job, get_job, install_crd
 
@@ -63,7 +64,10 @@ class RacedSizer(ElasticSizer):
         return current
 
 
-@pytest.mark.parametrize("write", ["scale", "gpuModel", "goodputModel"])
+UNTRUSTED = Said(CONDITION_STEP_REPORTS, False, "UntrustedReport", "pod bert-worker-1: stepSeconds -1")
+
+
+@pytest.mark.parametrize("write", ["scale", "gpuModel", "goodputModel", "condition"])
 def test_the_sizer_writes_nothing_on_a_job_made_again_after_its_get(
         kube: Kube, elastic_crd: None, namespace: str, write: str) -> None:
     old = create_job(kube, namespace, "bert", minReplicas=1, maxReplicas=4)
@@ -74,11 +78,43 @@ def test_the_sizer_writes_nothing_on_a_job_made_again_after_its_get(
         assert not sizer._write(sized, 4, "grown")
     elif write == "gpuModel":
         assert not sizer._write_pin(ref, "A100")
-    else:
+    elif write == "goodputModel":
         assert not sizer._write_model(sized, {"version": 1, "batchSize": {"min": 1, "max": 1}, "types": []})
+    else:
+        sizer._say(sized, [UNTRUSTED], 0.0)
     new = get_job(kube, namespace, "bert")
     assert new["metadata"]["uid"] != ref.uid
     assert new["spec"].get("replicas") is None, "the new job's own target (none stated)"
     status = new.get("status") or {}
     assert "gpuModel" not in status, "nor its status"
     assert "goodputModel" not in status
+    assert "conditions" not in status
+
+
+def test_the_sizers_conditions_are_written_through_the_crd_beside_the_controllers(
+        kube: Kube, elastic_crd: None, namespace: str) -> None:
+    job = create_job(kube, namespace, "bert", minReplicas=1, maxReplicas=4)
+    ref = ElasticRef(namespace, "bert", job["metadata"]["uid"])
+    path = ej.job_path(namespace, "bert")
+    controllers = [{"type": "Accepted", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    "reason": "Accepted", "message": "the spec can be run", "observedGeneration": 1},
+                   {"type": "Available", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    "reason": "Running", "message": "2 workers ready", "observedGeneration": 1}]
+    kube.patch(f"{path}/status", {"status": {"phase": "Running", "conditions": controllers}})
+    sizer = ElasticSizer(kube, "kubecell")
+    sizer._say(sizer._sized(ref), [UNTRUSTED], 0.0)
+    written = get_job(kube, namespace, "bert")
+    conditions = written["status"]["conditions"]
+    assert conditions[:2] == controllers, "the controller's conditions are kept as they were"
+    assert [(c["type"], c["status"], c["reason"]) for c in conditions[2:]] == [
+        ("StepReports", "False", "UntrustedReport")]
+    assert written["status"]["phase"] == "Running", "and the rest of the status"
+
+    restarted = ElasticSizer(kube, "kubecell")  # knows nothing of what the last one wrote
+    restarted._say(restarted._sized(ref), [UNTRUSTED], 0.0)
+    assert get_job(kube, namespace, "bert")["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"], \
+        "the same condition is not written again"
+    restarted._say(restarted._sized(ref), [Said(CONDITION_STEP_REPORTS, True, "Trusted", "taken")], 0.0)
+    after = get_job(kube, namespace, "bert")["status"]["conditions"]
+    assert after[:2] == controllers
+    assert [(c["type"], c["status"], c["reason"]) for c in after[2:]] == [("StepReports", "True", "Trusted")]

@@ -64,6 +64,7 @@ from kubecell.kube.names import ANNOTATION_STEP_REPORT
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.kube.step_reports import REASON_UNTRUSTED, ReportProblem, read_step_report
 from kubecell.scheduler.cluster import Mirror
+from kubecell.scheduler.elastic_conditions import reach
 from kubecell.scheduler.elastic_holds import Holds
 from kubecell.scheduler.elastic_model import ModelKeeper
 from kubecell.scheduler.elastic_sized import Sized
@@ -285,10 +286,9 @@ class ElasticSizer(SizerStatus):
             sized = self.jobs[ref] = Sized(ref)
         if not sized.checked and state is not None and job is not None:
             sized.checked = True
-            if not state.engine.could_ever_run_all(job.name):
-                self._event(job_involved(ref), "Warning", "MaxReplicasUnreachable",
-                            f"maxReplicas {job.spec.members}: the cluster could never hold that many workers of "
-                            "this shape at once; the job grows only as far as capacity allows")
+            sized.reach = reach(job.spec.members, state.engine.could_ever_run_all(job.name))
+            if not sized.reach.true:
+                self._event(job_involved(ref), "Warning", sized.reach.reason, sized.reach.message)
         return sized
 
     def _consider(self, state: Tracking, mirror: Mirror, job: Job, ref: ElasticRef, now: float,
@@ -297,6 +297,7 @@ class ElasticSizer(SizerStatus):
         with a goodput model is returned to be sized with the others (``fed``: its GPU type and nodes)."""
         sized = self._sized(ref, state, job)
         gpu_type, nodes = fed[job.name] = self._feed(state, mirror, job, sized, now)
+        self._say_conditions(sized, job.started_at, now)
         self.holds.runs(ref, gpu_type, job.size)
         decided = self.decide(state, job, sized, gpu_type, nodes, now)
         if isinstance(decided, GrowthCandidate):
@@ -396,7 +397,7 @@ class ElasticSizer(SizerStatus):
                 continue
             if isinstance(read, ReportProblem):
                 self._count_report(read.reason)
-                self._tell(sized, pod, read.reason, read.message)
+                self._tell(sized, pod, read.reason, read.message, now)
                 continue
             if read.time <= sized.consumed.get(uid, float("-inf")):
                 continue
@@ -417,20 +418,20 @@ class ElasticSizer(SizerStatus):
                 except InvalidInputError as error:
                     sized.consumed[uid] = read.time
                     self._count_report(REASON_UNTRUSTED)
-                    self._tell(sized, pod, REASON_UNTRUSTED, str(error))
+                    self._tell(sized, pod, REASON_UNTRUSTED, str(error), now)
                     continue
             sized.consumed[uid] = read.time
             problem = _unformable(job, sized, read.report)
             if problem is not None:
                 self._count_report(REASON_UNTRUSTED)
-                self._tell(sized, pod, REASON_UNTRUSTED, problem)
+                self._tell(sized, pod, REASON_UNTRUSTED, problem, now)
             elif not model.observe(read.report, accumulation_steps=read.accumulation_steps):
                 self._count_report(REASON_UNTRUSTED)
-                self._tell(sized, pod, REASON_UNTRUSTED, f"step report refused: {model.last_refusal}")
+                self._tell(sized, pod, REASON_UNTRUSTED, f"step report refused: {model.last_refusal}", now)
             else:
                 if read.max_local_batch is not None:
                     model.limit_local_batch(gpu_type, read.max_local_batch)
-                sized.model_learned = True
+                sized.model_learned = sized.reports.taken = True
                 self._count_report("accepted")
         self.models.keep(sized, now)
         return gpu_type, len(nodes)

@@ -12,6 +12,7 @@ from kubecell.core.elastic.goodput import OnlineGoodput
 from kubecell.core.elastic.per_worker import in_workers
 from kubecell.core.elastic.types import GoodputEstimate
 from kubecell.kube.elasticjobs import ElasticRef
+from kubecell.scheduler.elastic_conditions import ReportsSeen, Said
 
 
 @dataclass
@@ -71,6 +72,15 @@ class Sized:
     """Member-seconds its earlier gangs ran (a moved job keeps its attained service)."""
     checked: bool = False
     """Whether the cluster was asked if it could ever hold its maximum (told once, with a Warning, if not)."""
+    reach: Said | None = None
+    """The answer as the job's ``MaxReplicasReachable`` condition (None: not asked yet)."""
+    reports: ReportsSeen = field(default_factory=ReportsSeen)
+    """What was refused and taken of its step reports, kept in its ``StepReports`` condition."""
+    say_after: float = float("-inf")
+    """Until when its conditions are not written again (the API refused the last write)."""
+    said: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    """Condition type -> (status, reason) as the job's status holds it, as far as this scheduler wrote or read it
+    (``elastic_conditions``: each is written only when that changes)."""
     seen_at: float = float("-inf")
     """When a job of its pods was last tracked (forgotten ``forget_seconds`` after)."""
 

@@ -1,7 +1,8 @@
 """The ElasticJob object as the scheduler's sizer reads and writes it: its ``/scale`` target and the fields it
-keeps in the job's status (``status.gpuModel``, ``status.goodputModel``), always on the job its pods name,
-checked by uid (and written only as that GET read it: ``_patch_as_read``); and its holds, kept in a ConfigMap of
-the scheduler's own namespace (``kube.kept_holds``), never in a job's status, and let go when their job is gone.
+keeps in the job's status (``status.gpuModel``, ``status.goodputModel``, its own two conditions), always on the
+job its pods name, checked by uid (and written only as that GET read it: ``_patch_as_read``); and its holds, kept
+in a ConfigMap of the scheduler's own namespace (``kube.kept_holds``), never in a job's status, and let go when
+their job is gone.
 
 Why apart from ``scheduler.elastic``: what the sizer decides and how it keeps it in the API server change for
 different reasons (a status field, a retry policy), and every read here treats the object as input a user may
@@ -11,19 +12,24 @@ have replaced (deleted and made again under the same name: another uid, not this
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.kube import elasticjobs
+from kubecell.kube.clock import rfc3339
 from kubecell.kube.elasticjobs import ElasticRef
 from kubecell.kube.kept_holds import HoldStore, KeptHold, entry_key
 from kubecell.kube.rest import ApiError
+from kubecell.scheduler.elastic_conditions import Said, merged
 from kubecell.scheduler.elastic_holds import Hold, Holds
 from kubecell.scheduler.elastic_sized import Sized
 from kubecell.scheduler.elastic_tell import SizerTelling
 
 log = logging.getLogger("kubecell.scheduler.elastic")
+
+SAY_RETRY_SECONDS = 60.0
+"""How long after a refused condition write the job's conditions are tried again."""
 
 
 class SizerStatus(SizerTelling):
@@ -34,6 +40,7 @@ class SizerStatus(SizerTelling):
     holds: Holds
     hold_store: HoldStore
     pending_grace_seconds: float
+    report_max_age_seconds: float
     holds_checked: dict[ElasticRef, float]
     """Per held job, since when it is held, or when its ElasticJob was last found to exist
     (``_let_go_of_deleted``)."""
@@ -217,6 +224,60 @@ class SizerStatus(SizerTelling):
             else:
                 log.warning("%s: %s", message, error)
             return False
+
+    def _say_conditions(self, sized: Sized, running_since: float | None, now: float) -> None:
+        """Keep the job's ``MaxReplicasReachable`` and ``StepReports`` conditions as the sizer last found them
+        (``elastic_conditions``); a job whose workers run on several GPU models has its reports unread
+        (``MixedGpuModels``), so nothing is said of them."""
+        saying = [sized.reach] if sized.reach is not None else []
+        if ("", "MixedGpuModels") not in sized.told:
+            if sized.model_kept is not None:
+                sized.reports.taken = True  # an earlier scheduler's model, taken up: the job is sized on goodput
+            said = sized.reports.condition(running_since, now, self.report_max_age_seconds)
+            saying += [said] if said is not None else []
+        self._say(sized, saying, now)
+
+    def _say(self, sized: Sized, saying: Sequence[Said], now: float) -> None:
+        """Keep the sizer's conditions on the job (``elastic_conditions``), those whose status or reason changed
+        since this scheduler last wrote or read them: one GET, and one merge patch of the whole list only where
+        ``merged`` finds something to write, as that GET showed it (a controller's write in between makes it a
+        409, and the next pass reads its conditions again). A refusal is told as any write's is (``_refused``)
+        and the job's conditions are tried again ``SAY_RETRY_SECONDS`` later (the sizer passes after every
+        cycle: a lasting refusal, RBAC without the status rule, would otherwise cost a GET per job and pass)."""
+        changed = [said for said in saying if sized.said.get(said.kind) != said.key]
+        if not changed or now < sized.say_after:
+            return
+        stamp = rfc3339()
+        try:
+            try:
+                self._say_once(sized.ref, changed, stamp)
+            except ApiError as error:
+                if not error.conflict:
+                    raise
+                self._say_once(sized.ref, changed, stamp)  # changed since the GET (its controller writes there too)
+        except ApiError as error:
+            kinds = ", ".join(said.kind for said in changed)
+            self._refused(sized, f"cannot keep the condition(s) {kinds} of ElasticJob {sized.ref.namespace}/"
+                          f"{sized.ref.name}", error)
+            sized.say_after = now + SAY_RETRY_SECONDS
+            return
+        sized.said.update((said.kind, said.key) for said in changed)
+
+    def _say_once(self, ref: ElasticRef, saying: Sequence[Said], stamp: str) -> None:
+        """One GET and, where there is something to write, one PATCH of ``_say`` (nothing on a job made again
+        under the name: its uid differs)."""
+        current = self._own(ref)
+        if current is None:
+            return
+        status = current.get("status")
+        conditions = status.get("conditions") if isinstance(status, Mapping) else None
+        write = False
+        for said in saying:
+            written = merged(conditions, said, stamp)
+            if written is not None:
+                conditions, write = written, True
+        if write:
+            self._patch_as_read(ref, "status", current, {"status": {"conditions": conditions}})
 
     def _status_once(self, ref: ElasticRef, fields: dict[str, Any]) -> bool:
         """One GET and PATCH of ``_write_status``: False where the job of that name is another one."""

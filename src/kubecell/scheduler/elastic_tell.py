@@ -48,12 +48,15 @@ class SizerTelling:
                     "shares); name one model in the template (kubecell.io/gpu-models, a nodeSelector) to have it "
                     "sized on goodput")
 
-    def _tell(self, sized: Sized, pod: Mapping[str, Any], reason: str, message: str) -> None:
+    def _tell(self, sized: Sized, pod: Mapping[str, Any], reason: str, message: str, now: float) -> None:
+        """A step report refused: kept for the job's ``StepReports`` condition every time, told in a Warning
+        Event on the pod once per pod and kind of problem."""
+        meta = pod.get("metadata") or {}
+        sized.reports.refused(now, reason, str(meta.get("name", "")), message)
         key = (pods.uid(pod), reason)
         if key in sized.told:
             return
         sized.told.add(key)
-        meta = pod.get("metadata") or {}
         involved = {"apiVersion": "v1", "kind": "Pod", "name": str(meta.get("name", "")),
                     "namespace": str(meta.get("namespace", "default")), "uid": pods.uid(pod)}
         self._event(involved, "Warning", reason, f"{message}; the report is ignored by kubecell's goodput model")
