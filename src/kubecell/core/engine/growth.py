@@ -17,6 +17,8 @@ Every growth records why (``Job.resizes``, shown by ``Engine.explain``).
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -67,7 +69,7 @@ def _scope(session: Session, job: Job) -> list[int]:
     return list(range(book.size))
 
 
-def _extra(session: Session, job: Job, missing: list[int]) -> int:
+def _extra(session: Session, job: Job, missing: Sequence[int]) -> int:
     """How many of the missing members (in fill order) the gang's class lets it add now: within the
     guarantee's room, within what its VC may still borrow, or all of them."""
     vc = session.tenants.get(job.vc)
@@ -87,13 +89,20 @@ def _extra(session: Session, job: Job, missing: list[int]) -> int:
     return len(missing)
 
 
-def _bindable(job: Job, missing: list[int]) -> list[int]:
-    """The missing members (fill order kept) the driver can bind: at most ``Job.spare`` of each group."""
+def _bindable(job: Job) -> list[int]:
+    """The missing members (fill order kept) the driver can bind: at most ``Job.spare`` of each group, taken
+    from the fill order only until those are found (a pod can state a headcount of millions)."""
+    missing = job.missing_members()
     if job.spare is None:
-        return missing
+        return list(missing)
+    if len(job.spare) == 1:
+        return list(itertools.islice(missing, job.spare[0]))
     left = list(job.spare)
-    kept = []
+    wanted = sum(left)
+    kept: list[int] = []
     for index in missing:
+        if len(kept) == wanted:
+            break
         position = job.spec.group_position(index)
         if left[position] > 0:
             left[position] -= 1
@@ -104,7 +113,7 @@ def _bindable(job: Job, missing: list[int]) -> list[int]:
 def _grow_one(session: Session, job: Job, attempt: Attempt) -> bool:
     spec = job.spec
     vc = session.tenants.get(job.vc)
-    missing = _bindable(job, job.missing_members())
+    missing = _bindable(job)
     extra = _extra(session, job, missing)
     if extra <= 0:
         return False
@@ -167,7 +176,7 @@ def headroom(session: Session, job: Job, now: float) -> int:
         return 0
     if not may_resize(job, now, session.options.resize_min_interval_seconds):
         return 0
-    extra = _extra(session, job, job.missing_members())
+    extra = _extra(session, job, range(spec.members - job.size))  # one shape: only their number counts
     if extra <= 0:
         return 0
     in_scope = np.zeros(session.book.size, np.bool_)
