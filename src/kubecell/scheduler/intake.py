@@ -20,6 +20,7 @@ from kubecell.kube import pods
 from kubecell.kube.dialects import DemandError, PodDemand, pod_demand
 from kubecell.kube.elasticjobs import ElasticRef, elastic_owner
 from kubecell.kube.inventory import NodeView
+from kubecell.kube.records import MAX_JOB_CHARS
 from kubecell.scheduler.claims import ClaimBroker, ClaimsDeferred, ClaimsPending
 from kubecell.scheduler.cluster import Mirror
 from kubecell.scheduler.jobs import (
@@ -85,9 +86,11 @@ class Intake:
         (``scheduler.elastic_types``); None: such a gang is left to the engine (which may mix models)."""
 
     def note_generation(self, tracked: Tracked) -> None:
-        """A restored gang's generation, so the next one formed under its key gets a new name."""
-        if tracked.group is not None and "#" in tracked.name:
-            generation = int(tracked.name.rsplit("#", 1)[-1])
+        """A restored gang's generation, so the next one formed under its key gets a new name. Its name is its
+        record's, which may be the bare key (a group named ``a#b``): that is no generation."""
+        base, _, suffix = tracked.name.rpartition("#")
+        if tracked.group is not None and base == tracked.group and suffix.isdecimal() and len(suffix) < 10:
+            generation = int(suffix)
             self.generations[tracked.group] = max(self.generations.get(tracked.group, 0), generation)
 
     def reconcile(self, state: Tracking, changed: MutableMapping[str, None], groups_changed: bool,
@@ -359,10 +362,23 @@ class Intake:
         generation = self.generations.get(pods.uid(pod), 0)
         if demand.group is not None:
             generation = self.generations.get(demand.group.key, 0) + 1
-            self.generations[demand.group.key] = generation
         name = job_name(demand, pod, generation)
+        # A gang may be named after a pod's job (``<pod>@<uid8>``) and so take that pod's next name (``renew``), or
+        # the other way round: the engine refuses a name it has seen, and a Tracked under it is another job's pods.
+        while name in state.engine.jobs:
+            generation += 1
+            name = job_name(demand, pod, generation)
+        if demand.group is not None:
+            self.generations[demand.group.key] = generation
         vc = demand.vc or self.default_vc
         try:
+            if len(name) > MAX_JOB_CHARS:  # else placed each cycle (evicting others for it) and its record refused
+                named, shape = ("group", "namespace/group#generation") if demand.group else ("pod", "namespace/pod@uid")
+                raise InvalidInputError(f"its job name ({shape}) is {len(name)} characters long, more than an "
+                                        "allocation record holds", location=f"pod {pods.key(pod)}",
+                                        field=f"{named} name" if demand.group else "metadata.name",
+                                        accepted=f"a shorter {named} name: a job name of at most {MAX_JOB_CHARS} "
+                                                 "characters")
             nodes, excluded = self.allowed_nodes(state, [p for p, _ in members])
             for mode in sorted({d.isolation for _, d in members if d.request.wants_gpu}):
                 known = state.isolation_nodes.get(mode)  # a node that cannot isolate so is ruled out, never degraded

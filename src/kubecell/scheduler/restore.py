@@ -108,6 +108,8 @@ class Restorer:
                 member = None
             if member is not None:
                 by_job.setdefault(member.record.job, []).append(member)
+        for name, members in by_job.items():
+            by_job[name] = self._rightful(name, members)
         self._gangs = self._gang_pods(by_job, pod_groups)
         for name, members in sorted(by_job.items()):
             try:
@@ -116,6 +118,31 @@ class Restorer:
                 raise  # the API server is away: the caller rebuilds once it is back
             except Exception:
                 log.exception("cannot restore %s; its pods are held as found", name)
+
+    def _rightful(self, name: str, members: list[Member]) -> list[Member]:
+        """The members of the one gang or pod alone whose job ``name`` is; the records of others that name it too
+        are distrusted. Each record names its own pod's job (``trust``), yet a gang's name is its pods' to choose:
+        a group named ``<pod>@<uid8>`` (or ``<group>#<n>``) gives its pods' records the name of another pod's (or
+        gang's) job, and believing them would make them members of that job, in its VC and class. A pod alone's
+        name holds its own uid, so it is never another's; else the gang whose name it is with a generation, as
+        kubecell names gangs."""
+        owners: dict[tuple[bool, str], list[Member]] = {}
+        for member in members:
+            group = member.demand.group
+            owner = (False, pods.uid(member.pod)) if group is None else (True, group.key)
+            owners.setdefault(owner, []).append(member)
+        if len(owners) == 1:
+            return members
+        base = name.rpartition("#")[0]
+        rightful = min(owners, key=lambda owner: (owner[0], owner[1] != base, owner[1]))
+        for owner, others in owners.items():
+            if owner != rightful:
+                whose = (f"gang {rightful[1]}" if rightful[0]
+                         else f"pod {pods.key(owners[rightful][0].pod)} alone")
+                for member in others:
+                    self._distrust(member.pod, f"allocation record {member.record.allocation_id} names job {name!r}, "
+                                               f"which is the job of {whose}")
+        return owners[rightful]
 
     def _gang_pods(self, by_job: Mapping[str, list[Member]], pod_groups: Mapping[tuple[str, str], Mapping[str, Any]]
                    ) -> dict[str, list[tuple[dict[str, Any], PodDemand]]]:
