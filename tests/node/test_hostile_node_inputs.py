@@ -328,6 +328,54 @@ def test_pod_resources_showing_a_gpu_the_agent_never_served_is_a_mismatch() -> N
     assert honest.mismatches == 0
 
 
+@pytest.mark.parametrize(("case", "containers", "gpus", "calls"), [
+    # a pod bound by hand asks one GPU; its forged record also names the GPU another pod runs on
+    ("a GPU the kubelet never gave", [("main", GPU_RESOURCE)], [(0, GPU0, 1000, 40_536), (1, GPU1, 1000, 40_536)],
+     [(GPU_RESOURCE, [[GPU0]])]),
+    # two containers, one GPU each: the record's second GPU is checked once the last container is served
+    ("a GPU no container got", [("a", GPU_RESOURCE), ("b", GPU_RESOURCE)],
+     [(0, GPU0, 1000, 40_536), (1, GPU1, 1000, 40_536)], [(GPU_RESOURCE, [[GPU0]]), (GPU_RESOURCE, [[GPU0]])]),
+    # one milli slot reserved at the kubelet, half the GPU (and MPS's thread share) claimed by the record
+    ("more of a share than the slots", [("main", MILLI_RESOURCE)], [(0, GPU0, 500, 10_000)],
+     [(MILLI_RESOURCE, [[f"{GPU0}::0"]])]),
+])
+def test_a_record_naming_more_than_the_kubelet_gave_is_refused(
+        case: str, containers: list[tuple[str, str]], gpus: list[tuple[int, str, int, int]],
+        calls: list[tuple[str, list[list[str]]]]) -> None:
+    """A user can bind a pod by hand with an allocation record of their own. The kubelet reserves what the pod's
+    resources ask (one GPU, one milli slot); the environment comes from the record. A record naming a GPU the
+    kubelet never gave the pod, or more of a share than the slots it reserved, would hand the pod a GPU (or a
+    share) that another pod's Allocate may be given as well, and hide that use from the overuse monitor."""
+    kube = FakeKube([gpu_pod(containers, record(UID, gpus))])
+    allocator = allocator_for(kube, PodDevices("ns", "p", ()))
+    *before, (resource, requests) = calls
+    for earlier in before:  # the record's GPUs may still come with a later container
+        allocator.allocate(*earlier)
+    with pytest.raises(AllocationRefused, match="kubelet"):
+        allocator.allocate(resource, requests)
+    assert kube.patched == [], f"{case}: never acknowledged"
+    assert any("GPUAllocationRefused" in str(body) for _, body in kube.created), "a Warning Event on the pod"
+
+
+@pytest.mark.parametrize(("containers", "gpus", "calls"), [
+    ([("a", GPU_RESOURCE), ("b", GPU_RESOURCE)], [(0, GPU0, 1000, 40_536), (1, GPU1, 1000, 40_536)],
+     [(GPU_RESOURCE, [[GPU0]]), (GPU_RESOURCE, [[GPU1]])]),
+    ([("main", MILLI_RESOURCE)], [(0, GPU0, 500, 10_000)], [(MILLI_RESOURCE, [[f"{GPU0}::{k}" for k in range(500)]])]),
+    ([("a", MILLI_RESOURCE), ("b", MILLI_RESOURCE)], [(0, GPU0, 500, 10_000)],
+     [(MILLI_RESOURCE, [[f"{GPU0}::{k}" for k in range(300)]]),
+      (MILLI_RESOURCE, [[f"{GPU0}::{k}" for k in range(300, 500)]])]),
+])
+def test_a_record_the_kubelets_devices_cover_is_served_and_acknowledged(
+        containers: list[tuple[str, str]], gpus: list[tuple[int, str, int, int]],
+        calls: list[tuple[str, list[list[str]]]]) -> None:
+    kube = FakeKube([gpu_pod(containers, record(UID, gpus))])
+    allocator = allocator_for(kube, PodDevices("ns", "p", ()))
+    allocator.verify = None  # no PodResources check thread
+    for resource, requests in calls:
+        allocator.allocate(resource, requests)
+    assert [body["metadata"]["annotations"] for _, body in kube.patched] == [{"kubecell.io/allocated": f"{UID}-0"}]
+
+
 # ---------------------------------------------------------------------------------------------- overuse
 FAKE = f"""
 name: {NODE}

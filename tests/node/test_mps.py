@@ -215,3 +215,14 @@ def test_a_process_the_daemon_forked_is_not_a_second_daemon(fake: Fake, tmp_path
         (entry / "environ").write_bytes(f"CUDA_MPS_PIPE_DIRECTORY={pipe}\0".encode())
         (entry / "stat").write_text(f"{pid} (sh) S {parent} {pid} {pid} 0 -1 4194560")
     assert daemons.daemon_pids(GPU0) == [4100, 4200], "the forked child is left out; an unrelated one is not"
+
+
+def test_a_record_naming_gpus_the_node_does_not_have_holds_no_daemon() -> None:
+    """A user can bind a pod to the node by hand and write its record (the pod need not ask for a GPU, so the
+    allocator never sees it): each GPU UUID it names made the housekeeping start an MPS control daemon, as
+    many daemons (and directories under the MPS root) as such pods name UUIDs. Only the node's GPUs are held."""
+    listed = [pod("a", "u-a", "mps", GPU0), pod("x", "u-x", "mps", "GPU-made-up-1"),
+              pod("y", "u-y", "mps", "GPU-made-up-2")]
+    assert mps_holders(listed, "n1", gpus={GPU0, GPU1}) == {GPU0: {"u-a-0"}}
+    assert mps_holders(listed, "n1") == {GPU0: {"u-a-0"}, "GPU-made-up-1": {"u-x-0"}, "GPU-made-up-2": {"u-y-0"}}, \
+        "before the GPUs are known, every record is kept (the daemons of running pods stay)"

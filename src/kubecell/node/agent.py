@@ -260,7 +260,9 @@ class NodeAgent:
                         log.exception("sweeping prepared claims failed; next round")
             if "mps" in self.allocator.isolation.modes:
                 try:
-                    holders = mps_holders(api_pods(self.kube, self.options.node)(), self.options.node)
+                    # once discovered, only the node's GPUs: before, a record naming a GPU may be a running pod's
+                    known = set(self.memory) if self.ready.is_set() else None
+                    holders = mps_holders(api_pods(self.kube, self.options.node)(), self.options.node, known)
                     for uuid, held in (self.dra.mps_holders() if self.dra is not None else {}).items():
                         holders.setdefault(uuid, set()).update(held)  # claims prepared through DRA hold too
                     self.mps.reconcile(holders)

@@ -6,11 +6,13 @@ the agent acknowledged the one before it. So at any moment at most one pod bound
 plugin's resources and carries a record the agent has not acknowledged: that is the pod ``Allocate``
 serves. The agent checks that its record is for this node, names GPUs this node has, and covers the
 device IDs the kubelet chose; gives the container its GPUs and isolation (``kubecell.node.isolation``);
-writes the acknowledgement (``kubecell.io/allocated`` = the allocation id) once every GPU container of the
-pod is served; and then checks with the kubelet's PodResources API that the kubelet recorded those devices
+once every GPU container of the pod is served, checks that the kubelet gave it every GPU (and on a share,
+every milli-GPU) the record names, and writes the acknowledgement (``kubecell.io/allocated`` = the
+allocation id); and then checks with the kubelet's PodResources API that the kubelet recorded those devices
 for that pod. Anything else (no such pod, two of them, a record for another node or GPU, a corrupt
-record, devices the record does not name) is refused: an error to the kubelet, which fails the pod's
-admission, and a Warning Event on the pod. No pod ever starts on a GPU its record does not name.
+record, devices the record does not name, a record naming more than the kubelet gave) is refused: an error
+to the kubelet, which fails the pod's admission, and a Warning Event on the pod. No pod ever starts on a
+GPU its record does not name, nor with a record granting it a GPU the kubelet did not give it.
 """
 
 from __future__ import annotations
@@ -138,6 +140,7 @@ class RecordAllocator:
                 served.devices.setdefault(resource, set()).update(devices)
                 served.calls += 1
             if served.calls >= max(1, plugin_containers(served.pod)):
+                self._check_covered(served)
                 self._acknowledge(served)
             return answers
 
@@ -240,6 +243,27 @@ class RecordAllocator:
                                            f"its record ({record.allocation_id}) does not name")
         if resource == RESOURCE_GPU_MILLI and len(devices) > record.gpu_milli * max(1, len(record.gpus)):
             raise self._refuse(served.pod, f"{len(devices)} milli-GPU asked, its record grants {record.gpu_milli}")
+
+    def _check_covered(self, served: Served) -> None:
+        """Once every GPU container is served: the kubelet gave the pod every GPU its record names, and on a share
+        at least the record's milli-GPU in slots. The environment comes from the record, which a user binding
+        a pod by hand writes as they like, while the kubelet reserves only what the pod's resources ask: a
+        record naming more would give the pod a GPU (or a share) the kubelet may give another pod too, and make
+        that use look accounted to the overuse monitor. Devices outside the record are refused call by call."""
+        record = served.record
+        given: dict[str, set[str]] = {}
+        for ids in served.devices.values():
+            for device in ids:
+                given.setdefault(gpu_of(device), set()).add(device)
+        missing = [gpu.uuid for gpu in record.gpus if gpu.uuid not in given]
+        if missing:
+            raise self._refuse(served.pod, f"its record ({record.allocation_id}) names GPU(s) {', '.join(missing)}, "
+                                           "on which the kubelet gave none of its containers a device")
+        short = [f"{gpu.uuid} ({len(given[gpu.uuid])} of {gpu.milli})" for gpu in record.gpus
+                 if gpu.uuid not in given[gpu.uuid] and len(given[gpu.uuid]) < gpu.milli]
+        if short:
+            raise self._refuse(served.pod, f"its record ({record.allocation_id}) grants more milli-GPU than the "
+                                           f"kubelet gave its containers slots of: {', '.join(short)}")
 
     def _acknowledge(self, served: Served) -> None:
         pod, record = served.pod, served.record

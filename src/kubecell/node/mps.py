@@ -32,7 +32,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +58,13 @@ class MpsError(KubecellError):
     """An MPS control daemon could not be started or stopped: which GPU, which binary, and what it said."""
 
 
-def mps_holders(listed: Iterable[Mapping[str, Any]], node: str) -> dict[str, set[str]]:
+def mps_holders(listed: Iterable[Mapping[str, Any]], node: str,
+                gpus: Collection[str] | None = None) -> dict[str, set[str]]:
     """GPU UUID -> allocation ids of the pods on ``node`` that hold it in ``mps`` isolation (what
     :meth:`MpsDaemons.reconcile` wants). Finished pods hold nothing; a pod whose record cannot be trusted
-    was refused by the allocator and holds nothing either."""
+    was refused by the allocator and holds nothing either. With ``gpus`` (the UUIDs the node has), a GPU
+    outside it holds nothing: a record is written by whoever can write the pod, and each UUID it names would
+    otherwise be a daemon started for it."""
     holders: dict[str, set[str]] = {}
     for pod in listed:
         if pods.is_done(pod) or pods.node_of(pod) != node:
@@ -73,7 +76,8 @@ def mps_holders(listed: Iterable[Mapping[str, Any]], node: str) -> dict[str, set
         if record is None or record.isolation != "mps" or record.node != node:
             continue
         for gpu in record.gpus:
-            holders.setdefault(gpu.uuid, set()).add(record.allocation_id)
+            if gpus is None or gpu.uuid in gpus:
+                holders.setdefault(gpu.uuid, set()).add(record.allocation_id)
     return holders
 
 

@@ -250,3 +250,30 @@ def test_an_unprepare_while_the_claim_is_read_wins_over_that_prepare(node: Node)
     assert cdi.read_spec(node.directory / "cdi", slow.uid) is None
     assert node.preparer.checkpoint.claims == {}
     assert isinstance(node.preparer.prepare([slow])[slow.uid], PreparedClaim), "a later prepare is not refused"
+
+
+def test_a_failed_prepare_again_of_a_prepared_claim_keeps_what_it_held(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prepared claim whose CDI spec went (``/var/run/cdi`` cleaned under a running pod) is prepared again
+    when the kubelet asks. When that fails half-way (the spec cannot be written), the claim dropped out of the
+    preparer's checkpoint and its MPS daemon was released: its pod's share stayed in use, yet a second claim
+    was prepared on that GPU whole, and the next save forgot the claim for good (no unprepare, no sweep)."""
+    node = Node(tmp_path, modes=("accounting", "mps"))
+    share = add_claim(node.fake, "share", "uid-share", [result("gpu-2", share="s", consumed={"compute": "250"})])
+    before = node.prepared(share)
+    cdi.remove_spec(tmp_path / "cdi", share.uid)
+
+    def full_disk(directory: Path, claim_uid: str, spec: dict[str, Any]) -> Path:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(cdi, "write_spec", full_disk)
+        assert "No space left" in str(node.preparer.prepare([share])[share.uid])
+    assert node.preparer.checkpoint.claims.get(share.uid) == before, "still prepared as before"
+    assert node.preparer.mps_holders() == {node.uuid(2): {share.uid}}
+    assert node.released == [], "its MPS daemon is still held"
+    whole = add_claim(node.fake, "whole", "uid-whole", [result("gpu-2")])
+    answer = node.preparer.prepare([whole])[whole.uid]
+    assert isinstance(answer, str)
+    assert "uid-share" in answer, answer
+    assert node.prepared(share) == before, "the retry prepares it again"

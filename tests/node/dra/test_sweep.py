@@ -236,3 +236,30 @@ def test_a_pending_pod_naming_a_claim_made_again_does_not_keep_the_old_one(tmp_p
     node_pods(node, pod_naming("share", templated=False))
     sweeper.sweep()
     assert sweeper.asked == asked, "a pod that has started vouches for its claim without a GET"
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_a_finished_pod_naming_its_claim_does_not_keep_it_prepared(tmp_path: Path, phase: str) -> None:
+    """A pod that has finished runs nothing on its claim: the kubelet would have unprepared it, and where it never
+    will (its state wiped), the claim (deallocated once the pod ended) held its GPU share and MPS daemon for as
+    long as the finished pod's object was kept (a Job's pods are kept until the Job is deleted), and a claim
+    allocated there meanwhile was refused. A finished pod vouches for nothing; its claim is asked about."""
+    node, ref, sweeper, clock = mps_node(tmp_path)
+    node_pods(node, pod_naming("share", templated=True, phase=phase))
+    add_claim(node.fake, "share", ref.uid, None)  # deallocated once its pod ended
+    assert sweeper.sweep() == []
+    clock.now += GRACE
+    assert sweeper.sweep() == [ref]
+    assert not still_prepared(node, ref)
+    assert node.released == [(node.uuid(2), ref.uid)]
+
+
+def test_a_finished_pod_naming_a_claim_still_allocated_here_does_not_release_it(tmp_path: Path) -> None:
+    """Another pod on the node may still use the claim (a claim is shared by the pods that reserve it): while it
+    is allocated in this node's pool, it is in use, whichever pod named it."""
+    node, ref, sweeper, clock = mps_node(tmp_path)
+    node_pods(node, pod_naming("share", templated=False, phase="Succeeded"))
+    for _ in range(3):
+        assert sweeper.sweep() == []
+        clock.now += GRACE
+    assert still_prepared(node, ref)

@@ -376,6 +376,7 @@ class ClaimPreparer:
         devices: list[cdi.CdiDevice] = []
         answers: list[PreparedDevice] = []
         mps: list[tuple[str, str]] = []
+        before = self.checkpoint.claims.get(ref.uid)
         try:
             for request, members in by_request.items():
                 record = request_record(ref, self.node, members, isolation.modes)
@@ -400,9 +401,15 @@ class ClaimPreparer:
             self.checkpoint.claims[ref.uid] = prepared
             self.checkpoint.save()
         except BaseException:  # nothing half-done stays: no spec, no entry, no MPS hold
-            self.checkpoint.claims.pop(ref.uid, None)
+            # but a claim prepared before (its spec since removed) keeps its entry and holds: its pod may still
+            # run on them, and without the entry another claim could be prepared on its GPU
+            if before is None:
+                self.checkpoint.claims.pop(ref.uid, None)
+            else:
+                self.checkpoint.claims[ref.uid] = before
             cdi.remove_spec(self.cdi_dir, ref.uid)
-            self._release(mps)
+            kept = set(before.mps_gpus) if before is not None else set()
+            self._release(held for held in mps if held[0] not in kept)
             raise
         log.info("prepared %s/%s (%s): %s", ref.namespace, ref.name, ref.uid,
                  ", ".join(f"{d.device}{' share ' + d.share_id if d.share_id else ''}" for d in answers))

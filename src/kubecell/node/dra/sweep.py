@@ -7,8 +7,8 @@ while the kubelet was down and its claim deleted before the kubelet came back. E
 checkpoint for good, with its CDI spec and, for a share under MPS, the hold that keeps its GPU's MPS daemon
 running: the checkpoint grew without bound on a long-lived node, and a GPU kept a daemon nobody used.
 
-The sweeper lists the pods bound to this node (one LIST, by field selector): a claim one of them that has
-started names (in ``status.resourceClaimStatuses`` or ``spec.resourceClaims``) is in use, and the kubelet
+The sweeper lists the pods bound to this node (one LIST, by field selector): a claim one of them that is
+running names (in ``status.resourceClaimStatuses`` or ``spec.resourceClaims``) is in use, and the kubelet
 unprepares it when that pod is done. Only the others (none, on a healthy node) are asked about, one GET each, so
 that a node of many shares costs the API server one LIST per sweep, not a GET per claim. (A pod names a claim by
 name only, so an old claim deleted and its name taken again must not pass for the new one: the claims of pods
@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kubecell.kube import dra_names as names
+from kubecell.kube.pods import TERMINAL_PHASES
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.dra.prepared import ClaimPreparer, ClaimRef
 from kubecell.node.overuse import api_pods
@@ -122,10 +123,12 @@ def claims_named(pods: Iterable[Any]) -> set[tuple[str, str]]:
     """(namespace, claim name) of every ResourceClaim the pods that have started name: the claims made for them
     from templates (``status.resourceClaimStatuses``) and those they name directly (``spec.resourceClaims``).
     A pod still Pending (or without a phase) vouches for nothing: its claim may be the one whose prepare fails
-    because an old claim of the same name still holds the devices, and that old one must not be kept for it."""
+    because an old claim of the same name still holds the devices, and that old one must not be kept for it. Nor
+    does a pod that has finished (Succeeded, Failed): it runs nothing on its claim, and its object may be kept
+    for as long as its Job, while a kubelet that lost its state never unprepares the claim."""
     named: set[tuple[str, str]] = set()
     for pod in pods:
-        if not isinstance(pod, Mapping) or _field(pod, "status").get("phase") in (None, "Pending"):
+        if not isinstance(pod, Mapping) or _field(pod, "status").get("phase") in (None, "Pending", *TERMINAL_PHASES):
             continue
         namespace = str((pod.get("metadata") or {}).get("namespace", ""))
         listed = [*((pod.get("status") or {}).get("resourceClaimStatuses") or []),
