@@ -489,3 +489,42 @@ def test_a_worker_whose_init_container_crash_loops_restarts_the_job_and_is_told(
     assert (available["status"], available["reason"]) == ("False", "CrashLoop")
     assert [reason for reason, _ in store.warnings()] == ["CrashLoop"]
     assert {pod_path("bert-worker-0"), pod_path("bert-worker-1")} <= set(store.deleted)
+
+
+# --- a worker the kubelet cannot start -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reason", ["ImagePullBackOff", "CreateContainerConfigError"])
+def test_workers_the_kubelet_cannot_start_are_named_once_not_restarted(reason: str) -> None:
+    """An image that cannot be pulled (a typo, a missing pull secret) or a Secret the container names that is not
+    there: the workers stay bound and Pending, holding their GPUs, and no restart would start them. The job said
+    only "waiting for the scheduler", and nothing named the pods or the reason."""
+    store = Store()
+    spec = ej.read_elastic_job(job())
+    for index in range(2):
+        worker = worker_pod(spec, index)
+        worker["metadata"]["ownerReferences"] = [owner_reference(spec)]
+        worker["spec"]["nodeName"] = "n1"
+        worker["status"] = {"phase": "Pending", "containerStatuses": [
+            {"name": "trainer", "restartCount": 0, "state": {"waiting": {"reason": reason}}}]}
+        store.put(pod_path(ej.worker_name("bert", index)), worker)
+    controller = controller_over(store, job(status={"phase": "Pending", "targetReplicas": 2}))
+    reconcile(controller, store, passes=3)
+    status = store.objects[ej.job_path(NS, "bert")]["status"]
+    assert (status["phase"], status.get("restarts", 0)) == ("Pending", 0), "waits: a restart would not help"
+    available = next(c for c in status["conditions"] if c["type"] == "Available")
+    assert f"bert-worker-0 ({reason}), bert-worker-1 ({reason})" in available["message"]
+    assert [why for why, _ in store.warnings()] == ["WorkerCannotStart"], "told once, not at every pass"
+    assert not store.deleted, "no worker deleted"
+
+
+def test_a_worker_still_pulling_its_image_is_not_told() -> None:
+    waiting = {"state": {"waiting": {"reason": "ContainerCreating"}}}
+    pod: dict[str, Any] = {"metadata": {"name": "bert-worker-0"}, "spec": {"nodeName": "n1"},
+                           "status": {"phase": "Pending", "containerStatuses": [waiting]}}
+    assert readers.cannot_start(pod) is None
+    pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] = "ErrImagePull"
+    assert readers.cannot_start(pod) == "ErrImagePull"
+    assert readers.cannot_start(readers.trimmed(pod)) == "ErrImagePull", "what the watch keeps is enough"
+    pod["spec"]["nodeName"] = None
+    assert readers.cannot_start(pod) is None, "not bound: the scheduler's to place"

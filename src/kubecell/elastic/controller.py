@@ -27,7 +27,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubecell.elastic import workers as readers
@@ -41,6 +41,7 @@ from kubecell.elastic.states import (
     Emit,
     EnsureRendezvous,
     Observation,
+    Phase,
     RemoveRendezvous,
     Worker,
     step,
@@ -295,7 +296,7 @@ class ElasticController:
                 replacing=frozenset(expect.owed), stale=stale, outdated=outdated,
                 spec_changed=generation != previous.observed_generation,
                 reason=previous.reason, message=previous.message)
-        decision = step(phase, observation)
+        decision = self._cannot_start(obj, step(phase, observation), pods_by_index, workers)
         if not self._write_status(key, obj, previous, decision, workers, spec, problem, generation, now):
             return
         if spec is not None:
@@ -324,6 +325,21 @@ class ElasticController:
                                       f"{self.options.stuck_seconds:.0f} s past its grace period (its node is "
                                       "not answering): deleted at once, to be replaced"))
         return None
+
+    def _cannot_start(self, obj: Mapping[str, Any], decision: Decision, pods_by_index: Mapping[int, Mapping[str, Any]],
+                      workers: Mapping[int, Worker]) -> Decision:
+        """Workers bound to a node that the kubelet cannot start (an image it cannot pull, a Secret that is not
+        there) wait, as a Deployment's pods do, holding their GPUs: no restart starts them. Before, the job
+        said only "waiting for the scheduler". They are named in one Warning and in the status' message."""
+        stuck = sorted((str(pod["metadata"]["name"]), reason) for index, pod in pods_by_index.items()
+                       if workers.get(index) is Worker.SCHEDULED and (reason := readers.cannot_start(pod)))
+        if not stuck:
+            return decision
+        shown = ", ".join(f"{name} ({reason})" for name, reason in stuck[:5]) + \
+            (f" and {len(stuck) - 5} more" if len(stuck) > 5 else "")
+        said = f"bound but not started by the kubelet: {shown}; each holds its GPUs until its pod or the job is fixed"
+        self._tell_once(obj, Emit(True, "WorkerCannotStart", said))
+        return replace(decision, message=f"{decision.message}; {said}") if decision.phase is Phase.PENDING else decision
 
     def _tell_held(self, obj: Mapping[str, Any], held: list[tuple[str, tuple[str, ...]]]) -> None:
         """One Warning for all the job's Pods that only their finalizers keep (told once while they are the same):

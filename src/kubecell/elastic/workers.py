@@ -26,6 +26,10 @@ from kubecell.kube.names import ANNOTATION_GROUP_SIZE
 
 CRASH_LOOP_REASON = "CrashLoopBackOff"
 """The kubelet's waiting reason for a container it keeps restarting (``restartPolicy: OnFailure``)."""
+CANNOT_START_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+                                  "CreateContainerConfigError", "CreateContainerError"})
+"""The kubelet's waiting reasons for a container it cannot start until someone changes something (the image,
+its pull secret, a ConfigMap or Secret it names): the worker stays bound, Pending, holding its GPUs."""
 EVICTED_REASON = "Evicted"
 """``status.reason`` of a Pod the kubelet evicted under node pressure (memory, disk, PIDs)."""
 BY_KUBELET = "TerminationByKubelet"
@@ -125,6 +129,19 @@ def worker_state(pod: Mapping[str, Any]) -> Worker:
     if phase == "Running":
         return Worker.READY if _condition(pod, "Ready") else Worker.RUNNING
     return Worker.SCHEDULED
+
+
+def cannot_start(pod: Mapping[str, Any]) -> str | None:
+    """Why a worker bound to a node cannot start (``CANNOT_START_REASONS``: its container's, or while Pending its
+    init container's, waiting reason), or None."""
+    status = pod.get("status") or {}
+    if not (pod.get("spec") or {}).get("nodeName") or (status.get("phase") or "Pending") != "Pending":
+        return None
+    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        reason = (((container or {}).get("state") or {}).get("waiting") or {}).get("reason")
+        if reason in CANNOT_START_REASONS:
+            return str(reason)
+    return None
 
 
 def ended(pod: Mapping[str, Any]) -> bool:
