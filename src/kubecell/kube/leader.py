@@ -4,7 +4,7 @@ Only the leader schedules; replicas wait. Every write to the Lease carries the r
 so two replicas racing for an expired Lease cannot both win: the API server accepts one update and
 answers the other with 409. A leader that cannot renew within ``renew_deadline`` stops leading before its
 Lease can expire (so no two leaders overlap in time, with clocks assumed to agree to within
-``lease_duration - renew_deadline``).
+``lease_duration - renew_deadline``), even while an attempt hangs on an API server that stopped answering.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,27 +100,54 @@ class LeaderElector:
         return True
 
     def run(self, stop: threading.Event) -> None:
-        """Acquire, then renew until ``stop`` or until renewal fails for ``renew_deadline`` (then ``lost``)."""
+        """Acquire, then renew until ``stop`` or until renewal fails for ``renew_deadline`` (then ``lost``).
+
+        The deadline counts from the start of the last attempt that renewed (the renewTime it wrote is no
+        earlier) and holds while an attempt is in flight. Before, it was checked only once an attempt returned,
+        counted from its end: an API server that stopped answering held a leader's attempt for the client's
+        timeout (30 s, sent up to four times by urllib3) while it went on leading, and the standby took the
+        Lease after 15 s."""
         c = self.config
-        last_renewal = 0.0
+        renewed = 0.0
         while not stop.is_set():
-            try:
-                held = self.try_acquire_or_renew()
-            except ApiError as error:
-                log.warning("lease %s/%s: %s", c.namespace, c.name, error)
-                held = False
-            now = time.monotonic()
-            if held:
-                last_renewal = now
-                if not self.leading.is_set():
-                    log.info("%s leads (lease %s/%s)", self.identity, c.namespace, c.name)
-                    self.leading.set()
-            elif self.leading.is_set() and now - last_renewal > c.renew_deadline:
+            started = time.monotonic()
+            leading = self.leading.is_set()
+            if leading and started - renewed >= c.renew_deadline:
                 log.error("%s lost the lease %s/%s", self.identity, c.namespace, c.name)
                 self.leading.clear()
                 self.lost.set()
                 return
-            stop.wait(c.retry_period)
+            if self._attempt(renewed + c.renew_deadline - started if leading else None):
+                renewed = started
+                if not leading:
+                    log.info("%s leads (lease %s/%s)", self.identity, c.namespace, c.name)
+                    self.leading.set()
+            left = renewed + c.renew_deadline - time.monotonic()
+            stop.wait(min(c.retry_period, max(0.0, left)) if self.leading.is_set() else c.retry_period)
+
+    def _attempt(self, timeout: float | None) -> bool:
+        """``try_acquire_or_renew`` on a thread of its own, awaited for ``timeout`` s at most (None: until it
+        ends); False when it failed or had not ended. A leader's attempt left running past its deadline may
+        still renew the Lease later: the standby then waits one more lease duration, and no two lead."""
+        c = self.config
+        outcome: Future[bool] = Future()
+
+        def attempt() -> None:
+            try:
+                outcome.set_result(self.try_acquire_or_renew())
+            except BaseException as error:  # handed to the waiting thread
+                outcome.set_exception(error)
+
+        threading.Thread(target=attempt, name="lease-attempt", daemon=True).start()
+        try:
+            return outcome.result(timeout)
+        except FutureTimeout:
+            log.warning("lease %s/%s: the API server did not answer within the renew deadline", c.namespace, c.name)
+        except ApiError as error:
+            log.warning("lease %s/%s: %s", c.namespace, c.name, error)
+        except Exception:  # never the end of the thread that keeps ``leading`` true to the Lease
+            log.exception("lease %s/%s: the attempt failed", c.namespace, c.name)
+        return False
 
     def release(self) -> None:
         """Give the Lease up at a graceful shutdown, so a replica takes over at once."""

@@ -138,18 +138,21 @@ class Kube:
                                           body=body, auth_settings=["BearerToken"])
         try:
             response = self.api.call_api(*params, _request_timeout=timeout or self.timeout)
+            if stream and 200 <= response.status <= 299:
+                return response
+            # The body is read here, inside the mapping: an answer cut off mid-body (an API server restarting,
+            # a connection reset) raised urllib3's own error past every caller, which handle ``ApiError``.
+            data = response.read()
         except client.exceptions.ApiException as error:
             raise _api_error(error.status or 0, error.reason or "", error.body, method, path) from None
-        except urllib3.exceptions.HTTPError as error:  # refused, reset, timed out: the server is not there
+        except urllib3.exceptions.HTTPError as error:  # refused, reset, timed out, cut off: the server is not there
             raise ApiError(0, "Unavailable", str(error), method=method, path=path) from None
-        if stream:
-            if not 200 <= response.status <= 299:
-                raise _api_error(response.status, response.reason or "", response.read(), method, path)
-            return response
-        data = response.read()
         if not 200 <= response.status <= 299:
             raise _api_error(response.status, response.reason or "", data, method, path)
-        return loads(data) if data else {}
+        try:
+            return loads(data) if data else {}
+        except ValueError as error:  # (a proxy's page in front of the API server): worth another try later
+            raise ApiError(0, "Unavailable", f"the answer is not JSON ({error})", method=method, path=path) from None
 
     def get(self, path: str, **query: Any) -> dict[str, Any]:
         result: dict[str, Any] = self._send("GET", path, query=_query(query))

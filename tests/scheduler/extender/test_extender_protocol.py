@@ -53,6 +53,13 @@ def test_without_a_node_cache_the_passed_node_objects_come_back() -> None:
     (json.dumps({"Pod": pod()}), "neither NodeNames nor Nodes"),
     (json.dumps({"Pod": pod(), "NodeNames": "a"}), "list of strings"),
     (json.dumps({"Pod": pod(), "Nodes": {"items": [{"spec": {}}]}}), "no metadata.name"),
+    (b'{"Pod": {}, "NodeNames": [], "n": ' + b"1" * 5000 + b"}", "not JSON"),  # past int()'s 4,300 digits
+    (json.dumps({"Pod": {**pod(), "spec": "x"}, "NodeNames": []}), "spec must be an object"),
+    (json.dumps({"Pod": {**pod(), "spec": {"schedulerName": ["kubecell"]}}, "NodeNames": []}), "schedulerName"),
+    (json.dumps({"Pod": {**pod(), "spec": {"containers": ["c"]}}, "NodeNames": []}), "containers"),
+    (json.dumps({"Pod": {**pod(), "spec": {"containers": [{"resources": ["x"]}]}}, "NodeNames": []}), "containers"),
+    (json.dumps({"Pod": {**pod(), "spec": {"initContainers": [{"resources": {"limits": [["a"]]}}]}},
+                 "NodeNames": []}), "containers"),
 ])
 def test_malformed_filter_requests_are_named(body: bytes | str, message: str) -> None:
     with pytest.raises(protocol.ProtocolError, match=message):
@@ -73,6 +80,18 @@ def test_preemption_victims_by_uid_either_form() -> None:
     full = protocol.parse_preemption({"Pod": pod(), "NodeNameToVictims": victims})
     assert full.victims == {"n": ["v2"]}
     assert protocol.preemption_result({}) == {"NodeNameToMetaVictims": {}}
+
+
+@pytest.mark.parametrize("victims", [
+    {"NodeNameToVictims": {"n": ["a"]}},
+    {"NodeNameToVictims": {"n": {"Pods": 5}}},
+    {"NodeNameToMetaVictims": {"n": "x"}},
+    {"NodeNameToMetaVictims": {"n": {"Pods": {"uid": "v"}}}},
+])
+def test_malformed_preemption_victims_are_named(victims: dict[str, Any]) -> None:
+    """Before, these raised AttributeError or TypeError out of the parser: a 500 and a traceback per request."""
+    with pytest.raises(protocol.ProtocolError, match="preempt: the victims of node n"):
+        protocol.parse_preemption({"Pod": pod(), **victims})
 
 
 def test_priorities_stay_within_the_extender_range() -> None:
@@ -107,6 +126,14 @@ def test_http_answers_bad_input_with_400_and_the_reason(loop: Scheduler) -> None
     answer = http.post("/extender/bind", json={"PodName": "p"})
     assert answer.status_code == 400
     assert "missing" in answer.json()["Error"]
+    # read on the request's thread and on the scheduler's: before, a 500 and a traceback per request
+    for verb in ("filter", "prioritize", "preempt"):
+        answer = http.post(f"/extender/{verb}", json={"Pod": {**pod(), "spec": {"schedulerName": ["kubecell"]}},
+                                                      "NodeNames": ["a"], "NodeNameToVictims": {}})
+        assert answer.status_code == 400, verb
+    answer = http.post("/extender/filter", content=b'{"Pod": 1' + b"0" * 5000 + b"}")
+    assert answer.status_code == 400
+    assert "not JSON" in answer.json()["Error"]
 
 
 def test_a_pod_of_another_scheduler_is_refused_for_good(loop: Scheduler) -> None:

@@ -35,7 +35,7 @@ def _fields(body: bytes | str | Mapping[str, Any], what: str) -> dict[str, Any]:
     else:
         try:
             data = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        except ValueError as error:  # (not JSON, not UTF-8, or a number past int()'s 4,300 digits: a 500 before)
             raise ProtocolError(f"{what}: the body is not JSON ({error})") from None
         except RecursionError:  # "[[[[..." deeper than the interpreter's stack: a 500 and a traceback before
             raise ProtocolError(f"{what}: the body is JSON nested too deeply") from None
@@ -51,8 +51,30 @@ def _pod(fields: Mapping[str, Any], what: str) -> dict[str, Any]:
     meta = pod.get("metadata")
     if not isinstance(meta, dict) or not meta.get("name") or not meta.get("uid"):
         raise ProtocolError(f"{what}: the Pod has no metadata.name and metadata.uid")
-    pod.setdefault("spec", {})
+    spec = pod.setdefault("spec", {})
+    if not isinstance(spec, dict):
+        raise ProtocolError(f"{what}: the Pod's spec must be an object")
+    if not isinstance(spec.get("schedulerName", ""), str):
+        raise ProtocolError(f"{what}: the Pod's spec.schedulerName must be a string")
+    if not all(_asks_well(spec.get(part)) for part in ("containers", "initContainers")):
+        raise ProtocolError(f"{what}: the Pod's containers must be a list of objects whose resources.requests "
+                            "and resources.limits are objects")
     return pod
+
+
+def _asks_well(containers: Any) -> bool:
+    """Whether ``containers`` has the shape the verbs read a pod's asks in (on the request's thread, before
+    anything is looked up): before, a list where an object belongs was a 500 and a traceback per request."""
+    if containers is None:
+        return True
+    if not isinstance(containers, list) or not all(isinstance(c, dict) for c in containers):
+        return False
+    for container in containers:
+        resources = container.get("resources") or {}
+        if not isinstance(resources, dict) or not all(isinstance(resources.get(part) or {}, dict)
+                                                      for part in ("requests", "limits")):
+            return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,9 +177,11 @@ def parse_preemption(body: bytes | str | Mapping[str, Any]) -> PreemptionArgs:
     if source is not None and not isinstance(source, dict):
         raise ProtocolError("preempt: NodeNameToVictims/NodeNameToMetaVictims must be an object")
     for node, entry in (source or {}).items():
-        entry_fields = {str(k).lower(): v for k, v in (entry or {}).items()}
-        victims[str(node)] = [_victim_uid(p, meta=bool(meta)) for p in entry_fields.get("pods") or []
-                              if isinstance(p, dict)]
+        entry_fields = {str(k).lower(): v for k, v in entry.items()} if isinstance(entry, dict) else None
+        listed = entry_fields.get("pods") or [] if entry_fields is not None else None
+        if not isinstance(listed, list):  # (an AttributeError or TypeError, a 500, before)
+            raise ProtocolError(f"preempt: the victims of node {node} must be an object with a list of Pods")
+        victims[str(node)] = [_victim_uid(p, meta=bool(meta)) for p in listed if isinstance(p, dict)]
     return PreemptionArgs(pod, victims)
 
 
