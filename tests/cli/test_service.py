@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kubecell.cli.service import run
+from kubecell.cli.service import answering, run
 from kubecell.kube.apply import apply
 from kubecell.kube.leader import LeaderElector, LeaseConfig
 from kubecell.kube.rest import Kube
@@ -123,3 +123,18 @@ def test_racing_for_an_expired_lease_only_one_wins(testbed: ControlPlaneState, r
     assert wins.count(True) == 1
     for client in clients:
         client.close()
+
+
+def test_the_extender_answers_only_while_this_replica_leads() -> None:
+    """kube-scheduler calls whichever replica its Service reaches: one that lost the Lease (its loop's ``ready``
+    still set) must answer 503, not filter or bind on a book the new leader no longer shares."""
+    ready, leading = threading.Event(), threading.Event()
+    answers = answering(ready, leading)
+    assert not answers(), "no cycle yet"
+    ready.set()
+    assert not answers(), "a standby"
+    leading.set()
+    assert answers()
+    leading.clear()
+    assert not answers(), "the Lease lost"
+    assert answering(ready, None)(), "without election, ready is enough"

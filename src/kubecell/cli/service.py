@@ -95,6 +95,15 @@ def lead(work: Work, elector: LeaderElector | None, stop: threading.Event, serve
         raise SystemExit("lost the leader lease")
 
 
+def answering(ready: threading.Event, leading: threading.Event | None) -> Callable[[], bool]:
+    """Whether the extender's verbs are answered: once the loop finished a cycle, and only while this replica
+    leads (``leading``: the elector's; None: no election). The loop's ``ready`` stays set after the Lease is
+    lost, and a filter or bind answered then would be decided on a book the new leader no longer shares."""
+    if leading is None:
+        return ready.is_set
+    return lambda: ready.is_set() and leading.is_set()
+
+
 def run(kube: Kube, options: SchedulerOptions, *, listen: tuple[str, int] | None, leader_elect: bool,
         identity: str, lease: LeaseConfig | None = None, stop: threading.Event | None = None,
         pod: PodRef | None = None) -> None:
@@ -112,7 +121,8 @@ def run(kube: Kube, options: SchedulerOptions, *, listen: tuple[str, int] | None
     if options.extender:  # kube-scheduler's extender verbs on the same port (imported here: a mode apart)
         from kubecell.scheduler.extender.http import routes
         from kubecell.scheduler.extender.verbs import Extender
-        extra = routes(Extender(scheduler))  # attaches its holds to the scheduler, before the loop runs
+        extra = routes(Extender(scheduler), ready=answering(scheduler.ready, elector.leading if elector else None))
+        # (``Extender`` attaches its holds to the scheduler, before the loop runs)
     server = serve(build_app(scheduler, elector, extra_routes=extra), *listen) if listen else None
 
     def start_labelling() -> None:
