@@ -4,7 +4,9 @@
    scheduling cycle that places it (members of 1 and of 8 GPUs, with and without a rack constraint, on
    an empty and on a half-full cluster), and the time to reject a gang that can never fit. Submission
    includes what the placement policy learns from the arrivals.
-2. The wall time of simulating a 30-day multi-VC window of the Philly-derived trace on the bundled
+2. The time to resolve the whole-cluster default tenancy on 5,000 nodes without racks: it pins every node,
+   and the scheduler resolves it at every rebuild (a node added or lost), on its scheduling thread.
+3. The wall time of simulating a 30-day multi-VC window of the Philly-derived trace on the bundled
    512-GPU cluster under each tenancy policy (skipped with a message when ../shared/data is absent).
 
     python bench/tenancy.py [--skip-philly] [--start-day 30] [--days 30] [--repeat 5]
@@ -106,8 +108,24 @@ def measure_philly(policy: str, start_day: float, days: float) -> dict[str, Any]
             "jobs": len(inputs.jobs)}
 
 
+def measure_pins(nodes: int, repeat: int) -> dict[str, Any]:
+    cluster = [make_node(f"n{i:05d}", cpu_milli=96_000, memory_mib=786_432, gpu_count=8, gpu_model="A100")
+               for i in range(nodes)]
+    forest = CellForest(cluster)
+    pins = {"virtualClusters": {"default": {"pinnedCells": [root.id for root in forest.roots]}}}
+    times: list[float] = []
+    gpus = 0
+    for _ in range(repeat):
+        started = time.perf_counter()
+        gpus = resolve_tenants(pins, forest).require("default").guaranteed_gpus
+        times.append(time.perf_counter() - started)
+    return {"seconds": statistics.median(times), "outcome": f"{gpus} GPUs pinned"}
+
+
 def measure(what: str, args: argparse.Namespace) -> dict[str, Any]:
     kind, _, rest = what.partition(":")
+    if kind == "pins":
+        return measure_pins(int(rest), args.repeat)
     if kind == "gang":
         fill, _, case = rest.partition(":")
         return measure_gang(case, fill == "half", args.repeat)
@@ -118,6 +136,7 @@ def measurements(args: argparse.Namespace) -> list[tuple[str, str]]:
     """(key, label) of every measurement, in the order they are printed."""
     out = [(f"gang:{fill}:{case}", f"{fill + '-full' if fill == 'half' else fill:9} {label}")
            for fill in ("empty", "half") for case, (label, *_) in GANG_CASES.items()]
+    out.append(("pins:5000", "whole-cluster default, 5,000 nodes without racks, resolved"))
     if not args.skip_philly and PCS.is_dir():
         out += [(f"philly:{policy}", f"Philly days {args.start_day:g}-{args.start_day + args.days:g}: {policy}")
                 for policy in POLICIES]
@@ -149,7 +168,7 @@ def compare(args: argparse.Namespace) -> None:
                 before = run_in(baseline, what, args)
                 after = run_in(ROOT, what, args)
                 ratio = after["seconds"] / before["seconds"] if before["seconds"] > 0 else float("nan")
-                unit, scale = ("ms", 1000.0) if what.startswith("gang") else ("s", 1.0)
+                unit, scale = ("ms", 1000.0) if what.startswith(("gang", "pins")) else ("s", 1.0)
                 print(f"{label:62} {before['seconds'] * scale:9.1f} {unit:2} {after['seconds'] * scale:17.1f} {unit:2} "
                       f"{ratio:6.2f}x   {after['outcome']}", flush=True)
         finally:
@@ -176,7 +195,7 @@ def main() -> int:
         print(f"(Philly simulation skipped: {PCS} is absent)")
     for what, label in measurements(args):
         result = measure(what, args)
-        unit, scale = ("ms", 1000.0) if what.startswith("gang") else ("s wall", 1.0)
+        unit, scale = ("ms", 1000.0) if what.startswith(("gang", "pins")) else ("s wall", 1.0)
         print(f"  {label:62} {result['seconds'] * scale:8.1f} {unit}  {result['outcome']}", flush=True)
     return 0
 

@@ -13,6 +13,7 @@ import pytest
 from kubecell.core.topology import CellForest
 from kubecell.kube import virtualclusters as vcs
 from kubecell.kube.rest import Kube
+from kubecell.kube.tenant_source import TenantInputs, TenantMemory, choose_tenants
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.cluster_fixtures import RunningScheduler
 from tests.core.support import make_nodes
@@ -209,3 +210,62 @@ def test_running_pods_keep_their_gpus_across_a_reload(testbed: ControlPlaneState
     placed = wait_for("a new pod", lambda: bound(kube, namespace, "next"))
     taken = {(node, gpu) for slots in before.values() for node, gpu, _ in slots}
     assert not taken & {(node, gpu) for node, gpu, _ in gpus_of(placed[0])}
+
+
+HOSTILE_STATUSES = ["x", 7, [], {"conditions": "abc"}, {"conditions": 5}, {"conditions": {"Accepted": "True"}},
+                    {"conditions": [5, "x", None, {"type": "Accepted"}]}, {"conditions": [{"type": 3}]}]
+
+
+@pytest.mark.parametrize("status", HOSTILE_STATUSES)
+def test_a_malformed_status_is_overwritten_never_raised(forest: CellForest, status: Any) -> None:
+    """A status the schema would refuse (an object stored under an older CRD, or one without a schema) reached
+    ``current_condition`` and ``report``, which raised AttributeError/TypeError out of the rebuild and stopped the
+    scheduler's loop. It is judged like no condition at all, and the verdict replaces it."""
+    obj = {**vc("a", gpus=8), "status": status}
+    choice = choose_tenants(make_nodes(4, racks_of=2), TenantInputs([obj], None, list), TenantMemory())
+    assert choice.kind == "virtualclusters"
+    assert choice.tenants is not None
+    assert not vcs.accepted_as_is(obj)
+    patch = vcs.status_patch(obj, choice.verdicts[0])
+    assert patch is not None
+    assert [c["type"] for c in patch["status"]["conditions"]] == ["Accepted"]
+    assert patch["status"]["conditions"][0]["status"] == "True"
+    assert patch["status"]["guaranteedGpus"] == 8
+
+
+def test_a_status_already_saying_the_verdict_is_not_written_again() -> None:
+    verdict = vcs.Verdict("a", 1, True, "Accepted", "in force: 8 GPUs guaranteed", 8)
+    obj = vc("a", gpus=8)
+    patch = vcs.status_patch(obj, verdict)
+    assert patch is not None
+    other = {"type": "Ready", "status": "True"}
+    written = {**obj, "status": {**patch["status"], "conditions": [other, *patch["status"]["conditions"]]}}
+    assert vcs.status_patch(written, verdict) is None
+    changed = vcs.status_patch(written, vcs.Verdict("a", 2, False, "Infeasible", "no"))
+    assert changed is not None
+    assert changed["status"]["conditions"][0] == other, "other conditions are kept"
+
+
+def test_a_restarted_scheduler_keeps_the_accepted_set_beside_a_refused_object(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, crd: None,
+        start_scheduler: type[RunningScheduler]) -> None:
+    """A restarted scheduler (or a new leader) knows what was accepted only from the objects' conditions. It began
+    with no memory, so one refused object made the whole set refused with "None was accepted": the whole-cluster
+    default took over, every tenant lost its guarantee, and the accepted objects were rewritten NotApplied."""
+    put(kube, "a", gpus=8)
+    put(kube, "b", gpus=16)
+    first = start_scheduler(testbed)
+    for name in ("a", "b"):
+        wait_for(f"{name} accepted", partial(accepted, kube, name))
+    put(kube, "c", gpus=500)                        # fits alone, not beside a and b
+    wait_for("c refused", lambda: accepted(kube, "c", "False"))
+    first.close()
+    running = start_scheduler(testbed)
+    engine = wait_for("the restarted scheduler's engine", lambda: running.scheduler.engine)
+    assert sorted(engine.session.tenants.names) == ["a", "b"]
+    make_pod(kube, namespace, "a-8", {"nvidia.com/gpu": "8"}, {"kubecell.io/vc": "a"})
+    wait_for("a's pod placed by the accepted set", lambda: bound(kube, namespace, "a-8"))
+    assert record_vc(kube, namespace, "a-8") == ("a", "guaranteed")
+    for name in ("a", "b"):
+        assert accepted(kube, name) is not None, f"{name} still in force"
+    assert (vcs.current_condition(kube.get(f"{vcs.PATH}/c")) or {})["reason"] == "Infeasible"

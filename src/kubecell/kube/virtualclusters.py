@@ -277,16 +277,40 @@ def accepted_as_is(obj: Mapping[str, Any]) -> bool:
     return found is not None and found.get("status") == "True" and found.get("observedGeneration") == generation
 
 
+def _status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The object's status as kubecell wrote it; a status the schema would refuse (stored under an older CRD, or
+    one without a schema) is read as none, so the verdict replaces it rather than raising out of the rebuild."""
+    status = obj.get("status")
+    return status if isinstance(status, Mapping) else {}
+
+
+def _conditions(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The status's conditions: mappings with a ``type`` text (anything else in the list is no condition, and is
+    not written back: a schema would refuse the whole patch for it)."""
+    found = _status(obj).get("conditions")
+    return [entry for entry in found if isinstance(entry, dict) and isinstance(entry.get("type"), str)] \
+        if isinstance(found, list) else []
+
+
 def current_condition(obj: Mapping[str, Any]) -> dict[str, Any] | None:
-    for entry in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(entry, dict) and entry.get("type") == CONDITION:
-            return entry
-    return None
+    return next((entry for entry in _conditions(obj) if entry.get("type") == CONDITION), None)
 
 
 def _same(previous: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> bool:
     return previous is not None and all(previous.get(k) == wanted[k]
                                         for k in ("status", "observedGeneration", "reason", "message"))
+
+
+def status_patch(obj: Mapping[str, Any], verdict: Verdict) -> dict[str, Any] | None:
+    """The merge patch that writes ``verdict`` onto the object's status (other conditions kept), or None when
+    the status already says it."""
+    previous = current_condition(obj)
+    wanted = condition(verdict, previous)
+    if _same(previous, wanted) and _status(obj).get("guaranteedGpus") == verdict.guaranteed_gpus:
+        return None
+    others = [c for c in _conditions(obj) if c.get("type") != CONDITION]
+    return {"status": {"observedGeneration": verdict.generation, "conditions": [*others, wanted],
+                       "guaranteedGpus": verdict.guaranteed_gpus}}
 
 
 @dataclass
@@ -308,15 +332,11 @@ class VirtualClusterSource:
         by_name = {name_of(obj): obj for obj in objects}
         for verdict in verdicts:
             obj = by_name[verdict.name]
-            previous = current_condition(obj)
-            wanted = condition(verdict, previous)
-            if _same(previous, wanted) and (obj.get("status") or {}).get("guaranteedGpus") == verdict.guaranteed_gpus:
+            patch = status_patch(obj, verdict)
+            if patch is None:
                 continue
-            others = [c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") != CONDITION]
-            status = {"observedGeneration": verdict.generation, "conditions": [*others, wanted],
-                      "guaranteedGpus": verdict.guaranteed_gpus}
             try:
-                self.kube.patch(f"{PATH}/{verdict.name}/status", {"status": status}, kind="merge")
+                self.kube.patch(f"{PATH}/{verdict.name}/status", patch, kind="merge")
             except ApiError as error:
                 log.warning("condition %s on %s %s not written: %s", CONDITION, KIND, verdict.name, error)
             if not verdict.accepted:

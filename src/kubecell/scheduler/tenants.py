@@ -38,6 +38,8 @@ class TenantSources:
     memory: TenantMemory = field(default_factory=TenantMemory)
     tenants_text: str | None = None
     """The ConfigMap's text at the last rebuild (to tell an edit from a node change)."""
+    recalled: bool = False
+    """Whether ``memory`` was taken from the API yet (at the first rebuild; see ``in_force``)."""
     virtual_clusters: virtualclusters.VirtualClusterSource = field(init=False)
     accepted: AcceptedCluster = field(init=False)
 
@@ -55,10 +57,17 @@ class TenantSources:
 
     def in_force(self, mirror: Mirror, nodes: list[Node]) -> TenantChoice:
         """The tenants to rebuild with (``choose_tenants``), its verdicts written and its refusals told."""
+        objects = list(mirror.virtualclusters.values())
+        if not self.recalled:
+            # A restarted scheduler (or a new leader) starts with no memory: the VirtualClusters accepted as they
+            # are (their Accepted condition at their generation) are the set in force, as inspect reads it.
+            # Without this, one refused object made the whole set "never accepted": the whole-cluster default
+            # took over and every accepted object was rewritten NotApplied.
+            self.recalled = True
+            self.memory = TenantMemory.from_objects(objects)
         text = self.text(mirror)
         reported = text == self.tenants_text and not self.memory.vc_specs  # a refusal of this text was told
         self.tenants_text = text
-        objects = list(mirror.virtualclusters.values())
         self.virtual_clusters.used = virtualclusters.signature(objects)
         inputs = TenantInputs(objects, text, self.accepted.load, configmap_name=f"{self.namespace}/{self.configmap}",
                               source=f"configmap {self.namespace}/{self.configmap} key {self.key}",

@@ -408,3 +408,17 @@ def test_numbers_must_be_finite_and_not_booleans_or_text(flat: CellForest, key: 
     raw = yaml.safe_load(f"virtualClusters: {{a: {{gpus: 8, {key}: {value}}}}}")
     error = rejected(flat, raw)
     assert key in str(error)
+
+
+def test_pinning_every_node_pins_them_all() -> None:
+    """The whole-cluster default pins every root cell (its cost on 5,000 nodes: ``python bench/tenancy.py``)."""
+    forest = CellForest(make_nodes(500))
+    tenants = resolve_tenants({"virtualClusters": {"default": {"pinnedCells": [r.id for r in forest.roots]}}}, forest)
+    assert tenants.require("default").guaranteed_gpus == 4_000
+
+
+def test_a_pin_inside_several_pins_names_the_first_listed() -> None:
+    forest = CellForest(make_nodes(2, racks_of=2))
+    error = rejected(forest, {"virtualClusters": {"a": {"pinnedCells": ["n0/gpu1", "n0", "rack0"]}}})
+    assert "'n0/gpu1' (a) lies inside pinned cell 'n0' (a)" in error.message
+    assert "virtualClusters.a.pinnedCells[0]" in (error.location or "")

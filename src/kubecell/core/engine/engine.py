@@ -244,7 +244,8 @@ class Engine:
 
     def reload(self, tenants: Tenants, now: float) -> list[Job]:
         """Adopt a new tenant configuration as a diff: running jobs keep running. Guaranteed jobs whose
-        cells the new guarantees still cover stay guaranteed; the others become borrowed (or
+        cells the new guarantees still cover (without cells, the oldest jobs within the guaranteed count)
+        stay guaranteed; the others become borrowed (or
         opportunistic when their VC is gone) and are the first reclaimed. Waiting jobs of a removed VC
         are rejected (nothing could ever admit them). Nothing is evicted. Returns downgraded jobs."""
         s = self.session
@@ -256,14 +257,23 @@ class Engine:
             s.withdraw(job)
             s.reject(job, removed_vc_reason(s, job.vc))
         downgraded: list[Job] = []
+        kept: Counter[str] = Counter()  # without cells: guaranteed milli-GPUs kept so far, oldest jobs first
         for job in sorted(s.running.values(), key=lambda j: (j.started_at if j.started_at is not None else 0.0,
                                                              j.name)):
-            if tenants.get(job.vc) is None:
+            tenant = tenants.get(job.vc)
+            if tenant is None:
                 if job.job_class != JobClass.OPPORTUNISTIC:
                     s.set_class(job, JobClass.OPPORTUNISTIC)
                     downgraded.append(job)
                 continue
-            if job.job_class == JobClass.GUARANTEED and not adopt_cells(s, job):
+            if job.job_class != JobClass.GUARANTEED:
+                continue
+            if s.options.cells:
+                covered = adopt_cells(s, job)
+            else:  # a count: judged against what the older jobs kept, not the VC's whole use, newer jobs included
+                covered = kept[tenant.name] + job.held_gpu_milli <= tenant.guaranteed_milli
+                kept[tenant.name] += job.held_gpu_milli if covered else 0
+            if not covered:
                 s.set_class(job, JobClass.BORROWED)
                 downgraded.append(job)
         release_idle_cells(s, everything=True)

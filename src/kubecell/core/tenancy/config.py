@@ -218,16 +218,20 @@ def _pinned(vc: VirtualClusterConfig, name: str, forest: CellForest, where: Loca
 
 def _check_disjoint_pins(forest: CellForest, pinned_owner: Mapping[str, tuple[str, int]],
                          where: Locator) -> list[Cell]:
-    """Every pinned cell, none inside another (two VCs cannot both own one GPU)."""
+    """Every pinned cell, none inside another (two VCs cannot both own one GPU). Each pin looks up its own
+    ancestors among the pins, so the check is linear in the pins: the whole-cluster default pins every node of
+    a cluster without racks, thousands of them, at every rebuild."""
     all_pinned = [forest.by_id[c] for c in pinned_owner]
+    order = {cell: position for position, cell in enumerate(all_pinned)}
     for cell in all_pinned:
-        for other in all_pinned:
-            if other is not cell and other in set(cell.ancestors()):
-                owner, position = pinned_owner[cell.id]
-                raise InvalidInputError(
-                    f"pinned cell {cell.id!r} ({owner}) lies inside pinned cell {other.id!r} "
-                    f"({pinned_owner[other.id][0]})", accepted="disjoint pinned cells",
-                    location=where(("virtualClusters", owner, "pinnedCells", position)))
+        around = [ancestor for ancestor in cell.ancestors() if ancestor in order]
+        if around:
+            other = min(around, key=order.__getitem__)  # the first listed, as the message always named
+            owner, position = pinned_owner[cell.id]
+            raise InvalidInputError(
+                f"pinned cell {cell.id!r} ({owner}) lies inside pinned cell {other.id!r} "
+                f"({pinned_owner[other.id][0]})", accepted="disjoint pinned cells",
+                location=where(("virtualClusters", owner, "pinnedCells", position)))
     return all_pinned
 
 
