@@ -76,12 +76,12 @@
     for (const point of state.history) for (const name of Object.keys(point.vcs)) if (!names.includes(name)) names.push(name);
     const t = state.history.map((p) => p.t);
     const traces = [];
-    for (const name of names) {
+    for (const name of names) {  // plotly reads a trace name as its markup (<a href>, <span style>): escaped
       const color = colorOf(name);
       const series = (i) => state.history.map((p) => (p.vcs[name] ? p.vcs[name][i] : null));
-      traces.push({x: t, y: series(0), name: `${name} allocated`, legendgroup: name, mode: "lines+markers",
+      traces.push({x: t, y: series(0), name: `${esc(name)} allocated`, legendgroup: name, mode: "lines+markers",
                    marker: {size: 4}, line: {color, width: 2}, type: "scatter"});
-      traces.push({x: t, y: series(1), name: `${name} guaranteed`, legendgroup: name, mode: "lines",
+      traces.push({x: t, y: series(1), name: `${esc(name)} guaranteed`, legendgroup: name, mode: "lines",
                    line: {color, width: 1.5, dash: "dash"}, type: "scatter"});
     }
     Plotly.react($("vc-history"), traces, {
