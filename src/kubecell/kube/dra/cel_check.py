@@ -89,6 +89,11 @@ _RETURNS = {
 _TEXT_WORK = frozenset({"contains", "startsWith", "endsWith", "lowerAscii", "upperAscii", "trim", "indexOf",
                         "lastIndexOf", "charAt", "substring", "split", "replace", "string"})
 _REGEX = frozenset({"matches", "find", "findAll"})
+_BUILDS = frozenset({"replace", "join", "split", "flatten"})
+"""Calls whose result may be far larger than what they read (``replace("", s)`` puts ``s`` between every two
+characters, ``join`` repeats its separator, ``split("")`` makes a string of every character): charged for what
+they build too, as the run time charges every value. Priced by their input alone, two replaces of 3,000
+characters were admitted and built 27 billion characters in one step, before the budget is looked at."""
 _LIST_WORK = frozenset({"isSorted", "sum", "min", "max", "includes", "distinct", "flatten", "reverse",
                         "slice", "sort", "join"})
 
@@ -292,6 +297,8 @@ class _Checker:
             size, item = _result_size(name, receiver, args), _STRING
             if name in ("distinct", "reverse", "slice", "sort", "flatten"):
                 item = receiver.item
+            if name in _BUILDS:
+                cost += _tenth(size)
         elif name in ("sum", "min", "max"):
             return (receiver.item or _DYN).costing(cost)
         return Info(kind, min(cost, _CAP), min(size, _CAP), item, item)

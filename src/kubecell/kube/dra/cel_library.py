@@ -204,9 +204,19 @@ def _substring(text: Any, start: Any, *end: Any) -> StringType | CELEvalError:
     return StringType(text[begin:stop])
 
 
-def _replace(text: Any, old: Any, new: Any, *count: Any) -> StringType:
+MAX_BUILT = 10_000_000
+"""The longest string ``replace`` builds: one this long spends the whole run-time budget (a unit per 10
+characters) by itself, and the budget is looked at only once a step has built its value."""
+
+
+def _replace(text: Any, old: Any, new: Any, *count: Any) -> StringType | CELEvalError:
+    text, old, new = _text(text), _text(old), _text(new)
     limit = _int(count[0]) if count else -1
-    return StringType(_text(text).replace(_text(old), _text(new), limit if limit >= 0 else -1))
+    found = len(text) + 1 if not old else text.count(old)
+    found = found if limit < 0 else min(found, limit)
+    if len(text) + found * (len(new) - len(old)) > MAX_BUILT:
+        return error(f"actual cost limit exceeded: replace would build more than {MAX_BUILT} characters")
+    return StringType(text.replace(old, new, limit if limit >= 0 else -1))
 
 
 def _join(items: Any, *separator: Any) -> StringType:
