@@ -6,13 +6,15 @@ the line above (kubectl closed the same hole, CVE-2021-25743)."""
 from __future__ import annotations
 
 import io
+import logging
 import re
+import sys
 
 import pytest
 from rich.table import Table
 from rich.text import Text
 
-from kubecell.cli.output import SafeConsole, neutralized, stderr_console, warn
+from kubecell.cli.output import NeutralFormatter, SafeConsole, neutralized, stderr_console, warn
 
 HOSTILE = "gpu\x1b]52;c;cHduZWQ=\x07\x1b[2J\x1b[1Amodel\x9b31m"
 
@@ -66,3 +68,19 @@ def test_text_others_wrote_is_never_read_as_markup() -> None:
     assert "[bold]kept[/bold] as written" in shown
     console.print("[bold]styled[/bold] on request", markup=True)
     assert "[bold]" not in out.getvalue().rsplit("\n", 2)[-2]
+
+
+def test_a_log_line_quoting_others_values_stays_one_inert_line() -> None:
+    """The services log values others wrote (a node's notes, an ElasticJob's model, an API error's text): read
+    with ``kubectl logs``, an ESC would be a terminal sequence and a line break a forged log line."""
+    formatter = NeutralFormatter("%(levelname)s %(message)s")
+    record = logging.LogRecord("kubecell.scheduler.nodes", logging.WARNING, __file__, 1,
+                               "node %s: %s", ("n1", "A100\x1b]52;c;ZXZpbA==\x07\nERROR forged line\r"), None)
+    line = formatter.format(record)
+    assert not {"\n", "\r", "\x1b", "\x07"} & set(line)
+    assert line == "WARNING node n1: A100\\x1b]52;c;ZXZpbA==\\x07\\nERROR forged line\\x0d"
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        failed = logging.LogRecord("kubecell", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    assert "\nTraceback" in formatter.format(failed), "a traceback kubecell appends keeps its own lines"

@@ -13,7 +13,6 @@ that loses the Lease stops and exits non-zero, so its Pod restarts as a standby.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from typing import Annotated
@@ -25,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from kubecell.cli.output import configure_logging
 from kubecell.cli.scheduler import Identity, Kubeconfig, LeaderElect, Verbose, listen_address
 from kubecell.cli.service import default_identity, lead, stop_on_signals
 from kubecell.cli.serving import serve
@@ -82,8 +82,7 @@ def elastic_controller(
     verbose: Verbose = False,
 ) -> None:
     """Run the ElasticJob controller: workers follow spec.replicas, which the scheduler sets through /scale."""
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(verbose)
     address = listen_address(listen)
     kube = Kube.from_kubeconfig(kubeconfig)
     try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import threading
@@ -11,6 +10,7 @@ from typing import Annotated, cast
 
 import typer
 
+from kubecell.cli.output import configure_logging
 from kubecell.core.errors import InvalidInputError
 from kubecell.kube.inventory_schema import IsolationMode
 from kubecell.kube.names import ISOLATION_MODES
@@ -66,8 +66,7 @@ def node_agent(
         raise InvalidInputError(f"isolation {isolation!r}", field="isolation",
                                 accepted="accounting, optionally with mps (mig is given, alone, wherever the "
                                          "node's GPUs are in MIG mode)")
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(verbose)
     backend: GpuBackend
     if fake_gpus is not None:
         from kubecell.node.fake_nvml import FakeNvml

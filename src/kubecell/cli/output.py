@@ -7,6 +7,7 @@ cannot be written stops the command *before* the run, not after it with the resu
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -35,6 +36,26 @@ def neutralized(text: str) -> str:
     """``text`` with its terminal control characters written out (``\x1b`` as the four characters ``\x1b``):
     newlines and tabs kept, as kubectl does for the object data it prints since CVE-2021-25743."""
     return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+
+
+class NeutralFormatter(logging.Formatter):
+    """Log lines written out as ``neutralized`` does, line breaks in the message included.
+
+    The services' logs quote values others wrote: a node's inventory notes, an ElasticJob's GPU model, a claim's
+    selector, an API server's error text. Read with ``kubectl logs`` in a terminal, an ESC in one would be a
+    terminal sequence, and a line break would start a log line of its author's making. A traceback kubecell
+    appends keeps its own lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging.Formatter's name
+        record.message = neutralized(record.message).replace("\n", "\\n")  # (a CR is written out already)
+        return super().formatMessage(record)
+
+
+def configure_logging(verbose: bool) -> None:
+    """The services' logging (scheduler, node agent, ElasticJob controller): one line a record, neutralized."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(NeutralFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
 
 
 class SafeConsole(Console):

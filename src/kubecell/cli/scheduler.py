@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from kubecell.cli.output import configure_logging
 from kubecell.cli.service import default_identity, run
 from kubecell.core.engine.options import PRESETS, QUEUE_ORDERS
 from kubecell.core.errors import InvalidInputError
@@ -128,8 +129,7 @@ def _prepare(tenancy: str, verbose: bool) -> None:
     """What both modes check and set up before they talk to the cluster."""
     if tenancy not in PRESETS:
         raise InvalidInputError(f"unknown tenancy preset {tenancy!r}", field="tenancy", accepted=", ".join(PRESETS))
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(verbose)
 
 
 def scheduler(
