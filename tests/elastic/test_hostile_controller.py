@@ -464,23 +464,29 @@ def test_an_api_server_that_is_unavailable_is_still_an_error() -> None:
 # --- a worker whose init container crash-loops ----------------------------------------------------------------------
 
 
-def test_a_worker_whose_init_container_crash_loops_restarts_the_job_and_is_told() -> None:
-    """``restartPolicy: OnFailure`` and an init container that fails at every start (a dataset it cannot fetch):
-    the kubelet restarts it for ever and the Pod stays Pending on its node. The controller read the worker as
-    Scheduled, so the job sat Pending, "waiting for the scheduler", holding the GPUs its workers were bound to,
-    with no CrashLoop condition, no Event and no restart counted."""
+def bound_and_waiting(status: dict[str, Any]) -> Store:
+    """A store holding bert's two workers, bound to a node, each with ``status`` as its kubelet wrote it."""
     store = Store()
     spec = ej.read_elastic_job(job())
     for index in range(2):
         worker = worker_pod(spec, index)
         worker["metadata"]["ownerReferences"] = [owner_reference(spec)]
         worker["spec"]["nodeName"] = "n1"
-        worker["status"] = {"phase": "Pending",
-                            "initContainerStatuses": [{"name": "fetch", "restartCount": 7,
-                                                       "state": {"waiting": {"reason": "CrashLoopBackOff"}}}],
-                            "containerStatuses": [{"name": "trainer", "restartCount": 0,
-                                                   "state": {"waiting": {"reason": "PodInitializing"}}}]}
+        worker["status"] = copy.deepcopy(status)
         store.put(pod_path(ej.worker_name("bert", index)), worker)
+    return store
+
+
+def test_a_worker_whose_init_container_crash_loops_restarts_the_job_and_is_told() -> None:
+    """``restartPolicy: OnFailure`` and an init container that fails at every start (a dataset it cannot fetch):
+    the kubelet restarts it for ever and the Pod stays Pending on its node. The controller read the worker as
+    Scheduled, so the job sat Pending, "waiting for the scheduler", holding the GPUs its workers were bound to,
+    with no CrashLoop condition, no Event and no restart counted."""
+    store = bound_and_waiting({"phase": "Pending",
+                               "initContainerStatuses": [{"name": "fetch", "restartCount": 7,
+                                                          "state": {"waiting": {"reason": "CrashLoopBackOff"}}}],
+                               "containerStatuses": [{"name": "trainer", "restartCount": 0,
+                                                      "state": {"waiting": {"reason": "PodInitializing"}}}]})
     controller = controller_over(store, job(status={"phase": "Pending", "targetReplicas": 2}))
     reconcile(controller, store)
     status = store.objects[ej.job_path(NS, "bert")]["status"]
@@ -499,15 +505,8 @@ def test_workers_the_kubelet_cannot_start_are_named_once_not_restarted(reason: s
     """An image that cannot be pulled (a typo, a missing pull secret) or a Secret the container names that is not
     there: the workers stay bound and Pending, holding their GPUs, and no restart would start them. The job said
     only "waiting for the scheduler", and nothing named the pods or the reason."""
-    store = Store()
-    spec = ej.read_elastic_job(job())
-    for index in range(2):
-        worker = worker_pod(spec, index)
-        worker["metadata"]["ownerReferences"] = [owner_reference(spec)]
-        worker["spec"]["nodeName"] = "n1"
-        worker["status"] = {"phase": "Pending", "containerStatuses": [
-            {"name": "trainer", "restartCount": 0, "state": {"waiting": {"reason": reason}}}]}
-        store.put(pod_path(ej.worker_name("bert", index)), worker)
+    store = bound_and_waiting({"phase": "Pending", "containerStatuses": [
+        {"name": "trainer", "restartCount": 0, "state": {"waiting": {"reason": reason}}}]})
     controller = controller_over(store, job(status={"phase": "Pending", "targetReplicas": 2}))
     reconcile(controller, store, passes=3)
     status = store.objects[ej.job_path(NS, "bert")]["status"]
