@@ -5,6 +5,7 @@ testbed; the test samples both every 50 ms and fails the moment both lead."""
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 from kubernetes.config.config_exception import ConfigException
 
+from kubecell.kube.clock import rfc3339_micro
 from kubecell.kube.leader import LeaderElector, LeaseConfig
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.testbed.control_plane import ControlPlaneState
@@ -74,3 +76,42 @@ def test_a_leader_whose_calls_fail_stops_leading_before_the_standby_takes_over(
             thread.join(timeout=10)
         healthy.close()
         faulty.close()
+
+
+def test_a_leader_whose_clock_lags_an_hour_keeps_the_lease_and_a_crash_still_hands_it_over(
+        testbed: ControlPlaneState, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every renewTime the leader writes is an hour old, as from a node whose clock lags: a standby that read it
+    against its own wall clock took the Lease at once, and two replicas led. Counting the lease duration on the
+    standby's own clock from when the record last changed, it waits while the leader renews, and takes over
+    within a lease duration (and a retry) once the leader stops renewing without giving the Lease up."""
+    monkeypatch.setattr("kubecell.kube.leader.rfc3339_micro",
+                        lambda: rfc3339_micro(datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)))
+    config = LeaseConfig(namespace=namespace, name="leader-skew", lease_duration=LEASE.lease_duration,
+                         renew_deadline=LEASE.renew_deadline, retry_period=LEASE.retry_period)
+    clients = [Kube.from_kubeconfig(testbed.admin_kubeconfig) for _ in range(2)]
+    first, second = (LeaderElector(client, name, config)
+                     for client, name in zip(clients, ("replica-a", "replica-b"), strict=True))
+    stops = [threading.Event(), threading.Event()]
+    threads = [threading.Thread(target=e.run, args=(s,), daemon=True)
+               for e, s in zip((first, second), stops, strict=True)]
+    try:
+        threads[0].start()
+        wait_for("the first replica to lead", first.leading.is_set, timeout=10)
+        threads[1].start()
+        watched_until = time.monotonic() + 2 * config.lease_duration
+        while time.monotonic() < watched_until:
+            assert not second.leading.is_set(), "the standby took the Lease while the leader renewed it"
+            time.sleep(0.05)
+        stops[0].set()  # the leader stops renewing and never releases: a crash, as the standby sees it
+        threads[0].join(timeout=10)
+        crashed = time.monotonic()
+        wait_for("the standby to take over", second.leading.is_set,
+                 timeout=config.lease_duration + 4 * config.retry_period)
+        assert time.monotonic() - crashed >= config.lease_duration - config.renew_deadline
+    finally:
+        for stop in stops:
+            stop.set()
+        for thread in threads:
+            thread.join(timeout=10)
+        for client in clients:
+            client.close()

@@ -3,13 +3,18 @@
 Only the leader schedules; replicas wait. Every write to the Lease carries the resourceVersion it read,
 so two replicas racing for an expired Lease cannot both win: the API server accepts one update and
 answers the other with 409. A leader that cannot renew within ``renew_deadline`` stops leading before its
-Lease can expire (so no two leaders overlap in time, with clocks assumed to agree to within
-``lease_duration - renew_deadline``), even while an attempt hangs on an API server that stopped answering.
+Lease can expire, even while an attempt hangs on an API server that stopped answering.
+
+No clock is compared with another machine's. As client-go's elector does, a standby never reads the holder's
+``renewTime`` against its own wall clock: it counts the lease duration on its own monotonic clock from when it
+last saw the Lease record change. The leader counts its renew deadline on its monotonic clock from the start of
+the attempt that renewed, which is before the standby can have seen that renewal; so with ``renew_deadline <
+lease_duration`` no two lead, whatever the wall clocks say. The price is client-go's too: a replica that starts
+beside a Lease its holder abandoned (killed, not released) waits one lease duration before taking it.
 """
 
 from __future__ import annotations
 
-import datetime
 import logging
 import threading
 import time
@@ -34,14 +39,6 @@ class LeaseConfig:
     retry_period: float = 2.0
 
 
-def _parse(stamp: str | None) -> float:
-    if not stamp:
-        return 0.0
-    text = stamp.rstrip("Z")
-    fmt = "%Y-%m-%dT%H:%M:%S.%f" if "." in text else "%Y-%m-%dT%H:%M:%S"
-    return datetime.datetime.strptime(text, fmt).replace(tzinfo=datetime.UTC).timestamp()
-
-
 class LeaderElector:
     """Acquire and keep the Lease for ``identity``; ``leading`` is set while this replica leads."""
 
@@ -52,6 +49,9 @@ class LeaderElector:
         self.leading = threading.Event()
         self.lost = threading.Event()
         self.transitions = 0
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = 0.0
+        self._observing = threading.Lock()
 
     @property
     def path(self) -> str:
@@ -82,9 +82,8 @@ class LeaderElector:
                 raise
         spec: Mapping[str, Any] = lease.get("spec") or {}
         holder = spec.get("holderIdentity")
-        renewed = _parse(spec.get("renewTime"))
         duration = float(spec.get("leaseDurationSeconds") or c.lease_duration)
-        if holder and holder != self.identity and time.time() < renewed + duration:
+        if holder and holder != self.identity and not self._expired(spec, duration):
             return False
         transitions = int(spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1)
         acquired = spec.get("acquireTime") if holder == self.identity else None
@@ -98,6 +97,17 @@ class LeaderElector:
         if holder != self.identity:
             self.transitions = transitions
         return True
+
+    def _expired(self, spec: Mapping[str, Any], duration: float) -> bool:
+        """Whether ``duration`` seconds of this replica's monotonic clock have passed since it first saw the
+        Lease as ``spec`` is: any change of holder, renewal, acquisition or transitions restarts the count."""
+        record = tuple(spec.get(key) for key in ("holderIdentity", "renewTime", "acquireTime", "leaseTransitions",
+                                                 "leaseDurationSeconds"))
+        now = time.monotonic()
+        with self._observing:
+            if record != self._observed:
+                self._observed, self._observed_at = record, now
+            return now >= self._observed_at + duration
 
     def run(self, stop: threading.Event) -> None:
         """Acquire, then renew until ``stop`` or until renewal fails for ``renew_deadline`` (then ``lost``).
