@@ -13,18 +13,28 @@ Scheduler state that must survive a restart lives in the API: the snapshot is th
 ``<tenants namespace>/kubecell-accepted-cluster`` (key ``nodes.json``), written by the leader whenever the
 tenants in force fit the real cluster and the GPU nodes changed since the last write. Only GPU nodes are kept
 (cells are made of GPUs), grouped by shape: 5,000 nodes of a few shapes take about 200 KB.
+
+The same ConfigMap keeps the set of VirtualClusters in force, each as accepted (key ``virtualclusters.json``:
+name, uid, generation, spec), written by the leader whenever that set changes. The API keeps only a VC's newest
+spec: when an edit is refused, the spec in force exists nowhere else, and a restarted scheduler (or a new leader)
+would drop that VC's guarantee. Not on the objects' status: whoever may write ``virtualclusters/status`` could
+write a spec there; this ConfigMap is written only by the scheduler's ServiceAccount (``deploy/base/rbac.yaml``).
+What is read back is still checked like any input (``decode_virtualclusters``), and the set recalled is judged
+against the cluster again like any other (``tenant_source``). Both keys together stay under ``MAX_BYTES``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import Gpu, Node
+from kubecell.kube import virtualclusters as vcs
 from kubecell.kube.rest import ApiError, Kube
 
 log = logging.getLogger("kubecell.scheduler")
@@ -36,7 +46,13 @@ GHOST_SUFFIX = "~as-accepted"
 """A ghost of a node that still exists with another shape is named ``<node>~as-accepted`` (``~`` is never in a
 Kubernetes name, so it can clash with no real node)."""
 MAX_BYTES = 900_000
-"""A ConfigMap holds at most 1 MiB: a snapshot that would not fit is not written (logged)."""
+"""A ConfigMap holds at most 1 MiB: both snapshots together stay under this, or the one being written is not
+(logged)."""
+VC_KEY = "virtualclusters.json"
+VC_SCHEMA = "kubecell.io/accepted-virtualclusters/v1"
+NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+"""An object name (DNS-1123 subdomain): the names a snapshot may hold."""
+UID = re.compile(r"[A-Za-z0-9-]{0,128}")
 
 
 def _shape(node: Node) -> dict[str, Any]:
@@ -82,7 +98,7 @@ def decode(text: str) -> list[Node]:
         return nodes
     except InvalidInputError:
         raise
-    except (ValueError, KeyError, TypeError, IndexError) as error:
+    except (ValueError, KeyError, TypeError, IndexError, RecursionError) as error:  # Recursion: "[[[[..."
         raise InvalidInputError(f"cannot be read ({type(error).__name__}: {str(error)[:200]})", location=where,
                                 accepted=f"a snapshot of schema {SCHEMA}, written by kubecell") from None
 
@@ -107,68 +123,229 @@ def ghosts(accepted: Sequence[Node], current: Sequence[Node]) -> list[Node]:
     return lost
 
 
+@dataclass(frozen=True, slots=True)
+class AcceptedVc:
+    """One VirtualCluster of the set in force, as kubecell accepted it. The uid binds it to that object: a VC
+    deleted since (or deleted and created again under its name) is the operator's decision, and its entry no
+    longer applies."""
+
+    name: str
+    uid: str
+    generation: int
+    spec: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> AcceptedVc:
+        spec = obj.get("spec")
+        return cls(vcs.name_of(obj), uid_of(obj), vcs.generation_of(obj), spec if isinstance(spec, Mapping) else {})
+
+    def as_object(self) -> dict[str, Any]:
+        """The object as it was accepted, for the functions of ``virtualclusters``."""
+        return {"metadata": {"name": self.name, "uid": self.uid, "generation": self.generation},
+                "spec": self.spec}
+
+    def applies_to(self, obj: Mapping[str, Any]) -> bool:
+        """Whether ``obj`` is the object this entry was accepted from (same name, same uid)."""
+        return vcs.name_of(obj) == self.name and uid_of(obj) == self.uid
+
+
+def uid_of(obj: Mapping[str, Any]) -> str:
+    uid = (obj.get("metadata") or {}).get("uid")
+    return uid if isinstance(uid, str) else ""
+
+
+def encode_virtualclusters(entries: Iterable[AcceptedVc]) -> str:
+    """The snapshot text of the VirtualCluster set in force, in name order (ASCII: its length is its bytes)."""
+    rows = [{"name": e.name, "uid": e.uid, "generation": e.generation, "spec": e.spec}
+            for e in sorted(entries, key=lambda e: e.name)]
+    return json.dumps({"schema": VC_SCHEMA, "virtualClusters": rows}, sort_keys=True, separators=(",", ":"))
+
+
+def decode_virtualclusters(text: str) -> list[AcceptedVc]:
+    """The VirtualClusters of a snapshot; ``InvalidInputError`` for anything that is not one this kubecell wrote:
+    another schema, a field more or less, a name or uid no object has, a spec no VirtualCluster could hold
+    (``spec_problem``: deeper than its schema, numbers beyond int64), a name twice, more than ``MAX_BYTES``."""
+    where = f"ConfigMap {CONFIGMAP}: {VC_KEY}"
+    accepted = f"a snapshot of schema {VC_SCHEMA}, written by kubecell"
+
+    def refused(why: str) -> InvalidInputError:
+        return InvalidInputError(why, location=where, accepted=accepted)
+
+    if len(text) > MAX_BYTES:
+        raise refused(f"{len(text)} characters is more than kubecell writes ({MAX_BYTES})")
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError) as error:  # RecursionError: "[[[[..." deeper than the interpreter's stack
+        raise refused(f"is not JSON ({type(error).__name__}: {str(error)[:200]})") from None
+    schema = raw.get("schema") if isinstance(raw, dict) else None
+    if schema != VC_SCHEMA:
+        shown = repr(schema[:80]) if isinstance(schema, str) else "none" if schema is None else type(schema).__name__
+        raise refused(f"is not of schema {VC_SCHEMA} (schema: {shown})")
+    if set(raw) != {"schema", "virtualClusters"}:
+        raise refused("has fields beside schema and virtualClusters")
+    rows = raw["virtualClusters"]
+    if not isinstance(rows, list):
+        raise refused("virtualClusters is not a list")
+    entries: dict[str, AcceptedVc] = {}
+    for position, row in enumerate(rows):
+        if not isinstance(row, dict) or set(row) != {"name", "uid", "generation", "spec"}:
+            raise refused(f"virtualClusters[{position}] is not a mapping of name, uid, generation and spec")
+        name, uid, generation, spec = row["name"], row["uid"], row["generation"], row["spec"]
+        if not (isinstance(name, str) and NAME.fullmatch(name) and isinstance(uid, str) and UID.fullmatch(uid)):
+            raise refused(f"virtualClusters[{position}] has a name or uid no object has")
+        if not isinstance(generation, int) or isinstance(generation, bool) or not 0 <= generation < 2**63:
+            raise refused(f"virtualClusters[{position}] ({name}) has a generation that is not an int64")
+        if not isinstance(spec, dict):
+            raise refused(f"virtualClusters[{position}] ({name}) has a spec that is not a mapping")
+        entry = AcceptedVc(name, uid, generation, spec)
+        problem = vcs.spec_problem(entry.as_object())
+        if problem is not None:
+            raise refused(f"virtualClusters[{position}]: {str(problem)[:300]}")  # its keys may be long
+        if name in entries:
+            raise refused(f"virtualClusters[{position}]: {name} is listed twice")
+        entries[name] = entry
+    return list(entries.values())
+
+
 @dataclass
 class AcceptedCluster:
-    """The snapshot in the API and in memory (read once, then kept: the leader is its only writer)."""
+    """Both snapshots, in the API and in memory (read once, then kept: the leader is their only writer)."""
 
     kube: Kube
     namespace: str
     nodes: list[Node] | None = None
     text: str | None = None
     loaded: bool = False
+    virtualclusters: list[AcceptedVc] | None = None
+    """The VirtualCluster set in force as recorded; None: none recorded, or the snapshot was refused."""
+    vc_text: str | None = None
+    """The text under ``VC_KEY`` as read (even refused) or last written; None: no such key."""
+    vc_oversized: str | None = None
+    """The last set too large to record (told once, not at every rebuild)."""
 
     @property
     def path(self) -> str:
         return f"/api/v1/namespaces/{self.namespace}/configmaps/{CONFIGMAP}"
 
-    def load(self) -> list[Node]:
-        """The accepted GPU nodes (empty when none were recorded or the snapshot cannot be read)."""
-        if not self.loaded:
-            self.loaded = True
+    def _read(self) -> None:
+        """Read the ConfigMap once; each snapshot is refused (logged, taken as none) on its own. Raises
+        ``ApiError`` only when the API server does not answer, so that the caller tries again later."""
+        if self.loaded:
+            return
+        try:
+            found = self.kube.get(self.path)
+        except ApiError as error:
+            if error.unavailable:
+                raise
+            if not error.not_found:
+                log.warning("the accepted cluster cannot be read (%s): lost nodes cannot become ghosts, and a "
+                            "VirtualCluster whose edit is refused keeps no older spec", error)
+            found = {}
+        self.loaded = True
+        data = found.get("data")
+        data = data if isinstance(data, dict) else {}
+        text = data.get(KEY) or ""
+        self.nodes, self.text = [], None
+        if text:
             try:
-                found = self.kube.get(self.path)
-                text = ((found.get("data") or {}).get(KEY)) or ""
-                self.nodes, self.text = (decode(text), text) if text else ([], None)
-            except ApiError as error:
-                if error.unavailable:
-                    self.loaded = False
-                    raise
-                if not error.not_found:
-                    log.warning("the accepted cluster cannot be read (%s): lost nodes cannot become ghosts", error)
-                self.nodes = []
+                self.nodes, self.text = decode(str(text)), str(text)
             except InvalidInputError as error:
                 log.warning("%s; lost nodes cannot become ghosts until the tenants are accepted again", error)
-                self.nodes = []
+        vc_text = data.get(VC_KEY)
+        self.vc_text = str(vc_text) if vc_text is not None else None
+        self.virtualclusters = None
+        if self.vc_text is not None:
+            try:
+                self.virtualclusters = decode_virtualclusters(self.vc_text)
+            except InvalidInputError as error:
+                log.error("%s. Not a snapshot kubecell wrote: it is ignored, the VirtualClusters in force are "
+                          "recalled from their Accepted conditions, and this scheduler writes the snapshot anew",
+                          error)
+
+    def load(self) -> list[Node]:
+        """The accepted GPU nodes (empty when none were recorded or the snapshot cannot be read)."""
+        self._read()
         return list(self.nodes or [])
+
+    def load_virtualclusters(self) -> list[AcceptedVc] | None:
+        """The VirtualCluster set in force as the leader recorded it; None when none was recorded or the snapshot
+        is refused (the caller then recalls it from the objects' conditions, as before there was a snapshot)."""
+        self._read()
+        return None if self.virtualclusters is None else list(self.virtualclusters)
+
+    def _write(self, key: str, text: str | None) -> ApiError | None:
+        """Set ``key`` to ``text`` (None: take it out), making the ConfigMap the first time; the API's refusal."""
+        try:
+            try:
+                self.kube.patch(self.path, {"data": {key: text}}, kind="merge")
+            except ApiError as error:
+                if not error.not_found:
+                    raise
+                if text is None:
+                    return None
+                body: Mapping[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
+                                           "metadata": {"name": CONFIGMAP, "namespace": self.namespace,
+                                                        "labels": {"app.kubernetes.io/part-of": "kubecell"}},
+                                           "data": {key: text}}
+                self.kube.create(f"/api/v1/namespaces/{self.namespace}/configmaps", dict(body))
+        except ApiError as error:
+            return error
+        return None
 
     def record(self, nodes: Sequence[Node]) -> None:
         """Remember ``nodes`` as the cluster the tenants in force fit (a write only when the GPU nodes changed).
         A failed write is logged: scheduling goes on, with the previous snapshot in the API."""
         text = encode(nodes)
         try:
-            self.load()
+            self._read()
         except ApiError as error:
             log.warning("the accepted cluster cannot be read (%s); not recorded now", error)
             return
         if text == self.text:
             return
-        if len(text) > MAX_BYTES:
+        if len(text) + len(self.vc_text or "") > MAX_BYTES:
             log.warning("the accepted cluster (%d bytes) does not fit a ConfigMap; not recorded", len(text))
             return
-        body: Mapping[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
-                                   "metadata": {"name": CONFIGMAP, "namespace": self.namespace,
-                                                "labels": {"app.kubernetes.io/part-of": "kubecell"}},
-                                   "data": {KEY: text}}
-        try:
-            try:
-                self.kube.patch(self.path, {"data": {KEY: text}}, kind="merge")
-            except ApiError as error:
-                if not error.not_found:
-                    raise
-                self.kube.create(f"/api/v1/namespaces/{self.namespace}/configmaps", dict(body))
-        except ApiError as error:
+        refused = self._write(KEY, text)
+        if refused is not None:
             log.warning("the accepted cluster was not recorded (%s); nodes lost later become ghosts only until "
-                        "this scheduler restarts", error)
+                        "this scheduler restarts", refused)
             self.nodes = [n for n in nodes if n.gpus]  # kept in memory; the write is tried again at the next change
             return
-        self.nodes, self.text, self.loaded = [n for n in nodes if n.gpus], text, True
+        self.nodes, self.text = [n for n in nodes if n.gpus], text
+
+    def record_virtualclusters(self, entries: Iterable[AcceptedVc]) -> None:
+        """Remember the VirtualCluster set in force, each as accepted; a write only when it changed. No set in
+        force (the ConfigMap or the default is) takes the key out, as does a set too large to keep: a restart then
+        recalls the set from the objects' conditions, never an older set. A failed write is logged and tried
+        again at the next rebuild."""
+        entries = list(entries)
+        try:
+            text = encode_virtualclusters(entries) if entries else None
+            self._read()
+        except ApiError as error:
+            log.warning("the accepted cluster cannot be read (%s); the VirtualClusters in force not recorded now",
+                        error)
+            return
+        except (ValueError, TypeError, RecursionError) as error:  # a spec json cannot write: never one accepted
+            log.error("the VirtualClusters in force cannot be written out (%s); not recorded", error)
+            return
+        if text == self.vc_text:
+            return
+        if text is not None and len(text) + len(self.text or "") > MAX_BYTES:
+            if text != self.vc_oversized:
+                self.vc_oversized = text
+                log.error("the VirtualClusters in force (%d bytes, beside %d of nodes) do not fit the ConfigMap %s; "
+                          "the snapshot is taken out: after a restart, a VirtualCluster whose edit is refused loses "
+                          "its older spec", len(text), len(self.text or ""), CONFIGMAP)
+            text, entries = None, []
+            if self.vc_text is None:
+                return
+        refused = self._write(VC_KEY, text)
+        if refused is not None:
+            log.warning("the VirtualClusters in force were not recorded (%s); a VirtualCluster whose edit is "
+                        "refused keeps its older spec only until this scheduler restarts", refused)
+            return
+        self.vc_text, self.virtualclusters = text, (entries or None)
+        if text is not None:
+            self.vc_oversized = None

@@ -10,11 +10,16 @@ ghosts of the nodes lost since (``accepted``), which the engine holds as failed 
 are doomed (HiveD's bad-hardware rule) instead of every tenant losing its guarantee. Changed tenants must fit the
 real cluster.
 
-What the rule needs beyond today's objects is ``TenantMemory``: the VirtualCluster specs and the ConfigMap text
-last accepted. The scheduler keeps one across rebuilds; ``inspect``, which cannot see the scheduler's memory,
-rebuilds the part the API holds (the objects accepted as they are: their ``Accepted`` condition at their current
-generation). The rule itself writes nothing: it returns the verdicts and warnings, which the scheduler writes
-and inspect shows.
+What the rule needs beyond today's objects is ``TenantMemory``: the VirtualCluster set in force (each as accepted)
+and the ConfigMap text last accepted. The scheduler keeps one across rebuilds, and the VirtualCluster set in the
+API too (``accepted``), so that a restart recalls it (``TenantMemory.recalled``), also the older spec of a VC whose
+edit was refused; ``inspect``, and a scheduler without a snapshot it can read, rebuild the part the objects hold
+(the objects accepted as they are: their ``Accepted`` condition at their current generation). The rule itself
+writes nothing: it returns the verdicts and warnings, which the scheduler writes and inspect shows.
+
+Deleting a VirtualCluster is the operator's decision and applies at once, also while a refused edit keeps the
+older set in force (guarantees taken away free cells, so what is left still fits), and whatever a snapshot says:
+a VC in force is an object that exists, with the uid it was accepted with.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from kubecell.core.topology import CellForest
 from kubecell.inputs.tenants import parse_tenants
 from kubecell.inputs.yaml_document import YamlDocument
 from kubecell.kube import virtualclusters as vcs
-from kubecell.kube.accepted import ghosts
+from kubecell.kube.accepted import AcceptedVc, ghosts
 
 SourceKind = Literal["virtualclusters", "configmap", "default", "none"]
 
@@ -41,19 +46,67 @@ SourceKind = Literal["virtualclusters", "configmap", "default", "none"]
 class TenantMemory:
     """What decides the tenants beyond today's objects."""
 
-    vc_specs: dict[str, str] = field(default_factory=dict)
-    """Name -> canonical spec of the VirtualCluster set in force (empty: the ConfigMap or the default is)."""
-    vc_document: dict[str, Any] | None = None
-    """The tenants document of that set, to keep it in force when a changed set is refused."""
+    vcs_in_force: dict[str, AcceptedVc] = field(default_factory=dict)
+    """Name -> the VirtualCluster of the set in force, as accepted (empty: the ConfigMap or the default is)."""
     configmap_text: str | None = None
     """The ConfigMap's text last accepted (None: none, or not known, as for inspect or after a restart)."""
 
+    @property
+    def vc_specs(self) -> dict[str, str]:
+        """Name -> canonical spec of the set in force (``virtualclusters.resolve``'s ``in_force``)."""
+        return {name: vcs.canonical_spec(vc.as_object()) for name, vc in self.vcs_in_force.items()}
+
+    @property
+    def vc_document(self) -> dict[str, Any] | None:
+        """The tenants document of that set, to keep it in force when a changed set is refused."""
+        return vcs.tenant_document([vc.as_object() for vc in self.vcs_in_force.values()]) if self.vcs_in_force \
+            else None
+
+    def adopt(self, objects: Sequence[Mapping[str, Any]]) -> None:
+        self.vcs_in_force = {vcs.name_of(obj): AcceptedVc.of(obj) for obj in objects}
+
+    def forget_deleted(self, objects: Sequence[Mapping[str, Any]]) -> None:
+        """Drop the VCs in force whose object is gone (or was deleted and created again: another uid)."""
+        live = {vcs.name_of(obj): obj for obj in objects}
+        self.vcs_in_force = {name: vc for name, vc in self.vcs_in_force.items()
+                             if name in live and vc.applies_to(live[name])}
+
     @classmethod
     def from_objects(cls, objects: Sequence[Mapping[str, Any]]) -> TenantMemory:
-        """What the API says was accepted: the objects whose ``Accepted`` condition holds at their generation."""
-        kept = [obj for obj in objects if vcs.accepted_as_is(obj)]
-        return cls({vcs.name_of(obj): vcs.canonical_spec(obj) for obj in kept},
-                   vcs.tenant_document(kept) if kept else None)
+        """What the objects say was accepted: those whose ``Accepted`` condition holds at their generation (a spec
+        no VirtualCluster could hold was never accepted, whatever its status says)."""
+        kept = [obj for obj in objects if vcs.accepted_as_is(obj) and vcs.spec_problem(obj) is None]
+        return cls({vcs.name_of(obj): AcceptedVc.of(obj) for obj in kept})
+
+    @classmethod
+    def recalled(cls, objects: Sequence[Mapping[str, Any]],
+                 snapshot: Sequence[AcceptedVc] | None) -> tuple[TenantMemory, tuple[str, ...]]:
+        """What a restarted scheduler (or a new leader) takes as the set in force, and what it found wrong.
+
+        The snapshot the leader kept (``accepted``) when it has one: the specs as accepted, the older spec of a VC
+        whose edit was refused included. An entry applies only to the object it was taken from (same uid): a VC
+        deleted since stays deleted. At the object's own generation the object's spec is the one accepted (the API
+        server moves the generation at every change of the spec; a snapshot that differs then holds a default the
+        CRD added since); an entry beyond the object's generation was never the object's, and is not recalled. The
+        objects' conditions are not consulted: whoever may write ``virtualclusters/status`` can write them.
+        Without a snapshot (none yet, or refused): the objects accepted as they are (``from_objects``), as before
+        there was one."""
+        if snapshot is None:
+            return cls.from_objects(objects), ()
+        live = {vcs.name_of(obj): obj for obj in objects}
+        kept: dict[str, AcceptedVc] = {}
+        problems = []
+        for vc in snapshot:
+            obj = live.get(vc.name)
+            if obj is None or not vc.applies_to(obj):
+                continue
+            generation = vcs.generation_of(obj)
+            if vc.generation > generation:
+                problems.append(f"the snapshot of VirtualClusters in force has {vc.name} at generation "
+                                f"{vc.generation}, beyond the object's ({generation}): not recalled")
+                continue
+            kept[vc.name] = AcceptedVc.of(obj) if vc.generation == generation else vc
+        return cls(kept), tuple(problems)
 
 
 @dataclass(frozen=True)
@@ -142,7 +195,7 @@ def choose_tenants(nodes: Sequence[Node], inputs: TenantInputs, memory: TenantMe
             return found
         memory_verdicts, memory_warnings = found.verdicts, found.warnings
     else:
-        memory.vc_specs, memory.vc_document = {}, None
+        memory.vcs_in_force = {}
         memory_verdicts, memory_warnings = (), ()
     text = inputs.configmap_text
     if not text:
@@ -170,42 +223,46 @@ def _from_virtualclusters(items: list[Mapping[str, Any]], forest: CellForest, lo
     a refused set keeps the set in force. ``tenants`` None: the ConfigMap or the default decides."""
     items = sorted(items, key=vcs.name_of)
     label = f"{len(items)} VirtualCluster{'s' if len(items) > 1 else ''}"
-    resolution = vcs.resolve(items, forest, memory.vc_specs)
-    unchanged = {vcs.name_of(obj): vcs.canonical_spec(obj) for obj in items} == memory.vc_specs if memory.vc_specs \
+    memory.forget_deleted(items)  # a deletion applies at once, even while a refused edit keeps the set in force
+    in_force = memory.vc_specs
+    resolution = vcs.resolve(items, forest, in_force)
+    unchanged = {vcs.name_of(obj): vcs.canonical_spec(obj) for obj in items} == in_force if in_force \
         else all(vcs.accepted_as_is(obj) for obj in items)
     on_ghosts = False
     if resolution.tenants is None and unchanged and lost() is not None:
-        judged = vcs.resolve(items, lost.forest, memory.vc_specs)  # type: ignore[arg-type]
+        judged = vcs.resolve(items, lost.forest, in_force)  # type: ignore[arg-type]
         if judged.tenants is not None:
             note = "; " + lost.note()
             resolution = vcs.Resolution(judged.tenants, tuple(dataclasses.replace(v, message=v.message + note)
                                                               for v in judged.verdicts))
             on_ghosts = True
     if resolution.tenants is not None:
-        memory.vc_specs = {vcs.name_of(obj): vcs.canonical_spec(obj) for obj in items}
-        memory.vc_document = vcs.tenant_document(items)
+        memory.adopt(items)
         return _kept(resolution.tenants, forest, lost, on_ghosts, "virtualclusters", f"{label} (accepted)",
                      resolution.verdicts)
     refused = "; ".join(f"{v.name}: {v.message}" for v in resolution.verdicts
                         if not v.accepted and v.reason != vcs.REASON_NOT_APPLIED)
-    if memory.vc_document is not None:
+    document = memory.vc_document
+    if document is not None:
         failure: InvalidInputError | None = None
         for on, ghostly in ((forest, False), (lost(), True)):
             if on is None:
                 continue
             try:
-                tenants = resolve_tenants(memory.vc_document, on, locate=vcs.locate)
+                tenants = resolve_tenants(document, on, locate=vcs.locate)
             except InvalidInputError as error:  # the cluster itself changed under the accepted set
                 failure = error
                 continue
-            kept = sorted(memory.vc_specs)
-            others = sorted({vcs.name_of(obj) for obj in items} - set(kept))
+            written = {vcs.name_of(obj): vcs.canonical_spec(obj) for obj in items}
+            kept = [name if written[name] == spec else f"{name} (as accepted at generation "
+                    f"{memory.vcs_in_force[name].generation})" for name, spec in sorted(in_force.items())]
+            others = sorted(set(written) - set(in_force))
             warning = (f"VirtualClusters refused, the set last accepted stays in force: {refused}. In force: "
                        f"{', '.join(kept)}" + (f"; {', '.join(others)} not in force as written" if others else ""))
             return _kept(tenants, forest, lost, ghostly, "virtualclusters",
                          f"{len(kept)} of {len(items)} VirtualClusters (set refused; the accepted ones stay in force)",
                          resolution.verdicts, (warning,))
-        memory.vc_specs, memory.vc_document = {}, None
+        memory.vcs_in_force = {}
         return TenantChoice(None, None, "none", "", verdicts=resolution.verdicts,
                             warnings=(f"VirtualClusters refused ({refused}), and the set in force no longer fits the "
                                       f"cluster ({failure}); the ConfigMap or the whole-cluster default is in force",))

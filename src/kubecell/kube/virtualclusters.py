@@ -16,9 +16,10 @@ schema's int64), and every object is judged, never raised out of the scheduler.
 
 A refused set never replaces the configuration in force: the scheduler keeps the last accepted set of
 VirtualClusters (or, before any was accepted, the ConfigMap or the whole-cluster default), so one bad
-edit cannot take every tenant's guarantee away. The set is all or nothing, because guarantees are only
-meaningful together: a VC that is fine on its own waits (``Accepted=False``, reason ``NotApplied``)
-while another one is refused.
+edit cannot take every tenant's guarantee away. It keeps that set in the API too (``accepted``), since the
+object holds only its refused spec, so that a restart keeps it; a VC the operator deletes leaves it at once.
+The set is all or nothing, because guarantees are only meaningful together: a VC that is fine on its own
+waits (``Accepted=False``, reason ``NotApplied``) while another one is refused.
 """
 
 from __future__ import annotations

@@ -2,15 +2,17 @@
 
 Which tenants are in force is one rule (``kubecell.kube.tenant_source``), shared with ``kubecell inspect``. The
 scheduler adds what only it can do: it remembers what it accepted (``TenantMemory``) from one rebuild to the
-next, writes each VirtualCluster's ``Accepted`` condition and the Warning Events of a refusal, and records the
-cluster the tenants in force fit (``kubecell.kube.accepted``), so that nodes lost later become ghosts whose
-cells are doomed rather than costing every tenant its guarantee, also after a restart.
+next, writes each VirtualCluster's ``Accepted`` condition and the Warning Events of a refusal, and records in the
+API (``kubecell.kube.accepted``) the cluster the tenants in force fit, so that nodes lost later become ghosts whose
+cells are doomed rather than costing every tenant its guarantee, also after a restart, and the VirtualCluster
+set in force as accepted, so that a VC whose edit is refused keeps its older guarantee across a restart too.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from kubecell.core.model import Node
 from kubecell.kube import virtualclusters
@@ -39,7 +41,7 @@ class TenantSources:
     tenants_text: str | None = None
     """The ConfigMap's text at the last rebuild (to tell an edit from a node change)."""
     recalled: bool = False
-    """Whether ``memory`` was taken from the API yet (at the first rebuild; see ``in_force``)."""
+    """Whether ``memory`` was taken from the API yet (at the first rebuild; see ``recall``)."""
     virtual_clusters: virtualclusters.VirtualClusterSource = field(init=False)
     accepted: AcceptedCluster = field(init=False)
 
@@ -55,18 +57,27 @@ class TenantSources:
         """Whether the ConfigMap's text or a VirtualCluster's spec changed since the last rebuild."""
         return self.text(mirror) != self.tenants_text or self.virtual_clusters.changed(mirror.virtualclusters.values())
 
+    def recall(self, objects: list[dict[str, Any]]) -> None:
+        """Take the memory a restarted scheduler (or a new leader) lacks from the API, once: the VirtualCluster set
+        the leader recorded as in force, or without a snapshot it can read, the objects accepted as they are
+        (``TenantMemory.recalled``). Without this, one refused object made the whole set "never accepted" (the
+        whole-cluster default took over, every accepted object was rewritten NotApplied), and without the
+        snapshot a VC whose edit was refused lost its older guarantee. Raises ``ApiError`` while the API server
+        does not answer: the rebuild is tried again."""
+        if self.recalled:
+            return
+        self.memory, problems = TenantMemory.recalled(objects, self.accepted.load_virtualclusters())
+        self.recalled = True
+        for problem in problems:
+            log.error("tenants: %s", problem)
+
     def in_force(self, mirror: Mirror, nodes: list[Node]) -> TenantChoice:
-        """The tenants to rebuild with (``choose_tenants``), its verdicts written and its refusals told."""
+        """The tenants to rebuild with (``choose_tenants``), its verdicts written and its refusals told, and the
+        set in force recorded in the API when it changed."""
         objects = list(mirror.virtualclusters.values())
-        if not self.recalled:
-            # A restarted scheduler (or a new leader) starts with no memory: the VirtualClusters accepted as they
-            # are (their Accepted condition at their generation) are the set in force, as inspect reads it.
-            # Without this, one refused object made the whole set "never accepted": the whole-cluster default
-            # took over and every accepted object was rewritten NotApplied.
-            self.recalled = True
-            self.memory = TenantMemory.from_objects(objects)
+        self.recall(objects)
         text = self.text(mirror)
-        reported = text == self.tenants_text and not self.memory.vc_specs  # a refusal of this text was told
+        reported = text == self.tenants_text and not self.memory.vcs_in_force  # a refusal of this text was told
         self.tenants_text = text
         self.virtual_clusters.used = virtualclusters.signature(objects)
         inputs = TenantInputs(objects, text, self.accepted.load, configmap_name=f"{self.namespace}/{self.configmap}",
@@ -81,4 +92,5 @@ class TenantSources:
             self.actions.configuration_refused(mirror.tenants, "InvalidTenants", choice.configmap_refused)
         if choice.tenants is not None and not choice.ghosts and choice.kind in ("virtualclusters", "configmap"):
             self.accepted.record(nodes)  # they fit the cluster as it is: this is the cluster they were accepted on
+        self.accepted.record_virtualclusters(self.memory.vcs_in_force.values())  # written only when it changed
         return choice
