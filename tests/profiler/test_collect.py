@@ -99,6 +99,11 @@ def families() -> list[Family]:
              [(t, 25.0) for t in T]),
             # the agent's pod is seen by dcgm-exporter too: the agent's own series win
             ({**dcgm, "pod": "agent", "namespace": NS}, [(t, 99.0) for t in T]),
+            # a pod on two GPUs, dcgm-exporter scraped by two jobs 20 s apart: 0.4 + 0.25 of a GPU, not twice that
+            *[({**dcgm, "gpu": gpu, "UUID": f"GPU-{gpu}", "pod": "twice", "namespace": NS, "job": job,
+                "instance": f"10.0.0.1:{port}"}, [(t + offset, percent) for t in T])
+              for gpu, percent in (("0", 40.0), ("1", 25.0))
+              for job, port, offset in (("dcgm-exporter", 9400, 0.0), ("gpu-metrics", 9401, 20.0))],
         ]),
         Family("kubecell_node_gpu_pod_memory_utilization_ratio", "gauge", [
             ({"pod": "agent", "namespace": NS, **kubecell}, [(t, util(i) / 2) for i, t in enumerate(T)]),
@@ -190,6 +195,16 @@ def test_bad_pods_are_problems_and_the_job_pools_the_rest(profile: Profile) -> N
     assert gpu.job.samples == 20
     assert gpu.job.mean == pytest.approx((sum(util(i) for i in range(10)) + 6.5) / 20)
     assert profile.metrics["cpu"].job == profile.metrics["cpu"].pods["web"]
+
+
+def test_a_gpu_scraped_by_two_jobs_is_counted_once_and_its_hour_weighed_whole(prometheus: Prometheus) -> None:
+    """Before, a pod's four series (two GPUs, each read by two scrape jobs) were summed: 1.3 GPUs, not 0.65."""
+    twice = collect(prometheus, Job(NS, ("twice",), T[0], END + 30), (GPU_UTILIZATION,), chunk=180)
+    series = twice.metrics["gpu_utilization"].series["twice"]
+    assert [v for _, v in series.samples] == pytest.approx([0.65] * 10)
+    assert [t for t, _ in series.samples] == T, "one scrape's timestamps"
+    assert twice.metrics["gpu_utilization"].pods["twice"].mean == pytest.approx(0.65)
+    assert sum(series.weights) == pytest.approx(600.0)
 
 
 def test_a_job_without_any_samples_has_no_distribution(prometheus: Prometheus) -> None:

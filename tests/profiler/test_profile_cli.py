@@ -24,6 +24,7 @@ from kubecell.kube.names import ANNOTATION_ALLOCATION
 from kubecell.kube.records import AllocationRecord, GpuGrant
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.profiler.history import JobHistory, Outcome
+from kubecell.profiler.jobs import created_at
 from kubecell.testbed.control_plane import ControlPlaneState
 from kubecell.testbed.shared_gpus import metrics_endpoint
 from tests.profiler.prometheus_server import serve
@@ -100,8 +101,11 @@ def test_collect_recommend_and_report_on_real_servers(testbed: ControlPlaneState
     owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "train", "uid": owner_object["metadata"]["uid"],
              "controller": True}
     accepted = (datetime.now(UTC) - timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    created: list[datetime] = []
     for name in (*USE, "train-2"):
-        kube.create(f"/api/v1/namespaces/{namespace}/pods", pod(name, owner))
+        made = created_at(kube.create(f"/api/v1/namespaces/{namespace}/pods", pod(name, owner)))
+        assert made is not None
+        created.append(made)
         # a kubelet took them (their containers starting): a pass reads a job from its first pod's start
         kube.patch(f"/api/v1/namespaces/{namespace}/pods/{name}/status",
                    {"status": {"phase": "Pending", "startTime": accepted}})
@@ -142,8 +146,10 @@ def test_collect_recommend_and_report_on_real_servers(testbed: ControlPlaneState
         (forged_job,) = forged
         assert any("cannot be read" in problem for problem in forged_job.problems)
 
-        # The job ends: pods finished an hour after they started. A second pass saves it once more (and the
-        # forged pod, still pending); a third finds the finished job unchanged and reads nothing for it.
+        # The job ends: pods finished an hour after they started, as their status says, which is before they were
+        # created (a test cannot make a pod an hour old): the run counts from their creation. A second pass saves
+        # it once more (and the forged pod, still pending); a third finds the finished job unchanged and reads
+        # nothing for it.
         end = datetime.now(UTC)
         for name in (*USE, "train-2"):
             finish(kube, namespace, name, end - timedelta(hours=1), end)
@@ -154,7 +160,8 @@ def test_collect_recommend_and_report_on_real_servers(testbed: ControlPlaneState
         job = history.get(owner["uid"])
     assert job is not None
     assert job.outcome == Outcome.SUCCEEDED
-    assert job.seconds == 3600
+    assert job.seconds == (end.replace(microsecond=0) - min(created)).total_seconds()
+    assert any("before their creation" in problem for problem in job.problems), job.problems
 
     advice = json.loads(runner.invoke(app, ["profile", "recommend", "--db", db, "-o", "json"]).output)
     (train,) = [item for item in advice if item["family"] == "train"]

@@ -1,6 +1,7 @@
 """A tenant's pod that exports the profiler's series under its own name, on a real Prometheus: where tenants'
-pods are scraped too, the pod's usage reads as the node agent's plus its own (or, without the agent, as its own
-alone). With ``--scrape-job``, only the named scrape jobs' series are read, and every answer is checked."""
+pods are scraped too, the pod's usage reads as the higher of the node agent's and its own (the two are one
+measurement read by two scrapes; or, without the agent, as its own alone). With ``--scrape-job``, only the named
+scrape jobs' series are read, and every answer is checked."""
 
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ def families() -> list[Family]:
             # the pod's own exporter, scraped as a target: its series say the same pod, another job
             ({"pod": "measured", "namespace": NS, **gpu, "job": TENANT_PODS, "instance": "10.0.0.9:8000"},
              [(t, 0.9) for t in T]),
+            # "hiding": the pod's own exporter says it is idle, to look like a light partner
+            ({"pod": "hiding", "namespace": NS, **gpu, "job": AGENT}, [(t, 0.8) for t in T]),
+            ({"pod": "hiding", "namespace": NS, **gpu, "job": TENANT_PODS, "instance": "10.0.0.9:8000"},
+             [(t, 0.0) for t in T]),
             # "dcgm-only": on a node without the agent, the pod's own series would come first
             ({"pod": "dcgm-only", "namespace": NS, **gpu, "job": TENANT_PODS, "instance": "10.0.0.9:8000"},
              [(t, 0.01) for t in T]),
@@ -67,15 +72,19 @@ def utilization(client: Prometheus, pod: str) -> tuple[str, float]:
     return found.series[pod].source, distribution.mean
 
 
-def test_every_scrape_job_is_read_by_default_so_a_pod_adds_to_its_own_usage(url: str) -> None:
-    """What the option is for: the exposure as it is without it."""
-    assert utilization(Prometheus(url), "measured") == (GAUGE, pytest.approx(1.1))
+def test_every_scrape_job_is_read_by_default_so_a_pod_can_raise_its_own_usage(url: str) -> None:
+    """What the option is for: the exposure as it is without it. The agent's series and the pod's differ only
+    in ``job`` and ``instance``: one measurement, the higher reading kept (summed, as before, it read 1.1). A
+    pod cannot read lower than the agent says by exporting less."""
+    assert utilization(Prometheus(url), "measured") == (GAUGE, pytest.approx(0.9))
+    assert utilization(Prometheus(url), "hiding") == (GAUGE, pytest.approx(0.8))
     assert utilization(Prometheus(url), "dcgm-only") == (GAUGE, pytest.approx(0.01))
 
 
 def test_only_the_named_scrape_jobs_are_read(url: str) -> None:
     client = Prometheus(url, scrape_jobs=(AGENT, DCGM))
     assert utilization(client, "measured") == (GAUGE, pytest.approx(0.2))
+    assert utilization(client, "hiding") == (GAUGE, pytest.approx(0.8))
     # the pod's own kubecell series are not the agent's: dcgm-exporter's reading is the one kept
     assert utilization(client, "dcgm-only") == (DCGM_GAUGE, pytest.approx(0.8))
     listed = client.series(f'{GAUGE}{{namespace="{NS}"}}', T[0], END)

@@ -8,6 +8,14 @@ Series scraped together share timestamps and add up sample by sample; where they
 container itself), each timestamp of any series takes every series' latest sample at or before it, unless that
 sample is older than the series' gap cap (the series had stopped).
 
+A pod's GPU (or container) read by two scrapes (two scrape jobs listing the node agent or dcgm-exporter, a
+target listed twice) is one measurement, not two: its series differ only in the labels of the scrape that read
+them (:data:`SCRAPE_LABELS`), and are made one (:func:`one_per_measurement`) before anything is summed. Summed,
+a pod on one GPU read twice used two.
+
+A pod's samples from before its creation (``Job.created``) are not its own: they are a previous pod's of the
+same name (a StatefulSet's pod made again, a gang run again under its pods' names), and are dropped.
+
 Each sample is weighted by the seconds it stands for (:func:`sample_weights`): the gap to the next sample,
 capped, so that an outage of the exporter or of Prometheus is not counted as hours at the last value seen.
 
@@ -20,12 +28,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 
 from kubecell.core.errors import KubecellError
 from kubecell.profiler.distribution import Distribution, DistributionError, distribution, pooled
-from kubecell.profiler.prometheus import DEFAULT_CHUNK, Prometheus, Sample
+from kubecell.profiler.prometheus import DEFAULT_CHUNK, Prometheus, Sample, Series
 from kubecell.profiler.sources import METRICS, Metric, Source
 
 DEFAULT_MAX_GAP_FACTOR = 2.0
@@ -40,6 +48,15 @@ MAX_MAGNITUDE = 1e18
 """The largest sample value believed, in the series' own unit: an exabyte of memory, a counter of 30 billion
 CPU-years, far past any GPU ratio. Beyond it a value is no measurement (a broken exporter, or a series someone
 wrote on purpose), and sums and means of such values overflow."""
+SCRAPE_LABELS = frozenset({"job", "instance"})
+"""The labels Prometheus sets from the scrape that read a series (its scrape job, its target), not from what the
+series measures. Labels a scrape config adds beyond these (a relabelling, prometheus-operator's ``service`` and
+``endpoint``) make another measurement: such series are still summed."""
+
+
+def measurement(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """What a series measures, as a key: its labels without :data:`SCRAPE_LABELS`."""
+    return tuple(sorted((name, value) for name, value in labels.items() if name not in SCRAPE_LABELS))
 
 
 def median_interval(timestamps: Sequence[float], fallback: float = DEFAULT_FALLBACK_INTERVAL) -> float:
@@ -101,14 +118,60 @@ def summed(series: Sequence[Sequence[Sample]], *, max_gap_factor: float = DEFAUL
     return total
 
 
+def one_per_measurement(series: Iterable[Series], *,
+                        fallback_interval: float = DEFAULT_FALLBACK_INTERVAL) -> list[Series]:
+    """``series`` with one series per :func:`measurement`, in the order each measurement was first given. The
+    series of a measurement read by several scrapes become one: the timestamps of the scrape with the most
+    finite samples (ties: the first given), each with the highest finite value among that scrape's sample and
+    every other scrape's latest one at or before it that is less than that scrape's usual interval old (its
+    reading of the same round; a scrape that stopped or missed one is not carried on).
+
+    Why one scrape's timestamps: two scrapes of one target are stamped apart (each scrape job has its own
+    offset), so their samples merged by time alternate short and long gaps, and a weight capped at twice their
+    median gap would drop most of the time between. Why the highest value: the scrapes of one exporter read the
+    same value, and where Prometheus also scrapes tenants' pods, a pod exporting the series under its own name
+    can raise its usage as read (as before, when it was summed) but never lower it below the exporter's
+    (``--scrape-job`` leaves it out altogether). The profile and the sharing observed
+    (:mod:`kubecell.profiler.pairs`) both read through this."""
+    groups: dict[tuple[tuple[str, str], ...], list[Series]] = {}
+    for one in series:
+        groups.setdefault(measurement(one.labels), []).append(one)
+    return [group[0] if len(group) == 1 else _highest(group, fallback_interval) for group in groups.values()]
+
+
+def _highest(group: Sequence[Series], fallback_interval: float) -> Series:
+    """One measurement's scrapes as one series (see :func:`one_per_measurement`); a sample no scrape has a
+    finite value for keeps its own (NaN stays NaN, for the caller to tell)."""
+    # max keeps the first of equals: the tie goes to the first given
+    base = max(group, key=lambda one: sum(1 for _, value in one.samples if math.isfinite(value)))
+    others = [[(t, v) for t, v in one.samples if math.isfinite(v)] for one in group if one is not base]
+    usual = [median_interval([t for t, _ in other], fallback_interval) for other in others]
+    cursors = [-1] * len(others)
+    merged: list[Sample] = []
+    for t, value in base.samples:
+        best = value if math.isfinite(value) else None
+        for i, other in enumerate(others):
+            at = cursors[i]
+            while at + 1 < len(other) and other[at + 1][0] <= t:
+                at += 1
+            cursors[i] = at
+            if at >= 0 and t - other[at][0] < usual[i] and (best is None or other[at][1] > best):
+                best = other[at][1]
+        merged.append((t, value if best is None else best))
+    return Series(base.labels, tuple(merged))
+
+
 @dataclass(frozen=True)
 class Job:
-    """The pods of one job (all in ``namespace``) and the window to profile, in unix seconds."""
+    """The pods of one job (all in ``namespace``) and the window to profile, in unix seconds. ``created``: each
+    pod's creation time (the API server's), where known; a pod's samples before it are a previous pod's of the
+    same name, never its own, and are left out."""
 
     namespace: str
     pods: tuple[str, ...]
     start: float
     end: float
+    created: Mapping[str, float] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
@@ -154,34 +217,40 @@ def _batches(pods: Sequence[str]) -> Iterable[tuple[str, ...]]:
 
 
 def _fetch(client: Prometheus, source: Source, job: Job, pods: Sequence[str],
-           chunk: float) -> dict[str, list[list[Sample]]]:
-    """Pod -> its raw series of ``source`` (sorted by labels), for the pods that have samples in the window."""
-    found: dict[str, list[list[Sample]]] = {}
+           chunk: float) -> dict[str, list[Series]]:
+    """Pod -> its raw series of ``source`` (sorted by labels), for the pods that have samples in the window since
+    their creation."""
+    found: dict[str, list[Series]] = {}
     for batch in _batches(pods):
         for series in client.raw(source.selector(job.namespace, batch), job.start, job.end, chunk=chunk,
                                  finite=False):
             pod = series.labels.get(source.pod_label, "")
-            if pod in batch and source.keeps(series.labels) and series.samples:
-                found.setdefault(pod, []).append(list(series.samples))
+            if pod not in batch or not source.keeps(series.labels):
+                continue
+            since = job.created.get(pod)
+            samples = series.samples if since is None else tuple((t, v) for t, v in series.samples if t >= since)
+            if samples:
+                found.setdefault(pod, []).append(Series(series.labels, samples))
     return found
 
 
-def _pod_series(source: Source, raw: Sequence[Sequence[Sample]], pod: str, metric: Metric, *,
-                max_gap_factor: float, fallback_interval: float,
-                problems: list[Problem]) -> list[Sample] | None:
-    """One pod's series in canonical units: NaN dropped (and told), counters turned into rates, summed.
-    None where every sample was NaN (the problem told already)."""
-    clean: list[list[Sample]] = []
+def _pod_series(source: Source, raw: Sequence[Series], pod: str, metric: Metric, *, fallback_interval: float,
+                problems: list[Problem]) -> list[list[Sample]] | None:
+    """One pod's series in canonical units, to be summed: NaN dropped (and told), counters turned into rates,
+    one per measurement (:func:`one_per_measurement`, on rates: a counter's scrapes read it at other times). None
+    where every sample was NaN (the problem told already)."""
+    clean: list[Series] = []
     dropped = total = 0
-    for samples in raw:
+    for series in raw:
         # finite in the canonical unit too (MiB x 2**20 can overflow), and counted where a rate or a sum
         # could not be finite: a series is a node's or a user's to write
-        finite = [(t, source.canonical(v)) for t, v in samples if math.isfinite(v) and abs(v) <= MAX_MAGNITUDE]
-        dropped, total = dropped + len(samples) - len(finite), total + len(samples)
+        finite = [(t, source.canonical(v)) for t, v in series.samples
+                  if math.isfinite(v) and abs(v) <= MAX_MAGNITUDE]
+        dropped, total = dropped + len(series.samples) - len(finite), total + len(series.samples)
         if source.kind == "counter":
             finite = counter_rates(finite)
         if finite:
-            clean.append(finite)
+            clean.append(Series(series.labels, tuple(finite)))
     if dropped == total:
         problems.append(Problem(pod, metric.name, f"{source.name}: all {total} samples are NaN, infinite or "
                                                   f"beyond {MAX_MAGNITUDE:g}"))
@@ -189,7 +258,7 @@ def _pod_series(source: Source, raw: Sequence[Sequence[Sample]], pod: str, metri
     if dropped:
         problems.append(Problem(pod, metric.name, f"{source.name}: dropped {dropped} of {total} samples "
                                                   f"(NaN, infinite or beyond {MAX_MAGNITUDE:g})"))
-    return summed(clean, max_gap_factor=max_gap_factor, fallback_interval=fallback_interval) if clean else []
+    return [list(series.samples) for series in one_per_measurement(clean, fallback_interval=fallback_interval)]
 
 
 def scrape_interval(raw: Sequence[Sequence[Sample]], fallback: float) -> float | None:
@@ -210,7 +279,7 @@ def collect(client: Prometheus, job: Job, metrics: Sequence[Metric] = METRICS, *
     problems: list[Problem] = []
     profiles: dict[str, MetricProfile] = {}
     for metric in metrics:
-        chosen: dict[str, tuple[Source, list[list[Sample]]]] = {}
+        chosen: dict[str, tuple[Source, list[Series]]] = {}
         for source in metric.sources:
             left = [pod for pod in job.pods if pod not in chosen]
             if not left:
@@ -226,17 +295,18 @@ def collect(client: Prometheus, job: Job, metrics: Sequence[Metric] = METRICS, *
                 problems.append(Problem(pod, metric.name, f"no samples in the window in any of: {names}"))
                 continue
             source, raw = chosen[pod]
-            samples = _pod_series(source, raw, pod, metric, max_gap_factor=max_gap_factor,
-                                  fallback_interval=fallback_interval, problems=problems)
-            if samples is None:
+            parts = _pod_series(source, raw, pod, metric, fallback_interval=fallback_interval, problems=problems)
+            if parts is None:
                 continue
+            samples = summed(parts, max_gap_factor=max_gap_factor, fallback_interval=fallback_interval) if parts \
+                else []
             if len(samples) < min_samples:
                 problems.append(Problem(pod, metric.name, f"{source.name}: {len(samples)} sample(s), "
                                                           f"at least {min_samples} needed"))
                 continue
             weights = sample_weights([t for t, _ in samples], max_gap_factor=max_gap_factor,
                                      fallback_interval=fallback_interval,
-                                     interval=scrape_interval(raw, fallback_interval))
+                                     interval=scrape_interval(parts, fallback_interval))
             series[pod] = PodSeries(source.name, tuple(samples), tuple(weights))
         pods: dict[str, Distribution] = {}
         for pod, s in list(series.items()):

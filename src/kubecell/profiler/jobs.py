@@ -115,6 +115,24 @@ def _controller(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
+def created_at(pod: Mapping[str, Any]) -> datetime | None:
+    """When the API server created the pod (``metadata.creationTimestamp``, by its clock), where it says."""
+    return parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+
+
+def started_at(pod: Mapping[str, Any]) -> tuple[datetime | None, bool]:
+    """When the pod started, and whether its status said earlier: ``status.startTime`` (its kubelet's, by its
+    node's clock), **never before its creation** (the API server's). The rule: a pod cannot start before it
+    exists, so a start written before its creation (a node's clock behind, a status written by hand) is taken as
+    its creation. Kept as written, it lengthened the job's run time, and a window from it reached back to a
+    previous pod's samples under the same name (a StatefulSet's pod made again, a gang run again)."""
+    written = parse_time((pod.get("status") or {}).get("startTime"))
+    created = created_at(pod)
+    if written is not None and created is not None and written < created:
+        return created, True
+    return written, False
+
+
 def finished_at(pod: Mapping[str, Any]) -> datetime | None:
     """When the pod's last container stopped (None while any runs or where no container says)."""
     ends = []
@@ -254,10 +272,15 @@ def _job(namespace: str, uid: str, kind: str, name: str, read: list[tuple[Mappin
         problems.append(f"pod {first['metadata']['name']}: {refused}; its service account stands for the user")
     containers = (first.get("spec") or {}).get("containers") or []
     image = containers[0].get("image") if containers and isinstance(containers[0], Mapping) else None
-    created = min((parse_time(pod["metadata"].get("creationTimestamp")) for pod in members),
+    created = min((created_at(pod) for pod in members),
                   key=lambda moment: moment or datetime.max.replace(tzinfo=UTC)) or datetime.now(UTC)
-    starts = [moment for moment in (parse_time((pod.get("status") or {}).get("startTime")) for pod in members)
-              if moment]
+    begun = [started_at(pod) for pod in members]
+    starts = [moment for moment, _ in begun if moment]
+    early = [str(pod["metadata"]["name"]) for pod, (_, held) in zip(members, begun, strict=True) if held]
+    if early:
+        problems.append(f"{len(early)} pod(s) ({', '.join(early[:3])}{', ...' if len(early) > 3 else ''}) started "
+                        "before their creation, as their status says (a node's clock behind the API server's?): "
+                        "taken as started when created")
     phases = [pod_fields.phase(pod) for pod in members]
     outcome = _outcome(phases)
     ends = [finished_at(pod) for pod in members]

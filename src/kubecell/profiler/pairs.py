@@ -38,7 +38,13 @@ from dataclasses import dataclass
 
 from kubecell.core.interference.history import PairHistory
 from kubecell.core.interference.profile import JobKey
-from kubecell.profiler.collect import DEFAULT_FALLBACK_INTERVAL, DEFAULT_MAX_GAP_FACTOR, median_interval, sample_weights
+from kubecell.profiler.collect import (
+    DEFAULT_FALLBACK_INTERVAL,
+    DEFAULT_MAX_GAP_FACTOR,
+    median_interval,
+    one_per_measurement,
+    sample_weights,
+)
 from kubecell.profiler.history import FamilySharing, SharedUse
 from kubecell.profiler.prometheus import DEFAULT_CHUNK, Prometheus, Sample, quote
 from kubecell.profiler.sources import Source
@@ -127,7 +133,8 @@ class GpuSeries:
 
     def on(self, node: str, gpu: str, start: float, end: float) -> dict[PodId, list[Sample]]:
         """Each pod's samples on ``gpu`` of ``node`` with ``start <= time <= end``, in time order (a pod
-        scraped twice: its samples once; a pod without samples then: absent)."""
+        scraped twice: one series, :func:`~kubecell.profiler.collect.one_per_measurement`; a pod without
+        samples then: absent)."""
         key = (node, gpu)
         held = self._held.pop(key, None)
         if held is not None:
@@ -154,16 +161,17 @@ class GpuSeries:
     def _read(self, node: str, gpu: str, start: float, end: float,
               into: dict[PodId, dict[float, float]]) -> dict[PodId, dict[float, float]]:
         selector = f"{UTILIZATION.name}{{node={quote(node)}, gpu={quote(gpu)}}}"
-        for series in self.client.raw(selector, start, end, chunk=self.chunk, finite=False):
+        for series in one_per_measurement(self.client.raw(selector, start, end, chunk=self.chunk, finite=False)):
             seen = into.setdefault((series.labels.get("namespace", ""), series.labels.get("pod", "")), {})
-            for t, v in series.samples:
+            for t, v in series.samples:  # a window read before: a sample on its edge once
                 seen.setdefault(t, v)
         return into
 
 
 def observe_sharing(client: Prometheus, namespace: str, pods: Sequence[str], start: float, end: float,
                     family_key: Callable[[PodId], str | None], *, chunk: float = DEFAULT_CHUNK,
-                    gpus: GpuSeries | None = None, placed: Mapping[str, tuple[str, str]] | None = None) -> Observed:
+                    gpus: GpuSeries | None = None, placed: Mapping[str, tuple[str, str]] | None = None,
+                    created: Mapping[str, float] | None = None) -> Observed:
     """How ``pods`` (of one job in ``namespace``) used their GPUs alone and beside each partner family over
     ``[start, end]`` (see the module). ``family_key`` names a pod's family (``namespace/family``), or None for
     a pod that is not to be counted (unknown, or under MPS): time beside it is dropped. ``gpus`` is the pass's
@@ -172,23 +180,28 @@ def observe_sharing(client: Prometheus, namespace: str, pods: Sequence[str], sta
     ``placed`` names the (node, GPU UUID) a pod was given (its allocation record): its samples are then read
     with its GPU's. A pod not placed, or without samples there, is looked up by its own series' labels.
 
+    ``created`` gives a pod's creation time: its samples before it are a previous pod's of the same name (as in
+    :class:`~kubecell.profiler.collect.Job`), not observed.
+
     Raises :class:`~kubecell.profiler.prometheus.PrometheusError` only when Prometheus fails."""
     if not pods:
         return Observed((), ())
     gpus = gpus or GpuSeries(client, chunk=chunk)
+    since = created or {}
     by_gpu: dict[tuple[str, str], dict[str, dict[float, float]]] = {}
     unplaced: list[str] = []
     for pod in pods:
         where = (placed or {}).get(pod)
         found = gpus.on(*where, start, end).get((namespace, pod)) if where and len(by_gpu) < MAX_GPUS_PER_JOB \
             else None
+        found = [(t, v) for t, v in found if t >= since[pod]] if found and pod in since else found
         if where and found:
             by_gpu.setdefault(where, {})[pod] = dict(found)
         else:
             unplaced.append(pod)
     problems: list[str] = []
-    own = client.raw(UTILIZATION.selector(namespace, tuple(unplaced)), start, end, chunk=chunk, finite=False) \
-        if unplaced else []
+    own = one_per_measurement(client.raw(UTILIZATION.selector(namespace, tuple(unplaced)), start, end, chunk=chunk,
+                                         finite=False)) if unplaced else []
     for series in own:
         pod, node, gpu = (series.labels.get(label, "") for label in ("pod", "node", "gpu"))
         if pod not in unplaced:
@@ -197,8 +210,9 @@ def observe_sharing(client: Prometheus, namespace: str, pods: Sequence[str], sta
             problems.append(f"pod {pod}: a {UTILIZATION.name} series without node or gpu label: not observed")
             continue
         merged = by_gpu.setdefault((node, gpu), {}).setdefault(pod, {})
-        for t, v in series.samples:  # one pod scraped by two jobs of Prometheus: its samples once
-            merged.setdefault(t, v)
+        for t, v in series.samples:
+            if t >= since.get(pod, t):
+                merged.setdefault(t, v)
     if len(by_gpu) > MAX_GPUS_PER_JOB:
         problems.append(f"{len(by_gpu)} GPUs; sharing observed on the first {MAX_GPUS_PER_JOB}")
     sums: dict[str, list[float]] = {}

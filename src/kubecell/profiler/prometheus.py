@@ -8,8 +8,9 @@ no response grows with the job's length; neighbouring windows overlap by a milli
 the range's left edge, Prometheus 3 does not) and a sample seen twice is kept once.
 
 Where the series a tenant's own pods export are scraped too (a ``kubernetes-pods`` scrape job), a tenant could
-export the profiler's series under its own pod's name: its usage would read as the sum of the node agent's
-series and its own, or, on a cluster without the agent, as its own alone. ``scrape_jobs`` names the scrape jobs
+export the profiler's series under its own pod's name: its usage would read as the higher of the node agent's
+series and its own at each scrape (``collect.one_per_measurement`` counts one measurement scraped twice once), or,
+on a cluster without the agent, as its own alone. ``scrape_jobs`` names the scrape jobs
 the profiler believes (the ``job`` label Prometheus sets on every series of a target, which a target cannot
 set unless its scrape job honours its labels): every selector is read within them, and every answer is checked
 against them.

@@ -29,7 +29,7 @@ from kubecell.kube.records import RecordError
 from kubecell.profiler.collect import Job, collect
 from kubecell.profiler.history import JobHistory, JobRecord, Outcome, PodRecord, SharedUse
 from kubecell.profiler.identity import family_of
-from kubecell.profiler.jobs import FoundJob, finished_at, parse_time
+from kubecell.profiler.jobs import FoundJob, created_at, finished_at, parse_time
 from kubecell.profiler.pairs import GpuSeries, PodId, observe_sharing
 from kubecell.profiler.prometheus import Prometheus, PrometheusError
 from kubecell.profiler.sources import METRICS
@@ -91,8 +91,12 @@ def record_of(job: FoundJob, client: Prometheus, now: datetime,
     end = max(min((job.finished or now).timestamp(), now.timestamp()), start + 1.0)
     if job.finished is None:  # read again at every pass while it runs: its last day only, its whole life once ended
         start = max(start, end - RUNNING_WINDOW_SECONDS)
+    # each pod's samples from its own creation on: before it, a pod of the same name was another pod
+    since = {str(pod["metadata"]["name"]): moment.timestamp() for pod in job.pods
+             if (moment := created_at(pod)) is not None}
     # a job none of whose pods started has no series: nothing is asked of Prometheus for it
-    profile = collect(client, Job(job.namespace, job.pod_names, start, end), METRICS if job.started else ())
+    profile = collect(client, Job(job.namespace, job.pod_names, start, end, since),
+                      METRICS if job.started else ())
     sharing: tuple[SharedUse, ...] = ()
     sharing_problems: tuple[str, ...] = ()
     partners = partners or {}
@@ -105,7 +109,7 @@ def record_of(job: FoundJob, client: Prometheus, now: datetime,
             return share.family if share is not None else None
 
         observed = observe_sharing(client, job.namespace, list(sliced), start, end, family, gpus=gpus,
-                                   placed=placed)
+                                   placed=placed, created=since)
         sharing, sharing_problems = observed.sharing, observed.problems
     started, finished, clock_problems = _run_between(job, now)
     pods = []
