@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -93,3 +95,72 @@ def test_an_answer_that_is_not_json_is_an_api_error(answering: Callable[[Answer]
     with pytest.raises(ApiError, match="not JSON") as raised:
         kube.get("/api/v1/pods")
     assert raised.value.unavailable
+
+
+@pytest.fixture
+def hung_server() -> Iterator[str]:
+    """The URL of a loopback server that accepts connections (the kernel does, from its backlog) and never
+    answers: an API server that hangs."""
+    with socket.create_server(("127.0.0.1", 0), backlog=16) as server:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+
+
+def _kubeconfig(directory: Path, server: str) -> Path:
+    path = directory / "kubeconfig"
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "{server}"}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
+current-context: x
+""")
+    return path
+
+
+@pytest.mark.parametrize("call", ["get", "replace"])
+def test_the_timeout_a_caller_gives_is_the_wait_it_gets_from_a_hung_server(hung_server: str, tmp_path: Path,
+                                                                          call: str) -> None:
+    """Before, urllib3's default retries (3, for GET and PUT) read the hung server four times over: a 0.5 s
+    timeout waited 2 s, and the default 30 s two minutes."""
+    kube = Kube.from_kubeconfig(_kubeconfig(tmp_path, hung_server), timeout=0.5)
+    send: Callable[[], object] = ((lambda: kube.get("/api/v1/pods")) if call == "get" else
+                                  (lambda: kube.replace("/apis/coordination.k8s.io/v1/namespaces/ns/leases/l", {})))
+    began = time.monotonic()
+    try:
+        with pytest.raises(ApiError) as raised:
+            send()
+    finally:
+        kube.close()
+    waited = time.monotonic() - began
+    assert raised.value.unavailable
+    assert waited < 1.5, f"waited {waited:.2f} s for a 0.5 s timeout"
+
+
+def test_a_connection_the_server_drops_unanswered_is_sent_again_once(tmp_path: Path) -> None:
+    """An API server restarting closes the connection a request was sent on, unanswered: that costs no wait, and a
+    read is sent again once on a new connection (only what timed out is never retried)."""
+    with socket.create_server(("127.0.0.1", 0), backlog=16) as server:
+        server.settimeout(10)
+        answered: list[int] = []
+
+        def serve() -> None:
+            first, _ = server.accept()
+            first.recv(65536)
+            first.close()  # read the request, answered nothing
+            second, _ = server.accept()
+            with second:
+                second.recv(65536)
+                body = b'{"kind": "PodList", "items": []}'
+                second.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                               + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+                answered.append(1)
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        kube = Kube.from_kubeconfig(_kubeconfig(tmp_path, f"http://127.0.0.1:{server.getsockname()[1]}"), timeout=5)
+        try:
+            assert kube.get("/api/v1/pods")["kind"] == "PodList"
+        finally:
+            kube.close()
+        thread.join(timeout=10)
+    assert answered == [1]

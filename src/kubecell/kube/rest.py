@@ -93,9 +93,28 @@ class ApiError(KubecellError):
         return self.status == 0 or self.status >= 500
 
 
+class RetryUnlessTimedOut(urllib3.util.Retry):
+    """urllib3's retries, but none after a timeout. Its default (3, for GET, PUT and DELETE alike) made a request
+    to a hung API server wait 4 x ``timeout`` before the caller heard of it, a leader's lease renewal or a
+    cycle's read included; so a request that timed out is an ``ApiError`` (``unavailable``) at once, which every
+    caller handles (the leader election renews again, a watcher relists, a write is retried with back-off or at
+    the next cycle). One retry stays for what costs no wait: a pooled connection the server closed meanwhile
+    (an API server restarted), a refused connection (urllib3 sends again only what is safe to send twice)."""
+
+    def increment(self, method: str | None = None, url: str | None = None, response: Any = None,
+                  error: Exception | None = None, _pool: Any = None, _stacktrace: Any = None) -> Any:
+        if isinstance(error, urllib3.exceptions.TimeoutError):
+            return urllib3.util.Retry(total=0).increment(method, url, response, error, _pool, _stacktrace)
+        return super().increment(method, url, response, error, _pool, _stacktrace)
+
+
 @dataclass
 class Kube:
-    """JSON requests to one API server, authenticated as the kubeconfig (or the pod's service account)."""
+    """JSON requests to one API server, authenticated as the kubeconfig (or the pod's service account).
+
+    ``timeout`` bounds each request (``from_kubeconfig`` retries nothing that timed out,
+    :class:`RetryUnlessTimedOut`, so it is the whole wait; a caller that builds ``api`` itself sets ``retries``
+    on its configuration, as ``from_kubeconfig`` does)."""
 
     api: client.ApiClient
     timeout: float = 30.0
@@ -122,6 +141,7 @@ class Kube:
                 raise KubeconfigError(f"cannot read kubeconfig {kubeconfig}: not a kubeconfig: "
                                       f"{type(error).__name__}: {said}") from None
         configuration.connection_pool_maxsize = pool
+        configuration.retries = RetryUnlessTimedOut(total=1, status=0, redirect=0)
         return cls(client.ApiClient(configuration), timeout)
 
     def close(self) -> None:
