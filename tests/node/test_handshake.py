@@ -196,8 +196,10 @@ def test_a_pod_admitted_across_an_agent_restart_is_acknowledged_from_pod_resourc
         testbed: ControlPlaneState, kube: Kube, namespace: str, agent: AgentNode,
         start_scheduler: type[RunningScheduler]) -> None:
     """The agent restarts between the Allocate calls of a pod's two GPU containers: the new agent serves the
-    second but never saw the first, so it cannot acknowledge; ``settle`` does, once PodResources shows the
-    record's devices for both containers (and not before), and the node's next GPU pod is bound."""
+    second but never saw the first. Where PodResources does not answer at that call (the kubelet's socket
+    away), it cannot count the first and cannot acknowledge; ``settle`` does, once PodResources shows the
+    record's devices for both containers (and not before), and the node's next GPU pod is bound. (Where it
+    answers, the second call counts the first and acknowledges: ``tests/node/test_forged_records.py``.)"""
     start_scheduler(testbed)
     containers = [{"name": name, "image": "x", "resources": {"limits": {"kubecell.io/gpu": "1"}}}
                   for name in ("a", "b")]
@@ -209,7 +211,9 @@ def test_a_pod_admitted_across_an_agent_restart_is_acknowledged_from_pod_resourc
     agent.kubelet.admit(namespace, "two", "a", {"kubecell.io/gpu": 1})
     assert agent.allocator.settle() == [], "one of two containers admitted: the pod is not served yet"
     agent.allocator.serving.clear()  # the agent restarted: what it served before is forgotten
+    verify, agent.allocator.verify = agent.allocator.verify, None  # PodResources away at b's call
     agent.kubelet.admit(namespace, "two", "b", {"kubecell.io/gpu": 1})
+    agent.allocator.verify = verify
     record = pods.record_of(get(kube, namespace, "two"))
     assert record is not None
     assert ANNOTATION_ACK not in get(kube, namespace, "two")["metadata"]["annotations"]

@@ -19,7 +19,9 @@ from kubecell.kube import pods
 from kubecell.kube.dialects import PodDemand
 from kubecell.kube.records import AllocationRecord
 
-_GENERATION = re.compile(r"#\d{1,9}")
+_GENERATION = re.compile(r"#[1-9][0-9]{0,8}")
+"""A generation as ``kubecell.scheduler.jobs.job_name`` writes one: ASCII digits (``\\d`` takes any script's), no
+leading zero."""
 
 
 def job_base(demand: PodDemand, pod: Mapping[str, Any]) -> str:

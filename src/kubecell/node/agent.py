@@ -172,6 +172,13 @@ def shareable_devices(inventory: NodeInventory) -> list[Device]:
             for gpu in sorted(inventory.gpus, key=lambda g: g.index) if gpu.mig_mode != "enabled"]
 
 
+def plugin_devices(client: PodResourcesClient) -> dict[tuple[str, str], list[str]]:
+    """(namespace, pod) -> the device IDs of this agent's device plugins the kubelet gave it (one ``List``): what
+    the overuse monitor holds a served pod's record to, since the pod's owner can rewrite the record."""
+    return {(pod.namespace, pod.name): [*pod.devices(RESOURCE_GPU), *pod.devices(RESOURCE_GPU_MILLI)]
+            for pod in client.list()}
+
+
 def memory_of(inventory: NodeInventory) -> dict[str, int]:
     """MiB by the UUID a record may name: each GPU, and each MIG instance."""
     memory = {gpu.uuid: gpu.memory_mib for gpu in inventory.gpus}
@@ -206,7 +213,8 @@ class NodeAgent:
         self.publisher = InventoryPublisher(kube, options.node, backend, interval=options.interval,
                                             isolation=modes, device_plugin=True, on_change=self._follow)
         self.overuse = OveruseMonitor(kube, options.node, backend, api_pods(kube, options.node), self.registry,
-                                      proc_root=options.proc_root, evict_after_seconds=options.evict_after_seconds)
+                                      proc_root=options.proc_root, evict_after_seconds=options.evict_after_seconds,
+                                      handed=lambda: plugin_devices(client))
         Gauge("kubecell_node_allocation_mismatches", "Pods the kubelet's PodResources showed with other devices "
               "than the agent served", registry=self.registry).set_function(lambda: self.allocator.mismatches)
         self.modes = modes

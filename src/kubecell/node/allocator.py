@@ -39,16 +39,22 @@ log = logging.getLogger("kubecell.node")
 PLUGIN_RESOURCES = (RESOURCE_GPU, RESOURCE_GPU_MILLI)
 
 
-def plugin_container_names(pod: Mapping[str, Any]) -> set[str]:
-    """The names of the pod's containers that ask for a device-plugin resource (one ``Allocate`` each)."""
+def plugin_container_order(pod: Mapping[str, Any]) -> list[str]:
+    """The names of the pod's containers that ask for a device-plugin resource (one ``Allocate`` each), in the
+    order the kubelet allocates them: init containers, then the others, each in spec order."""
     spec = pod.get("spec") or {}
-    names = set()
+    names = []
     for container in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]:
         resources = container.get("resources") or {}
         asked = {*(resources.get("limits") or {}), *(resources.get("requests") or {})}
         if any(name in asked for name in PLUGIN_RESOURCES):
-            names.add(str(container.get("name", "")))
+            names.append(str(container.get("name", "")))
     return names
+
+
+def plugin_container_names(pod: Mapping[str, Any]) -> set[str]:
+    """The names of the pod's containers that ask for a device-plugin resource (one ``Allocate`` each)."""
+    return set(plugin_container_order(pod))
 
 
 def _hidden_from_pod_resources(pod: Mapping[str, Any]) -> set[str]:
@@ -102,6 +108,8 @@ class RecordAllocator:
         self.actions = Actions(kube, "kubecell-node-agent")
         self.lock = threading.Lock()  # the kubelet may call for two resources of one pod at once
         self.serving: dict[str, Served] = {}
+        self.uncovered: set[str] = set()
+        """Allocation ids ``settle`` found naming more than the kubelet gave (told once, never acknowledged)."""
         self.mismatches = 0
         """Allocations the kubelet's PodResources contradicted (exported as a metric)."""
 
@@ -125,6 +133,7 @@ class RecordAllocator:
         with self.lock:
             served = self._pending()
             record = served.record
+            fresh = served.calls == 0
             answers = []
             if self.prepare is not None:
                 try:
@@ -139,7 +148,10 @@ class RecordAllocator:
                     raise self._refuse(served.pod, str(error)) from None
                 served.devices.setdefault(resource, set()).update(devices)
                 served.calls += 1
-            if served.calls >= max(1, plugin_containers(served.pod)):
+            needed = max(1, plugin_containers(served.pod))
+            if fresh and served.calls < needed:
+                self._recall(served)
+            if served.calls >= needed:
                 self._check_covered(served)
                 self._acknowledge(served)
             return answers
@@ -183,13 +195,48 @@ class RecordAllocator:
             named = {gpu.uuid for gpu in record.gpus}
             if served_names != wanted or any(gpu_of(d) not in named for ids in devices.values() for d in ids):
                 continue
-            served_containers = len(served_names) + len(hidden)
+            served = Served(record, pod, len(served_names) + len(hidden), devices)
+            try:  # as Allocate checks it: a pod admitted across a restart is no exception
+                self._check_covered(served, tell=record.allocation_id not in self.uncovered)
+            except AllocationRefused:
+                self.uncovered.add(record.allocation_id)  # told once; it runs, never acknowledged
+                continue
             log.info("%s was admitted without an acknowledgement (the agent restarted meanwhile): "
                      "acknowledging from PodResources", pods.key(pod))
             with self.lock:  # the same id an Allocate of this pod would write: idempotent either way
-                self._acknowledge(Served(record, pod, served_containers, devices))
+                self._acknowledge(served)
             settled.append(record.allocation_id)
         return settled
+
+    def _recall(self, served: Served) -> None:
+        """Count the pod's containers the kubelet had devices for before this agent first served it. An agent that
+        restarted between a pod's ``Allocate`` calls sees the later ones only: it took none of them for the last,
+        answered it without checking the record is covered (``_check_covered``), and ``settle`` acknowledged the
+        pod unchecked. PodResources shows the devices the kubelet recorded after each earlier call, and the
+        kubelet allocates a pod's containers in order (``plugin_container_order``), so every GPU container up to
+        the last one shown was served (a non-sidecar init container, which it never shows, too). Asked at a
+        pod's first call in this process only; unanswered, the pod is left to ``settle``, which checks the same."""
+        if self.verify is None:
+            return
+        meta = served.pod["metadata"]
+        try:
+            found = self.verify(meta["namespace"], meta["name"])
+        except Exception as error:  # the kubelet's socket may be restarting: settle checks it later
+            log.warning("PodResources of %s cannot be read (%s): its earlier containers are not counted",
+                        pods.key(served.pod), error)
+            return
+        order = plugin_container_order(served.pod)
+        shown = [container for container in found.containers if container.name in order and any(
+            ids for resource, ids in container.devices.items() if resource in PLUGIN_RESOURCES)] if found else []
+        earlier = max((order.index(container.name) + 1 for container in shown), default=0)
+        if not earlier:
+            return
+        log.info("%s: %d of its GPU containers were served before this agent started", pods.key(served.pod), earlier)
+        served.calls += earlier
+        for container in shown:
+            for resource, ids in container.devices.items():
+                if resource in PLUGIN_RESOURCES:
+                    served.devices.setdefault(resource, set()).update(ids)
 
     # ------------------------------------------------------------------ finding the pod
     def _pending(self) -> Served:
@@ -244,7 +291,7 @@ class RecordAllocator:
         if resource == RESOURCE_GPU_MILLI and len(devices) > record.gpu_milli * max(1, len(record.gpus)):
             raise self._refuse(served.pod, f"{len(devices)} milli-GPU asked, its record grants {record.gpu_milli}")
 
-    def _check_covered(self, served: Served) -> None:
+    def _check_covered(self, served: Served, *, tell: bool = True) -> None:
         """Once every GPU container is served: the kubelet gave the pod every GPU its record names, and on a share
         at least the record's milli-GPU in slots. The environment comes from the record, which a user binding
         a pod by hand writes as they like, while the kubelet reserves only what the pod's resources ask: a
@@ -256,14 +303,19 @@ class RecordAllocator:
             for device in ids:
                 given.setdefault(gpu_of(device), set()).add(device)
         missing = [gpu.uuid for gpu in record.gpus if gpu.uuid not in given]
-        if missing:
-            raise self._refuse(served.pod, f"its record ({record.allocation_id}) names GPU(s) {', '.join(missing)}, "
-                                           "on which the kubelet gave none of its containers a device")
         short = [f"{gpu.uuid} ({len(given[gpu.uuid])} of {gpu.milli})" for gpu in record.gpus
-                 if gpu.uuid not in given[gpu.uuid] and len(given[gpu.uuid]) < gpu.milli]
-        if short:
-            raise self._refuse(served.pod, f"its record ({record.allocation_id}) grants more milli-GPU than the "
-                                           f"kubelet gave its containers slots of: {', '.join(short)}")
+                 if gpu.uuid in given and gpu.uuid not in given[gpu.uuid] and len(given[gpu.uuid]) < gpu.milli]
+        if missing:
+            why = (f"its record ({record.allocation_id}) names GPU(s) {', '.join(missing)}, on which the kubelet gave "
+                   "none of its containers a device")
+        elif short:
+            why = (f"its record ({record.allocation_id}) grants more milli-GPU than the kubelet gave its containers "
+                   f"slots of: {', '.join(short)}")
+        else:
+            return
+        if tell:
+            raise self._refuse(served.pod, why)
+        raise AllocationRefused(f"{pods.key(served.pod)}: {why}")
 
     def _acknowledge(self, served: Served) -> None:
         pod, record = served.pod, served.record

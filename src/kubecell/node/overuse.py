@@ -18,6 +18,13 @@ scheduler granted; in ``mps`` the driver caps memory and active threads, but a c
    to hold it to. A pod using a GPU its record does not name holds nothing there, so any memory it takes is
    over. A pod without a (valid) record is **unaccounted**: it uses GPUs kubecell did not grant.
 
+A record is written by whoever can write the pod, and can be rewritten after the pod started. So for a pod served
+by kubecell's device plugin, the record counts only where the kubelet's own devices cover it (its PodResources,
+``handed``), as the allocator checked before the pod started: a GPU on which the kubelet gave the pod no device
+grants nothing, and a share no more milli-GPU than its slots (a whole GPU only where that GPU's device was given).
+A pod the agent served nothing (a share asked by labels, another device plugin's GPUs, a claim) is held to its
+record as written: this agent handed it nothing to hold it to.
+
 What it reports, per pod and kind of overuse, once per *episode* (from the first sample over until
 ``calm_samples`` consecutive samples within the share): a Warning Event on the pod (reason ``GPUOveruse``,
 with the numbers and the isolation mode, so ``kubectl describe pod`` says what happened and what was
@@ -40,7 +47,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -51,7 +58,8 @@ from kubecell.core.errors import KubecellError
 from kubecell.core.model import MILLI_PER_GPU
 from kubecell.kube import pods
 from kubecell.kube.actions import Actions, eviction, pod_path
-from kubecell.kube.records import AllocationRecord, RecordError
+from kubecell.kube.names import RESOURCE_GPU, RESOURCE_GPU_MILLI
+from kubecell.kube.records import AllocationRecord, GpuGrant, RecordError
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.nvml import MIB, GpuBackend
 
@@ -169,6 +177,25 @@ class Finding:
 
 
 PodsSource = Callable[[], Iterable[Mapping[str, Any]]]
+Handed = Callable[[], Mapping[tuple[str, str], Collection[str]]]
+"""(namespace, pod name) -> the device IDs of kubecell's device plugin the kubelet gave that pod (PodResources)."""
+PLUGIN_RESOURCES: Final = frozenset((RESOURCE_GPU, RESOURCE_GPU_MILLI))
+
+
+def covered(record: AllocationRecord, devices: Collection[str]) -> list[GpuGrant]:
+    """The grants of ``record`` that the kubelet's ``devices`` for its pod cover, as ``RecordAllocator`` checks
+    them before the pod starts: none on a GPU where the pod got no device, a whole GPU (or MIG instance) where
+    its own device was given, else a share of at most as many milli-GPU as slots (``<uuid>::<k>``) given."""
+    given: dict[str, set[str]] = {}
+    for device in devices:
+        given.setdefault(device.split("::", 1)[0], set()).add(device)
+    grants = []
+    for gpu in record.gpus:
+        ids = given.get(gpu.uuid)
+        if ids:
+            milli = gpu.milli if gpu.uuid in ids else min(gpu.milli, len(ids))
+            grants.append(gpu if milli == gpu.milli else gpu.model_copy(update={"milli": milli}))
+    return grants
 
 
 def api_pods(kube: Kube, node: str) -> PodsSource:
@@ -198,7 +225,7 @@ class OveruseMonitor:
                  memory_tolerance_mib: int = DEFAULT_MEMORY_TOLERANCE_MIB,
                  utilization_tolerance: float = DEFAULT_UTILIZATION_TOLERANCE,
                  calm_samples: int = DEFAULT_CALM_SAMPLES, evict_after_seconds: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, handed: Handed | None = None) -> None:
         if window < 1 or calm_samples < 1 or interval <= 0:
             raise KubecellError(f"overuse monitor: window ({window}) and calm_samples ({calm_samples}) must be >= 1 "
                                 f"and interval ({interval}) > 0")
@@ -209,6 +236,9 @@ class OveruseMonitor:
         self.node = node
         self.backend = backend
         self.pods_source = pods_source or api_pods(kube, node)
+        self.handed = handed
+        """What the kubelet gave the pods kubecell's device plugin serves, which bounds their records (``covered``);
+        None: every record is taken as written."""
         self.cgroups = ProcCgroups(proc_root)
         self.own_pod_uid = self.cgroups.own_pod_uid()
         """The agent's own pod: the MPS control daemons it runs start ``nvidia-cuda-mps-server`` in its cgroup,
@@ -253,7 +283,7 @@ class OveruseMonitor:
             # no GPU process in any pod: nothing to compare, and no API call on an idle node
             listed = {pods.uid(pod): pod for pod in self.pods_source()} if usage else {}
             self._export(usage, listed)
-            findings = self._compare(usage, listed)
+            findings = self._compare(usage, listed, self._handed(usage, listed))
             self._track(findings, listed)
             return findings
 
@@ -300,8 +330,22 @@ class OveruseMonitor:
                     gauge.remove(*labels)
         self._series = series
 
-    def _compare(self, usage: Mapping[str, Mapping[str, Usage]],
-                 listed: Mapping[str, Mapping[str, Any]]) -> list[Finding]:
+    def _handed(self, usage: Mapping[str, Mapping[str, Usage]],
+                listed: Mapping[str, Mapping[str, Any]]) -> Mapping[tuple[str, str], Collection[str]] | None:
+        """The kubelet's devices of the pods using GPUs, read only where one of them is served by kubecell's device
+        plugin; None where unknown (no source, or the kubelet does not answer: records as written, this sample)."""
+        if self.handed is None or not any(uid in listed and pods.asks_for_any(listed[uid], PLUGIN_RESOURCES)
+                                          for uid in usage):
+            return None
+        try:
+            return self.handed()
+        except (KubecellError, OSError) as error:
+            log.warning("the kubelet's PodResources cannot be read (%s): the records of pods kubecell's device "
+                        "plugin served are taken as written in this sample", error)
+            return None
+
+    def _compare(self, usage: Mapping[str, Mapping[str, Usage]], listed: Mapping[str, Mapping[str, Any]],
+                 handed: Mapping[tuple[str, str], Collection[str]] | None = None) -> list[Finding]:
         findings: list[Finding] = []
         seen_windows: set[tuple[str, str]] = set()
         for uid, gpus in usage.items():
@@ -314,8 +358,14 @@ class OveruseMonitor:
                                         f"uses {total} MiB on {where} but {problem}: its GPU use is unaccounted "
                                         "(kubecell granted it nothing)"))
                 continue
+            assert pod is not None
+            named = {self.parent_of.get(gpu.uuid, gpu.uuid): gpu for gpu in record.gpus}
+            held = record.gpus
+            if handed is not None and pods.asks_for_any(pod, PLUGIN_RESOURCES):  # served by the device plugin
+                held = covered(record, handed.get((pod["metadata"].get("namespace", "default"),
+                                                   pod["metadata"]["name"]), ()))
             # a MIG instance is the pod's own (the hardware bounds it): its processes on the GPU are never over
-            grants = {self.parent_of.get(gpu.uuid, gpu.uuid): gpu for gpu in record.gpus}
+            grants = {self.parent_of.get(gpu.uuid, gpu.uuid): gpu for gpu in held}
             for gpu_uuid, used in gpus.items():
                 grant = grants.get(gpu_uuid)
                 if grant is not None and grant.milli >= MILLI_PER_GPU:
@@ -324,7 +374,11 @@ class OveruseMonitor:
                 memory = grant.memory_mib if grant else 0
                 on = f"GPU {used.gpu_index} ({gpu_uuid})"
                 if grant is None:
-                    on += ", which its record does not name"
+                    on += (", which its record names but on which the kubelet gave it no device" if gpu_uuid in named
+                           else ", which its record does not name")
+                elif grant.milli != named[gpu_uuid].milli:
+                    on += (f", of which its record names {named[gpu_uuid].milli} milli-GPU but the kubelet gave it "
+                           f"{grant.milli} slots")
                 if (memory or grant is None) and used.memory_mib > memory + self.memory_tolerance_mib:
                     findings.append(Finding(uid, "memory", gpu_uuid,
                                             f"uses {used.memory_mib} MiB of {on}; its allocation "

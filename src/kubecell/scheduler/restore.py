@@ -110,6 +110,8 @@ class Restorer:
                 by_job.setdefault(member.record.job, []).append(member)
         for name, members in by_job.items():
             by_job[name] = self._rightful(name, members)
+        for name in self._other_generations(by_job):
+            del by_job[name]
         self._gangs = self._gang_pods(by_job, pod_groups)
         for name, members in sorted(by_job.items()):
             try:
@@ -144,10 +146,46 @@ class Restorer:
                                                f"which is the job of {whose}")
         return owners[rightful]
 
+    def _other_generations(self, by_job: Mapping[str, list[Member]]) -> list[str]:
+        """The job names of a gang that kubecell cannot have written beside one it can: their records are
+        distrusted. Intake forms a gang's next generation (``<key>#<n+1>``) while an earlier one runs when more pods
+        of its group come, so several well-formed generations restore as several jobs, each of its own recorded
+        pods (``_gang_pods``). Before, each was made of every pod of the gang, and the last restored took the
+        others' pods in ``pod_job``: the first's pods, once ended, never finished it, and its GPUs stayed held. A
+        name not of kubecell's form (the bare key, ``#0``, ``#01``, a non-ASCII digit) is kept only where the gang
+        has no other: then the one holding the pod the API server created first."""
+        named: dict[str, list[str]] = {}
+        for name, members in by_job.items():
+            group = members[0].demand.group
+            if group is not None:
+                named.setdefault(group.key, []).append(name)
+        dropped = []
+        for key, names in named.items():
+            if len(names) < 2:
+                continue
+            ours = [name for name in names if _generation(key, name) is not None]
+            kept = set(ours) or {min(names, key=lambda name: (self._oldest(by_job[name]), name))}
+            for name in sorted(set(names) - kept):
+                dropped.append(name)
+                rightful = ", ".join(repr(n) for n in sorted(kept))
+                for member in by_job[name]:
+                    self._distrust(member.pod, f"allocation record {member.record.allocation_id} names job {name!r}, "
+                                               f"which kubecell does not name a job of gang {key} beside {rightful}")
+        return dropped
+
+    @staticmethod
+    def _oldest(members: Sequence[Member]) -> float:
+        try:  # set by the API server, written by no one else
+            return min(pods.created(m.pod) for m in members)
+        except (ValueError, TypeError):
+            return float("inf")
+
     def _gang_pods(self, by_job: Mapping[str, list[Member]], pod_groups: Mapping[tuple[str, str], Mapping[str, Any]]
                    ) -> dict[str, list[tuple[dict[str, Any], PodDemand]]]:
-        """Every pod of each recorded gang (recorded or not: a gang's spec is made of all its pods, and its
-        unrecorded pods are where it grows), by gang key, read in one pass over the pods of their namespaces."""
+        """Every pod of each recorded gang's job, by job name, read in one pass over the pods of their namespaces.
+        A gang restored as one job is made of all its pods, recorded or not (a gang's spec is made of all its pods,
+        and its unrecorded pods are where it grows); of a gang restored as several generations, each is made of
+        its own recorded pods, and the unrecorded ones form the next when complete, as before the restart."""
         keys = {m.demand.group.key for members in by_job.values() for m in members if m.demand.group is not None}
         found: dict[str, list[tuple[dict[str, Any], PodDemand]]] = {key: [] for key in keys}
         if not keys:
@@ -169,9 +207,19 @@ class Restorer:
                     continue
             if demand.group is not None and demand.group.key in found:
                 found[demand.group.key].append((pod, demand))
-        for members in found.values():
-            members.sort(key=lambda item: pods.key(item[0]))
-        return found
+        jobs_of: dict[str, list[str]] = {}
+        for name, members in by_job.items():
+            if members[0].demand.group is not None:
+                jobs_of.setdefault(members[0].demand.group.key, []).append(name)
+        by_name: dict[str, list[tuple[dict[str, Any], PodDemand]]] = {}
+        for key, names in jobs_of.items():
+            if len(names) == 1:
+                by_name[names[0]] = sorted(found[key], key=lambda item: pods.key(item[0]))
+            else:
+                for name in names:
+                    by_name[name] = sorted(((m.pod, m.demand) for m in by_job[name]),
+                                           key=lambda item: pods.key(item[0]))
+        return by_name
 
     def _read(self, pod: dict[str, Any], pod_groups: Mapping[tuple[str, str], Mapping[str, Any]]) -> Member | None:
         bound = bool(pods.node_of(pod))
@@ -297,7 +345,7 @@ class Restorer:
         spec is made of all its pods that exist now (its headcount, for growth, is no more than that)."""
         first = members[0]
         group = first.demand.group
-        gang = self._gangs.get(group.key, []) if group is not None else []
+        gang = self._gangs.get(name, []) if group is not None else []
         if not any(pods.uid(pod) == pods.uid(first.pod) for pod, _ in gang):
             gang = [(m.pod, m.demand) for m in members]
         try:
@@ -422,6 +470,14 @@ class Restorer:
                         self.mirror.changed[uid] = None
                     return
             tracked.bound.add(pods.uid(member.pod))
+
+
+def _generation(key: str, name: str) -> int | None:
+    """The generation in job name ``name`` of gang ``key`` where kubecell could have written it (``<key>#<n>``: ASCII
+    digits, no leading zero, as ``job_name`` writes them), else None."""
+    suffix = name[len(key) + 1:] if name.startswith(f"{key}#") else ""
+    return int(suffix) if suffix.isascii() and suffix.isdecimal() and not suffix.startswith("0") and len(suffix) < 10 \
+        else None
 
 
 def member_indices(spec: JobSpec, parts: Mapping[str, int], members: Sequence[Member]) -> dict[str, int]:
