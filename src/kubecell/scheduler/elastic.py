@@ -12,8 +12,8 @@ many pods there should be is this module, after each engine cycle:
   allocator the simulator measures (``core.elastic.targets``: how far each grows, and whose growth is worth
   more when several want the same GPUs); a job that has not reported yet takes the room. The target is
   raised; the controller creates the pods, they join the running gang (``Intake``) and the engine grows into
-  them in its next cycle. Where the idle GPUs do not cover that growth, a job of the same VC that the
-  allocator sizes down is lowered first (the most-served first); the growing job waits for its workers to end.
+  them in its next cycle. Where the idle GPUs do not cover that growth, a job of the VC that has not reported
+  gives what it grew first, then one the allocator sizes down (the most-served first); the growing job waits.
 * **Hold what was given.** A raise, a start or a move is carried out later than it is decided (pods to make
   and bind; a move's workers to end first), and meanwhile the engine sees those GPUs idle: they are held
   (``elastic_holds``) until the job runs there, so no other job is sized into them, in this pass or the next.
@@ -313,7 +313,7 @@ class ElasticSizer(SizerStatus):
     def decide(self, state: Tracking, job: Job, sized: Sized, gpu_type: str | None, nodes: int,
                now: float) -> tuple[int, str] | GrowthCandidate | None:
         """The target to write for running elastic job ``job`` now and why, None to leave it, or the job as a
-        candidate for the allocator (it has a goodput model and room to grow)."""
+        candidate for the allocator (it has a goodput model; or none, no room, and members it may give)."""
         size = job.size
         if state.tracked[job.name].live_pods() > size:  # pods wait to be bound: the engine grows into them first
             if sized.waiting_since is None:
@@ -337,19 +337,21 @@ class ElasticSizer(SizerStatus):
             room = max(room - self.holds.members(gpu_type, job.spec.member.gpu_count, sized.ref, now), 0)
         most = min(job.spec.members, size + room)
         model = sized.estimate()  # in workers, as the engine counts them
-        if model is None or gpu_type is None or not _positive(model.goodput(gpu_type, max(nodes, 1), size)):
-            if most <= size:
+        if gpu_type is None or model is None or not _positive(model.goodput(gpu_type, max(nodes, 1), size)):
+            if most > size:
+                choice = take_the_room(size, most)
+                sized.last_reason = choice.reason
+                return choice.target, choice.reason
+            if gpu_type is None:
                 return None
-            choice = take_the_room(size, most)
-            sized.last_reason = choice.reason
-            return choice.target, choice.reason
+            model = None  # no room: it may only give what it grew, first, to teammates (core.elastic.targets)
         # with or without room: it may grow with what other jobs of its VC give up, be the one that gives, or
         # move to another model its pods accept
         restart = self.restart_seconds if sized.restart_seconds is None else float(sized.restart_seconds)
-        started = job.started_at if job.started_at is not None else now
-        candidate = engine_candidate(state.engine, job, gpu_type, room, model, restart, now,
-                                     rooms=self.types.rooms(state, job, state.tracked[job.name], now),
-                                     attained=sized.served + size * max(now - started, 0.0))
+        started, tracked = (job.started_at if job.started_at is not None else now), state.tracked[job.name]
+        candidate = engine_candidate(state.engine, job, gpu_type, room, model or NOTHING_KNOWN, restart, now,
+                                     rooms=None if model is None else self.types.rooms(state, job, tracked, now),
+                                     attained=sized.served + size * max(now - started, 0.0), priced=model is not None)
         if sized.moved_at is not None and (candidate.last_resize is None or candidate.last_resize < sized.moved_at):
             candidate = replace(candidate, last_resize=sized.moved_at)  # a move is its last change
         return candidate

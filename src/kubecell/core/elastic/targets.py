@@ -25,7 +25,17 @@ reclaim):
 
 Only types and counts are read from the answer: where members go is the engine's choice. A job is lowered only
 to give members to jobs of its VC whose growth and starts the idle slots cannot cover, the most-served jobs
-first; a job the allocator would merely run smaller keeps its members. Each allocator keeps its state between
+first; a job the allocator would merely run smaller keeps its members.
+
+A running job without a trusted goodput model (``priced`` False: it never reported, or only what the model
+refuses) is not sized by the allocator, which has nothing to price it by, and is never grown here (its driver
+gives it the idle room, ``take_the_room``). But the members it took above its minimum are what its VC's jobs
+may grow into and start on, as the idle slots are, and they are the first given: before any job that reports
+gives (whose members' worth is measured, its unknown), the most-served such job first, down to its minimum,
+only as many as the others' growth beyond the idle slots needs, and never inside its resize interval
+(``shrinkable`` 0). It cannot thrash: each job changes at most once per resize interval, and a job lowered
+so is raised again only into idle room, which the teammate that grew has taken. Before, such a job was no
+candidate at all, and a teammate that reports never grew into what it held. Each allocator keeps its state between
 decisions (restart counts, prices), so the caller keeps them (``plan_targets``' ``policies``).
 """
 
@@ -73,6 +83,10 @@ class GrowthCandidate:
     rooms: Mapping[str, int] = field(default_factory=dict)
     """Per other GPU type it may use: the members it could run with there if it started there now, giving up
     what it holds (``Engine.room_on``); a type where that is below its minimum is not offered."""
+    priced: bool = True
+    """Whether ``estimate`` is a goodput model to size it by. A running job without one only gives: its
+    ``shrinkable`` members, first, to jobs of its VC that grow or start (see the module); ``estimate`` is not
+    read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +125,11 @@ class _VcView:
     idle: dict[str, int] = field(default_factory=dict)
     """Per type, the idle member slots: the most any job could be given there."""
     given: dict[str, int] = field(default_factory=dict)
-    """Per type, the members its running jobs may give up now."""
+    """Per type, the members its running jobs that report may give up now."""
+    spare: dict[str, int] = field(default_factory=dict)
+    """Per type, the members its running jobs without a goodput model may give up now (given first)."""
+    unpriced: list[GrowthCandidate] = field(default_factory=list)
+    """Its running jobs without a goodput model: not the allocator's to size, only givers."""
     slots_of: dict[str, int] = field(default_factory=dict)
 
 
@@ -136,27 +154,37 @@ def _vc_view(candidates: Sequence[GrowthCandidate]) -> _VcView:
     """The allocator's cluster: the nodes the VC's jobs hold, its idle slots per type, and each job's view
     (the sizes and types it may be given)."""
     vc = _VcView(sorted({c.gpu_type for c in candidates if c.gpu_type} | {t for c in candidates for t in c.rooms}))
+    vc.unpriced = [c for c in candidates if _gives_only(c)]
     for gpu_type in vc.types:
-        group = [c for c in candidates if c.gpu_type == gpu_type]
+        group = [c for c in candidates if c.gpu_type == gpu_type and not _gives_only(c)]
+        quiet = [c for c in vc.unpriced if c.gpu_type == gpu_type]
         held = Counter(node for c in group for node in c.nodes)
         vc.nodes += [ClusterNode(_held(gpu_type, node), gpu_type, count) for node, count in sorted(held.items())]
         # The idle member slots: the most any job could be given there (its own headroom, or its room there).
         vc.idle[gpu_type] = max([max(c.room, 0) for c in group]
                                 + [max(c.rooms[gpu_type], 0) for c in candidates
                                    if c.gpu_type != gpu_type and gpu_type in c.rooms], default=0)
-        slots = max([max(c.node_slots, 1) for c in group] or [max(max(c.node_slots, 1) for c in candidates)])
+        slots = max([max(c.node_slots, 1) for c in [*group, *quiet]]
+                    or [max(max(c.node_slots, 1) for c in candidates)])
         vc.slots_of[gpu_type] = slots
         vc.nodes += [ClusterNode(f"{gpu_type}/+idle-{i}", gpu_type, min(slots, vc.idle[gpu_type] - i * slots))
                      for i in range(math.ceil(vc.idle[gpu_type] / slots))]
         vc.given[gpu_type] = sum(_shrinkable(c) for c in group)
+        # what the jobs without a model may give: slots the allocator prices as fresh ones, as the idle slots
+        vc.spare[gpu_type] = sum(_shrinkable(c) for c in quiet)
+        vc.nodes += [ClusterNode(f"{gpu_type}/+given-{i}", gpu_type, min(slots, vc.spare[gpu_type] - i * slots))
+                     for i in range(math.ceil(vc.spare[gpu_type] / slots))]
     for c in candidates:
+        if _gives_only(c):
+            continue
         size, least = len(c.nodes), max(c.minimum, 1)
         if size:  # a move goes only where its minimum is idle now: it gives up what it runs on for it
             reach = {t: room for t, room in c.rooms.items() if t != c.gpu_type and room >= least}
-            reach[c.gpu_type] = size + max(c.room, 0) + vc.given[c.gpu_type] - _shrinkable(c)
+            reach[c.gpu_type] = (size + max(c.room, 0) + vc.given[c.gpu_type] + vc.spare[c.gpu_type]
+                                 - _shrinkable(c))
         else:  # a job that waits may also start on what other jobs of its VC give up
-            reach = {t: max(room, 0) + vc.given[t] for t, room in c.rooms.items()
-                     if max(room, 0) + vc.given[t] >= least}
+            reach = {t: max(room, 0) + vc.given.get(t, 0) + vc.spare.get(t, 0) for t, room in c.rooms.items()
+                     if max(room, 0) + vc.given.get(t, 0) + vc.spare.get(t, 0) >= least}
         if not reach:
             continue  # it waits and no type has room for its minimum: the engine's queue decides
         vc.views.append((c, ElasticJobView(
@@ -212,7 +240,16 @@ def _givers(policy: KubecellElasticPolicy, vc: _VcView, planned: Mapping[str, tu
         # workers have ended.)
         need = (sum(max(planned[c.name][1] - len(c.nodes), 0) for c in stay) + arriving[gpu_type]
                 - vc.idle[gpu_type])
-        for c in sorted(stay, key=lambda c: (-c.attained_member_seconds, c.name)):
+        for c in sorted((c for c in vc.unpriced if c.gpu_type == gpu_type), key=_most_served):
+            give = min(_shrinkable(c), max(need, 0))  # first: what they hold is worth nothing anyone measured
+            need -= give
+            if give > 0:
+                size = len(c.nodes)
+                choices[c.name] = GrowthChoice(size - give, (
+                    f"shrunk {size}->{size - give} {gpu_type}: {give} given to jobs of its VC that grow or start; "
+                    "no trusted step reports, so what it took above its minimum is given before members whose "
+                    "worth is measured"))
+        for c in sorted(stay, key=_most_served):
             size, count = len(c.nodes), planned[c.name][1]
             reason = kept.get(c.name) or policy.last_reasons.get(c.name, "")
             if count >= size:
@@ -254,15 +291,25 @@ def _shrinkable(candidate: GrowthCandidate) -> int:
     return max(0, min(candidate.shrinkable, len(candidate.nodes) - 1))
 
 
+def _gives_only(candidate: GrowthCandidate) -> bool:
+    """A running job without a goodput model: it only gives (see the module)."""
+    return not candidate.priced and bool(candidate.nodes)
+
+
+def _most_served(candidate: GrowthCandidate) -> tuple[float, str]:
+    """Who gives first among givers alike: the most attained service."""
+    return (-candidate.attained_member_seconds, candidate.name)
+
+
 def engine_candidate(engine: Engine, job: Job, gpu_type: str, room: int, estimate: GoodputEstimate,
                      restart_seconds: float, now: float, *, rooms: Mapping[str, int] | None = None,
-                     attained: float | None = None) -> GrowthCandidate:
+                     attained: float | None = None, priced: bool = True) -> GrowthCandidate:
     """An engine job as the allocator sees it: running (its members' nodes, its room, what it may give up now:
     members above its minimums, none inside the engine's resize interval) or waiting (``gpu_type`` ""), how
     many of its members a node holds, its attained service (``attained``, else members times the seconds of
     its current run: what LAS orders by) and, in ``rooms``, the members it could run with on each other type
-    it may use (``Engine.room_on``). Every driver builds its candidates here, so a cluster and the simulator's
-    engine runs size alike."""
+    it may use (``Engine.room_on``); ``priced`` False: ``estimate`` is no goodput model (the job only gives).
+    Every driver builds its candidates here, so a cluster and the simulator's engine runs size alike."""
     book = engine.book
     where = [allocation.node for allocation in engine.allocations_of(job.name)] if job.phase == JobPhase.RUNNING \
         else []
@@ -282,7 +329,7 @@ def engine_candidate(engine: Engine, job: Job, gpu_type: str, room: int, estimat
         maximum=job.spec.members, submitted=job.spec.submit_time,
         attained_member_seconds=job.size * max(now - started, 0.0) if attained is None else attained,
         last_resize=job.resized_at if where else None, restart_seconds=restart_seconds, estimate=estimate,
-        node_slots=max(slots, 1), minimum=job.spec.minimum, rooms=dict(rooms or {}))
+        node_slots=max(slots, 1), minimum=job.spec.minimum, rooms=dict(rooms or {}), priced=priced)
 
 
 def start_type(allowed: Sequence[str], idle: Mapping[str, int], above: Mapping[str, int],

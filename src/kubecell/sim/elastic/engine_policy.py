@@ -188,13 +188,15 @@ class EngineSizedPolicy:
             if job.phase != JobPhase.RUNNING:
                 continue
             most = min(job.spec.members, job.size + engine.headroom(job.name, now))
-            if view.estimate.goodput(gpu_type, 1, job.size) <= 0.0:
-                if most > job.size:
-                    choices[name] = take_the_room(job.size, most)
+            priced = view.estimate.goodput(gpu_type, 1, job.size) > 0.0
+            if not priced and most > job.size:
+                choices[name] = take_the_room(job.size, most)
                 continue
+            # (without a model and without room it only gives, as on a cluster: ``scheduler.elastic.decide``)
             candidates.append(replace(engine_candidate(
-                engine, job, gpu_type, most - job.size, view.estimate, view.restart_seconds, now, rooms=rooms,
-                attained=view.attained_gpu_seconds), name=name, last_resize=view.last_resize))
+                engine, job, gpu_type, most - job.size, view.estimate, view.restart_seconds, now,
+                rooms=rooms if priced else None, attained=view.attained_gpu_seconds, priced=priced),
+                name=name, last_resize=view.last_resize))
             # (the allocator knows a job by one name, and when it last changed, across its engine jobs)
         choices.update(plan_targets(self.sizers, now, candidates, options=self.options))
         return choices
