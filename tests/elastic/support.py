@@ -11,7 +11,7 @@ from kubecell.elastic.controller import ControllerOptions, ElasticController
 from kubecell.kube import elasticjobs as ej
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.testbed.control_plane import ControlPlaneState
-from tests.scheduler.deploy_support import kubectl
+from tests.scheduler.deploy_support import ensure_namespace, kubectl
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "elastic"
 CRD = DEPLOY / "elasticjob-crd.yaml"
@@ -20,10 +20,16 @@ STEP = 60.0
 
 
 def install_crd(testbed: ControlPlaneState) -> None:
-    """The ElasticJob CRD applied for real and served (Established)."""
+    """The ElasticJob CRD applied for real and served (Established), and the controller's own namespace, where
+    it records the jobs it saw end (``kubecell.elastic.finished``)."""
     kubectl(testbed, "apply", "-f", str(CRD))
     kubectl(testbed, "wait", "--for=condition=Established", "--timeout=60s",
             "customresourcedefinition/elasticjobs.kubecell.io")
+    kube = Kube.from_kubeconfig(testbed.admin_kubeconfig)
+    try:
+        ensure_namespace(kube)
+    finally:
+        kube.close()
 
 
 class RunningController:

@@ -139,14 +139,14 @@ CASES = [
      obs("DS", seconds_stalled=901), P.SUCCEEDED, "Succeeded", ["-1!", "rdzv-", "~Succeeded"], 0),
     ("a finished worker is never replaced", P.RUNNING, obs("D."), P.SUCCEEDED, "Succeeded", ["rdzv-", "~Succeeded"],
      0),
-    ("succeeded is final; leftovers removed", P.SUCCEEDED, obs("DD", reason="Succeeded", message="m"), P.SUCCEEDED,
-     "Succeeded", ["rdzv-"], 0),
-    ("succeeded, nothing left to remove", P.SUCCEEDED, obs("DD", rendezvous_gone=True, reason="Succeeded"),
-     P.SUCCEEDED, "Succeeded", [], 0),
-    ("failed is final: running workers stopped", P.FAILED, obs("YF", rendezvous_gone=True, reason="X"), P.FAILED,
-     "X", ["-0"], 0),
-    ("failed ignores a new target", P.FAILED, obs("F", target=3, previous=1, rendezvous_gone=True, reason="X"),
-     P.FAILED, "X", [], 0),
+    ("succeeded is final; leftovers removed", P.SUCCEEDED,
+     obs("DD", reason="Succeeded", message="m", final=P.SUCCEEDED), P.SUCCEEDED, "Succeeded", ["rdzv-"], 0),
+    ("succeeded, nothing left to remove", P.SUCCEEDED,
+     obs("DD", rendezvous_gone=True, reason="Succeeded", final=P.SUCCEEDED), P.SUCCEEDED, "Succeeded", [], 0),
+    ("failed is final: running workers stopped", P.FAILED,
+     obs("YF", rendezvous_gone=True, reason="X", final=P.FAILED), P.FAILED, "X", ["-0"], 0),
+    ("failed ignores a new target", P.FAILED,
+     obs("F", target=3, previous=1, rendezvous_gone=True, reason="X", final=P.FAILED), P.FAILED, "X", [], 0),
     ("rendezvous stuck: every worker restarts in a new run, counted", P.STARTING,
      obs("RR", min_replicas=2, seconds_stalled=901.0, rendezvous_timeout=900.0), P.RESTARTING, "RendezvousTimeout",
      ["-0", "-1", "!RendezvousTimeout"], 1),
@@ -169,7 +169,8 @@ CASES = [
      obs("", target=0, problem="bad", spec_changed=True), P.INVALID, "InvalidSpec", ["!InvalidSpec"], 0),
     ("invalid, then fixed: the workers as they are", P.INVALID, obs("YY"), P.RUNNING, "Running", [], 0),
     ("a finished job stays finished whatever its spec says", P.FAILED,
-     obs("F", target=0, min_replicas=0, problem="bad", rendezvous_gone=True, reason="X"), P.FAILED, "X", [], 0),
+     obs("F", target=0, min_replicas=0, problem="bad", rendezvous_gone=True, reason="X", final=P.FAILED), P.FAILED,
+     "X", [], 0),
     ("invalid from the start, then fixed: created", P.INVALID, obs("", previous=0), P.PENDING, "Created",
      ["+0", "+1", "~Created"], 0),
 ]
@@ -213,7 +214,8 @@ def observations(draw: st.DrawFn) -> Observation:
         rendezvous_timeout=draw(st.floats(10, 1000)), rendezvous_present=draw(st.booleans()),
         rendezvous_gone=draw(st.booleans()), replacing=frozenset(draw(st.sets(st.integers(0, 10)))),
         stale=frozenset(draw(st.sets(st.integers(0, 10)))), outdated=frozenset(draw(st.sets(st.integers(0, 10)))),
-        problem=draw(st.none() | st.just("bad spec")), spec_changed=draw(st.booleans()))
+        problem=draw(st.none() | st.just("bad spec")), spec_changed=draw(st.booleans()),
+        final=draw(st.none() | st.sampled_from(sorted(TERMINAL))))
 
 
 @settings(max_examples=500, deadline=None)
@@ -227,11 +229,11 @@ def test_every_decision_keeps_the_rules(phase: Phase, observation: Observation) 
     assert all(i not in observation.workers for i in creates), "never a second pod for an index"
     assert all(i in observation.workers and observation.workers[i] is not Worker.TERMINATING for i in deletes)
     assert len(set(deletes)) == len(deletes)
-    if observation.problem is not None and phase not in TERMINAL:
+    if observation.problem is not None and observation.final is None:
         assert decision.phase is Phase.INVALID
         assert all(isinstance(a, Emit) for a in decision.actions), "an invalid job disturbs nothing"
-    if phase in TERMINAL:
-        assert decision.phase is phase, "final phases stay final"
+    if observation.final is not None:
+        assert decision.phase is observation.final, "a job the controller saw end stays as it ended"
         assert not creates, "a finished job creates nothing"
     if any(state is Worker.SUCCEEDED for i, state in observation.workers.items() if i not in observation.stale):
         assert not creates, "a job whose training finished starts no worker"

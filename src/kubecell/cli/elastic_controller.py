@@ -76,8 +76,9 @@ def elastic_controller(
     listen: Annotated[str, typer.Option(help="HOST:PORT of /healthz, /readyz and /metrics ('' for none).")] = (
         DEFAULT_LISTEN),
     leader_elect: LeaderElect = True,
-    lease_namespace: Annotated[str, typer.Option(help="Namespace of the Lease kubecell-elastic-controller.")] = (
-        "kubecell-system"),
+    lease_namespace: Annotated[str, typer.Option(
+        help="Namespace of the Lease kubecell-elastic-controller and of the ConfigMap kubecell-elastic-finished "
+        "(the jobs it saw end).")] = "kubecell-system",
     identity: Identity = "",
     verbose: Verbose = False,
 ) -> None:
@@ -86,7 +87,8 @@ def elastic_controller(
     address = listen_address(listen)
     kube = Kube.from_kubeconfig(kubeconfig)
     try:
-        run_controller(kube, ControllerOptions(namespace=namespace or None), listen=address,
+        run_controller(kube, ControllerOptions(namespace=namespace or None, state_namespace=lease_namespace),
+                       listen=address,
                        leader_elect=leader_elect, identity=identity or default_identity(),
                        lease=LeaseConfig(namespace=lease_namespace, name=LEASE))
     finally:

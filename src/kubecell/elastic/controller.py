@@ -2,9 +2,10 @@
 next step with the state machine (``kubecell.elastic.states``), write the status, then act.
 
 **Restart-safe.** Everything that must survive lives in the API server: the phase, the restart count, the
-target the workers follow (``status.targetReplicas``), when they last changed (``lastResizeTime``) and the
-Pods themselves, each labelled with the rendezvous run it joins (the restart count when it was made: a
-worker of an older run is replaced, whoever made it). Worker names are deterministic
+target the workers follow (``status.targetReplicas``), when they last changed (``lastResizeTime``), the jobs
+it saw end (``kubecell.elastic.finished``: a record only it writes, since anyone with status rights may write a
+phase) and the Pods themselves, each labelled with the rendezvous run it joins (the restart count when it was
+made: a worker of an older run is replaced, whoever made it). Worker names are deterministic
 (``<job>-worker-<i>``), so a create repeated after a crash is answered 409 and changes nothing. The status
 is written *before* the actions, with the job's ``resourceVersion`` as a precondition: a restart is counted
 once, and a decision taken on a stale copy of the job is refused (409) and taken again on the fresh one.
@@ -32,6 +33,7 @@ from typing import Any
 
 from kubecell.elastic import workers as readers
 from kubecell.elastic.expectations import Expectations
+from kubecell.elastic.finished import FinishedJobs
 from kubecell.elastic.metrics import ControllerMetrics
 from kubecell.elastic.states import (
     TERMINAL,
@@ -78,8 +80,6 @@ no other ElasticJob was reconciled."""
 
 TOLD_KEPT = 8
 """Repeated-failure Events remembered per job (a bound: their messages carry what the API server said)."""
-MAX_FINALIZERS_TOLD = 8
-"""Finalizers named in one PodHeldByFinalizers Warning."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +97,8 @@ class ControllerOptions:
     stuck_seconds: float = 300.0
     """How long past its grace period a Pod of a job may stay Terminating before it is deleted at once (its node
     is lost: nothing else would ever end it, and the job could not replace it)."""
+    state_namespace: str = "kubecell-system"
+    """The controller's own namespace (its Lease's), where it records the jobs it saw end."""
 
 
 class ElasticController:
@@ -123,6 +125,8 @@ class ElasticController:
         self.writes = JobWrites(kube, self.metrics, self._tell_once,
                                 recheck_seconds=self.options.service_recheck_seconds,
                                 expectation_seconds=self.options.expectation_seconds)
+        self.finished = FinishedJobs(kube, self.options.state_namespace, self.options.namespace)
+        """The jobs it saw end (read at the first pass): a status that says so is not enough."""
 
     def shutdown(self) -> None:
         self.stop.set()
@@ -153,13 +157,16 @@ class ElasticController:
             resync = time.monotonic() >= next_resync
             if resync:
                 next_resync = time.monotonic() + self.options.resync_seconds
-                self.dirty |= {key for key, obj in self.jobs.items() if read_status(obj).phase not in TERMINAL}
+                self.dirty |= {key for key, obj in self.jobs.items() if self._final(key, obj) is None}
             if self.reconcile_dirty() or resync or not self.ready.is_set():
                 self.metrics.publish(self.jobs.values())
-            self.ready.set()
+            if self.finished.loaded:
+                self.ready.set()
 
     def reconcile_dirty(self) -> int:
-        """Reconcile the jobs marked dirty; how many were."""
+        """Reconcile the jobs marked dirty; how many were (none while the record of ended jobs is unreadable)."""
+        if (self.dirty or not self.finished.loaded) and not self.finished.ready(self.jobs):
+            return 0
         dirty, self.dirty = self.dirty, set()
         for key in sorted(dirty):
             if self.stop.is_set():
@@ -184,6 +191,7 @@ class ElasticController:
                 self.synced.add("elasticjobs")
                 before, self.jobs = self.jobs, {self._key(obj): obj for obj in event.objects}
                 self.dirty |= set(self.jobs)
+                self.finished.prune(self.jobs)  # (deleted while unwatched: their records go)
                 for key in {*self.expectations, *self.writes.services, *self.told}:  # deleted while unwatched,
                     if key not in self.jobs or _uid(self.jobs[key]) != _uid(before.get(key)):  # or made again
                         self._forget(key)
@@ -226,6 +234,7 @@ class ElasticController:
         its Service as existing: the new job got neither) and its told Warnings were not told again."""
         for kept in (self.expectations, self.writes.services, self.told):
             kept.pop(key, None)
+        self.finished.forget(key)
 
     def _keep_pod(self, pod: dict[str, Any]) -> None:
         key = readers.job_key(pod)
@@ -234,6 +243,11 @@ class ElasticController:
             return
         self.pods[str(uid)] = pod
         self.pods_of.setdefault(key, set()).add(str(uid))
+
+    def _final(self, key: str, obj: Mapping[str, Any]) -> Phase | None:
+        """How the job ended, as this controller recorded it (never as its status says)."""
+        uid = (obj.get("metadata") or {}).get("uid")
+        return self.finished.phase_of(key, uid) if isinstance(uid, str) else None
 
     @staticmethod
     def _key(obj: Mapping[str, Any]) -> str:
@@ -258,14 +272,15 @@ class ElasticController:
         now = self.clock()
         expect = self.expectations.setdefault(key, Expectations())
         expect.expire(now)
-        previous = read_status(obj)
+        self.finished.load(self.jobs)  # (read by the pass before: a no-op but where reconciled alone)
+        previous, final = read_status(obj), self._final(key, obj)
         spec: ElasticJobSpec | None
         try:
             spec = read_elastic_job(obj)
             problem = None
         except ElasticJobSpecError as error:
             spec, problem = None, str(error)
-        if spec is not None and not spec.replicas_stated and previous.phase not in TERMINAL:
+        if spec is not None and not spec.replicas_stated and final is None:
             self._default_replicas(obj, spec)
             return  # the job comes back through the watch with spec.replicas set
         workers, pods_by_index, host, runs = self._observe(key, uid, expect)
@@ -283,7 +298,7 @@ class ElasticController:
             observation = Observation(target=0, min_replicas=0, workers=workers, previous_target=previous.target,
                                       restarts=previous.restarts, problem=problem,
                                       spec_changed=generation != previous.observed_generation,
-                                      reason=previous.reason, message=previous.message)
+                                      reason=previous.reason, message=previous.message, final=final)
         else:
             service = self.writes.service_exists(obj, spec, now)
             host_up = host is not None and not readers.ended(host) and not readers.terminating(host)
@@ -295,10 +310,12 @@ class ElasticController:
                 rendezvous_present=service and host_up, rendezvous_gone=not service and host is None,
                 replacing=frozenset(expect.owed), stale=stale, outdated=outdated,
                 spec_changed=generation != previous.observed_generation,
-                reason=previous.reason, message=previous.message)
+                reason=previous.reason, message=previous.message, final=final)
         decision = self._cannot_start(obj, step(phase, observation), pods_by_index, workers)
         if not self._write_status(key, obj, previous, decision, workers, spec, problem, generation, now):
             return
+        if decision.phase in TERMINAL and final is None:  # decided now, from what it saw: kept before any action
+            self._record_end(key, uid, decision.phase)
         if spec is not None:
             self._act(obj, spec, decision, pods_by_index, host, expect, now)
         else:
@@ -326,31 +343,30 @@ class ElasticController:
                                       "not answering): deleted at once, to be replaced"))
         return None
 
+    def _record_end(self, key: str, uid: str, phase: Phase) -> None:
+        """Keep the end in the record before acting on it. Where the API refuses (the ConfigMap full, the API
+        server away), the end is still acted on, since it was decided from the workers, not from the status: its
+        GPUs are freed now, and it is decided again from the workers at each pass while they last."""
+        try:
+            self.finished.record(key, uid, phase)
+        except ApiError as error:
+            log.error("ElasticJob %s ended (%s) but the record of ended jobs refused it: %s; acted on all the same",
+                      key, phase, error)
+
     def _cannot_start(self, obj: Mapping[str, Any], decision: Decision, pods_by_index: Mapping[int, Mapping[str, Any]],
                       workers: Mapping[int, Worker]) -> Decision:
-        """Workers bound to a node that the kubelet cannot start (an image it cannot pull, a Secret that is not
-        there) wait, as a Deployment's pods do, holding their GPUs: no restart starts them. Before, the job
-        said only "waiting for the scheduler". They are named in one Warning and in the status' message."""
-        stuck = sorted((str(pod["metadata"]["name"]), reason) for index, pod in pods_by_index.items()
-                       if workers.get(index) is Worker.SCHEDULED and (reason := readers.cannot_start(pod)))
-        if not stuck:
+        """Workers the kubelet cannot start (``readers.cannot_start_message``): named in one Warning and, while
+        the job is Pending, in the status' message."""
+        said = readers.cannot_start_message(pods_by_index, workers)
+        if said is None:
             return decision
-        shown = ", ".join(f"{name} ({reason})" for name, reason in stuck[:5]) + \
-            (f" and {len(stuck) - 5} more" if len(stuck) > 5 else "")
-        said = f"bound but not started by the kubelet: {shown}; each holds its GPUs until its pod or the job is fixed"
         self._tell_once(obj, Emit(True, "WorkerCannotStart", said))
         return replace(decision, message=f"{decision.message}; {said}") if decision.phase is Phase.PENDING else decision
 
     def _tell_held(self, obj: Mapping[str, Any], held: list[tuple[str, tuple[str, ...]]]) -> None:
         """One Warning for all the job's Pods that only their finalizers keep (told once while they are the same):
         one per Pod would cycle through what ``_tell_once`` remembers, and be sent again at every pass."""
-        names = sorted(name for name, _ in held)
-        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-        finalizers = ", ".join(sorted({f for _, found in held for f in found})[:MAX_FINALIZERS_TOLD])
-        self._tell_once(obj, Emit(True, "PodHeldByFinalizers",
-                                  f"pod{'s' if len(names) > 1 else ''} {shown} deleted at once but kept by "
-                                  f"finalizers ({finalizers}): whoever set them must remove them before the job "
-                                  "can replace them"))
+        self._tell_once(obj, Emit(True, "PodHeldByFinalizers", readers.held_message(held)))
 
     def _observe(self, key: str, uid: str, expect: Expectations
                  ) -> tuple[dict[int, Worker], dict[int, dict[str, Any]], dict[str, Any] | None, dict[int, int | None]]:

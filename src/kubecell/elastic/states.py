@@ -8,10 +8,20 @@ phase, reason and restarts into the job's status *first*, then carries out the a
 and the restart count live in the API server, a restarted controller resumes exactly where the last one
 stopped.
 
+Whether the job has *ended* is the one thing not taken from its status: whoever may patch
+``elasticjobs/status`` (the scheduler writes its conditions there) could write ``phase: Succeeded`` on a
+running job. A job is final when the controller decided so here, from its own observation (rule 3, 4 or 9),
+and recorded it where only it writes (``Observation.final``, ``kubecell.elastic.finished``) before acting on
+it; a record kept after the job's pods are gone (garbage-collected, their node deleted).
+
 Rules, in order (the first that applies decides):
 
-1. ``Succeeded`` and ``Failed`` are final, whatever the spec says later: the rendezvous is removed and, for
-   ``Failed``, the workers still running are stopped (their GPUs freed); ended workers are kept for their logs.
+1. A job the controller recorded as ``Succeeded`` or ``Failed`` is final, whatever its spec or its status say
+   later: the rendezvous is removed and, for ``Failed``, the workers still running are stopped (their GPUs
+   freed); ended workers are kept for their logs. A status that says ``Succeeded`` or ``Failed`` without that
+   record decides nothing: the job is decided by the rules below as a ``Pending`` one would be (its workers'
+   states set the phase again), and where they do not confirm the claim, a Warning ``PhaseNotObserved`` says
+   so (the status is corrected by the write that follows).
 2. An unreadable spec is ``Invalid``: a Warning Event (on entering, or when the spec changed), and nothing
    else is touched.
 3. A worker that exited 0 means the training finished: no worker is created or replaced any more; once no
@@ -100,6 +110,7 @@ REASON_MAX_RESTARTS = "MaxRestartsExceeded"
 REASON_COMPLETING = "Completing"
 REASON_SUCCEEDED = "Succeeded"
 REASON_TEMPLATE_CHANGED = "TemplateChanged"
+REASON_PHASE_NOT_OBSERVED = "PhaseNotObserved"
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +148,9 @@ class Observation:
     reason: str = ""
     message: str = ""
     """The reason and message in force (kept by decisions that do not change them)."""
+    final: Phase | None = None
+    """How the job ended, as the controller recorded it when it decided so (``kubecell.elastic.finished``);
+    None while it has not. Never the status' phase, which anyone with status rights may write."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,9 +206,22 @@ def workers_named(indices: Iterable[int]) -> str:
 
 
 def step(phase: Phase, obs: Observation) -> Decision:
-    """The job's next phase and what to do about it (see the module's rules)."""
-    if phase in TERMINAL:  # whatever the spec says now: a finished job is never started again
-        return _final(phase, obs)
+    """The job's next phase and what to do about it (see the module's rules). ``phase`` is the status' phase:
+    what the job was doing, not whether it ended (``obs.final`` says that)."""
+    if obs.final is not None:  # whatever the spec or the status say now: a finished job is never started again
+        return _final(obs.final, obs)
+    if phase not in TERMINAL:
+        return _live(phase, obs)
+    decision = _live(Phase.PENDING, obs)  # an end nobody observed: the workers set the phase again
+    if decision.phase is phase:  # they show it (a status written before this controller kept its records)
+        return decision
+    message = (f"status.phase said {phase}, but this controller never observed the job end (it keeps a record "
+               f"of each end it decides, and the workers show none): {decision.phase} ({decision.reason})")
+    return replace(decision, actions=(*decision.actions, Emit(True, REASON_PHASE_NOT_OBSERVED, message)))
+
+
+def _live(phase: Phase, obs: Observation) -> Decision:
+    """Rules 2 to 10: the decision for a job that has not ended."""
     if obs.problem is not None:
         events: tuple[Action, ...] = ()
         if phase is not Phase.INVALID or obs.spec_changed:

@@ -144,6 +144,28 @@ def cannot_start(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
+def cannot_start_message(pods_by_index: Mapping[int, Mapping[str, Any]], workers: Mapping[int, Worker]) -> str | None:
+    """What to say of the workers bound to a node that the kubelet cannot start (``cannot_start``: an image it
+    cannot pull, a Secret that is not there), or None. They wait, as a Deployment's pods do, holding their GPUs:
+    no restart starts them. Before, the job said only "waiting for the scheduler"."""
+    stuck = sorted((str(pod["metadata"]["name"]), reason) for index, pod in pods_by_index.items()
+                   if workers.get(index) is Worker.SCHEDULED and (reason := cannot_start(pod)))
+    if not stuck:
+        return None
+    shown = ", ".join(f"{name} ({reason})" for name, reason in stuck[:5]) + \
+        (f" and {len(stuck) - 5} more" if len(stuck) > 5 else "")
+    return f"bound but not started by the kubelet: {shown}; each holds its GPUs until its pod or the job is fixed"
+
+
+def held_message(held: list[tuple[str, tuple[str, ...]]]) -> str:
+    """What to say of the job's Pods (name, finalizers) that only their finalizers keep (``held_by``)."""
+    names = sorted(name for name, _ in held)
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    finalizers = ", ".join(sorted({f for _, found in held for f in found})[:MAX_FINALIZERS_TOLD])
+    return (f"pod{'s' if len(names) > 1 else ''} {shown} deleted at once but kept by finalizers ({finalizers}): "
+            "whoever set them must remove them before the job can replace them")
+
+
 def ended(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
@@ -162,6 +184,8 @@ def overdue(pod: Mapping[str, Any], now: float, margin: float) -> bool:
 
 MAX_FINALIZERS_KEPT = 8
 """Finalizers a trimmed Pod keeps (to name them in an Event; their number is the tenant's)."""
+MAX_FINALIZERS_TOLD = 8
+"""Finalizers named in one PodHeldByFinalizers Warning."""
 
 
 def held_by(pod: Mapping[str, Any]) -> tuple[str, ...] | None:
