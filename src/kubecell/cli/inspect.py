@@ -30,7 +30,8 @@ from kubecell.core.model import Node
 from kubecell.kube import virtualclusters
 from kubecell.kube.accepted import CONFIGMAP as ACCEPTED_CONFIGMAP
 from kubecell.kube.accepted import KEY as ACCEPTED_KEY
-from kubecell.kube.accepted import decode
+from kubecell.kube.accepted import VC_KEY as ACCEPTED_VC_KEY
+from kubecell.kube.accepted import AcceptedVc, decode, decode_virtualclusters
 from kubecell.kube.rest import ApiError, Kube, KubeconfigError, list_all
 from kubecell.scheduler.observe.inspect import GpuReport, InspectReport, NodeReport, build_report
 
@@ -77,18 +78,27 @@ def read_cluster(kube: Kube, *, scheduler: str | None) -> InspectReport:
             unread = (f"VirtualClusters not listed ({error}); the tenants shown are the ConfigMap's or the default, "
                       "which the scheduler uses only when no VirtualCluster exists")
     accepted: list[Node] | None = None
+    in_force: list[AcceptedVc] | None = None
+    data: dict[str, Any] = {}
     try:
-        snapshot = kube.get(f"/api/v1/namespaces/{TENANTS_NAMESPACE}/configmaps/{ACCEPTED_CONFIGMAP}")
-        accepted = decode(((snapshot.get("data") or {}).get(ACCEPTED_KEY)) or "") or None
+        data = kube.get(f"/api/v1/namespaces/{TENANTS_NAMESPACE}/configmaps/{ACCEPTED_CONFIGMAP}").get("data") or {}
     except ApiError as error:
         if not error.not_found and error.status != 403:
             raise
+    try:
+        accepted = decode(data.get(ACCEPTED_KEY) or "") or None
     except InvalidInputError as error:
         unread = "; ".join(filter(None, (unread, f"{error}; tenants are judged on today's nodes only")))
+    if data.get(ACCEPTED_VC_KEY) is not None:
+        try:  # the set the scheduler keeps in force, older specs of refused edits included
+            in_force = decode_virtualclusters(str(data[ACCEPTED_VC_KEY]))
+        except InvalidInputError as error:
+            unread = "; ".join(filter(None, (unread, f"{error}; the VirtualClusters in force are read from their "
+                                                     "Accepted conditions, as the scheduler does")))
     report = build_report(nodes, pod_list, configmap, scheduler=scheduler, virtualcluster_objs=objects,
                           tenants_key=TENANTS_KEY, tenants_configmap_name=f"{TENANTS_NAMESPACE}/{TENANTS_CONFIGMAP}",
                           tenants_source=f"configmap {TENANTS_NAMESPACE}/{TENANTS_CONFIGMAP} key {TENANTS_KEY}",
-                          accepted_nodes=accepted)
+                          accepted_nodes=accepted, accepted_virtualclusters=in_force)
     if unread:
         report.warnings.append(unread)
     return report

@@ -11,6 +11,7 @@ import pytest
 
 from kubecell.core.engine.job import JobClass
 from kubecell.core.model import Allocation, Request, make_node
+from kubecell.kube.accepted import AcceptedVc
 from kubecell.kube.inventory import inventory_of, node_view
 from kubecell.kube.names import ANNOTATION_ALLOCATION
 from kubecell.kube.records import record_for
@@ -289,6 +290,22 @@ def test_a_refused_virtualcluster_is_named_with_the_reason_the_scheduler_gives()
                virtualcluster("speech", 2, accepted="False", cells={"H100x8/node": 1})]
     (warning,) = build_report(NODES, [], virtualcluster_objs=objects).warnings
     assert "speech: VirtualCluster speech: spec.cells.H100x8/node" in warning
+
+
+def test_a_refused_edit_is_shown_with_the_older_guarantee_the_scheduler_keeps() -> None:
+    """The scheduler keeps the older spec of a VC whose edit was refused, recorded in ``kubecell-accepted-cluster``
+    (``virtualclusters.json``); inspect reads it as a restarted scheduler does. Before, it showed only the VCs
+    accepted as they are: speech lost its guarantee in the report while the scheduler kept it in force."""
+    vision = virtualcluster("vision", accepted="True", gpus=4, chain="A100x4")
+    speech = virtualcluster("speech", accepted="True", gpus=2, chain="V100M32x2")
+    edited = virtualcluster("speech", 2, accepted="False", gpus=99, chain="V100M32x2")
+    kept = [AcceptedVc.of(vision), AcceptedVc.of(speech)]
+    blind = build_report(NODES, [], virtualcluster_objs=[vision, edited])
+    assert {vc.name: vc.guaranteed_gpus for vc in blind.vcs} == {"vision": 4}
+    report = build_report(NODES, [], virtualcluster_objs=[vision, edited], accepted_virtualclusters=kept)
+    assert {vc.name: vc.guaranteed_gpus for vc in report.vcs} == {"speech": 2, "vision": 4}
+    (warning,) = report.warnings
+    assert "speech (as accepted at generation 1)" in warning
 
 
 # ------------------------------------------------------------------ the compact view: a row per node

@@ -19,6 +19,7 @@ from typing import Any
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import MILLI_PER_GPU, Node
+from kubecell.kube.accepted import AcceptedVc
 from kubecell.kube.dialects import DemandError, pod_demand
 from kubecell.kube.tenant_source import SourceKind, TenantInputs, TenantMemory, choose_tenants
 
@@ -211,10 +212,14 @@ def build_report(node_objs: Sequence[Mapping[str, Any]], pod_objs: Sequence[Mapp
                  virtualcluster_objs: Sequence[Mapping[str, Any]] | None = None, tenants_key: str = "tenants.yaml",
                  tenants_configmap_name: str = "kubecell-system/kubecell-tenants",
                  tenants_source: str = "configmap kubecell-system/kubecell-tenants",
-                 default_vc: str = "default", accepted_nodes: Sequence[Node] | None = None) -> InspectReport:
+                 default_vc: str = "default", accepted_nodes: Sequence[Node] | None = None,
+                 accepted_virtualclusters: Sequence[AcceptedVc] | None = None) -> InspectReport:
     """The report from listed objects. ``scheduler``: whose pending pods to list (None: every scheduler's);
     ``virtualcluster_objs``: the VirtualCluster objects (None or empty: none, or the CRD is not installed);
-    ``accepted_nodes``: the cluster the tenants in force were accepted on (``kubecell-accepted-cluster``)."""
+    ``accepted_nodes``: the cluster the tenants in force were accepted on (``kubecell-accepted-cluster``);
+    ``accepted_virtualclusters``: the VirtualCluster set the scheduler keeps in force (the same ConfigMap; None:
+    none recorded or unreadable), read as a restarted scheduler reads it, so that a VC whose edit was refused is
+    shown with the older guarantee it keeps."""
     warnings: list[str] = []
     nodes: dict[str, NodeReport] = {}
     hardware: list[Node] = []
@@ -230,7 +235,9 @@ def build_report(node_objs: Sequence[Mapping[str, Any]], pod_objs: Sequence[Mapp
     text = ((tenants_configmap or {}).get("data") or {}).get(tenants_key)
     inputs = TenantInputs(objects, str(text) if text is not None else None, lambda: list(accepted_nodes or ()),
                           configmap_name=tenants_configmap_name, source=tenants_source, default_vc=default_vc)
-    choice = choose_tenants(hardware, inputs, TenantMemory.from_objects(objects))
+    memory, problems = TenantMemory.recalled(objects, accepted_virtualclusters)
+    warnings.extend(problems)
+    choice = choose_tenants(hardware, inputs, memory)
     tenants, source = choice.tenants, TenantSource(choice.kind, choice.summary)
     warnings.extend(choice.warnings)
     vcs = {vc.name: VcReport(vc.name, vc.guaranteed_gpus) for vc in (tenants.vcs if tenants else ())}
