@@ -37,33 +37,35 @@ def controllers() -> list[dict[str, Any]]:
              "reason": "Running", "message": "2 workers ready"}]
 
 
+T1, T2, T3 = "2026-12-02T10:00:01Z", "2026-12-02T10:00:02Z", "2026-12-02T10:00:03Z"
+"""Write times: real ones, since a transition time the schema would refuse is not carried over."""
 FALSE = Said(CONDITION_STEP_REPORTS, False, "UntrustedReport", "pod w-0: stepSeconds -1")
 TRUE = Said(CONDITION_STEP_REPORTS, True, "Trusted", "taken")
 
 
 def test_a_false_condition_is_added_beside_the_controllers_and_a_true_one_only_replaces_it() -> None:
-    assert merged(controllers(), TRUE, "T1") is None, "a job that reports well carries no condition of it"
-    written = merged(controllers(), FALSE, "T1")
+    assert merged(controllers(), TRUE, T1) is None, "a job that reports well carries no condition of it"
+    written = merged(controllers(), FALSE, T1)
     assert written is not None
     assert written[:2] == controllers(), "the controller's own are written back as they were"
-    assert written[2] == {"type": CONDITION_STEP_REPORTS, "status": "False", "lastTransitionTime": "T1",
+    assert written[2] == {"type": CONDITION_STEP_REPORTS, "status": "False", "lastTransitionTime": T1,
                           "reason": "UntrustedReport", "message": "pod w-0: stepSeconds -1"}
-    assert merged(written, Said(CONDITION_STEP_REPORTS, False, "UntrustedReport", "another pod"), "T2") is None, \
+    assert merged(written, Said(CONDITION_STEP_REPORTS, False, "UntrustedReport", "another pod"), T2) is None, \
         "a new message alone is not a change worth a write"
-    stale = merged(written, Said(CONDITION_STEP_REPORTS, False, "StaleReport", "old"), "T2")
+    stale = merged(written, Said(CONDITION_STEP_REPORTS, False, "StaleReport", "old"), T2)
     assert stale is not None
-    assert (stale[2]["reason"], stale[2]["lastTransitionTime"]) == ("StaleReport", "T1"), \
+    assert (stale[2]["reason"], stale[2]["lastTransitionTime"]) == ("StaleReport", T1), \
         "a new reason with the same status keeps the transition time"
-    back = merged(stale, TRUE, "T3")
+    back = merged(stale, TRUE, T3)
     assert back is not None
-    assert (back[2]["status"], back[2]["lastTransitionTime"], len(back)) == ("True", "T3", 3)
+    assert (back[2]["status"], back[2]["lastTransitionTime"], len(back)) == ("True", T3, 3)
 
 
 def test_a_full_list_of_conditions_is_not_made_longer_than_the_crd_allows() -> None:
     full = [{"type": f"Other{i}", "status": "True", "lastTransitionTime": "T0", "reason": "R", "message": ""}
             for i in range(MAX_CONDITIONS)]
-    assert merged(full, FALSE, "T1") is None
-    assert merged("not a list", FALSE, "T1") == [merged([], FALSE, "T1")[0]]  # type: ignore[index]
+    assert merged(full, FALSE, T1) is None
+    assert merged("not a list", FALSE, T1) == [merged([], FALSE, T1)[0]]  # type: ignore[index]
 
 
 def test_what_the_reports_condition_says_over_time() -> None:

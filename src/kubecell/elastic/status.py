@@ -13,6 +13,7 @@ from typing import Any
 
 from kubecell.elastic import workers as readers
 from kubecell.elastic.states import ACTIVE, TERMINAL, Decision, Phase, Worker
+from kubecell.kube import conditions
 from kubecell.kube.elasticjobs import worker_selector
 
 CONDITION_ACCEPTED = "Accepted"
@@ -89,14 +90,10 @@ def foreign_conditions(conditions: tuple[Mapping[str, Any], ...]) -> list[dict[s
 
 def condition(kind: str, true: bool, reason: str, message: str, generation: int,
               previous: tuple[Mapping[str, Any], ...], now: str) -> dict[str, Any]:
-    """A ``metav1.Condition``; its transition time moves only when its status does."""
-    status = "True" if true else "False"
+    """The controller's condition ``kind`` (``kube.conditions``: its transition time moves only when its status
+    does), in place of the one of its type among ``previous``."""
     before = next((c for c in previous if c.get("type") == kind), None)
-    since = before.get("lastTransitionTime") if before is not None and before.get("status") == status else None
-    if not isinstance(since, str) or readers.parse_time(since) is None:
-        since = None  # an edited time that the schema would refuse is not written back
-    return {"type": kind, "status": status, "observedGeneration": generation,
-            "lastTransitionTime": since or now, "reason": reason, "message": message[:32768]}
+    return conditions.condition(kind, true, reason, message, now, previous=before, generation=generation)
 
 
 def status_body(name: str, previous: StatusView, decision: Decision, workers: Mapping[int, Worker],

@@ -35,6 +35,7 @@ from kubecell.core.errors import InvalidInputError
 from kubecell.core.tenancy.config import Tenants, resolve_tenants
 from kubecell.core.topology import CellForest
 from kubecell.core.validation import KeyPath, key_path
+from kubecell.kube import conditions
 from kubecell.kube.actions import event_body
 from kubecell.kube.clock import rfc3339
 from kubecell.kube.dialects.demand import shown
@@ -264,11 +265,8 @@ def _kept_or_waiting(name: str, generation: int, spec: str, in_force: Mapping[st
 def condition(verdict: Verdict, previous: Mapping[str, Any] | None) -> dict[str, Any]:
     """The ``Accepted`` condition in ``metav1.Condition``'s shape; the transition time moves only when
     the status does."""
-    status = "True" if verdict.accepted else "False"
-    since = previous.get("lastTransitionTime") if previous is not None and previous.get("status") == status else None
-    return {"type": CONDITION, "status": status, "observedGeneration": verdict.generation,
-            "lastTransitionTime": since or rfc3339(),
-            "reason": verdict.reason, "message": verdict.message[:32768]}
+    return conditions.condition(CONDITION, verdict.accepted, verdict.reason, verdict.message, rfc3339(),
+                                previous=previous, generation=verdict.generation)
 
 
 def accepted_as_is(obj: Mapping[str, Any]) -> bool:

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from kubecell.kube import conditions as built
+
 CONDITION_STEP_REPORTS: Final = "StepReports"
 CONDITION_MAX_REACHABLE: Final = "MaxReplicasReachable"
 REASON_NO_REPORTS: Final = "NoStepReports"
@@ -34,8 +36,6 @@ REASON_REACHABLE: Final = "Reachable"
 REASON_UNREACHABLE: Final = "MaxReplicasUnreachable"
 MAX_CONDITIONS: Final = 16
 """The CRD's ``maxItems`` for ``status.conditions``: a condition that would make the list longer is not added."""
-MAX_MESSAGE: Final = 32768
-"""``metav1.Condition``'s limit on ``message``."""
 
 
 @dataclass(frozen=True)
@@ -66,9 +66,7 @@ def merged(listed: object, said: Said, stamp: str) -> list[dict[str, Any]] | Non
         return None
     if before is not None and (before.get("status"), before.get("reason")) == (status, said.reason):
         return None
-    since = before.get("lastTransitionTime") if before is not None and before.get("status") == status else None
-    condition = {"type": said.kind, "status": status, "lastTransitionTime": since if isinstance(since, str) else stamp,
-                 "reason": said.reason, "message": said.message[:MAX_MESSAGE]}
+    condition = built.condition(said.kind, said.true, said.reason, said.message, stamp, previous=before)
     if index is not None:
         conditions[index] = condition
     elif len(conditions) >= MAX_CONDITIONS:
