@@ -113,7 +113,7 @@ class Restorer:
         for name in self._other_generations(by_job):
             del by_job[name]
         self._gangs = self._gang_pods(by_job, pod_groups)
-        for name, members in sorted(by_job.items()):
+        for name, members in sorted(by_job.items(), key=lambda item: (_placed_at(item[1]), item[0])):
             try:
                 self._job(state, name, members)
             except ApiError:
@@ -470,6 +470,21 @@ class Restorer:
                         self.mirror.changed[uid] = None
                     return
             tracked.bound.add(pods.uid(member.pod))
+
+
+def _placed_at(members: Sequence[Member]) -> float:
+    """When a job was placed, as its records say, but never before its pods existed (``creationTimestamp`` is the
+    API server's; a record's time is only as honest as its writer). Jobs are restored in this order, so that where
+    a guarantee shrank since, the jobs placed first keep its standing, as they held it before the restart (in name
+    order, a job named ``a-...`` took it from an older ``b-...``)."""
+    def one(member: Member) -> float:
+        try:
+            created = pods.created(member.pod)
+        except (ValueError, TypeError):
+            created = 0.0
+        return max(member.record.created_at.timestamp(), created)
+
+    return min(one(member) for member in members)
 
 
 def _generation(key: str, name: str) -> int | None:
