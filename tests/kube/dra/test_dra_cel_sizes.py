@@ -10,13 +10,14 @@ estimated at 900,905 and admitted, and built a 27-billion-character string in on
 
 from __future__ import annotations
 
+import time
 import tracemalloc
 
 import pytest
 from celpy.evaluation import CELEvalError
 
-from kubecell.kube.dra.cel import CelDevice, SelectorError, compile_selector
-from kubecell.kube.dra.cel_library import FUNCTIONS, MAX_BUILT
+from kubecell.kube.dra.cel import DEVICE_SECONDS, CelDevice, SelectorError, SelectorTimeoutError, compile_selector
+from kubecell.kube.dra.cel_library import FUNCTIONS, MAX_BUILT, compile_regex
 
 A = "a" * 3000
 B = "b" * 3000
@@ -108,3 +109,20 @@ def test_an_undecided_error_is_the_selectors_error() -> None:
                        "[0, 1].exists(x, 1 / x == 5)"):
         with pytest.raises(SelectorError, match="divide by zero"):
             compile_selector(expression).matches(DEVICE)
+
+
+def test_patterns_built_at_run_time_are_timed_one_by_one() -> None:
+    """RE2 takes long over some short patterns: ``\\pL{300}`` (9 characters) compiles in some 0.2 s here. The clock
+    was read every 256 steps only, about five such compiles in this selector, so it ran some five compiles past the
+    50 ms a device is given; a compile now brings the next clock reading forward: one compile past at most."""
+    compile_regex.cache_clear()
+    began = time.monotonic()
+    compile_regex("\\pL{299}")
+    one = time.monotonic() - began
+    selector = compile_selector('[0,1,2,3,4,5,6,7,8,9].exists(i, [0,1,2,3,4,5,6,7,8,9].exists(j, '
+                                '"a".matches("\\\\pL{" + string(200 + i * 10 + j) + "}")))')
+    began = time.monotonic()
+    with pytest.raises(SelectorTimeoutError):
+        selector.matches(DEVICE, deadline=began + 60)
+    took = time.monotonic() - began
+    assert took < DEVICE_SECONDS + 2.5 * one, f"{took:.2f} s, one compile {one:.2f} s"

@@ -47,6 +47,7 @@ from celpy.celtypes import BoolType, IntType, ListType, MapType, StringType
 from celpy.evaluation import Activation, CELEvalError, Evaluator
 
 from kubecell.core.errors import InvalidInputError
+from kubecell.kube.dra import cel_library
 from kubecell.kube.dra.cel_check import MAX_COST, check
 from kubecell.kube.dra.cel_library import FUNCTIONS, SETS
 from kubecell.kube.dra.cel_tree import CheckError, Node, compact, ident_name
@@ -165,11 +166,13 @@ class SelectorTimeoutError(SelectorError):
 
 
 class _Budget:
-    __slots__ = ("deadline", "left", "steps")
+    __slots__ = ("compiled", "deadline", "left", "steps")
 
     def __init__(self, units: int, deadline: float | None = None) -> None:
         self.left = units
         self.steps = 0
+        self.compiled = cel_library.compiled
+        """Patterns compiled when the clock was last read: a compile since brings the next reading forward."""
         """Steps taken: the clock is read every 256 of them (``left`` also drops by a string's or list's
         size, so its low bits would skip the reading for as long as such values come)."""
         self.deadline = deadline
@@ -190,8 +193,10 @@ class _Evaluator(Evaluator):
         budget = self.budget
         budget.left -= 1
         budget.steps += 1
-        if budget.deadline is not None and not budget.steps & 255 and time.monotonic() > budget.deadline:
-            raise _OutOfTimeError
+        if budget.deadline is not None and (not budget.steps & 255 or budget.compiled != cel_library.compiled):
+            budget.compiled = cel_library.compiled
+            if time.monotonic() > budget.deadline:
+                raise _OutOfTimeError
         result = super()._visit_tree(tree)
         if isinstance(result, (str, bytes, list, dict)):
             budget.left -= len(result) // 10
