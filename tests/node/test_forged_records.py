@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import pytest
 
-from kubecell.kube.names import ANNOTATION_ACK
+from kubecell.kube.names import ANNOTATION_ACK, RESOURCE_GPU_MEMORY
 from kubecell.kube.rest import Kube
 from kubecell.node.allocator import RecordAllocator
 from kubecell.node.deviceplugin import GPU_RESOURCE, MILLI_RESOURCE, AllocationRefused
@@ -216,3 +216,74 @@ def test_the_agent_holds_the_monitor_to_its_own_plugins_devices_only() -> None:
                     PodDevices("ns", "other", (ContainerDevices("c", {"nvidia.com/gpu": ("GPU-y",)}),))]
 
     assert plugin_devices(cast(Any, Client())) == {("ns", "p"): [GPU0, f"{GPU1}::0"], ("ns", "other"): []}
+
+
+# ------------------------------------------------------------------------------- memory: the spec's ask bounds it
+def asking_memory(annotation: str, memory: str | None, resource: str = MILLI_RESOURCE,
+                  amount: str = "250") -> dict[str, Any]:
+    """A served pod whose container asks ``amount`` of ``resource`` and ``memory`` MiB of
+    ``kubecell.io/gpu-memory`` (None: no memory ask), as the scheduler placed it; ``annotation`` is its record now."""
+    pod = served_pod(annotation, resource)
+    limits: dict[str, str] = {resource: amount}
+    if memory is not None:
+        limits[RESOURCE_GPU_MEMORY] = memory
+    pod["spec"]["containers"][0]["resources"] = {"limits": limits}
+    return pod
+
+
+def test_a_share_whose_record_was_rewritten_to_more_memory_is_held_to_its_specs_ask(tmp_path: Path) -> None:
+    """The pod asked 250 milli-GPU and 10,000 MiB (its spec, immutable); its record was then edited to grant
+    40,000 MiB. It is held to the 10,000 it asked: its 30,000 MiB are over, and the Event says why."""
+    pod = asking_memory(record(UID, [(0, GPU0, 250, 40_000)]), "10000")
+    kube = FakeKube()
+    nvml, monitor = watch(tmp_path, pod, {("ns", "p"): slots(0, 250)}, kube)
+    assert sample(nvml, monitor, 0, 30_000, 20) == {"memory"}
+    messages = [body["message"] for _, body in kube.created]
+    assert any("grants 10000 MiB" in message and "asks 10000 MiB" in message for message in messages), messages
+    honest = asking_memory(record(UID, [(0, GPU0, 250, 10_000)]), "10000")
+    nvml, monitor = watch(tmp_path, honest, {("ns", "p"): slots(0, 250)})
+    assert sample(nvml, monitor, 0, 9_000, 20) == set(), "within what it asked"
+
+
+def test_the_specs_ask_bounds_memory_when_the_kubelet_cannot_be_asked(tmp_path: Path) -> None:
+    """The spec needs no kubelet: with PodResources away, a rewritten record is still held to the spec's ask."""
+    pod = asking_memory(record(UID, [(0, GPU0, 250, 40_000)]), "10000")
+    nvml, monitor = watch(tmp_path, pod, None)
+    assert sample(nvml, monitor, 0, 30_000, 20) == {"memory"}
+
+
+def test_a_record_rewritten_to_no_memory_or_a_whole_gpu_does_not_escape_the_specs_ask(tmp_path: Path) -> None:
+    """``memoryMiB`` 0 (compute only) is not checked on memory, and a whole GPU never is: a record rewritten to
+    either, while the spec asks a memory share, is held to the ask all the same."""
+    for forged in (record(UID, [(0, GPU0, 250, 0)]), record(UID, [(0, GPU0, 1000, 40_536)])):
+        pod = asking_memory(forged, "10000", resource=RESOURCE_GPU_MEMORY, amount="10000")
+        nvml, monitor = watch(tmp_path, pod, None)
+        assert "memory" in sample(nvml, monitor, 0, 30_000, 20), forged
+
+
+def test_a_share_is_held_to_the_smaller_of_its_record_and_its_ask(tmp_path: Path) -> None:
+    """The bound only lowers: a record granting less than the spec asked (or a spec that states no memory) is
+    held to the record, as before."""
+    pod = asking_memory(record(UID, [(0, GPU0, 250, 8_000)]), "10000")
+    nvml, monitor = watch(tmp_path, pod, {("ns", "p"): slots(0, 250)})
+    assert sample(nvml, monitor, 0, 9_000, 20) == {"memory"}
+    silent = asking_memory(record(UID, [(0, GPU0, 250, 40_000)]), None)
+    nvml, monitor = watch(tmp_path, silent, {("ns", "p"): slots(0, 250)})
+    assert sample(nvml, monitor, 0, 30_000, 20) == set(), "no memory ask: the record is all there is"
+
+
+def test_the_ask_is_summed_over_the_containers_as_the_kubelet_counts_it(tmp_path: Path) -> None:
+    pod = asking_memory(record(UID, [(0, GPU0, 250, 40_000)]), "6000")
+    pod["spec"]["containers"].append({"name": "side", "resources": {"requests": {RESOURCE_GPU_MEMORY: "4000"},
+                                                                    "limits": {RESOURCE_GPU_MEMORY: "4000"}}})
+    nvml, monitor = watch(tmp_path, pod, {("ns", "p"): slots(0, 250)})
+    assert sample(nvml, monitor, 0, 9_000, 20) == set()
+    assert sample(nvml, monitor, 0, 12_000, 20) == {"memory"}
+
+
+def test_a_whole_gpu_the_kubelet_gave_stays_the_pods_own_whatever_memory_its_spec_states(tmp_path: Path) -> None:
+    """Only a whole GPU the record alone names is held to a memory ask: one whose own device the kubelet gave (a
+    pod bound by hand with ``kubecell.io/gpu`` and ``gpu-memory``, which the scheduler refuses) is the pod's."""
+    pod = asking_memory(record(UID, [(0, GPU0, 1000, 40_536)]), "10000", resource=GPU_RESOURCE, amount="1")
+    nvml, monitor = watch(tmp_path, pod, {("ns", "p"): [GPU0]})
+    assert sample(nvml, monitor, 0, 30_000, 100) == set()

@@ -23,7 +23,11 @@ by kubecell's device plugin, the record counts only where the kubelet's own devi
 ``handed``), as the allocator checked before the pod started: a GPU on which the kubelet gave the pod no device
 grants nothing, and a share no more milli-GPU than its slots (a whole GPU only where that GPU's device was given).
 A pod the agent served nothing (a share asked by labels, another device plugin's GPUs, a claim) is held to its
-record as written: this agent handed it nothing to hold it to.
+record as written: this agent handed it nothing to hold it to. Either way, memory is bounded by what the pod's spec
+asks (``kubecell.io/gpu-memory``, summed as the kubelet sums it; a pod's resources cannot change once it exists):
+a share is held to the smaller of its record's ``memoryMiB`` and that ask, and where the spec asks memory, a record
+rewritten to no memory or to a whole GPU (not one whose device the kubelet gave) is held to the ask all the same
+(``spec_memory_mib``).
 
 What it reports, per pod and kind of overuse, once per *episode* (from the first sample over until
 ``calm_samples`` consecutive samples within the share): a Warning Event on the pod (reason ``GPUOveruse``,
@@ -43,7 +47,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import re
 import threading
 import time
 from collections import deque
@@ -58,12 +61,17 @@ from kubecell.core.errors import KubecellError
 from kubecell.core.model import MILLI_PER_GPU
 from kubecell.kube import pods
 from kubecell.kube.actions import Actions, eviction, pod_path
-from kubecell.kube.names import RESOURCE_GPU, RESOURCE_GPU_MILLI
+from kubecell.kube.dialects.demand import DemandError, PodMeta
+from kubecell.kube.dialects.resources import pod_totals
+from kubecell.kube.names import RESOURCE_GPU, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MILLI
 from kubecell.kube.records import AllocationRecord, GpuGrant, RecordError
 from kubecell.kube.rest import ApiError, Kube
+from kubecell.node.cgroups import ProcCgroups, pod_uid_of_cgroup
 from kubecell.node.nvml import MIB, GpuBackend
 
 log = logging.getLogger("kubecell.node.overuse")
+
+__all__ = ["OveruseMonitor", "ProcCgroups", "api_pods", "covered", "pod_uid_of_cgroup", "spec_memory_mib"]
 
 Kind = Literal["memory", "utilization", "unaccounted"]
 KINDS: Final[tuple[Kind, ...]] = ("memory", "utilization", "unaccounted")
@@ -82,52 +90,6 @@ DEFAULT_UTILIZATION_TOLERANCE = 10.0
 DEFAULT_CALM_SAMPLES = 3
 """Consecutive samples within the share that end an episode (a pod hovering at its limit is told once)."""
 MAX_BACKOFF = 30.0
-
-# systemd driver: .../kubepods-burstable.slice/kubepods-burstable-pod<uid with _>.slice/cri-containerd-<id>.scope
-# (also kind's kubelet-kubepods-... and Guaranteed pods' kubepods-pod<uid>.slice)
-_SYSTEMD = re.compile(r"kubepods(?:-burstable|-besteffort)?-pod(?P<uid>[0-9a-fA-F_]{32,36})\.slice(?:/|$)")
-# cgroupfs driver: /kubepods/burstable/pod<uid>/<container> (and /kubepods/pod<uid>/... for Guaranteed)
-_CGROUPFS = re.compile(r"(?:^|/)kubepods(?:/burstable|/besteffort)?/pod(?P<uid>[0-9a-fA-F-]{32,36})(?:/|$)")
-
-
-def pod_uid_of_cgroup(text: str) -> str | None:
-    """The pod UID a ``/proc/<pid>/cgroup`` file names (lower case, dashed), or None for a process outside
-    ``kubepods``. Every line is read, so cgroup v1 (one line per hierarchy) and v2 (``0::<path>``) both work."""
-    for line in text.splitlines():
-        path = line.split(":", 2)[-1]
-        match = _SYSTEMD.search(path) or _CGROUPFS.search(path)
-        if match:
-            return match["uid"].replace("_", "-").lower()
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class ProcCgroups:
-    """Process -> pod UID through ``<proc_root>/<pid>/cgroup``; tests point ``proc_root`` at a temp dir.
-
-    The agent runs with the host's PID namespace (``hostPID``), so the pids NVML reports are its own."""
-
-    proc_root: Path = Path("/proc")
-
-    def pod_uid(self, pid: int) -> str | None:
-        """None for a host process and for a process that exited (or cannot be read) since NVML listed it."""
-        try:
-            text = (self.proc_root / str(pid) / "cgroup").read_text(errors="replace")
-        except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
-            return None
-        except PermissionError:
-            log.warning("cannot read %s: the agent needs hostPID and root", self.proc_root / str(pid) / "cgroup")
-            return None
-        return pod_uid_of_cgroup(text)
-
-    def own_pod_uid(self) -> str | None:
-        """The pod this agent runs in, from ``<proc_root>/self/cgroup`` (with ``hostPID`` the host's ``/proc``
-        resolves ``self`` to the agent), or None outside a pod."""
-        try:
-            return pod_uid_of_cgroup((self.proc_root / "self" / "cgroup").read_text(errors="replace"))
-        except OSError:
-            return None
-
 
 def _percent(value: float | None) -> float | None:
     """A per-process utilisation in percent, or None (unsampled) for one no GPU can report: negative, above
@@ -180,6 +142,7 @@ PodsSource = Callable[[], Iterable[Mapping[str, Any]]]
 Handed = Callable[[], Mapping[tuple[str, str], Collection[str]]]
 """(namespace, pod name) -> the device IDs of kubecell's device plugin the kubelet gave that pod (PodResources)."""
 PLUGIN_RESOURCES: Final = frozenset((RESOURCE_GPU, RESOURCE_GPU_MILLI))
+MEMORY_RESOURCE: Final = frozenset((RESOURCE_GPU_MEMORY,))
 
 
 def covered(record: AllocationRecord, devices: Collection[str]) -> list[GpuGrant]:
@@ -196,6 +159,21 @@ def covered(record: AllocationRecord, devices: Collection[str]) -> list[GpuGrant
             milli = gpu.milli if gpu.uuid in ids else min(gpu.milli, len(ids))
             grants.append(gpu if milli == gpu.milli else gpu.model_copy(update={"milli": milli}))
     return grants
+
+
+def spec_memory_mib(pod: Mapping[str, Any]) -> int | None:
+    """The MiB of GPU memory the pod's spec asks (``kubecell.io/gpu-memory``, its containers' requests or limits
+    summed as the kubelet and the scheduler sum them), which no rewrite of its record can raise; None where the spec
+    asks none (or states it unreadably, which the API server's validation of extended resources does not let in)."""
+    if not pods.asks_for_any(pod, MEMORY_RESOURCE):
+        return None
+    try:
+        amount = pod_totals(PodMeta.of(pod)).get(RESOURCE_GPU_MEMORY)
+    except DemandError as error:
+        log.warning("pod %s: its %s cannot be read (%s); its record's memory is taken as written", pods.key(pod),
+                    RESOURCE_GPU_MEMORY, error)
+        return None
+    return max(int(amount), 0) if amount is not None else None
 
 
 def api_pods(kube: Kube, node: str) -> PodsSource:
@@ -361,17 +339,26 @@ class OveruseMonitor:
             assert pod is not None
             named = {self.parent_of.get(gpu.uuid, gpu.uuid): gpu for gpu in record.gpus}
             held = record.gpus
-            if handed is not None and pods.asks_for_any(pod, PLUGIN_RESOURCES):  # served by the device plugin
+            served = handed is not None and pods.asks_for_any(pod, PLUGIN_RESOURCES)  # by the device plugin
+            if handed is not None and served:
                 held = covered(record, handed.get((pod["metadata"].get("namespace", "default"),
                                                    pod["metadata"]["name"]), ()))
             # a MIG instance is the pod's own (the hardware bounds it): its processes on the GPU are never over
             grants = {self.parent_of.get(gpu.uuid, gpu.uuid): gpu for gpu in held}
+            asked = spec_memory_mib(pod)  # what is left of it: the spec's ask bounds all the pod's shares together
             for gpu_uuid, used in gpus.items():
                 grant = grants.get(gpu_uuid)
-                if grant is not None and grant.milli >= MILLI_PER_GPU:
-                    continue  # a whole GPU is the pod's own: it cannot be over
+                if grant is not None and grant.milli >= MILLI_PER_GPU and (asked is None or served):
+                    continue  # a whole GPU is the pod's own: it cannot be over (one its record alone names, while
+                    # its spec asks memory, is a share rewritten: held to the ask)
                 milli = grant.milli if grant else 0
                 memory = grant.memory_mib if grant else 0
+                bound = ""
+                if asked is not None and grant is not None:
+                    if not memory or memory > asked:
+                        bound = f" (its record says {memory} MiB, but its spec asks {asked} MiB)"
+                        memory = asked
+                    asked -= memory
                 on = f"GPU {used.gpu_index} ({gpu_uuid})"
                 if grant is None:
                     on += (", which its record names but on which the kubelet gave it no device" if gpu_uuid in named
@@ -379,11 +366,13 @@ class OveruseMonitor:
                 elif grant.milli != named[gpu_uuid].milli:
                     on += (f", of which its record names {named[gpu_uuid].milli} milli-GPU but the kubelet gave it "
                            f"{grant.milli} slots")
-                if (memory or grant is None) and used.memory_mib > memory + self.memory_tolerance_mib:
+                checked = memory or grant is None or bound
+                if checked and used.memory_mib > memory + self.memory_tolerance_mib:
                     findings.append(Finding(uid, "memory", gpu_uuid,
                                             f"uses {used.memory_mib} MiB of {on}; its allocation "
-                                            f"{record.allocation_id} grants {memory} MiB (+{self.memory_tolerance_mib} "
-                                            f"MiB tolerance); {_enforced(record.isolation, 'memory')}"))
+                                            f"{record.allocation_id} grants {memory} MiB{bound} "
+                                            f"(+{self.memory_tolerance_mib} MiB tolerance); "
+                                            f"{_enforced(record.isolation, 'memory')}"))
                 key = (uid, gpu_uuid)
                 seen_windows.add(key)
                 samples = self.windows.setdefault(key, deque(maxlen=self.window))
