@@ -4,7 +4,9 @@ The API keeps only a VC's newest spec, so the spec in force of a VC whose edit k
 scheduler's memory: a restarted scheduler (or a new leader) dropped that VC's guarantee. The leader now keeps the
 set in force in the ConfigMap ``kubecell-system/kubecell-accepted-cluster`` (key ``virtualclusters.json``), which
 only its ServiceAccount writes, and a new instance recalls it. A VC the operator deletes leaves the set at once
-and never comes back from it; a snapshot kubecell did not write is logged and ignored.
+and never comes back from it; a snapshot kubecell did not write is logged and ignored. The tenants ConfigMap's text
+last accepted is kept beside them (key ``tenants.json``), so an invalid edit of the ConfigMap keeps it across a
+restart too.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from functools import partial
 import pytest
 
 from kubecell.kube import virtualclusters as vcs
-from kubecell.kube.accepted import CONFIGMAP, VC_KEY, decode_virtualclusters
+from kubecell.kube.accepted import CONFIGMAP, TENANTS_KEY, VC_KEY, decode_tenants, decode_virtualclusters
 from kubecell.kube.rest import ApiError, Kube
+from kubecell.scheduler.options import SchedulerOptions
 from kubecell.testbed.control_plane import ControlPlaneState
 from tests.cluster_fixtures import RunningScheduler
 from tests.kube.test_virtualclusters import accepted, put, record_vc
 from tests.scheduler.test_scheduler import bound, make_pod
+from tests.scheduler.test_tenant_source import MALFORMED, TENANTS, configmap, tenant_names, warnings_on_configmap
 from tests.support import wait_for
 
 SYSTEM = "kubecell-system"
@@ -113,3 +117,39 @@ def test_a_snapshot_kubecell_did_not_write_is_logged_and_ignored(
     make_pod(kube, namespace, "a-8", {"nvidia.com/gpu": "8"}, {"kubecell.io/vc": "a"})
     wait_for("a's pod placed", lambda: bound(kube, namespace, "a-8"))
     wait_for("a sound snapshot written over it", lambda: recorded(kube) == {"a": 1})
+
+
+def test_a_restarted_scheduler_keeps_the_configmap_tenants_last_accepted_after_an_invalid_edit(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, start_scheduler: type[RunningScheduler]) -> None:
+    """The tenants ConfigMap edited into something that is not YAML: the running scheduler keeps VCs a and b, and
+    so does a restarted one (before, it knew no earlier text: the whole-cluster default, every tenant's guarantee
+    lost). The snapshot sits in the tenants' namespace, as the scheduler's ConfigMaps do."""
+    options = SchedulerOptions(tenants_namespace=namespace, tenants_configmap="tenants")
+    snapshot = f"/api/v1/namespaces/{namespace}/configmaps/{CONFIGMAP}"
+
+    def recorded_text() -> str | None:
+        try:
+            text = (kube.get(snapshot).get("data") or {}).get(TENANTS_KEY)
+        except ApiError:
+            return None
+        return decode_tenants(text)[1] if text else None
+
+    configmap(kube, namespace, TENANTS)
+    first = start_scheduler(testbed, options)
+    wait_for("VCs a and b in force", lambda: tenant_names(first) == ["a", "b"])
+    wait_for("the text in force recorded", lambda: recorded_text() == TENANTS)
+    configmap(kube, namespace, MALFORMED)
+    wait_for("the edit refused", lambda: first.scheduler.tenant_sources.tenants_text == MALFORMED
+             and tenant_names(first) == ["a", "b"])
+    assert recorded_text() == TENANTS, "the text in force, not the edit"
+    first.close()
+
+    restarted = start_scheduler(testbed, options)
+    assert wait_for("the restarted engine", lambda: tenant_names(restarted)) == ["a", "b"], \
+        "the text last accepted in force (before: the whole-cluster default)"
+    told = wait_for("the refusal told", lambda: [e for e in warnings_on_configmap(kube, namespace)
+                                                 if "stay in force" in e["message"]])
+    assert all(e["reason"] == "InvalidTenants" for e in told)
+    make_pod(kube, namespace, "a-1", {"nvidia.com/gpu": "1"}, {"kubecell.io/vc": "a"})
+    wait_for("a's pod placed", lambda: bound(kube, namespace, "a-1"))
+    assert record_vc(kube, namespace, "a-1") == ("a", "guaranteed")

@@ -30,8 +30,9 @@ from kubecell.core.model import Node
 from kubecell.kube import virtualclusters
 from kubecell.kube.accepted import CONFIGMAP as ACCEPTED_CONFIGMAP
 from kubecell.kube.accepted import KEY as ACCEPTED_KEY
+from kubecell.kube.accepted import TENANTS_KEY as ACCEPTED_TENANTS_KEY
 from kubecell.kube.accepted import VC_KEY as ACCEPTED_VC_KEY
-from kubecell.kube.accepted import AcceptedVc, decode, decode_virtualclusters
+from kubecell.kube.accepted import AcceptedVc, decode, decode_tenants, decode_virtualclusters
 from kubecell.kube.rest import ApiError, Kube, KubeconfigError, list_all
 from kubecell.scheduler.observe.inspect import GpuReport, InspectReport, NodeReport, build_report
 
@@ -95,10 +96,19 @@ def read_cluster(kube: Kube, *, scheduler: str | None) -> InspectReport:
         except InvalidInputError as error:
             unread = "; ".join(filter(None, (unread, f"{error}; the VirtualClusters in force are read from their "
                                                      "Accepted conditions, as the scheduler does")))
+    source = f"configmap {TENANTS_NAMESPACE}/{TENANTS_CONFIGMAP} key {TENANTS_KEY}"
+    kept_text: str | None = None
+    if data.get(ACCEPTED_TENANTS_KEY) is not None:
+        try:  # the ConfigMap text the scheduler keeps in force while an edit of it is refused
+            taken_from, text = decode_tenants(str(data[ACCEPTED_TENANTS_KEY]))
+            kept_text = text if taken_from == source else None
+        except InvalidInputError as error:
+            unread = "; ".join(filter(None, (unread, f"{error}; a refused edit of the tenants ConfigMap is shown with "
+                                                     "the whole-cluster default")))
     report = build_report(nodes, pod_list, configmap, scheduler=scheduler, virtualcluster_objs=objects,
                           tenants_key=TENANTS_KEY, tenants_configmap_name=f"{TENANTS_NAMESPACE}/{TENANTS_CONFIGMAP}",
-                          tenants_source=f"configmap {TENANTS_NAMESPACE}/{TENANTS_CONFIGMAP} key {TENANTS_KEY}",
-                          accepted_nodes=accepted, accepted_virtualclusters=in_force)
+                          tenants_source=source, accepted_nodes=accepted, accepted_virtualclusters=in_force,
+                          accepted_tenants_text=kept_text)
     if unread:
         report.warnings.append(unread)
     return report

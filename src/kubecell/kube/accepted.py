@@ -20,7 +20,12 @@ spec: when an edit is refused, the spec in force exists nowhere else, and a rest
 would drop that VC's guarantee. Not on the objects' status: whoever may write ``virtualclusters/status`` could
 write a spec there; this ConfigMap is written only by the scheduler's ServiceAccount (``deploy/base/rbac.yaml``).
 What is read back is still checked like any input (``decode_virtualclusters``), and the set recalled is judged
-against the cluster again like any other (``tenant_source``). Both keys together stay under ``MAX_BYTES``.
+against the cluster again like any other (``tenant_source``).
+
+And the tenants ConfigMap's text last accepted (key ``tenants.json``: the text and the ConfigMap and key it came
+from), written by the leader whenever it changes and taken out when none is in force: a running scheduler keeps
+it when an edit of the ConfigMap is refused, and so does a restarted one. The three keys together stay under
+``MAX_BYTES``; each is read on its own, and one kubecell did not write is logged and ignored.
 """
 
 from __future__ import annotations
@@ -50,6 +55,10 @@ MAX_BYTES = 900_000
 (logged)."""
 VC_KEY = "virtualclusters.json"
 VC_SCHEMA = "kubecell.io/accepted-virtualclusters/v1"
+TENANTS_KEY = "tenants.json"
+TENANTS_SCHEMA = "kubecell.io/accepted-tenants/v1"
+MAX_SOURCE_CHARS = 1024
+"""Where a tenants text came from, ``configmap <namespace>/<name> key <key>``: names of at most 63, 253, 253."""
 NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 """An object name (DNS-1123 subdomain): the names a snapshot may hold."""
 UID = re.compile(r"[A-Za-z0-9-]{0,128}")
@@ -207,6 +216,43 @@ def decode_virtualclusters(text: str) -> list[AcceptedVc]:
     return list(entries.values())
 
 
+def encode_tenants(source: str, text: str) -> str:
+    """The snapshot text of the tenants ConfigMap text in force, taken from ``source`` (ASCII: its length is its
+    bytes)."""
+    return json.dumps({"schema": TENANTS_SCHEMA, "source": source, "text": text}, sort_keys=True,
+                      separators=(",", ":"))
+
+
+def decode_tenants(snapshot: str) -> tuple[str, str]:
+    """``(source, text)`` of a snapshot; ``InvalidInputError`` for anything that is not one this kubecell wrote:
+    not JSON, another schema, a field more or less, a source or text that is not a (bounded, non-empty) string,
+    more than ``MAX_BYTES``. The text itself is judged later, as the ConfigMap's own text is."""
+    where = f"ConfigMap {CONFIGMAP}: {TENANTS_KEY}"
+
+    def refused(why: str) -> InvalidInputError:
+        return InvalidInputError(why, location=where, accepted=f"a snapshot of schema {TENANTS_SCHEMA}, written by "
+                                 "kubecell")
+
+    if len(snapshot) > MAX_BYTES:
+        raise refused(f"{len(snapshot)} characters is more than kubecell writes ({MAX_BYTES})")
+    try:
+        raw = json.loads(snapshot)
+    except (ValueError, RecursionError) as error:
+        raise refused(f"is not JSON ({type(error).__name__}: {str(error)[:200]})") from None
+    schema = raw.get("schema") if isinstance(raw, dict) else None
+    if schema != TENANTS_SCHEMA:
+        shown = repr(schema[:80]) if isinstance(schema, str) else "none" if schema is None else type(schema).__name__
+        raise refused(f"is not of schema {TENANTS_SCHEMA} (schema: {shown})")
+    if set(raw) != {"schema", "source", "text"}:
+        raise refused("has fields beside schema, source and text")
+    source, text = raw["source"], raw["text"]
+    if not isinstance(source, str) or not 0 < len(source) <= MAX_SOURCE_CHARS:
+        raise refused(f"source is not the name of a ConfigMap's key (a string of 1..{MAX_SOURCE_CHARS} characters)")
+    if not isinstance(text, str) or not text:
+        raise refused("text is not a non-empty string")
+    return source, text
+
+
 @dataclass
 class AcceptedCluster:
     """Both snapshots, in the API and in memory (read once, then kept: the leader is their only writer)."""
@@ -222,6 +268,11 @@ class AcceptedCluster:
     """The text under ``VC_KEY`` as read (even refused) or last written; None: no such key."""
     vc_oversized: str | None = None
     """The last set too large to record (told once, not at every rebuild)."""
+    tenants: tuple[str, str] | None = None
+    """``(source, text)``: the tenants ConfigMap text in force as recorded; None: none, or the snapshot was refused."""
+    tenants_text: str | None = None
+    """The text under ``TENANTS_KEY`` as read (even refused) or last written; None: no such key."""
+    tenants_oversized: str | None = None
 
     @property
     def path(self) -> str:
@@ -261,6 +312,16 @@ class AcceptedCluster:
                 log.error("%s. Not a snapshot kubecell wrote: it is ignored, the VirtualClusters in force are "
                           "recalled from their Accepted conditions, and this scheduler writes the snapshot anew",
                           error)
+        tenants_text = data.get(TENANTS_KEY)
+        self.tenants_text = str(tenants_text) if tenants_text is not None else None
+        self.tenants = None
+        if self.tenants_text is not None:
+            try:
+                self.tenants = decode_tenants(self.tenants_text)
+            except InvalidInputError as error:
+                log.error("%s. Not a snapshot kubecell wrote: it is ignored (an invalid edit of the tenants ConfigMap "
+                          "falls back to the whole-cluster default, as with none), and this scheduler writes the "
+                          "snapshot anew", error)
 
     def load(self) -> list[Node]:
         """The accepted GPU nodes (empty when none were recorded or the snapshot cannot be read)."""
@@ -272,6 +333,24 @@ class AcceptedCluster:
         is refused (the caller then recalls it from the objects' conditions, as before there was a snapshot)."""
         self._read()
         return None if self.virtualclusters is None else list(self.virtualclusters)
+
+    def load_tenants(self, source: str) -> str | None:
+        """The tenants ConfigMap text in force as the leader recorded it, if it came from ``source`` (the ConfigMap
+        and key this scheduler reads); None when none was recorded, the snapshot is refused, or it is of another
+        ConfigMap (the scheduler's flags changed since: that text was never this ConfigMap's)."""
+        self._read()
+        if self.tenants is None:
+            return None
+        if self.tenants[0] != source:
+            log.warning("the tenants text recorded in ConfigMap %s was taken from %s, not %s: not recalled",
+                        CONFIGMAP, self.tenants[0][:MAX_SOURCE_CHARS], source)
+            return None
+        return self.tenants[1]
+
+    def _beside(self, key: str) -> int:
+        """The bytes the other keys take in the ConfigMap (all ASCII)."""
+        return sum(len(text or "") for other, text in ((KEY, self.text), (VC_KEY, self.vc_text),
+                                                       (TENANTS_KEY, self.tenants_text)) if other != key)
 
     def _write(self, key: str, text: str | None) -> ApiError | None:
         """Set ``key`` to ``text`` (None: take it out), making the ConfigMap the first time; the API's refusal."""
@@ -303,7 +382,7 @@ class AcceptedCluster:
             return
         if text == self.text:
             return
-        if len(text) + len(self.vc_text or "") > MAX_BYTES:
+        if len(text) + self._beside(KEY) > MAX_BYTES:
             log.warning("the accepted cluster (%d bytes) does not fit a ConfigMap; not recorded", len(text))
             return
         refused = self._write(KEY, text)
@@ -332,12 +411,12 @@ class AcceptedCluster:
             return
         if text == self.vc_text:
             return
-        if text is not None and len(text) + len(self.text or "") > MAX_BYTES:
+        if text is not None and len(text) + self._beside(VC_KEY) > MAX_BYTES:
             if text != self.vc_oversized:
                 self.vc_oversized = text
-                log.error("the VirtualClusters in force (%d bytes, beside %d of nodes) do not fit the ConfigMap %s; "
-                          "the snapshot is taken out: after a restart, a VirtualCluster whose edit is refused loses "
-                          "its older spec", len(text), len(self.text or ""), CONFIGMAP)
+                log.error("the VirtualClusters in force (%d bytes, beside %d of the other keys) do not fit the "
+                          "ConfigMap %s; the snapshot is taken out: after a restart, a VirtualCluster whose edit is "
+                          "refused loses its older spec", len(text), self._beside(VC_KEY), CONFIGMAP)
             text, entries = None, []
             if self.vc_text is None:
                 return
@@ -349,3 +428,36 @@ class AcceptedCluster:
         self.vc_text, self.virtualclusters = text, (entries or None)
         if text is not None:
             self.vc_oversized = None
+
+    def record_tenants(self, source: str, text: str | None) -> None:
+        """Remember the tenants ConfigMap text in force (None: none is, and the key is taken out), taken from
+        ``source``; a write only when it changed. A text too large to keep beside the other keys takes the key out
+        too (told once): a restart then knows no earlier text, never an older one. A failed write is logged and
+        tried again at the next rebuild."""
+        try:
+            self._read()
+        except ApiError as error:
+            log.warning("the accepted cluster cannot be read (%s); the tenants text in force not recorded now", error)
+            return
+        snapshot = encode_tenants(source, text) if text else None
+        if snapshot == self.tenants_text:
+            return
+        if snapshot is not None and len(snapshot) + self._beside(TENANTS_KEY) > MAX_BYTES:
+            if snapshot != self.tenants_oversized:
+                self.tenants_oversized = snapshot
+                log.error("the tenants text in force (%d bytes, beside %d of the other keys) does not fit the "
+                          "ConfigMap %s; the snapshot is taken out: after a restart, an invalid edit of the tenants "
+                          "ConfigMap falls back to the whole-cluster default", len(snapshot),
+                          self._beside(TENANTS_KEY), CONFIGMAP)
+            snapshot = None
+            if self.tenants_text is None:
+                return
+        refused = self._write(TENANTS_KEY, snapshot)
+        if refused is not None:
+            log.warning("the tenants text in force was not recorded (%s); an invalid edit of the tenants ConfigMap "
+                        "keeps it only until this scheduler restarts", refused)
+            return
+        self.tenants_text = snapshot
+        self.tenants = (source, text) if snapshot is not None and text else None
+        if snapshot is not None:
+            self.tenants_oversized = None

@@ -11,10 +11,11 @@ are doomed (HiveD's bad-hardware rule) instead of every tenant losing its guaran
 real cluster.
 
 What the rule needs beyond today's objects is ``TenantMemory``: the VirtualCluster set in force (each as accepted)
-and the ConfigMap text last accepted. The scheduler keeps one across rebuilds, and the VirtualCluster set in the
-API too (``accepted``), so that a restart recalls it (``TenantMemory.recalled``), also the older spec of a VC whose
-edit was refused; ``inspect``, and a scheduler without a snapshot it can read, rebuild the part the objects hold
-(the objects accepted as they are: their ``Accepted`` condition at their current generation). The rule itself
+and the ConfigMap text last accepted. The scheduler keeps one across rebuilds, and both in the API too
+(``accepted``), so that a restart recalls them (``TenantMemory.recalled``): the older spec of a VC whose edit was
+refused, and the ConfigMap text last accepted, which a refused edit of the ConfigMap leaves in force; ``inspect``,
+and a scheduler without a snapshot it can read, rebuild the part the objects hold (the objects accepted as they
+are: their ``Accepted`` condition at their current generation; no earlier ConfigMap text). The rule itself
 writes nothing: it returns the verdicts and warnings, which the scheduler writes and inspect shows.
 
 Deleting a VirtualCluster is the operator's decision and applies at once, also while a refused edit keeps the
@@ -49,7 +50,8 @@ class TenantMemory:
     vcs_in_force: dict[str, AcceptedVc] = field(default_factory=dict)
     """Name -> the VirtualCluster of the set in force, as accepted (empty: the ConfigMap or the default is)."""
     configmap_text: str | None = None
-    """The ConfigMap's text last accepted (None: none, or not known, as for inspect or after a restart)."""
+    """The ConfigMap's text last accepted (None: none, or not known, as for inspect or after a restart without a
+    snapshot of it)."""
 
     @property
     def vc_specs(self) -> dict[str, str]:
@@ -79,8 +81,8 @@ class TenantMemory:
         return cls({vcs.name_of(obj): AcceptedVc.of(obj) for obj in kept})
 
     @classmethod
-    def recalled(cls, objects: Sequence[Mapping[str, Any]],
-                 snapshot: Sequence[AcceptedVc] | None) -> tuple[TenantMemory, tuple[str, ...]]:
+    def recalled(cls, objects: Sequence[Mapping[str, Any]], snapshot: Sequence[AcceptedVc] | None,
+                 configmap_text: str | None = None) -> tuple[TenantMemory, tuple[str, ...]]:
         """What a restarted scheduler (or a new leader) takes as the set in force, and what it found wrong.
 
         The snapshot the leader kept (``accepted``) when it has one: the specs as accepted, the older spec of a VC
@@ -90,9 +92,15 @@ class TenantMemory:
         CRD added since); an entry beyond the object's generation was never the object's, and is not recalled. The
         objects' conditions are not consulted: whoever may write ``virtualclusters/status`` can write them.
         Without a snapshot (none yet, or refused): the objects accepted as they are (``from_objects``), as before
-        there was one."""
+        there was one.
+
+        ``configmap_text``: the ConfigMap text the leader recorded as in force (None: none, or no snapshot of it).
+        It is only remembered: the ConfigMap's current text comes first, and the recalled one is put in force only
+        when that is refused, judged against the cluster like any other (``choose_tenants``)."""
         if snapshot is None:
-            return cls.from_objects(objects), ()
+            memory = cls.from_objects(objects)
+            memory.configmap_text = configmap_text or None
+            return memory, ()
         live = {vcs.name_of(obj): obj for obj in objects}
         kept: dict[str, AcceptedVc] = {}
         problems = []
@@ -106,7 +114,7 @@ class TenantMemory:
                                 f"{vc.generation}, beyond the object's ({generation}): not recalled")
                 continue
             kept[vc.name] = AcceptedVc.of(obj) if vc.generation == generation else vc
-        return cls(kept), tuple(problems)
+        return cls(kept, configmap_text or None), tuple(problems)
 
 
 @dataclass(frozen=True)
@@ -284,7 +292,8 @@ def _from_configmap(text: str, forest: CellForest, lost: _Lost, inputs: TenantIn
         return _kept(tenants, forest, lost, False, "configmap", f"ConfigMap {name}")
     except InvalidInputError as error:
         refused = error
-    unchanged = memory.configmap_text is None or text == memory.configmap_text  # a restart knows no earlier text
+    # without a text last accepted (none yet, or a restart without a snapshot of it) the text may be the one accepted
+    unchanged = memory.configmap_text is None or text == memory.configmap_text
     if unchanged and lost() is not None:
         try:
             tenants = parse(text, lost.forest)  # type: ignore[arg-type]

@@ -5,7 +5,8 @@ scheduler adds what only it can do: it remembers what it accepted (``TenantMemor
 next, writes each VirtualCluster's ``Accepted`` condition and the Warning Events of a refusal, and records in the
 API (``kubecell.kube.accepted``) the cluster the tenants in force fit, so that nodes lost later become ghosts whose
 cells are doomed rather than costing every tenant its guarantee, also after a restart, and the VirtualCluster
-set in force as accepted, so that a VC whose edit is refused keeps its older guarantee across a restart too.
+set in force as accepted, so that a VC whose edit is refused keeps its older guarantee across a restart too, and
+the tenants ConfigMap text last accepted, so that an invalid edit of the ConfigMap keeps it across a restart too.
 """
 
 from __future__ import annotations
@@ -57,16 +58,23 @@ class TenantSources:
         """Whether the ConfigMap's text or a VirtualCluster's spec changed since the last rebuild."""
         return self.text(mirror) != self.tenants_text or self.virtual_clusters.changed(mirror.virtualclusters.values())
 
+    @property
+    def source(self) -> str:
+        """Where the tenants text is read from, as messages (and the snapshot of the text in force) name it."""
+        return f"configmap {self.namespace}/{self.configmap} key {self.key}"
+
     def recall(self, objects: list[dict[str, Any]]) -> None:
         """Take the memory a restarted scheduler (or a new leader) lacks from the API, once: the VirtualCluster set
         the leader recorded as in force, or without a snapshot it can read, the objects accepted as they are
-        (``TenantMemory.recalled``). Without this, one refused object made the whole set "never accepted" (the
-        whole-cluster default took over, every accepted object was rewritten NotApplied), and without the
-        snapshot a VC whose edit was refused lost its older guarantee. Raises ``ApiError`` while the API server
-        does not answer: the rebuild is tried again."""
+        (``TenantMemory.recalled``), and the ConfigMap text the leader recorded as in force (kept when the current
+        text is refused). Without this, one refused object made the whole set "never accepted" (the whole-cluster
+        default took over, every accepted object was rewritten NotApplied), without the snapshot a VC whose edit
+        was refused lost its older guarantee, and an invalid edit of the ConfigMap put the whole-cluster default
+        in force. Raises ``ApiError`` while the API server does not answer: the rebuild is tried again."""
         if self.recalled:
             return
-        self.memory, problems = TenantMemory.recalled(objects, self.accepted.load_virtualclusters())
+        self.memory, problems = TenantMemory.recalled(objects, self.accepted.load_virtualclusters(),
+                                                      self.accepted.load_tenants(self.source))
         self.recalled = True
         for problem in problems:
             log.error("tenants: %s", problem)
@@ -81,7 +89,7 @@ class TenantSources:
         self.tenants_text = text
         self.virtual_clusters.used = virtualclusters.signature(objects)
         inputs = TenantInputs(objects, text, self.accepted.load, configmap_name=f"{self.namespace}/{self.configmap}",
-                              source=f"configmap {self.namespace}/{self.configmap} key {self.key}",
+                              source=self.source,
                               default_vc=self.default_vc)
         choice = choose_tenants(nodes, inputs, self.memory)
         if objects:
@@ -93,4 +101,5 @@ class TenantSources:
         if choice.tenants is not None and not choice.ghosts and choice.kind in ("virtualclusters", "configmap"):
             self.accepted.record(nodes)  # they fit the cluster as it is: this is the cluster they were accepted on
         self.accepted.record_virtualclusters(self.memory.vcs_in_force.values())  # written only when it changed
+        self.accepted.record_tenants(self.source, self.memory.configmap_text)  # likewise; None takes the key out
         return choice

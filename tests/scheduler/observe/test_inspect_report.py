@@ -308,6 +308,18 @@ def test_a_refused_edit_is_shown_with_the_older_guarantee_the_scheduler_keeps() 
     assert "speech (as accepted at generation 1)" in warning
 
 
+def test_a_refused_edit_of_the_tenants_configmap_is_shown_with_the_text_the_scheduler_keeps() -> None:
+    """The scheduler keeps the tenants ConfigMap text last accepted (``tenants.json`` of the same ConfigMap) while an
+    edit of it is refused; inspect shows those tenants, not the whole-cluster default."""
+    broken = {"data": {"tenants.yaml": "virtualClusters: [\n"}}
+    text = CONFIGMAP["data"]["tenants.yaml"]
+    blind = build_report(NODES, [], broken)
+    assert blind.tenants.kind == "default"
+    report = build_report(NODES, [], broken, accepted_tenants_text=text)
+    assert report.tenants.kind == "configmap"
+    assert {vc.name: vc.guaranteed_gpus for vc in report.vcs} == {"from-configmap": 2}
+
+
 # ------------------------------------------------------------------ the compact view: a row per node
 @pytest.mark.parametrize(("milli", "healthy", "glyph"), [
     (0, True, "·"), (1, True, "▁"), (125, True, "▁"), (250, True, "▂"), (500, True, "▄"), (750, True, "▆"),

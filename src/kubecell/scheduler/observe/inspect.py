@@ -213,13 +213,15 @@ def build_report(node_objs: Sequence[Mapping[str, Any]], pod_objs: Sequence[Mapp
                  tenants_configmap_name: str = "kubecell-system/kubecell-tenants",
                  tenants_source: str = "configmap kubecell-system/kubecell-tenants",
                  default_vc: str = "default", accepted_nodes: Sequence[Node] | None = None,
-                 accepted_virtualclusters: Sequence[AcceptedVc] | None = None) -> InspectReport:
+                 accepted_virtualclusters: Sequence[AcceptedVc] | None = None,
+                 accepted_tenants_text: str | None = None) -> InspectReport:
     """The report from listed objects. ``scheduler``: whose pending pods to list (None: every scheduler's);
     ``virtualcluster_objs``: the VirtualCluster objects (None or empty: none, or the CRD is not installed);
     ``accepted_nodes``: the cluster the tenants in force were accepted on (``kubecell-accepted-cluster``);
     ``accepted_virtualclusters``: the VirtualCluster set the scheduler keeps in force (the same ConfigMap; None:
     none recorded or unreadable), read as a restarted scheduler reads it, so that a VC whose edit was refused is
-    shown with the older guarantee it keeps."""
+    shown with the older guarantee it keeps; ``accepted_tenants_text``: the tenants ConfigMap text it keeps in force
+    while an edit of it is refused (the same ConfigMap; None: none recorded)."""
     warnings: list[str] = []
     nodes: dict[str, NodeReport] = {}
     hardware: list[Node] = []
@@ -235,7 +237,7 @@ def build_report(node_objs: Sequence[Mapping[str, Any]], pod_objs: Sequence[Mapp
     text = ((tenants_configmap or {}).get("data") or {}).get(tenants_key)
     inputs = TenantInputs(objects, str(text) if text is not None else None, lambda: list(accepted_nodes or ()),
                           configmap_name=tenants_configmap_name, source=tenants_source, default_vc=default_vc)
-    memory, problems = TenantMemory.recalled(objects, accepted_virtualclusters)
+    memory, problems = TenantMemory.recalled(objects, accepted_virtualclusters, accepted_tenants_text)
     warnings.extend(problems)
     choice = choose_tenants(hardware, inputs, memory)
     tenants, source = choice.tenants, TenantSource(choice.kind, choice.summary)
