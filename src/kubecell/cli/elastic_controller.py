@@ -78,7 +78,7 @@ def elastic_controller(
     leader_elect: LeaderElect = True,
     lease_namespace: Annotated[str, typer.Option(
         help="Namespace of the Lease kubecell-elastic-controller and of the ConfigMap kubecell-elastic-finished "
-        "(the jobs it saw end).")] = "kubecell-system",
+        "(its record of each job: restarts, target, how it ended).")] = "kubecell-system",
     identity: Identity = "",
     verbose: Verbose = False,
 ) -> None:

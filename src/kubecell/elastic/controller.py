@@ -1,11 +1,12 @@
 """The ElasticJob controller's reconcile loop: list and watch ElasticJobs and their Pods, decide each job's
 next step with the state machine (``kubecell.elastic.states``), write the status, then act.
 
-**Restart-safe.** Everything that must survive lives in the API server: the phase, the restart count, the
-target the workers follow (``status.targetReplicas``), when they last changed (``lastResizeTime``), the jobs
-it saw end (``kubecell.elastic.finished``: a record only it writes, since anyone with status rights may write a
-phase) and the Pods themselves, each labelled with the rendezvous run it joins (the restart count when it was
-made: a worker of an older run is replaced, whoever made it). Worker names are deterministic
+**Restart-safe.** Everything that must survive lives in the API server: the phase, when the workers last
+changed (``lastResizeTime``), its record of each job (``kubecell.elastic.finished``, a ConfigMap only it writes,
+since anyone with status rights may write the status: how the job ended, its restart count, the target its
+workers follow; the status shows them, and is written back where it says otherwise) and the Pods themselves,
+each labelled with the rendezvous run it joins (the restart count when it was made: a worker of an older run is
+replaced, whoever made it). Worker names are deterministic
 (``<job>-worker-<i>``), so a create repeated after a crash is answered 409 and changes nothing. The status
 is written *before* the actions, with the job's ``resourceVersion`` as a precondition: a restart is counted
 once, and a decision taken on a stale copy of the job is refused (409) and taken again on the fresh one.
@@ -33,7 +34,7 @@ from typing import Any
 
 from kubecell.elastic import workers as readers
 from kubecell.elastic.expectations import Expectations
-from kubecell.elastic.finished import FinishedJobs
+from kubecell.elastic.finished import REASON_NOT_OBSERVED, FinishedJobs, disowned, memory
 from kubecell.elastic.metrics import ControllerMetrics
 from kubecell.elastic.states import (
     TERMINAL,
@@ -288,15 +289,16 @@ class ElasticController:
                 if (found := self._end_overdue(obj, pod, expect, now)) is not None]
         if held:
             self._tell_held(obj, held)
-        stale = frozenset(index for index, run in runs.items() if run != previous.restarts)
+        restarts, target = memory(self.finished.entry(key, uid), previous, runs.values())  # never the status'
+        stale = frozenset(index for index, run in runs.items() if run != restarts)
         made_from = template_hash(spec.template) if spec is not None else None
         outdated = frozenset(index for index, pod in pods_by_index.items() if index not in stale
                              and (digest := readers.worker_template(pod)) is not None and digest != made_from)
         generation = count(meta.get("generation"), MAX_GENERATION)
         phase = previous.phase
         if spec is None:
-            observation = Observation(target=0, min_replicas=0, workers=workers, previous_target=previous.target,
-                                      restarts=previous.restarts, problem=problem,
+            observation = Observation(target=0, min_replicas=0, workers=workers, previous_target=target,
+                                      restarts=restarts, problem=problem,
                                       spec_changed=generation != previous.observed_generation,
                                       reason=previous.reason, message=previous.message, final=final)
         else:
@@ -304,7 +306,7 @@ class ElasticController:
             host_up = host is not None and not readers.ended(host) and not readers.terminating(host)
             observation = Observation(
                 target=spec.replicas, min_replicas=spec.min_replicas, workers=workers,
-                previous_target=previous.target, restarts=previous.restarts, max_restarts=spec.max_restarts,
+                previous_target=target, restarts=restarts, max_restarts=spec.max_restarts,
                 seconds_stalled=self._stalled(obj, previous, workers, spec, now),
                 rendezvous_timeout=float(spec.rendezvous_timeout_seconds),
                 rendezvous_present=service and host_up, rendezvous_gone=not service and host is None,
@@ -314,8 +316,13 @@ class ElasticController:
         decision = self._cannot_start(obj, step(phase, observation), pods_by_index, workers)
         if not self._write_status(key, obj, previous, decision, workers, spec, problem, generation, now):
             return
-        if decision.phase in TERMINAL and final is None:  # decided now, from what it saw: kept before any action
-            self._record_end(key, uid, decision.phase)
+        if (said := disowned(previous, restarts, target, (decision.restarts, decision.established))) is not None:
+            self._tell_once(obj, Emit(True, REASON_NOT_OBSERVED, said))
+        ended = decision.phase if decision.phase in TERMINAL and final is None else final  # decided now, or before
+        if not self.finished.keep(key, uid, ended, decision.restarts, decision.established):  # before any action
+            message = (f"restart count {decision.restarts} / target {decision.established} not acted on: this "
+                       "controller's record of its jobs refused them (see its log); tried again at every resync")
+            raise CreateRefusedError(message, told=self._tell_once(obj, Emit(True, "RecordRefused", message)))
         if spec is not None:
             self._act(obj, spec, decision, pods_by_index, host, expect, now)
         else:
@@ -342,16 +349,6 @@ class ElasticController:
                                       f"{self.options.stuck_seconds:.0f} s past its grace period (its node is "
                                       "not answering): deleted at once, to be replaced"))
         return None
-
-    def _record_end(self, key: str, uid: str, phase: Phase) -> None:
-        """Keep the end in the record before acting on it. Where the API refuses (the ConfigMap full, the API
-        server away), the end is still acted on, since it was decided from the workers, not from the status: its
-        GPUs are freed now, and it is decided again from the workers at each pass while they last."""
-        try:
-            self.finished.record(key, uid, phase)
-        except ApiError as error:
-            log.error("ElasticJob %s ended (%s) but the record of ended jobs refused it: %s; acted on all the same",
-                      key, phase, error)
 
     def _cannot_start(self, obj: Mapping[str, Any], decision: Decision, pods_by_index: Mapping[int, Mapping[str, Any]],
                       workers: Mapping[int, Worker]) -> Decision:

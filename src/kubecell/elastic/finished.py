@@ -1,40 +1,49 @@
-"""Which ElasticJobs the controller saw end: the ConfigMap ``kubecell-elastic-finished`` in the controller's own
-namespace, one key ``<namespace>.<name>`` per finished job (its uid and how it ended).
+"""What the ElasticJob controller keeps of each job where only it writes: the ConfigMap ``kubecell-elastic-finished``
+in the controller's own namespace, one key ``<namespace>.<name>`` per job (its uid, its restart count and the
+target its workers follow, and how it ended once it did).
 
 Why not the job's status: whoever may patch ``elasticjobs/status`` (the scheduler writes its conditions and its
 goodput model there) could write ``phase: Succeeded`` on a running job, and a finished job's rendezvous is
-removed and, ``Failed``, its running workers stopped. The controller decides that a job ended from what it
-observes (its workers' exits, its restarts spent: ``states``), writes the status (conditional on the version it
-read, so a decision on a stale copy is taken again) and records the end here before it acts on it; a status
-that claims an end without a record decides nothing. Why a record at all, rather than the workers'
-exits each time: ended pods do not last (the pod garbage collector deletes them past its threshold, and those
-of a deleted node), and a restarted controller that saw neither record nor pods would start a finished
-training again. Why not an annotation on the job: the controller may not write the job itself, only its
-status and ``/scale`` (``deploy/elastic/rbac.yaml``), and whoever may update the job could write one too. The
-controller's namespace is written by kubecell alone; the rules grant the controller this one ConfigMap.
+removed and, ``Failed``, its running workers stopped; or ``restarts: 1``, and every worker, labelled with the
+rendezvous run it joins (the count when it was made), was stale and replaced (``restarts`` at ``maxRestarts``:
+the next failure final); or a ``targetReplicas`` that passed for a first start or a resize. The controller
+decides these from what it observes (its workers' exits, its restarts spent: ``states``), writes the status
+(conditional on the version it read, so a decision on a stale copy is taken again) and keeps them here before it
+acts; a status that says otherwise decides nothing and is written back (``memory``, ``disowned``). Why a record
+at all, rather than the workers each time: ended pods do not last (the pod garbage collector deletes them past
+its threshold, and those of a deleted node), a restart deletes every worker before it makes them again, and a
+restarted controller that saw neither record nor pods would start a finished training again. Why not an
+annotation on the job: the controller may not write the job itself, only its status and ``/scale``
+(``deploy/elastic/rbac.yaml``), and whoever may update the job could write one too. The controller's namespace
+is written by kubecell alone; the rules grant the controller this one ConfigMap.
 
-Kept: one entry per finished job that still exists (taken out when the job is deleted, or found gone at a
-relist), about 100 bytes each, so some 10,000 finished jobs fit in a ConfigMap's 1 MiB; past that the record is
-refused and logged, and the end is acted on all the same (it was decided from the workers), so a Failed job's
-workers still stop; what is lost is only the memory of it once its pods are gone. Read with checks, as every
-object in the API: an entry that fails one is dropped.
+Kept: one entry per job that still exists (taken out when the job is deleted, or found gone at a relist), about
+130 bytes each, so some 8,000 jobs fit in a ConfigMap's 1 MiB; an entry is written when the job starts, resizes,
+restarts or ends. Past that a write is refused and logged: an end is acted on all the same (it was decided from
+the workers: their GPUs are freed), kept in memory and written again at each pass; a start, resize or restart
+waits (a ``RecordRefused`` Warning), since workers made in a run the record does not hold would be taken for
+stale ones by the next controller. Read with checks, as every object in the API: an entry that fails one is
+dropped.
 
 Upgrade: where the ConfigMap does not exist yet, the first controller to keep it takes on the ends the job
 statuses state then (written by the controller before it, which trusted them) and makes it, so that this
-happens once. Deleting it makes the next controller to start trust the statuses again, once.
+happens once. Deleting it makes the next controller to start trust the statuses' ends again, once. A job without
+an entry (started before the record kept counts) takes the lower of its status' count and its newest worker's
+run label, and its status' target where it has workers (once: they are recorded at that pass); a job that ended
+before keeps its status' counts (nothing is decided from them).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kubecell.elastic.states import TERMINAL, Phase
-from kubecell.elastic.status import read_status
-from kubecell.kube.elasticjobs import is_object_uid
+from kubecell.elastic.status import MAX_COUNT, StatusView, read_status
+from kubecell.kube.elasticjobs import MAX_REPLICAS, is_object_uid
 from kubecell.kube.rest import ApiError, Kube
 
 log = logging.getLogger("kubecell.elastic")
@@ -44,12 +53,19 @@ MAX_VALUE_CHARS = 256
 """The longest value read (one written is under 200 characters)."""
 
 
+REASON_NOT_OBSERVED = "StatusNotObserved"
+"""The Warning of a status whose restart count or target is not the controller's (``disowned``)."""
+
+
 @dataclass(frozen=True, slots=True)
-class Finished:
-    """How job ``uid`` ended, as the controller recorded it."""
+class Entry:
+    """What the controller recorded of job ``uid``: how it ended (None: it has not), its restarts and the target
+    its workers follow (None: an entry kept before the record kept counts)."""
 
     uid: str
-    phase: Phase
+    phase: Phase | None = None
+    restarts: int | None = None
+    target: int | None = None
 
 
 def entry_key(key: str) -> str:
@@ -62,12 +78,18 @@ def job_key(entry: str) -> str:
     return entry.replace(".", "/", 1)
 
 
-def encode(finished: Finished) -> str:
-    return json.dumps({"uid": finished.uid, "phase": str(finished.phase)}, sort_keys=True)
+def encode(entry: Entry) -> str:
+    fields = {"uid": entry.uid, "phase": entry.phase and str(entry.phase), "restarts": entry.restarts,
+              "target": entry.target}
+    return json.dumps({key: value for key, value in fields.items() if value is not None}, sort_keys=True)
 
 
-def decode(text: Any) -> Finished | None:
-    """The end kept in ``text``, or None where anything fails a check."""
+def _bounded(value: Any, most: int) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= most)
+
+
+def decode(text: Any) -> Entry | None:
+    """The entry kept in ``text``, or None where anything fails a check."""
     if not isinstance(text, str) or len(text) > MAX_VALUE_CHARS:
         return None
     try:
@@ -76,13 +98,15 @@ def decode(text: Any) -> Finished | None:
         return None
     if not isinstance(value, Mapping) or not is_object_uid(value.get("uid")):
         return None
-    phase = value.get("phase")
-    if phase not in {str(p) for p in TERMINAL}:
+    phase, restarts, target = value.get("phase"), value.get("restarts"), value.get("target")
+    if (phase is not None and phase not in {str(p) for p in TERMINAL}) or (restarts is None) != (target is None) \
+            or not _bounded(restarts, MAX_COUNT) or not _bounded(target, MAX_REPLICAS) \
+            or (phase is None and restarts is None):
         return None
-    return Finished(value["uid"], Phase(phase))
+    return Entry(value["uid"], None if phase is None else Phase(phase), restarts, target)
 
 
-def claimed(jobs: Mapping[str, Mapping[str, Any]]) -> dict[str, Finished]:
+def claimed(jobs: Mapping[str, Mapping[str, Any]]) -> dict[str, Entry]:
     """The ends the jobs' statuses state (``key`` -> uid and phase): what a first controller to keep the record
     takes on."""
     found = {}
@@ -90,8 +114,37 @@ def claimed(jobs: Mapping[str, Mapping[str, Any]]) -> dict[str, Finished]:
         uid = (obj.get("metadata") or {}).get("uid")
         phase = read_status(obj).phase
         if is_object_uid(uid) and phase in TERMINAL:
-            found[key] = Finished(uid, phase)
+            found[key] = Entry(uid, phase)
     return found
+
+
+def memory(entry: Entry | None, previous: StatusView, runs: Iterable[int | None]) -> tuple[int, int]:
+    """The restart count and the target the controller decides the job from: its entry's (``entry``: nothing it
+    acted on is missing there, ``FinishedJobs.keep``). Without one (a job started before the record kept counts;
+    ``previous`` its status, ``runs`` the rendezvous run labels of the workers it made): no worker, a job not
+    started; else the count its status and its newest worker both allow (each is written by others: the status by
+    whoever has status rights, a label by whoever may patch pods) and its status' target, once (then recorded). A
+    job that ended before the record kept counts keeps its status' (nothing is decided from them)."""
+    if entry is not None and entry.restarts is not None and entry.target is not None:
+        return entry.restarts, entry.target
+    if entry is not None and entry.phase is not None:
+        return previous.restarts, previous.target
+    made = max((run for run in runs if run is not None), default=None)
+    return (0, 0) if made is None else (min(made, previous.restarts), previous.target)
+
+
+def disowned(previous: StatusView, restarts: int, target: int, written: tuple[int, int]) -> str | None:
+    """What to say of a status whose restart count or target is neither the controller's (``restarts``,
+    ``target``) nor what it writes now (``written``: a status it wrote before its record, then stopped), or
+    None."""
+    wrong = [f"status.{field} said {said}, this controller recorded {kept}"
+             for field, said, kept, now in (("restarts", previous.restarts, restarts, written[0]),
+                                            ("targetReplicas", previous.target, target, written[1]))
+             if said not in (kept, now)]
+    if not wrong:
+        return None
+    return (f"{'; '.join(wrong)} (kept where only it writes): written back; the workers follow spec.replicas and "
+            "the restarts this controller counted")
 
 
 class FinishedJobs:
@@ -102,10 +155,12 @@ class FinishedJobs:
         self.namespace = namespace
         self.scope = scope
         """The namespace of the jobs this controller runs (None: all): it takes out only entries of those."""
-        self.kept: dict[str, Finished] | None = None
-        """Job key -> how it ended (None: not read yet)."""
+        self.kept: dict[str, Entry] | None = None
+        """Job key -> its entry (None: not read yet)."""
         self.dropped: set[str] = set()
         """Entries to take out (their jobs are gone) at the next ``flush``."""
+        self.unsaved: set[str] = set()
+        """Entries kept here that the API refused: written again at the next ``flush``."""
 
     @property
     def path(self) -> str:
@@ -136,7 +191,7 @@ class FinishedJobs:
                          "(ConfigMap %s/%s made)", len(adopted), self.namespace, CONFIGMAP)
                 return
             data = made
-        kept: dict[str, Finished] = {}
+        kept: dict[str, Entry] = {}
         for entry, text in data.items():
             end = decode(text)
             if end is None:
@@ -159,22 +214,44 @@ class FinishedJobs:
         self.flush()
         return True
 
+    def entry(self, key: str, uid: str) -> Entry | None:
+        """The entry of job ``key`` of ``uid``; None where there is none (or it is another job's of its name)."""
+        found = (self.kept or {}).get(key)
+        return found if found is not None and found.uid == uid else None
+
     def phase_of(self, key: str, uid: str) -> Phase | None:
         """How job ``key`` of ``uid`` ended, as recorded; None where it has not (or another job of its name did)."""
-        end = (self.kept or {}).get(key)
-        return end.phase if end is not None and end.uid == uid else None
+        found = self.entry(key, uid)
+        return None if found is None else found.phase
 
-    def record(self, key: str, uid: str, phase: Phase) -> None:
-        """Record that job ``key`` of ``uid`` ended so; raises ``ApiError`` where the API refused (the caller
-        does not make the job final then)."""
-        end = Finished(uid, phase)
-        self._write({entry_key(key): encode(end)})
-        if self.kept is not None:
-            self.kept[key] = end
+    def keep(self, key: str, uid: str, phase: Phase | None, restarts: int, target: int) -> bool:
+        """Keep what was decided for job ``key`` of ``uid`` (its end, where ``phase``) before it is acted on, where
+        it changed; False where the API refused it (the ConfigMap full, the API server away): a restart or target
+        not kept is not acted on (its workers would be made in a run no record holds), and is decided again at the
+        next pass. An end is acted on all the same (it came from the workers: their GPUs are freed now), kept in
+        this copy and written again at each ``flush``. An entry without counts (an end kept before the record kept
+        them) is left as it is."""
+        found = self.entry(key, uid)
+        entry = Entry(uid, phase, restarts, target)
+        if found == entry or self.kept is None or (found is not None and found.phase is not None
+                                                   and found.restarts is None):
+            return True
+        try:
+            self._write({entry_key(key): encode(entry)})
+            self.unsaved.discard(key)
+        except ApiError as error:
+            log.warning("ElasticJob %s: ConfigMap %s/%s refused its entry %s: %s; %s", key, self.namespace, CONFIGMAP,
+                        encode(entry), error, "acted on all the same" if phase else "not acted on until it is kept")
+            if phase is None:
+                return False
+            self.unsaved.add(key)
+        self.kept[key] = entry
         self.dropped.discard(key)
+        return True
 
     def forget(self, key: str) -> None:
         """Job ``key`` is gone (or another was made under its name): its entry goes at the next ``flush``."""
+        self.unsaved.discard(key)
         if self.kept is not None and self.kept.pop(key, None) is not None:
             self.dropped.add(key)
 
@@ -185,24 +262,34 @@ class FinishedJobs:
                 self.forget(key)
 
     def flush(self) -> None:
-        """Take out the entries of jobs that are gone; a refusal is logged and tried again at the next call."""
-        if not self.dropped:
+        """Take out the entries of jobs that are gone, then write those refused before; a refusal is logged and
+        tried again at the next call (apart: taking out is what makes room)."""
+        if self.dropped:
+            dropped = set(self.dropped)
+            try:
+                self._write(dict.fromkeys(entry_key(key) for key in dropped))
+                self.dropped -= dropped
+            except ApiError as error:
+                log.warning("cannot take %d ElasticJobs out of ConfigMap %s/%s: %s", len(dropped), self.namespace,
+                            CONFIGMAP, error)
+        unsaved = {key: entry for key in self.unsaved if (entry := (self.kept or {}).get(key)) is not None}
+        if not unsaved:
+            self.unsaved.clear()
             return
-        dropped = set(self.dropped)
         try:
-            self._write(dict.fromkeys(entry_key(key) for key in dropped))
+            self._write({entry_key(key): encode(entry) for key, entry in unsaved.items()})
         except ApiError as error:
-            log.warning("cannot take %d finished ElasticJobs out of ConfigMap %s/%s: %s", len(dropped),
-                        self.namespace, CONFIGMAP, error)
+            log.warning("cannot write %d ElasticJobs' entries to ConfigMap %s/%s: %s", len(unsaved), self.namespace,
+                        CONFIGMAP, error)
             return
-        self.dropped -= dropped
+        self.unsaved -= set(unsaved)
 
     @staticmethod
     def _data(found: Mapping[str, Any]) -> Mapping[str, Any]:
         data = found.get("data")
         return data if isinstance(data, Mapping) else {}
 
-    def _make(self, ends: Mapping[str, Finished]) -> Mapping[str, Any] | None:
+    def _make(self, ends: Mapping[str, Entry]) -> Mapping[str, Any] | None:
         """Make the ConfigMap with ``ends``; None when made, else the data of the one another replica made
         meanwhile (409)."""
         body = {"apiVersion": "v1", "kind": "ConfigMap",

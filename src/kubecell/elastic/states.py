@@ -123,8 +123,10 @@ class Observation:
     workers: Mapping[int, Worker] = field(default_factory=dict)
     """Worker index -> its state, for every worker Pod of the job that exists."""
     previous_target: int = 0
-    """The target the controller last acted on (``status.targetReplicas``); 0 before the first start."""
+    """The target the controller last acted on, as it recorded it (``kubecell.elastic.finished``; the status'
+    ``targetReplicas`` shows it, and anyone with status rights may write that); 0 before the first start."""
     restarts: int = 0
+    """The restarts counted, as the controller recorded them (never the status' ``restarts``)."""
     max_restarts: int = 3
     seconds_stalled: float = 0.0
     """Seconds since the job last had minReplicas workers Ready, or since its workers last changed (or it was
