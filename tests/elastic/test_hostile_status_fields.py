@@ -237,3 +237,33 @@ def test_a_restart_the_record_refuses_waits_until_it_is_kept() -> None:
     assert status(store)["restarts"] == 1
     assert {run for _, run in workers_now(store).values()} == {"1"}
     assert not told(store), "the status the controller wrote first is its own"
+
+
+# --- the rendezvous deadline's clock --------------------------------------------------------------------------
+
+
+def test_a_forged_resize_time_does_not_make_a_rendezvous_time_out() -> None:
+    """Fewer than minReplicas workers Ready: the rendezvous deadline counts. A status writer moved
+    ``lastResizeTime`` and the ``Available`` condition's transition time years back, and the controller counted
+    from them: the job was restarted at once (``RendezvousTimeout``). The clock is now the controller's own."""
+    store = RecordStore()
+    body = job()
+    body["spec"].update(minReplicas=2, rendezvousTimeoutSeconds=900)
+    clock = [1_800_000_000.0 + 10 * 86_400]  # ten days after the job was made (its creationTimestamp)
+    controller = controller_over(store, body)
+    controller.clock = lambda: clock[0]
+    reconcile(controller, store)
+    set_workers(store, controller, "Running", ready=False)
+    reconcile(controller, store)
+    before = workers_now(store)
+    forge(store, lastResizeTime="2020-01-01T00:00:00Z",
+          conditions=[{"type": "Available", "status": "False", "lastTransitionTime": "2020-01-01T00:00:00Z",
+                       "reason": "Starting", "message": "forged"}])
+    clock[0] += 60
+    seen(store, controller, passes=3)
+    assert workers_now(store) == before, "no worker replaced: the rendezvous has had a minute, not years"
+    assert status(store)["restarts"] == 0
+    clock[0] += 900
+    seen(store, controller, passes=2)
+    assert status(store)["restarts"] == 1, "past the deadline on the controller's clock, it still restarts"
+    assert any(c.get("reason") == "RendezvousTimeout" for c in status(store)["conditions"]), status(store)

@@ -36,6 +36,7 @@ from kubecell.elastic import workers as readers
 from kubecell.elastic.expectations import Expectations
 from kubecell.elastic.finished import REASON_NOT_OBSERVED, FinishedJobs, disowned, memory
 from kubecell.elastic.metrics import ControllerMetrics
+from kubecell.elastic.stall import StallClocks
 from kubecell.elastic.states import (
     TERMINAL,
     CreateWorker,
@@ -127,6 +128,8 @@ class ElasticController:
                                 recheck_seconds=self.options.service_recheck_seconds,
                                 expectation_seconds=self.options.expectation_seconds)
         self.finished = FinishedJobs(kube, self.options.state_namespace, self.options.namespace)
+        self.stalls = StallClocks()
+        """How long each job has been short of its minimum Ready, on this controller's clock (never the status')."""
         """The jobs it saw end (read at the first pass): a status that says so is not enough."""
 
     def shutdown(self) -> None:
@@ -236,6 +239,7 @@ class ElasticController:
         for kept in (self.expectations, self.writes.services, self.told):
             kept.pop(key, None)
         self.finished.forget(key)
+        self.stalls.forget(key)
 
     def _keep_pod(self, pod: dict[str, Any]) -> None:
         key = readers.job_key(pod)
@@ -307,7 +311,9 @@ class ElasticController:
             observation = Observation(
                 target=spec.replicas, min_replicas=spec.min_replicas, workers=workers,
                 previous_target=target, restarts=restarts, max_restarts=spec.max_restarts,
-                seconds_stalled=self._stalled(obj, previous, workers, spec, now),
+                seconds_stalled=self.stalls.seconds(key, uid, restarts, target, now=now, short=sum(
+                    state is Worker.READY for index, state in workers.items() if index < spec.replicas)
+                    < spec.min_replicas),
                 rendezvous_timeout=float(spec.rendezvous_timeout_seconds),
                 rendezvous_present=service and host_up, rendezvous_gone=not service and host is None,
                 replacing=frozenset(expect.owed), stale=stale, outdated=outdated,
@@ -392,16 +398,6 @@ class ElasticController:
         for index in expect.created:
             workers.setdefault(index, Worker.UNSCHEDULED)
         return workers, pods_by_index, host, runs
-
-    def _stalled(self, obj: Mapping[str, Any], previous: StatusView, workers: Mapping[int, Worker],
-                 spec: ElasticJobSpec, now: float) -> float:
-        """Seconds the job has had fewer than minReplicas workers Ready, counted from its last change."""
-        ready = sum(state is Worker.READY for index, state in workers.items() if index < spec.replicas)
-        if ready >= spec.min_replicas:
-            return 0.0
-        created = readers.parse_time((obj.get("metadata") or {}).get("creationTimestamp")) or now
-        since = max(created, previous.last_resize_at or created, previous.unavailable_since or now)
-        return max(0.0, now - since)
 
     # --- writes -----------------------------------------------------------------------------------------
 

@@ -39,9 +39,7 @@ class StatusView:
     target: int = 0
     observed_generation: int = -1
     last_resize: str | None = None
-    last_resize_at: float | None = None
-    unavailable_since: float | None = None
-    """When ``Available`` turned False (None while True or never written)."""
+    """Shown, and written back unchanged while the workers do not change; never a clock (``elastic.stall``)."""
     conditions: tuple[Mapping[str, Any], ...] = ()
 
 
@@ -63,19 +61,15 @@ def read_status(obj: Mapping[str, Any]) -> StatusView:
                        if isinstance(c, Mapping))
     available = next((c for c in conditions if c.get("type") == CONDITION_AVAILABLE), None)
     reason = message = ""
-    unavailable_since = None
     if available is not None:
         reason = str(available.get("reason") or "")[:1024]
         message = str(available.get("message") or "")[:32768]
-        if available.get("status") != "True":
-            unavailable_since = readers.parse_time(available.get("lastTransitionTime"))
     generation = status.get("observedGeneration")
     last = status.get("lastResizeTime")
     return StatusView(phase=phase, reason=reason, message=message, restarts=count(status.get("restarts")),
                       target=count(status.get("targetReplicas")),
                       observed_generation=count(generation, MAX_GENERATION) if generation is not None else -1,
                       last_resize=last if isinstance(last, str) and readers.parse_time(last) is not None else None,
-                      last_resize_at=readers.parse_time(last), unavailable_since=unavailable_since,
                       conditions=conditions)
 
 
