@@ -13,15 +13,24 @@ import copy
 import json
 from typing import Any
 
+import yaml
+
 from kubecell.elastic import finished
 from kubecell.elastic.controller import ElasticController
 from kubecell.kube import elasticjobs as ej
 from kubecell.kube.rest import ApiError
 from kubecell.kube.watch import Event
+from tests.elastic.support import DEPLOY
 from tests.elastic.test_hostile_controller import NS, Store, controller_over, job, pod_path, reconcile, service_path
 
-RECORD = f"/api/v1/namespaces/kubecell-system/configmaps/{finished.CONFIGMAP}"
+RECORDS = [f"/api/v1/namespaces/kubecell-system/configmaps/{finished.configmap_name(shard)}"
+           for shard in range(finished.SHARDS)]
 KEY = f"{NS}/bert"
+
+
+def record_of(key: str) -> str:
+    """The path of the record's ConfigMap that holds job ``key``."""
+    return RECORDS[finished.shard_of(key)]
 
 
 class RecordStore(Store):
@@ -32,11 +41,12 @@ class RecordStore(Store):
         self.refuse_record = False
         self.record_full = False
         if keeping:  # a controller of this version ran before: the record exists
-            self.put(RECORD, {"apiVersion": "v1", "kind": "ConfigMap",
-                              "metadata": {"name": finished.CONFIGMAP, "namespace": "kubecell-system"}, "data": {}})
+            for shard, path in enumerate(RECORDS):
+                self.put(path, {"apiVersion": "v1", "kind": "ConfigMap", "data": {},
+                                "metadata": {"name": finished.configmap_name(shard), "namespace": "kubecell-system"}})
 
     def get(self, path: str, **query: Any) -> dict[str, Any]:
-        if path == RECORD and self.refuse_record:
+        if path in RECORDS and self.refuse_record:
             raise ApiError(403, "Forbidden", "configmaps is forbidden")
         return super().get(path, **query)
 
@@ -57,7 +67,9 @@ class RecordStore(Store):
         return copy.deepcopy(self.objects[path])
 
     def record(self) -> dict[str, Any]:
-        return {key: json.loads(value) for key, value in (self.objects.get(RECORD, {}).get("data") or {}).items()}
+        """Every entry of the record, from whichever of its ConfigMaps holds it."""
+        return {key: json.loads(value) for path in RECORDS
+                for key, value in (self.objects.get(path, {}).get("data") or {}).items()}
 
 
 def pods(store: Store) -> tuple[dict[str, Any], ...]:
@@ -158,9 +170,9 @@ def test_the_first_controller_to_keep_the_record_takes_on_the_ends_statuses_stat
 
 def test_a_deleted_job_takes_its_record_with_it() -> None:
     store = RecordStore()
-    store.objects[RECORD]["data"] = {f"{NS}.bert": json.dumps({"uid": "bert-uid", "phase": "Succeeded"}),
-                                     f"{NS}.gone": json.dumps({"uid": "gone-uid", "phase": "Failed"}),
-                                     "other-ns.kept": json.dumps({"uid": "kept-uid", "phase": "Failed"})}
+    for key, uid, phase in ((KEY, "bert-uid", "Succeeded"), (f"{NS}/gone", "gone-uid", "Failed"),
+                            ("other-ns/kept", "kept-uid", "Failed")):
+        store.objects[record_of(key)]["data"][finished.entry_key(key)] = json.dumps({"uid": uid, "phase": phase})
     controller = controller_over(store, job(status={"phase": "Succeeded"}))
     controller.dirty.add(KEY)
     controller.reconcile_dirty()
@@ -184,3 +196,36 @@ def test_an_unreadable_record_stops_the_controller_not_a_job() -> None:
     assert KEY in controller.dirty, "tried again at the next pass"
     store.refuse_record = False
     assert controller.reconcile_dirty() == 1
+
+
+def test_the_record_is_spread_over_its_configmaps_and_read_back_whole() -> None:
+    """In one ConfigMap the record held some 8,000 jobs (1 MiB), and past that no job started: each entry now goes
+    to the ConfigMap a hash of its key names, and a new controller reads all of them back. An entry found in a
+    ConfigMap that does not hold its key (written by hand) is taken out, never believed."""
+    store = RecordStore()
+    keeper = finished.FinishedJobs(store, "kubecell-system")  # type: ignore[arg-type]
+    keeper.load({})
+    keys = [f"ns-{i}/job-{i}" for i in range(200)]
+    for i, key in enumerate(keys):
+        assert keeper.keep(key, f"uid-{i}", None, i % 3, 2)
+    used = {path for path in RECORDS if store.objects[path].get("data")}
+    assert len(used) == finished.SHARDS, "every ConfigMap of the record holds some"
+    for key in keys:
+        assert finished.entry_key(key) in store.objects[record_of(key)]["data"]
+    misplaced = next(path for path in RECORDS if path != record_of("ns-x/stray"))
+    store.objects[misplaced]["data"]["ns-x.stray"] = json.dumps({"uid": "stray-uid", "phase": "Failed"})
+    again = finished.FinishedJobs(store, "kubecell-system")  # type: ignore[arg-type]
+    jobs = {key: {"metadata": {"uid": f"uid-{i}"}} for i, key in enumerate(keys)}
+    again.load({**jobs, "ns-x/stray": {"metadata": {"uid": "stray-uid"}}})
+    assert again.entry("ns-7/job-7", "uid-7") == finished.Entry("uid-7", None, 1, 2)
+    assert again.entry("ns-x/stray", "stray-uid") is None, "an entry in another key's ConfigMap is not believed"
+    assert all(again.entry(key, f"uid-{i}") is not None for i, key in enumerate(keys))
+    again.flush()
+    assert "ns-x.stray" not in store.objects[misplaced]["data"]
+
+
+def test_the_shipped_rules_name_every_configmap_of_the_record() -> None:
+    rules = [doc for doc in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text())
+             if doc and doc.get("kind") == "Role" and doc["metadata"]["namespace"] == "kubecell-system"]
+    named = {name for role in rules for rule in role["rules"] for name in rule.get("resourceNames", ())}
+    assert {finished.configmap_name(shard) for shard in range(finished.SHARDS)} <= named

@@ -30,7 +30,8 @@ def end(kube: Kube, namespace: str, name: str) -> None:
 
 def recorded(kube: Kube, entry: str) -> dict[str, Any] | None:
     """The job's entry in the controller's record once it holds an end (it holds the counts from the start)."""
-    text = kube.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps/{finished.CONFIGMAP}").get("data", {}).get(entry)
+    name = finished.configmap_name(finished.shard_of(finished.job_key(entry)))
+    text = kube.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps/{name}").get("data", {}).get(entry)
     found = json.loads(text) if text else None
     return found if isinstance(found, dict) and "phase" in found else None
 

@@ -15,28 +15,31 @@ its threshold, and those of a deleted node), a restart deletes every worker befo
 restarted controller that saw neither record nor pods would start a finished training again. Why not an
 annotation on the job: the controller may not write the job itself, only its status and ``/scale``
 (``deploy/elastic/rbac.yaml``), and whoever may update the job could write one too. The controller's namespace
-is written by kubecell alone; the rules grant the controller this one ConfigMap.
+is written by kubecell alone; the rules grant the controller these ConfigMaps, by name.
 
-Kept: one entry per job that still exists (taken out when the job is deleted, or found gone at a relist), about
-130 bytes each, so some 8,000 jobs fit in a ConfigMap's 1 MiB; an entry is written when the job starts, resizes,
-restarts or ends. Past that a write is refused and logged: an end is acted on all the same (it was decided from
-the workers: their GPUs are freed), kept in memory and written again at each pass; a start, resize or restart
-waits (a ``RecordRefused`` Warning), since workers made in a run the record does not hold would be taken for
-stale ones by the next controller. Read with checks, as every object in the API: an entry that fails one is
-dropped.
+Kept: one entry per job that still exists (taken out when the job is deleted, or found gone at a relist), about 130
+bytes each, spread by a hash of the job's key over ``SHARDS`` ConfigMaps (``kubecell-elastic-finished``,
+``kubecell-elastic-finished-1`` ...), so that some 8,000 jobs fit in each one's 1 MiB and about 128,000 in all (in
+one ConfigMap, a cluster that kept 8,000 ElasticJobs, finished ones included, started no more); an entry is written
+when the job starts, resizes, restarts or ends. Past that a write is refused and logged: an end is acted on all the
+same (it was decided from the workers: their GPUs are freed), kept in memory and written again at each pass; a
+start, resize or restart waits (a ``RecordRefused`` Warning), since workers made in a run the record does not hold
+would be taken for stale ones by the next controller. Read with checks, as every object in the API: an entry that
+fails one is dropped.
 
-Upgrade: where the ConfigMap does not exist yet, the first controller to keep it takes on the ends the job
-statuses state then (written by the controller before it, which trusted them) and makes it, so that this
-happens once. Deleting it makes the next controller to start trust the statuses' ends again, once. A job without
-an entry (started before the record kept counts) takes the lower of its status' count and its newest worker's
-run label, and its status' target where it has workers (once: they are recorded at that pass); a job that ended
-before keeps its status' counts (nothing is decided from them).
+Upgrade: where a ConfigMap of the record does not exist yet, the first controller to keep it takes on the ends the
+job statuses state then for the jobs it holds (written by the controller before it, which trusted them) and makes
+it, so that this happens once. Deleting one makes the next controller to start trust the statuses' ends again,
+once. A job without an entry (started before the record kept counts) takes the lower of its status' count and its
+newest worker's run label, and its status' target where it has workers (once: they are recorded at that pass); a
+job that ended before keeps its status' counts (nothing is decided from them).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +52,18 @@ from kubecell.kube.rest import ApiError, Kube
 log = logging.getLogger("kubecell.elastic")
 
 CONFIGMAP = "kubecell-elastic-finished"
+SHARDS = 16
+"""How many ConfigMaps the record is spread over (the rules name each: ``deploy/elastic/rbac.yaml``)."""
+
+
+def shard_of(key: str) -> int:
+    """Which ConfigMap of the record holds job ``key``'s entry (a hash: the same in every process)."""
+    return zlib.crc32(key.encode("utf-8", "surrogatepass")) % SHARDS
+
+
+def configmap_name(shard: int) -> str:
+    """The name of the record's ConfigMap ``shard`` (the first keeps the record's unsharded name)."""
+    return CONFIGMAP if shard == 0 else f"{CONFIGMAP}-{shard}"
 MAX_VALUE_CHARS = 256
 """The longest value read (one written is under 200 characters)."""
 
@@ -161,10 +176,11 @@ class FinishedJobs:
         """Entries to take out (their jobs are gone) at the next ``flush``."""
         self.unsaved: set[str] = set()
         """Entries kept here that the API refused: written again at the next ``flush``."""
+        self._stray: dict[int, set[str]] = {}
+        """Per ConfigMap, the keys of entries that fail a check there: taken out at the next ``flush``."""
 
-    @property
-    def path(self) -> str:
-        return f"/api/v1/namespaces/{self.namespace}/configmaps/{CONFIGMAP}"
+    def path(self, shard: int) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/configmaps/{configmap_name(shard)}"
 
     @property
     def loaded(self) -> bool:
@@ -174,31 +190,35 @@ class FinishedJobs:
         return self.scope is None or key.split("/", 1)[0] == self.scope
 
     def load(self, jobs: Mapping[str, Mapping[str, Any]]) -> None:
-        """Read the record once (raises ``ApiError``); where it does not exist, take on the ends ``jobs``' statuses
-        state and make it. Entries of jobs that are gone are taken out at the next ``flush``."""
+        """Read the record once, every ConfigMap of it (raises ``ApiError``); where one does not exist, take on the
+        ends ``jobs``' statuses state for the jobs it holds and make it. Entries of jobs that are gone, or in a
+        ConfigMap that does not hold their key, are taken out at the next ``flush``."""
         if self.kept is not None:
             return
-        try:
-            data = self._data(self.kube.get(self.path))
-        except ApiError as error:
-            if not error.not_found:
-                raise
-            adopted = {key: end for key, end in claimed(jobs).items() if self._mine(key)}
-            made = self._make(adopted)
-            if made is None:
-                self.kept = adopted
-                log.info("kept no record of finished ElasticJobs yet: took on the %d ends their statuses state "
-                         "(ConfigMap %s/%s made)", len(adopted), self.namespace, CONFIGMAP)
-                return
-            data = made
+        claims = {key: end for key, end in claimed(jobs).items() if self._mine(key)}
         kept: dict[str, Entry] = {}
-        for entry, text in data.items():
-            end = decode(text)
-            if end is None:
-                log.warning("ConfigMap %s/%s: entry %r unreadable, taken out", self.namespace, CONFIGMAP, entry[:300])
-                self.dropped.add(job_key(str(entry)))
-            else:
-                kept[job_key(str(entry))] = end
+        for shard in range(SHARDS):
+            try:
+                data = self._data(self.kube.get(self.path(shard)))
+            except ApiError as error:
+                if not error.not_found:
+                    raise
+                adopted = {key: end for key, end in claims.items() if shard_of(key) == shard}
+                made = self._make(shard, adopted)
+                if made is None:
+                    kept.update(adopted)
+                    log.info("kept no record of ElasticJobs in ConfigMap %s/%s yet: took on the %d ends their "
+                             "statuses state, and made it", self.namespace, configmap_name(shard), len(adopted))
+                    continue
+                data = made
+            for entry, text in data.items():
+                key, end = job_key(str(entry)), decode(text)
+                if end is None or shard_of(key) != shard:
+                    log.warning("ConfigMap %s/%s: entry %r unreadable, taken out", self.namespace,
+                                configmap_name(shard), str(entry)[:300])
+                    self._stray.setdefault(shard, set()).add(str(entry))
+                else:
+                    kept[key] = end
         self.kept = kept
         self.prune(jobs)
 
@@ -208,7 +228,7 @@ class FinishedJobs:
         try:
             self.load(jobs)
         except ApiError as error:
-            log.error("cannot read the record of finished ElasticJobs (ConfigMap %s/%s): %s; no job is reconciled "
+            log.error("cannot read the record of ElasticJobs (ConfigMaps %s/%s...): %s; no job is reconciled "
                       "until it can be", self.namespace, CONFIGMAP, error)
             return False
         self.flush()
@@ -240,7 +260,8 @@ class FinishedJobs:
             self._write({entry_key(key): encode(entry)})
             self.unsaved.discard(key)
         except ApiError as error:
-            log.warning("ElasticJob %s: ConfigMap %s/%s refused its entry %s: %s; %s", key, self.namespace, CONFIGMAP,
+            log.warning("ElasticJob %s: ConfigMap %s/%s refused its entry %s: %s; %s", key, self.namespace,
+                        configmap_name(shard_of(key)),
                         encode(entry), error, "acted on all the same" if phase else "not acted on until it is kept")
             if phase is None:
                 return False
@@ -264,14 +285,21 @@ class FinishedJobs:
     def flush(self) -> None:
         """Take out the entries of jobs that are gone, then write those refused before; a refusal is logged and
         tried again at the next call (apart: taking out is what makes room)."""
+        for shard, entries in list(self._stray.items()):
+            try:
+                self._patch(shard, dict.fromkeys(entries))
+                del self._stray[shard]
+            except ApiError as error:
+                log.warning("cannot take %d unreadable entries out of ConfigMap %s/%s: %s", len(entries),
+                            self.namespace, configmap_name(shard), error)
         if self.dropped:
             dropped = set(self.dropped)
             try:
                 self._write(dict.fromkeys(entry_key(key) for key in dropped))
                 self.dropped -= dropped
             except ApiError as error:
-                log.warning("cannot take %d ElasticJobs out of ConfigMap %s/%s: %s", len(dropped), self.namespace,
-                            CONFIGMAP, error)
+                log.warning("cannot take %d ElasticJobs out of the record (ConfigMaps %s/%s*): %s", len(dropped),
+                            self.namespace, CONFIGMAP, error)
         unsaved = {key: entry for key in self.unsaved if (entry := (self.kept or {}).get(key)) is not None}
         if not unsaved:
             self.unsaved.clear()
@@ -279,8 +307,8 @@ class FinishedJobs:
         try:
             self._write({entry_key(key): encode(entry) for key, entry in unsaved.items()})
         except ApiError as error:
-            log.warning("cannot write %d ElasticJobs' entries to ConfigMap %s/%s: %s", len(unsaved), self.namespace,
-                        CONFIGMAP, error)
+            log.warning("cannot write %d ElasticJobs' entries to the record (ConfigMaps %s/%s*): %s", len(unsaved),
+                        self.namespace, CONFIGMAP, error)
             return
         self.unsaved -= set(unsaved)
 
@@ -289,11 +317,11 @@ class FinishedJobs:
         data = found.get("data")
         return data if isinstance(data, Mapping) else {}
 
-    def _make(self, ends: Mapping[str, Entry]) -> Mapping[str, Any] | None:
-        """Make the ConfigMap with ``ends``; None when made, else the data of the one another replica made
-        meanwhile (409)."""
+    def _make(self, shard: int, ends: Mapping[str, Entry]) -> Mapping[str, Any] | None:
+        """Make the record's ConfigMap ``shard`` with ``ends``; None when made, else the data of the one another
+        replica made meanwhile (409)."""
         body = {"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": CONFIGMAP, "namespace": self.namespace,
+                "metadata": {"name": configmap_name(shard), "namespace": self.namespace,
                              "labels": {"app.kubernetes.io/part-of": "kubecell"}},
                 "data": {entry_key(key): encode(end) for key, end in ends.items()}}
         try:
@@ -301,19 +329,28 @@ class FinishedJobs:
         except ApiError as error:
             if not error.conflict:
                 raise
-            return self._data(self.kube.get(self.path))
+            return self._data(self.kube.get(self.path(shard)))
         return None
 
     def _write(self, changes: Mapping[str, str | None]) -> None:
-        """Set (a value) or take out (None) entries: a merge patch, each entry alone; the ConfigMap made again
-        with every entry kept where it was deleted."""
+        """Set (a value) or take out (None) entries, each in the ConfigMap that holds its key."""
+        by_shard: dict[int, dict[str, str | None]] = {}
+        for entry, text in changes.items():
+            by_shard.setdefault(shard_of(job_key(entry)), {})[entry] = text
+        for shard, part in sorted(by_shard.items()):
+            self._patch(shard, part)
+
+    def _patch(self, shard: int, changes: Mapping[str, str | None]) -> None:
+        """A merge patch of ConfigMap ``shard``, each entry alone; the ConfigMap made again with every entry kept
+        for it where it was deleted."""
         try:
-            self.kube.patch(self.path, {"data": dict(changes)})
+            self.kube.patch(self.path(shard), {"data": dict(changes)})
         except ApiError as error:
             if not error.not_found:
                 raise
-            ends = {key: end for key, end in (self.kept or {}).items() if entry_key(key) not in changes}
+            ends = {key: end for key, end in (self.kept or {}).items()
+                    if shard_of(key) == shard and entry_key(key) not in changes}
             ends.update({job_key(entry): end for entry, text in changes.items()
                          if text is not None and (end := decode(text)) is not None})
-            if self._make(ends) is not None:  # made meanwhile: the patch now finds it
-                self.kube.patch(self.path, {"data": dict(changes)})
+            if self._make(shard, ends) is not None:  # made meanwhile: the patch now finds it
+                self.kube.patch(self.path(shard), {"data": dict(changes)})
