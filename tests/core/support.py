@@ -78,14 +78,14 @@ def check_engine(eng: Engine) -> None:
 
 
 def pending_reason(eng: Engine, name: str) -> str:
-    """``eng.explain(name)`` for a job that waits with nothing running and a reason more specific than the
+    """``eng.queries.explain(name)`` for a job that waits with nothing running and a reason more specific than the
     generic ones (the assertions fail otherwise)."""
     job = eng.jobs[name]
-    assert job.phase == JobPhase.PENDING, eng.explain(name)
+    assert job.phase == JobPhase.PENDING, eng.queries.explain(name)
     assert not job.running_members
     assert job.wait_reason, name
-    assert job.wait_reason not in GENERIC_REASONS, eng.explain(name)
-    return eng.explain(name)
+    assert job.wait_reason not in GENERIC_REASONS, eng.queries.explain(name)
+    return eng.queries.explain(name)
 
 
 # ---------------------------------------------------------------------------------------- feasibility oracle

@@ -19,7 +19,7 @@ from kubecell.node.inventory import advertised_isolation, build_inventory
 from kubecell.node.xid import HealthTracker
 from kubecell.scheduler.intake import isolation_nodes
 from kubecell.scheduler.observe.inspect import build_report
-from kubecell.scheduler.restore import held_indices
+from kubecell.scheduler.restore_members import held_indices
 from kubecell.scheduler.tracking import Tracking
 
 

@@ -81,8 +81,8 @@ def test_a_grown_gang_gives_its_newest_pods_to_a_guarantee_and_runs_on(
         assert engine is not None
         (job,) = [j for j in engine.running.values() if j.name.startswith(f"{namespace}/elastic")]
         assert job.size == 2
-        assert "shrunk 4 -> 2 members" in engine.explain(job.name)
-        assert f"reclaimed for guaranteed job {namespace}/guaranteed" in engine.explain(job.name)
+        assert "shrunk 4 -> 2 members" in engine.queries.explain(job.name)
+        assert f"reclaimed for guaranteed job {namespace}/guaranteed" in engine.queries.explain(job.name)
         assert job.preemptions == 0
         engine.check_invariants()
         tracked = running.scheduler.state.tracked[job.name] if running.scheduler.state else None

@@ -1,5 +1,5 @@
 """The scheduler's ElasticJob sizer decides from the engine and the pods, without a cluster: it raises the
-target into what ``Engine.headroom`` offers (all of it before any report, as far as goodput pays once the job
+target into what ``Engine.queries.headroom`` offers (all of it before any report, as far as goodput pays once the job
 reports), waits while pods it asked for are being made or bound, gives a raise back when its pods wait past the
 grace period, and lowers the target of a job the engine shrank. Writes are recorded, not sent."""
 
@@ -118,13 +118,13 @@ def test_headroom_is_asked_again_only_when_the_cluster_or_the_job_changed_or_aft
     eng = engine(make_nodes(3), {"a": {"gpus": 8}, "b": {"gpus": 8}}, resize_min_interval_seconds=0)
     loop, sizer = Loop(eng), RecordingSizer()
     asked: list[float] = []
-    real = eng.headroom
+    real = eng.queries.headroom
 
     def counted(name: str, now: float) -> int:
         asked.append(now)
         return real(name, now)
 
-    eng.headroom = counted  # type: ignore[method-assign]
+    eng.queries.headroom = counted  # type: ignore[method-assign]
     hold(loop, "a-own", "a", 8)
     hold(loop, "b-own", "b", 8)
     loop.cycle(0)
@@ -265,7 +265,8 @@ def test_workers_on_several_gpu_models_are_told_once_and_take_only_the_room() ->
     loop.add(*(worker(index, size=4) for index in range(4)))
     loop.cycle(1)
     job = running_job(loop)
-    models = {eng.book.model_names[eng.book.model_id[eng.book.index[a.node]]] for a in eng.allocations_of(job.name)}
+    book = eng.book
+    models = {book.model_names[book.model_id[book.index[a.node]]] for a in eng.queries.allocations_of(job.name)}
     assert models == {"A100", "V100M32"}, "four 4-GPU workers on two 8-GPU nodes of two models"
     sizer.grow(loop.state, loop.mirror, 2)
     sizer.grow(loop.state, loop.mirror, 3)
@@ -288,7 +289,7 @@ def pinned_loop(sizer: RecordingSizer) -> tuple[Loop, Engine]:
 
 def models_run_on(eng: Engine, job: Job) -> set[str]:
     book = eng.book
-    return {book.model_names[book.model_id[book.index[a.node]]] for a in eng.allocations_of(job.name)}
+    return {book.model_names[book.model_id[book.index[a.node]]] for a in eng.queries.allocations_of(job.name)}
 
 
 def test_the_model_a_gang_is_pinned_to_is_kept_in_the_status_and_read_back_after_a_restart() -> None:

@@ -124,8 +124,8 @@ def test_a_restarted_scheduler_restores_a_heterogeneous_gang_as_it_ran(
     assert engine is not None
     (job,) = [j for j in engine.running.values() if j.name.startswith(f"{namespace}/job#")]
     assert job.spec.heterogeneous
-    assert sorted(len(a.gpu_indices) for a in engine.allocations_of(job.name)) == [0, 4, 4]
-    held = {(a.node, a.gpu_indices) for a in engine.allocations_of(job.name)}
+    assert sorted(len(a.gpu_indices) for a in engine.queries.allocations_of(job.name)) == [0, 4, 4]
+    held = {(a.node, a.gpu_indices) for a in engine.queries.allocations_of(job.name)}
     assert held == {(node, tuple(i for i, _ in gpus)) for node, gpus in before.values()}
     engine.check_invariants()
 

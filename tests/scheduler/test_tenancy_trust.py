@@ -109,12 +109,12 @@ def test_losing_a_node_dooms_its_cells_and_keeps_every_guarantee(
             engine = scheduler.scheduler.engine
             if engine is None or sorted(engine.tenants.names) != ["speech", "vision"]:
                 return None
-            return engine.status()["vision"]["doomed_gpus"]
+            return engine.queries.status()["vision"]["doomed_gpus"]
 
         wait_for("vision's lost node doomed", lambda: doomed(running) == 8)
         engine = running.scheduler.engine
         assert engine is not None
-        assert engine.status()["speech"]["doomed_gpus"] == 0, "a tenant that lost nothing keeps its guarantee"
+        assert engine.queries.status()["speech"]["doomed_gpus"] == 0, "a tenant that lost nothing keeps its guarantee"
         condition = vcs.current_condition(kube.get(f"{vcs.PATH}/vision")) or {}
         assert condition.get("status") == "True", condition
         assert "a100-lost" in condition.get("message", ""), condition

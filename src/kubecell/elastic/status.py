@@ -57,9 +57,9 @@ def read_status(obj: Mapping[str, Any]) -> StatusView:
     except ValueError:
         phase = Phase.PENDING
     listed = status.get("conditions")
-    conditions = tuple(c for c in (listed if isinstance(listed, list | tuple) else ())[:MAX_CONDITIONS]
-                       if isinstance(c, Mapping))
-    available = next((c for c in conditions if c.get("type") == CONDITION_AVAILABLE), None)
+    kept = tuple(c for c in (listed if isinstance(listed, list | tuple) else ())[:MAX_CONDITIONS]
+                 if isinstance(c, Mapping))
+    available = next((c for c in kept if c.get("type") == CONDITION_AVAILABLE), None)
     reason = message = ""
     if available is not None:
         reason = str(available.get("reason") or "")[:1024]
@@ -70,15 +70,15 @@ def read_status(obj: Mapping[str, Any]) -> StatusView:
                       target=count(status.get("targetReplicas")),
                       observed_generation=count(generation, MAX_GENERATION) if generation is not None else -1,
                       last_resize=last if isinstance(last, str) and readers.parse_time(last) is not None else None,
-                      conditions=conditions)
+                      conditions=kept)
 
 
-def foreign_conditions(conditions: tuple[Mapping[str, Any], ...]) -> list[dict[str, Any]]:
+def foreign_conditions(written: tuple[Mapping[str, Any], ...]) -> list[dict[str, Any]]:
     """The conditions of other writers, written back beside the controller's own: the first ``MAX_CONDITIONS``
     less ours, so that the status written stays within the CRD's ``maxItems``. Whoever may patch the status
     could fill it with 15 or 16 of their own: written back with ours, every status write of the job was
     refused (422), and since the status is written before any action, the job was never acted on again."""
-    others = [dict(c) for c in conditions if c.get("type") not in OUR_CONDITIONS]
+    others = [dict(c) for c in written if c.get("type") not in OUR_CONDITIONS]
     return others[:MAX_CONDITIONS - len(OUR_CONDITIONS)]
 
 

@@ -343,7 +343,7 @@ class Binder:
 
     def _plan(self, state: Tracking, job: Job) -> list[Planned] | None:
         engine, tracked = state.engine, state.tracked[job.name]
-        allocated = {member_index(a): a for a in engine.allocations_of(job.name)}
+        allocated = {member_index(a): a for a in engine.queries.allocations_of(job.name)}
         new = sorted(index for index in allocated if index not in tracked.members)
         pairs = pods_for(job, tracked, new)
         if pairs is None:
@@ -387,7 +387,7 @@ class Binder:
         work = []
         for name, carried in jobs:
             tracked = state.tracked[name]
-            nodes = {member_index(a): a.node for a in engine.allocations_of(name)}
+            nodes = {member_index(a): a.node for a in engine.queries.allocations_of(name)}
             for index, uid in sorted(tracked.members.items()):
                 pod = self.mirror.pods.get(uid)
                 if uid not in tracked.bound and pod is not None and index in nodes:

@@ -7,7 +7,7 @@ many pods there should be is this module, after each engine cycle:
 * **Shrink.** When the engine shrank the gang (a claim on its capacity: a guaranteed job of another VC, a
   higher priority), the target becomes the members it kept, so the controller does not recreate the
   workers the shrink evicted (they would only wait for capacity that is gone).
-* **Grow.** When the engine says more members would fit now (``Engine.headroom``: guarantee room, borrow
+* **Grow.** When the engine says more members would fit now (``Engine.queries.headroom``: guarantee room, borrow
   limit, cells, topology, the resize interval), the jobs that have a goodput model are sized together by the
   allocator the simulator measures (``core.elastic.targets``: how far each grows, and whose growth is worth
   more when several want the same GPUs); a job that has not reported yet takes the room. The target is
@@ -102,7 +102,7 @@ class ElasticSizer(SizerStatus):
         self.report_max_age_seconds = report_max_age_seconds
         self.headroom_refresh_seconds = headroom_refresh_seconds
         """How long a job's headroom is reused while no allocation in the cluster and nothing of the job has
-        changed: the sizer runs after every cycle and on idle passes, and ``Engine.headroom`` walks every node
+        changed: the sizer runs after every cycle and on idle passes, and ``Engine.queries.headroom`` walks every node
         in the job's scope; what can still change it without a change of the book (a resize interval that
         ends, a VC reconfigured) is picked up at the next refresh."""
         self.forget_seconds = forget_seconds
@@ -286,7 +286,7 @@ class ElasticSizer(SizerStatus):
             sized = self.jobs[ref] = Sized(ref)
         if not sized.checked and state is not None and job is not None:
             sized.checked = True
-            sized.reach = reach(job.spec.members, state.engine.could_ever_run_all(job.name))
+            sized.reach = reach(job.spec.members, state.engine.queries.could_ever_run_all(job.name))
             if not sized.reach.true:
                 self._event(job_involved(ref), "Warning", sized.reach.reason, sized.reach.message)
         return sized
@@ -357,11 +357,11 @@ class ElasticSizer(SizerStatus):
         return candidate
 
     def _headroom(self, state: Tracking, job: Job, sized: Sized, now: float) -> int:
-        """``Engine.headroom``, computed again only when the cluster's allocations or the job changed, or
+        """``Engine.queries.headroom``, computed again only when the cluster's allocations or the job changed, or
         ``headroom_refresh_seconds`` passed."""
         key = (state.engine.book.clock, job.size, job.resized_at)
         if key != sized.room_key or now - sized.room_at >= self.headroom_refresh_seconds:
-            sized.room, sized.room_key, sized.room_at = state.engine.headroom(job.name, now), key, now
+            sized.room, sized.room_key, sized.room_at = state.engine.queries.headroom(job.name, now), key, now
         return sized.room
 
     def _feed(self, state: Tracking, mirror: Mirror, job: Job, sized: Sized, now: float) -> tuple[str | None, int]:
@@ -466,7 +466,7 @@ def _placement(state: Tracking, name: str) -> tuple[set[str], set[str]]:
     """The GPU types (``CPU_ONLY`` for members without GPUs) and the nodes job ``name`` runs on."""
     book = state.engine.book
     types, nodes = set(), set()
-    for allocation in state.engine.allocations_of(name):
+    for allocation in state.engine.queries.allocations_of(name):
         nodes.add(allocation.node)
         types.add(book.model_names[book.model_id[book.index[allocation.node]]] if allocation.gpu_indices
                   else CPU_ONLY)

@@ -10,7 +10,7 @@ none) runs on one at a time:
   (``targets.start_type``). The engine job accepts that model alone; the pods keep what they accept (a pod
   that replaces a worker joins the gang when it accepts the same, ``jobs.groups_for``).
 * **Start.** A gang that waits is a candidate of the allocator with the room each model it accepts has for it
-  (``Engine.room_on``); where the allocator starts it elsewhere, the sizer pins that model and has the gang
+  (``Engine.queries.room_on``); where the allocator starts it elsewhere, the sizer pins that model and has the gang
   formed again (its engine job is withdrawn; its pods form a new one at the next reconcile).
 * **Move.** A running job whose reports price another model where at least its minimum is idle now may be
   moved there by the allocator (only when the gain pays for a restart, ``spec.restartSeconds``). The sizer
@@ -166,14 +166,15 @@ class GpuTypes:
 
     def rooms(self, state: Tracking, job: Job, tracked: Tracked, now: float) -> dict[str, int]:
         """Per model the gang of ``job`` may use, the members it could run with there if it started there now
-        (``Engine.room_on``, less what other jobs' holds keep there); empty where it is not pinned (its pods
+        (``Engine.queries.room_on``, less what other jobs' holds keep there); empty where it is not pinned (its pods
         accept one model)."""
         if tracked.pinned is None:
             return {}
         models = self.accepted(state, job.spec, tracked.models)
         own = tracked.pinned if job.phase == JobPhase.RUNNING else None
         gpus = job.spec.member.gpu_count
-        return {m: max(state.engine.room_on(job.name, m, now) - self.holds.members(m, gpus, tracked.elastic, now), 0)
+        room_on = state.engine.queries.room_on
+        return {m: max(room_on(job.name, m, now) - self.holds.members(m, gpus, tracked.elastic, now), 0)
                 for m in models if m != own}
 
     # -- carrying out what the allocator chose -------------------------------------------------------------

@@ -231,7 +231,7 @@ class Scheduler:
     def _wait(self) -> float:
         if self.dirty or self.needs_rebuild or (self.state is not None and self.intake.deferred):
             return 0.0  # (pods whose claims' selectors go on at the next pass: no event will wake the loop)
-        wake = self.engine.next_wake() if self.engine is not None else None
+        wake = self.engine.queries.next_wake() if self.engine is not None else None
         idle = self.options.idle_cycle_seconds
         return idle if wake is None else max(0.0, min(idle, wake - time.time()))
 
@@ -389,7 +389,7 @@ class Scheduler:
                 self._tell_without_engine()
             return
         engine, now = state.engine, time.time()
-        wake = engine.next_wake()
+        wake = engine.queries.next_wake()
         if self.binder.bind_reserved_when_victims_are_gone(state):
             self.dirty = True
         if state.deferred:
@@ -420,7 +420,7 @@ class Scheduler:
             tracked = state.tracked.get(job.name)
             if tracked is None:
                 continue
-            message = engine.explain(job.name)
+            message = engine.queries.explain(job.name)
             excluded = state.excluded_by_constraints.get(job.name)
             if excluded:
                 message += f" (its node constraints rule out {excluded})"

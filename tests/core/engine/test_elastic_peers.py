@@ -29,7 +29,7 @@ def test_a_teammates_job_takes_back_what_growth_took() -> None:
     assert result.evicted == []
     assert [(cut.job.name, len(cut.members)) for cut in result.shrunk] == [("elastic", 2)], "only what it needs"
     assert (job.phase, job.job_class, job.size, job.preemptions) == (JobPhase.RUNNING, JobClass.GUARANTEED, 6, 0)
-    assert "given back to new (VC a, equal priority)" in eng.explain("elastic")
+    assert "given back to new (VC a, equal priority)" in eng.queries.explain("elastic")
     check_engine(eng)
 
 
@@ -56,7 +56,7 @@ def test_inside_its_resize_interval_a_grown_job_keeps_its_members_and_the_waitin
     result = eng.schedule(20)
     assert eng.jobs["second"].phase == JobPhase.PENDING, "the last shrink was 10 s ago"
     assert result.shrunk == []
-    assert eng.next_wake() == 310.0, "tried again when the interval ends"
+    assert eng.queries.next_wake() == 310.0, "tried again when the interval ends"
     eng.schedule(310)
     assert eng.jobs["second"].phase in (JobPhase.RUNNING, JobPhase.RESERVED)
     assert eng.jobs["elastic"].size == 4
@@ -68,7 +68,7 @@ def test_min_runtime_protects_a_job_that_just_started() -> None:
     eng.submit(whole("new", "a", 2), 60)
     eng.schedule(60)
     assert eng.jobs["new"].phase == JobPhase.PENDING
-    assert eng.next_wake() == 600.0
+    assert eng.queries.next_wake() == 600.0
     eng.schedule(600)
     assert eng.jobs["new"].phase in (JobPhase.RUNNING, JobPhase.RESERVED)
 
@@ -99,7 +99,7 @@ def test_a_job_whose_model_a_grown_job_filled_takes_back_though_the_guarantee_ha
     assert eng.jobs["elastic"].size == 8
     eng.submit(whole("new", "a", 2, models=["A100"]), 10)
     result = eng.schedule(10)
-    assert eng.jobs["new"].phase in (JobPhase.RUNNING, JobPhase.RESERVED), eng.explain("new")
+    assert eng.jobs["new"].phase in (JobPhase.RUNNING, JobPhase.RESERVED), eng.queries.explain("new")
     assert [(cut.job.name, len(cut.members)) for cut in result.shrunk] == [("elastic", 2)]
     assert result.evicted == []
     check_engine(eng)

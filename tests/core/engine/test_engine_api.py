@@ -31,7 +31,7 @@ def test_cancel_releases_a_running_job_and_withdraws_a_waiting_one() -> None:
     eng.cancel("run", 2)
     assert eng.jobs["run"].phase == JobPhase.CANCELLED
     assert not eng.book.allocations
-    assert eng.status()["a"]["guaranteed_used_gpus"] == 0
+    assert eng.queries.status()["a"]["guaranteed_used_gpus"] == 0
     eng.cancel("run", 3)  # cancelling twice changes nothing
     eng.check_invariants()
     with pytest.raises(InvalidInputError, match="no job named 'ghost'"):
@@ -48,7 +48,7 @@ def test_a_failed_bind_releases_the_job_and_keeps_its_place_in_the_queue() -> No
     first = eng.jobs["first"]
     assert first.phase == JobPhase.PENDING
     assert first.preemptions == 0  # not a preemption
-    assert "binding failed: node agent refused the record" in eng.explain("first")
+    assert "binding failed: node agent refused the record" in eng.queries.explain("first")
     assert first.queued_at == 0  # it was waiting since 0, before "second" (5)
     result = eng.schedule(11)
     assert [j.name for j in result.started] == ["first"]
@@ -77,7 +77,7 @@ def test_allocations_of_tells_the_driver_where_every_member_is() -> None:
     eng = engine(make_nodes(2), {"a": {"gpus": 16}})
     eng.submit(whole("g", "a", 4, members=3), 0)
     eng.schedule(0)
-    allocations = eng.allocations_of("g")
+    allocations = eng.queries.allocations_of("g")
     assert sorted(a.name for a in allocations) == ["g/0", "g/1", "g/2"]
     assert {a.node for a in allocations} == nodes_of(eng, eng.jobs["g"])
 
@@ -185,9 +185,9 @@ def test_a_starving_guaranteed_job_reserves_inside_its_own_vcs_cells() -> None:
         eng.schedule(now)
         eng.check_invariants()
         if eng.jobs["big"].phase == JobPhase.PENDING:
-            reasons.append(eng.explain(f"s{arrivals - 1}"))
+            reasons.append(eng.queries.explain(f"s{arrivals - 1}"))
     big = eng.jobs["big"]
-    assert big.phase == JobPhase.RUNNING, eng.explain("big")
+    assert big.phase == JobPhase.RUNNING, eng.queries.explain("big")
     assert big.job_class == JobClass.GUARANTEED
     assert nodes_of(eng, big) == {target}
     late = eng.jobs[f"s{arrivals - 1}"]
@@ -223,6 +223,6 @@ def test_a_starving_job_holds_its_guarantee_room_so_the_vcs_new_work_borrows_ins
                 else:
                     borrowed_while_held += 1
         eng.check_invariants()
-    assert eng.jobs["big"].phase == JobPhase.RUNNING, eng.explain("big")
+    assert eng.jobs["big"].phase == JobPhase.RUNNING, eng.queries.explain("big")
     assert eng.jobs["big"].job_class == JobClass.GUARANTEED
     assert borrowed_while_held > 0  # a's new work kept running, on borrowed capacity

@@ -73,7 +73,7 @@ def test_identical_reload_changes_no_class() -> None:
     classes = {name: job.job_class for name, job in eng.jobs.items()}
     assert eng.reload(tenants(eng.forest, RELOADS["identical"]), 10) == []
     assert {name: job.job_class for name, job in eng.jobs.items()} == classes
-    assert eng.status()["a"]["bound_cells"] == 3
+    assert eng.queries.status()["a"]["bound_cells"] == 3
 
 
 def test_reload_downgrades_what_the_new_guarantee_no_longer_covers() -> None:
@@ -82,7 +82,7 @@ def test_reload_downgrades_what_the_new_guarantee_no_longer_covers() -> None:
     assert sorted(j.name for j in downgraded) == ["a2", "a3"]  # the oldest job keeps the guarantee
     assert eng.jobs["a1"].job_class == JobClass.GUARANTEED
     assert {eng.jobs[n].job_class for n in ("a2", "a3")} == {JobClass.BORROWED}
-    status = eng.status()["a"]
+    status = eng.queries.status()["a"]
     assert (status["guaranteed_gpus"], status["guaranteed_used_gpus"], status["borrowed_gpus"]) == (8, 8, 16)
 
 
@@ -95,7 +95,7 @@ def test_reload_removing_a_vc_turns_its_running_jobs_opportunistic() -> None:
     assert eng.jobs["b1"].job_class == JobClass.OPPORTUNISTIC
     assert eng.jobs["b2"].job_class == JobClass.OPPORTUNISTIC
     assert eng.jobs["b2"].phase == JobPhase.RUNNING
-    assert "b" not in eng.status()
+    assert "b" not in eng.queries.status()
     assert eng.jobs["a1"].job_class == JobClass.GUARANTEED
 
 
@@ -145,7 +145,7 @@ def test_doomed_cells_follow_a_failure_inside_a_bound_cell() -> None:
     for i in range(4):
         eng.submit(whole(f"b{i}", "b", 4), 2)
     eng.schedule(2)
-    status = eng.status()
+    status = eng.queries.status()
     assert status["a"]["doomed_gpus"] + status["b"]["doomed_gpus"] == 8
     assert status["b"]["guaranteed_used_gpus"] == status["b"]["guaranteed_gpus"] - status["b"]["doomed_gpus"]
 
@@ -159,10 +159,10 @@ def test_doom_is_lifted_when_another_vc_releases_the_healthy_cell_it_split(polic
     eng.schedule(0)
     (used,) = nodes_of(eng, eng.jobs["b1"])
     eng.set_node_health(({"n0", "n1"} - {used}).pop(), False, 1)
-    assert eng.status()["a"]["doomed_gpus"] == 8
+    assert eng.queries.status()["a"]["doomed_gpus"] == 8
     eng.finish("b1", 2)
     eng.schedule(2)
-    assert eng.status()["a"]["doomed_gpus"] == 0
+    assert eng.queries.status()["a"]["doomed_gpus"] == 0
     job = eng.submit(whole("a1", "a"), 3)
     eng.schedule(3)
     assert (job.phase, job.job_class) == (JobPhase.RUNNING, JobClass.GUARANTEED)
@@ -192,5 +192,6 @@ def test_reload_rejects_the_waiting_jobs_of_a_removed_vc_with_the_reason() -> No
     eng.schedule(0)
     eng.reload(tenants(eng.forest, {"a": {"gpus": 16}}), 1)
     assert eng.jobs["b2"].phase == JobPhase.REJECTED
-    assert eng.explain("b2").startswith("b2: rejected: virtual cluster 'b' was removed by a configuration reload")
+    assert eng.queries.explain("b2").startswith(
+        "b2: rejected: virtual cluster 'b' was removed by a configuration reload")
     assert eng.jobs["b1"].phase == JobPhase.RUNNING

@@ -94,7 +94,7 @@ def test_borrowed_gang_is_all_or_nothing_too() -> None:
     eng.schedule(1)
     gang = eng.jobs["gang"]
     assert (gang.phase, gang.job_class, gang.size) == (JobPhase.RUNNING, JobClass.BORROWED, 4)
-    assert eng.status()["a"]["borrowed_gpus"] == 32
+    assert eng.queries.status()["a"]["borrowed_gpus"] == 32
     check_engine(eng)
 
 
@@ -156,7 +156,7 @@ def test_threshold_gang_starts_with_what_fits_above_its_minimum_and_grows() -> N
     result = eng.schedule(2)
     assert [j.name for j in result.grown] == ["elastic"]
     assert job.size == 4
-    assert eng.status()["a"]["guaranteed_used_gpus"] == 16 + 16
+    assert eng.queries.status()["a"]["guaranteed_used_gpus"] == 16 + 16
     check_engine(eng)
 
 
@@ -188,7 +188,7 @@ def test_threshold_gang_never_exceeds_the_guarantee_room(policy: str) -> None:
     eng.schedule(1)
     job = eng.jobs["elastic"]
     assert (job.job_class, job.size) == (JobClass.GUARANTEED, 3)
-    assert eng.status()["a"]["guaranteed_used_gpus"] == 16
+    assert eng.queries.status()["a"]["guaranteed_used_gpus"] == 16
     check_engine(eng)
 
 
@@ -233,7 +233,7 @@ def test_random_workloads_keep_every_gang_whole(policy: str, ops: list[tuple[str
         for job in result.started:
             resized.pop(job.name, None)
         for job in result.grown:  # growth waits out the interval after any resize of the run
-            assert now >= resized.get(job.name, -interval) + interval, eng.explain(job.name)
+            assert now >= resized.get(job.name, -interval) + interval, eng.queries.explain(job.name)
             resized[job.name] = now
         for cut in result.shrunk:  # a shrink keeps the job running, never below its minimum
             job = cut.job
@@ -242,13 +242,13 @@ def test_random_workloads_keep_every_gang_whole(policy: str, ops: list[tuple[str
             if job not in result.evicted:
                 assert job.phase in (JobPhase.RUNNING, JobPhase.RESERVED)
                 assert job.spec.minimum <= job.size < job.spec.members
-                assert "shrunk" in eng.explain(job.name)
+                assert "shrunk" in eng.queries.explain(job.name)
             resized[job.name] = now
         for job in result.evicted:
             resized.pop(job.name, None)
         check_engine(eng)
         for job in eng.pending.values():  # every waiting job says why, newcomers and requeued ones too
-            assert job.wait_reason not in GENERIC_REASONS, eng.explain(job.name)
+            assert job.wait_reason not in GENERIC_REASONS, eng.queries.explain(job.name)
         unhealthy = ~eng.book.gpu_healthy & eng.book.gpu_present
         for job in result.started + result.grown:
             for name in job.running_members:

@@ -50,7 +50,7 @@ def test_every_waiting_job_has_a_specific_reason() -> None:
     assert "3 member(s) of 4 GPU" in reasons["elastic"]
     assert "within one node" in reasons["node-pair"]
     eng.schedule(2)  # a quiet cycle keeps the reasons
-    assert {name: eng.explain(name) for name in eng.pending} == reasons
+    assert {name: eng.queries.explain(name) for name in eng.pending} == reasons
     check_engine(eng)
 
 
@@ -68,10 +68,10 @@ def test_identical_waiting_jobs_all_get_the_reason_of_their_class() -> None:
 
 def test_explain_running_rejected_and_unknown_jobs() -> None:
     eng = mixed_workload()
-    assert eng.explain("a1").startswith("a1: running: running (guaranteed) since 0")
+    assert eng.queries.explain("a1").startswith("a1: running: running (guaranteed) since 0")
     eng.submit(whole("nowhere", "zzz"), 3)
-    assert eng.explain("nowhere").startswith("nowhere: rejected: unknown virtual cluster 'zzz'")
-    assert eng.explain("ghost") == "no job named 'ghost'"
+    assert eng.queries.explain("nowhere").startswith("nowhere: rejected: unknown virtual cluster 'zzz'")
+    assert eng.queries.explain("ghost") == "no job named 'ghost'"
 
 
 def test_an_identical_job_submitted_later_gets_the_reason_too() -> None:
@@ -165,7 +165,7 @@ def test_gang_larger_than_guarantee_plus_borrow_limit_is_rejected() -> None:
     assert job.phase == JobPhase.REJECTED
     assert job.wait_reason == "VC a guarantees 8 GPUs; the job needs 16, and it may borrow at most 4 GPUs"
     assert eng.rejected == [job]
-    assert eng.counts()["rejected"] == 1
+    assert eng.queries.counts()["rejected"] == 1
 
 
 def test_gangs_within_the_guarantee_or_the_borrow_limit_are_accepted() -> None:
@@ -195,7 +195,7 @@ def test_unknown_vc_is_rejected_and_never_scheduled() -> None:
     assert eng.schedule(0).started == []
     assert job.phase == JobPhase.REJECTED
     assert eng.book.allocations == {}
-    assert "zzz" not in eng.status()
+    assert "zzz" not in eng.queries.status()
 
 
 def test_duplicate_job_name_is_rejected_without_touching_the_first() -> None:

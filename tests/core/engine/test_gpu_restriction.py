@@ -25,7 +25,7 @@ def limited(spec: JobSpec, *gpus: tuple[str, int]) -> JobSpec:
 
 def held(eng: Engine, name: str) -> set[tuple[str, int]]:
     job = eng.jobs[name]
-    assert job.phase == JobPhase.RUNNING, eng.explain(name)
+    assert job.phase == JobPhase.RUNNING, eng.queries.explain(name)
     book = eng.book
     return {(book.allocations[a].node, g) for a in job.running_members for g in book.allocations[a].gpu_indices}
 
@@ -81,7 +81,7 @@ def test_a_job_whose_gpus_are_taken_waits_while_other_gpus_are_free() -> None:
     eng.schedule(1)
     job = eng.jobs["second"]
     assert job.phase == JobPhase.PENDING
-    assert job.wait_reason not in GENERIC_REASONS, eng.explain("second")
+    assert job.wait_reason not in GENERIC_REASONS, eng.queries.explain("second")
     eng.submit(limited(whole("nowhere", "a", 1)), 2)
     eng.schedule(2)
     assert eng.jobs["nowhere"].phase == JobPhase.PENDING
@@ -103,5 +103,5 @@ def test_a_guaranteed_job_preempts_a_borrower_only_on_its_gpus() -> None:
     victim = holders[("n1", 2)]
     phases = {name: eng.jobs[name].phase for name in holders.values()}
     evicted = {name for name, phase in phases.items() if phase != JobPhase.RUNNING}
-    assert evicted == {victim}, eng.explain("a0")
+    assert evicted == {victim}, eng.queries.explain("a0")
     check_engine(eng)

@@ -138,7 +138,7 @@ def test_each_member_is_charged_its_own_group() -> None:
     assert job.phase == JobPhase.RUNNING
     assert job.size == 5
     assert job.held_gpu_milli == 17000
-    assert eng.status()["a"]["guaranteed_used_gpus"] == 17
+    assert eng.queries.status()["a"]["guaranteed_used_gpus"] == 17
     assert eng.usage["a"].cpu_milli == LAUNCHER_CPU + 2 * WORKER_CPU
     small = hetero_engine({"a": {"gpus": 16}}, gpu_nodes=3)  # room for 16 units: the first 3 of the fill order
     capped = small.submit(spec, 0)
@@ -228,7 +228,7 @@ def test_growth_within_the_borrowing_limit_counts_each_group_charge() -> None:
     assert running_indices(job) == [0, 1, 2]  # launcher (0 units) and two workers: 16 of the 16 it may borrow
     eng.schedule(2)
     assert job.size == 3
-    assert eng.status()["a"]["borrowed_gpus"] == 16
+    assert eng.queries.status()["a"]["borrowed_gpus"] == 16
     eng.check_invariants()
 
 
@@ -298,8 +298,8 @@ def test_a_gang_within_its_guarantee_runs_guaranteed_and_one_beyond_borrows() ->
     eng.finish("inside", 1)
     eng.schedule(1)
     assert beyond.job_class == JobClass.BORROWED
-    assert eng.status()["b"]["borrowed_gpus"] == 16
-    assert eng.status()["b"]["guaranteed_used_gpus"] == 0
+    assert eng.queries.status()["b"]["borrowed_gpus"] == 16
+    assert eng.queries.status()["b"]["guaranteed_used_gpus"] == 0
     eng.check_invariants()
 
 
@@ -360,7 +360,7 @@ def test_a_running_heterogeneous_gang_is_restored_member_by_member() -> None:
         a: (x.node, x.gpu_indices, x.request) for a, x in source.book.allocations.items()}
     assert restored.held_gpu_milli == 16000
     assert not restored.short_of_minimum
-    assert target.status() == source.status()
+    assert target.queries.status() == source.queries.status()
     target.check_invariants()
 
 

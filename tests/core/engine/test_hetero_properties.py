@@ -168,6 +168,6 @@ def test_a_single_group_gang_behaves_exactly_like_the_homogeneous_job(jobs: list
         assert allocations_by_job(plain) == allocations_by_job(grouped)
         assert {n: (j.phase, j.job_class, j.wait_reason, j.held_gpu_milli) for n, j in plain.jobs.items()} == \
             {n: (j.phase, j.job_class, j.wait_reason, j.held_gpu_milli) for n, j in grouped.jobs.items()}
-        assert plain.status() == grouped.status()
+        assert plain.queries.status() == grouped.queries.status()
     plain.check_invariants()
     grouped.check_invariants()

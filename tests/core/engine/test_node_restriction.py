@@ -28,15 +28,15 @@ def only(spec: JobSpec, *nodes: str) -> JobSpec:
 
 def waiting(eng: Engine, name: str) -> str:
     job = eng.jobs[name]
-    assert job.phase == JobPhase.PENDING, eng.explain(name)
+    assert job.phase == JobPhase.PENDING, eng.queries.explain(name)
     assert not job.running_members
-    assert job.wait_reason not in GENERIC_REASONS, eng.explain(name)
+    assert job.wait_reason not in GENERIC_REASONS, eng.queries.explain(name)
     return job.wait_reason
 
 
 def running(eng: Engine, name: str) -> set[str]:
     job = eng.jobs[name]
-    assert job.phase == JobPhase.RUNNING, eng.explain(name)
+    assert job.phase == JobPhase.RUNNING, eng.queries.explain(name)
     return nodes_of(eng, job)
 
 

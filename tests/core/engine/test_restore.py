@@ -52,7 +52,7 @@ def test_restore_holds_exactly_what_ran_in_the_same_classes() -> None:
     assert {a.name: (a.node, a.gpu_indices) for a in target.book.allocations.values()} == {
         a.name: (a.node, a.gpu_indices) for a in source.book.allocations.values()}
     assert {n: j.job_class for n, j in target.jobs.items()} == {n: j.job_class for n, j in source.running.items()}
-    assert target.status() == source.status()
+    assert target.queries.status() == source.queries.status()
     assert target.book.allocated_gpu_milli == source.book.allocated_gpu_milli
 
 
@@ -65,7 +65,7 @@ def test_after_a_restore_the_engine_keeps_scheduling_on_what_is_left() -> None:
     # a's guarantee (16 GPUs) is used by its restored gang and no node has 8 free GPUs: it must wait (a
     # rebuild that lost the gang's or the borrower's allocations would start it).
     assert target.jobs["no-room"].phase == JobPhase.PENDING
-    assert "guarantee in use (16 of 16 GPUs)" in target.explain("no-room")
+    assert "guarantee in use (16 of 16 GPUs)" in target.queries.explain("no-room")
     target.check_invariants()
 
 

@@ -59,7 +59,7 @@ def test_a_guarantee_shrinks_a_borrowed_elastic_job_to_its_minimum_instead_of_ev
     assert (job.phase, job.job_class, job.size, job.preemptions) == (JobPhase.RUNNING, JobClass.BORROWED, 4, 0)
     assert not set(result.shrunk[0].members) & set(job.running_members)
     assert eng.jobs["g"].phase == JobPhase.RESERVED  # until the driver confirms the shrunk members are gone
-    assert eng.status()["b"]["borrowed_gpus"] == 16
+    assert eng.queries.status()["b"]["borrowed_gpus"] == 16
     assert "elastic" in eng.session.growable  # it stays growable
     check_engine(eng)
 
@@ -115,13 +115,13 @@ def test_shrinking_and_growth_keep_the_guarantee_and_borrow_accounting() -> None
     eng.submit(whole("g", "a", 8, members=2), 100)
     eng.schedule(100)
     confirm_all(eng, 100)
-    assert eng.status()["b"]["borrowed_gpus"] == 16
-    assert eng.status()["a"]["guaranteed_used_gpus"] == 16
+    assert eng.queries.status()["b"]["borrowed_gpus"] == 16
+    assert eng.queries.status()["a"]["guaranteed_used_gpus"] == 16
     eng.finish("g", 200)
     result = eng.schedule(200)
     assert eng.jobs["elastic"] in result.grown
     assert eng.jobs["elastic"].size == 8
-    assert eng.status()["b"]["borrowed_gpus"] == 32
+    assert eng.queries.status()["b"]["borrowed_gpus"] == 32
     check_engine(eng)
 
 
@@ -190,7 +190,7 @@ def test_priority_preemption_shrinks_a_lower_priority_elastic_job_before_downgra
     assert (low.job_class, low.size, rigid.job_class) == (JobClass.GUARANTEED, 2, JobClass.GUARANTEED)
     assert high.phase == JobPhase.RESERVED
     assert high.job_class == JobClass.GUARANTEED
-    assert "preempted by higher-priority high" in eng.explain("low")
+    assert "preempted by higher-priority high" in eng.queries.explain("low")
     check_engine(eng)
 
 
@@ -205,8 +205,8 @@ def test_growth_waits_out_the_interval_after_a_shrink_and_is_woken_when_it_ends(
     result = eng.schedule(150)
     assert result.grown == []
     assert job.size == 4
-    assert eng.next_wake() == 400.0
-    assert "grows again no earlier than t=400" in eng.explain("elastic")
+    assert eng.queries.next_wake() == 400.0
+    assert "grows again no earlier than t=400" in eng.queries.explain("elastic")
     result = eng.schedule(400)
     assert result.grown == [job]
     assert job.size == 8
@@ -245,7 +245,7 @@ def test_explain_shows_every_resize_with_its_reason() -> None:
     eng = grown_elastic()
     eng.submit(whole("g", "a", 8, members=2), 100)
     eng.schedule(100)
-    text = eng.explain("elastic")
+    text = eng.queries.explain("elastic")
     assert "grown 4 -> 8 members at t=2 (borrowed)" in text
     assert "shrunk 8 -> 4 members at t=100: reclaimed for guaranteed job g (VC a)" in text
     assert text.index("grown") < text.index("shrunk")
@@ -259,7 +259,7 @@ def test_an_interval_of_zero_resizes_whenever_capacity_allows() -> None:
     confirm_all(eng, 100)
     eng.finish("g", 101)
     assert eng.schedule(101).grown == [job]
-    assert "grows again" not in eng.explain("elastic")
+    assert "grows again" not in eng.queries.explain("elastic")
 
 
 def test_growth_adds_no_more_members_than_the_driver_can_bind() -> None:

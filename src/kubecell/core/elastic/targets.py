@@ -2,8 +2,8 @@
 (``allocator.KubecellElasticPolicy``), so that a cluster sizes its jobs by the rule whose figures against Sia
 docs/elastic.md reports.
 
-The engine decides *whether* a member fits (``Engine.headroom``, ``Engine.room_on``: guarantee room, borrow
-limit, cells, topology, allowed nodes, the resize interval), places it, and takes members back when capacity is
+The engine decides *whether* a member fits (``Engine.queries.headroom``, ``Engine.queries.room_on``: guarantee room,
+borrow limit, cells, topology, allowed nodes, the resize interval), places it, and takes members back when capacity is
 claimed (shrink before preemption, newest first). What it cannot say is whether another member is worth a
 restart, which job's growth is worth more when several jobs of a VC want the same GPUs, nor on which GPU type a
 job is worth most. The allocator answers all three when it is handed the jobs of one VC, running and waiting
@@ -66,7 +66,7 @@ class GrowthCandidate:
     nodes: tuple[str, ...]
     """The node of each member it runs (none while it waits)."""
     room: int
-    """More members the engine could place for it now on its own type (``Engine.headroom``)."""
+    """More members the engine could place for it now on its own type (``Engine.queries.headroom``)."""
     shrinkable: int
     """Members it may give up now: down to its minimum, 0 inside the engine's resize interval."""
     maximum: int
@@ -82,7 +82,7 @@ class GrowthCandidate:
     """The fewest members it runs with (where it starts, or moves to)."""
     rooms: Mapping[str, int] = field(default_factory=dict)
     """Per other GPU type it may use: the members it could run with there if it started there now, giving up
-    what it holds (``Engine.room_on``); a type where that is below its minimum is not offered."""
+    what it holds (``Engine.queries.room_on``); a type where that is below its minimum is not offered."""
     priced: bool = True
     """Whether ``estimate`` is a goodput model to size it by. A running job without one only gives: its
     ``shrinkable`` members, first, to jobs of its VC that grow or start (see the module); ``estimate`` is not
@@ -308,11 +308,11 @@ def engine_candidate(engine: Engine, job: Job, gpu_type: str, room: int, estimat
     members above its minimums, none inside the engine's resize interval) or waiting (``gpu_type`` ""), how
     many of its members a node holds, its attained service (``attained``, else members times the seconds of
     its current run: what LAS orders by) and, in ``rooms``, the members it could run with on each other type
-    it may use (``Engine.room_on``); ``priced`` False: ``estimate`` is no goodput model (the job only gives).
+    it may use (``Engine.queries.room_on``); ``priced`` False: ``estimate`` is no goodput model (the job only gives).
     Every driver builds its candidates here, so a cluster and the simulator's engine runs size alike."""
     book = engine.book
-    where = [allocation.node for allocation in engine.allocations_of(job.name)] if job.phase == JobPhase.RUNNING \
-        else []
+    running = job.phase == JobPhase.RUNNING
+    where = [allocation.node for allocation in engine.queries.allocations_of(job.name)] if running else []
     per_member = job.spec.member.gpu_count
     if per_member > 0:
         sizes = [int(book.gpu_count[book.index[node]]) for node in where] or \

@@ -23,11 +23,12 @@ packing experiment, the dynamic simulator and the Kubernetes scheduler make the 
 same state. The driver binds what a cycle started (``CycleResult``), stops the members it shrank, and
 reports back: ``confirm`` when a RESERVED job's pods are bound, ``bind_failed`` when they could not be,
 ``limit_growth`` when it has fewer pods than a job's headcount to grow into.
+What it may ask without changing anything (where a job runs, why it waits, how far it could grow) is
+``Engine.queries`` (``queries``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 
@@ -37,13 +38,13 @@ from kubecell.core.book import AllocationBook, BoolArray, IntArray
 from kubecell.core.engine.admission import charge
 from kubecell.core.engine.attempt import Attempt, CycleResult, Outcome
 from kubecell.core.engine.bindings import adopt_cells, release_idle_cells
-from kubecell.core.engine.explain import resize_text, status
-from kubecell.core.engine.growth import grow, headroom, room_on
+from kubecell.core.engine.growth import grow
 from kubecell.core.engine.invariants import check_invariants
 from kubecell.core.engine.job import Job, JobClass, JobPhase, JobSpec, member_index
 from kubecell.core.engine.ledger import VcUsage
 from kubecell.core.engine.node_state import set_node_lost, set_node_open
 from kubecell.core.engine.options import EngineOptions
+from kubecell.core.engine.queries import EngineQueries, job_named
 from kubecell.core.engine.queue import ClassKey
 from kubecell.core.engine.restore import RunningMember, hold_external, release_external, restore_job
 from kubecell.core.engine.session import Session
@@ -52,7 +53,7 @@ from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import Allocation, Node, Request
 from kubecell.core.placement.policy import Policy
 from kubecell.core.placement.registry import DEFAULT_POLICY, make_policy
-from kubecell.core.tenancy.config import Tenants, VirtualCluster
+from kubecell.core.tenancy.config import Tenants
 from kubecell.core.tenancy.state import TenancyState
 from kubecell.core.topology import CellForest
 
@@ -77,6 +78,8 @@ class Engine:
         self.jobs: dict[str, Job] = self.session.jobs
         self.running: dict[str, Job] = self.session.running
         self.rejected: list[Job] = self.session.rejected
+        self.queries = EngineQueries(self.session)
+        """The read-only questions (where a job runs, why it waits, how far it could grow)."""
 
     @property
     def tenants(self) -> Tenants:
@@ -114,7 +117,7 @@ class Engine:
 
     def cancel(self, name: str, now: float) -> Job:
         """The user withdrew the job, waiting or running: it releases everything it holds."""
-        job = self._job(name)
+        job = job_named(self.session, name)
         if job.phase in (JobPhase.FINISHED, JobPhase.CANCELLED, JobPhase.REJECTED):
             return job
         self._end(job, now)
@@ -124,7 +127,7 @@ class Engine:
 
     def finish(self, name: str, now: float) -> Job:
         """The job completed (or, if it was still waiting, is withdrawn)."""
-        job = self._job(name)
+        job = job_named(self.session, name)
         self._end(job, now)
         job.phase = JobPhase.FINISHED
         return job
@@ -142,7 +145,7 @@ class Engine:
 
     def confirm(self, name: str, now: float) -> None:
         """The driver bound every member of a RESERVED job: it is running now."""
-        job = self._job(name)
+        job = job_named(self.session, name)
         if job.phase == JobPhase.RESERVED:
             job.phase = JobPhase.RUNNING
             job.reserved_until = None
@@ -151,7 +154,7 @@ class Engine:
     def bind_failed(self, name: str, now: float, reason: str) -> Job:
         """The driver could not bind the job's pods: it releases what it holds and waits again, keeping its
         age in the queue (not counted as a preemption)."""
-        job = self._job(name)
+        job = job_named(self.session, name)
         if job.phase in (JobPhase.RUNNING, JobPhase.RESERVED):
             self.session.stop(job)
             self.session.requeue(job, now, f"binding failed: {reason}; waiting again", keep_age=True)
@@ -163,7 +166,7 @@ class Engine:
         None lifts the limit. A waiting job starts with no more members than that (an elastic gang whose
         headcount is its maximum but whose driver made pods for fewer); its next run after a stop starts
         without a limit."""
-        job = self._job(name)
+        job = job_named(self.session, name)
         if spare is None:
             job.spare = None
             return
@@ -181,7 +184,7 @@ class Engine:
         again, and the job runs on with the rest, in its class, and may grow again. Only while the rest keep
         the job's minimums (else False and nothing changes: a job below its minimum has ended or restarts,
         which its driver tells as a finish or a cancel)."""
-        job = self._job(name)
+        job = job_named(self.session, name)
         gone = [member for member in dict.fromkeys(members) if member in job.running_members]
         if job.phase != JobPhase.RUNNING or not gone:
             return False
@@ -199,22 +202,6 @@ class Engine:
         job.resized(now, f"{before} -> {job.size} members at t={now:g}: {reason}")
         s.queue.mark_dirty()
         return True
-
-    def headroom(self, name: str, now: float) -> int:
-        """How many more members growth could give the running job ``name`` now if the driver had pods for
-        them (``growth.headroom``): what an elastic gang's driver may raise its target by."""
-        return headroom(self.session, self._job(name), now)
-
-    def room_on(self, name: str, model: str, now: float) -> int:
-        """How many members job ``name`` could run with on GPU model ``model`` if it started there now, giving
-        up what it holds (``growth.room_on``): where an elastic gang's driver may move or start it."""
-        return room_on(self.session, self._job(name), model, now)
-
-    def could_ever_run_all(self, name: str) -> bool:
-        """Could the empty cluster hold every member of job ``name`` at once (its headcount, not only its
-        minimum)? An elastic gang whose maximum it could not is told so: it never grows that far."""
-        spec = self._job(name).spec
-        return self.session.admission.cluster_could_hold(dataclasses.replace(spec, min_members=spec.members))
 
     def set_node_health(self, node_name: str, healthy: bool, now: float) -> list[Job]:
         """Mark a node healthy or not. Jobs with members on a failed node are stopped (hardware, not the
@@ -292,12 +279,6 @@ class Engine:
 
     def release_external(self, name: str) -> None:
         release_external(self.session, name)
-
-    def _job(self, name: str) -> Job:
-        job = self.session.jobs.get(name)
-        if job is None:
-            raise InvalidInputError(f"no job named {name!r}", field="job")
-        return job
 
     # ================================================================== the cycle
     def schedule(self, now: float) -> CycleResult:
@@ -402,40 +383,7 @@ class Engine:
                 s.stop(job)
                 s.requeue(job, now, "reservation timed out before the job was bound; requeued", keep_age=True)
 
-    # ================================================================== queries
-    def next_wake(self) -> float | None:
-        """When a time-based rule (minimum runtime, back-off, starvation threshold) next needs a cycle."""
-        return self.session.queue.next_wake
-
-    def explain(self, name: str) -> str:
-        """Why a job waits, or how it runs: its class, and every resize of its current run with the reason
-        ("shrunk 8 -> 5 members at t=60: reclaimed for guaranteed job j7 (VC a)")."""
-        job = self.session.jobs.get(name)
-        if job is None:
-            return f"no job named {name!r}"
-        return f"{job.name}: {job.phase.value}: {job.wait_reason}{resize_text(self.session, job)}"
-
-    def status(self) -> dict[str, dict[str, float]]:
-        """Per VC: guaranteed, doomed, and used GPUs by class, and bound cells."""
-        return status(self.session)
-
-    def counts(self) -> Counter[str]:
-        return Counter(job.phase.value for job in self.session.jobs.values())
-
-    def allocations_of(self, name: str) -> list[Allocation]:
-        """Where a running job's members are (node and GPUs of each), for the driver to bind."""
-        job = self._job(name)
-        return [self.book.allocations[member] for member in job.running_members]
-
-    def dominant_share(self, vc_name: str) -> float:
-        vc = self.tenants.get(vc_name)
-        return float("inf") if vc is None else self.session.ledger.dominant_share(vc_name, vc.weight)
-
-    def guarantee_could_hold(self, vc: VirtualCluster, spec: JobSpec) -> bool:
-        """Could this job ever run inside the VC's guarantee (size and cell shapes permitting)?"""
-        job = charge(self.book, Job(spec))
-        return self.session.admission.never_guaranteed(vc, job) is None
-
+    # ================================================================== checks
     def check_invariants(self) -> None:
         """Raise ``EngineInvariantError`` if the engine's state broke any of its invariants."""
         check_invariants(self.session)

@@ -11,7 +11,7 @@ to, each charged its own group's GPU units; a restored gang below its minimums r
 A gang grows at most once per ``resize_min_interval_seconds`` after it last grew or shrank (its start is
 no resize), and never in the cycle that shrank it; a gang the interval holds back is woken up when it
 ends. Growth adds no more members than the driver said it can bind (``Job.spare``: pods it has for them).
-Every growth records why (``Job.resizes``, shown by ``Engine.explain``).
+Every growth records why (``Job.resizes``, shown by ``Engine.queries.explain``).
 """
 
 from __future__ import annotations

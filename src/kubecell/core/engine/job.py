@@ -99,7 +99,8 @@ class Job:
     resized_at: float | None = None
     """When its current run last grew or shrank (``EngineOptions.resize_min_interval_seconds`` counts from it)."""
     resizes: list[str] = field(default_factory=list)
-    """Why its current run grew or shrank, oldest first (the last ``RESIZES_KEPT``; ``Engine.explain`` shows them)."""
+    """Why its current run grew or shrank, oldest first (the last ``RESIZES_KEPT``; ``Engine.queries.explain``
+    shows them)."""
     spare: tuple[int, ...] | None = None
     """Members of each group the driver can still bind (pods it has for them), where it said so
     (``Engine.limit_growth``): growth adds no more. None: its whole headcount."""

@@ -224,7 +224,7 @@ class Extender:
         member = next((index for index, holder in tracked.members.items() if holder == uid), None)
         if member is None:
             return None
-        for allocation in state.engine.allocations_of(name):
+        for allocation in state.engine.queries.allocations_of(name):
             if member_index(allocation) == member:
                 return allocation.node
         return None

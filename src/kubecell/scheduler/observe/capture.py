@@ -233,7 +233,7 @@ def _pending(state: Tracking, mirror: Mapping[str, Mapping[str, Any]], now: floa
     for job in sorted(engine.pending.values(), key=lambda j: (j.queued_at or 0.0, j.name)):
         tracked = state.tracked.get(job.name)
         names = tuple(pods.key(mirror[uid]) for uid in (tracked.pod_uids if tracked else ()) if uid in mirror)
-        reason = engine.explain(job.name)
+        reason = engine.queries.explain(job.name)
         excluded = state.excluded_by_constraints.get(job.name)
         if excluded:
             reason += f" (its node constraints rule out {excluded})"

@@ -34,7 +34,7 @@ _RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
 def reason_kind(sentence: str, *, members: int = 1) -> str:
     """The kind of a why-pending sentence (one of ``REASON_KINDS``); ``members``: the job's headcount
     (a shortfall of a multi-member job where single members still fit is a ``gang`` wait)."""
-    text = sentence.split(": pending: ", 1)[-1]  # engine.explain prefixes "<job>: pending: "
+    text = sentence.split(": pending: ", 1)[-1]  # engine.queries.explain prefixes "<job>: pending: "
     for kind, needles in _RULES:
         if any(needle in text for needle in needles):
             return kind

@@ -226,7 +226,7 @@ class DynamicSimulation:
                 self._apply(result, now)
                 if self.sharing is not None:
                     self._rerate(now)
-                wake = engine.next_wake()
+                wake = engine.queries.next_wake()
                 if wake is not None and wake > now and wake != self._wake_pushed:
                     self._wake_pushed = wake
                     self._push(wake, EventKind.WAKE, None)
@@ -275,7 +275,7 @@ class DynamicSimulation:
             record = JobRecord(payload.name, payload.vc, payload.total_gpu_milli / 1000, payload.members,
                                payload.priority, payload.submit_time)
             record.within_guarantee = vc is not None and not payload.opportunistic and (
-                engine.guarantee_could_hold(vc, payload))
+                engine.queries.guarantee_could_hold(vc, payload))
             if job.phase == JobPhase.REJECTED:
                 record.rejected = job.wait_reason
             self.records.setdefault(payload.name, record)
@@ -305,7 +305,7 @@ class DynamicSimulation:
             pass  # the cycle after this batch of events does the work
         elif kind == EventKind.SAMPLE:
             per_vc = {name: (s["guaranteed_used_gpus"], s["borrowed_gpus"], s["opportunistic_gpus"])
-                      for name, s in engine.status().items()}
+                      for name, s in engine.queries.status().items()}
             book = engine.book
             fragment = float(self._measure.node_fragmentation(book.cpu_free, book.gpu_avail, book.model_id).sum())
             samples.append(Sample(now, book.allocated_gpu_milli, per_vc, len(engine.pending), fragment,

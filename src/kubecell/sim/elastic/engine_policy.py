@@ -12,7 +12,7 @@ gang that forms) with pods for its minimum (``Engine.limit_growth``). Every roun
 running jobs and the waiting ones together, as the cluster's sizer does: a running job grows into the
 engine's headroom and into members other jobs of the VC give up for it (their controllers delete the newest
 workers at once here: ``Engine.release_members``), or moves to another type where its minimum is idle now
-(``Engine.room_on``; its workers restart there: a new engine job on that type, as its new pods form a new gang
+(``Engine.queries.room_on``; its workers restart there: a new engine job on that type, as its new pods form a new gang
 on a cluster); a waiting job is started on the type the allocator chooses, counting on what others give. A
 running job without a goodput model takes the room. A job that needs its minimum takes back members others
 grew (the engine's rule). The engine's resize interval holds. One VC holds the whole cluster. Each job's
@@ -114,7 +114,7 @@ class EngineSizedPolicy:
         decision: dict[str, tuple[str, ...]] = {}
         for name in views:
             job = engine.jobs[self.live[name]]
-            decision[name] = (tuple(a.node for a in engine.allocations_of(job.name))
+            decision[name] = (tuple(a.node for a in engine.queries.allocations_of(job.name))
                               if job.phase == JobPhase.RUNNING else ())
             if job.phase == JobPhase.RUNNING:
                 engine.limit_growth(job.name, (0,))  # pods the cycle did not bind are given back
@@ -177,7 +177,7 @@ class EngineSizedPolicy:
             job = engine.jobs[self.live[name]]
             gpu_type = self.pinned[name]
             allowed = [t for t in kinds if view.gpu_types is None or t in view.gpu_types]
-            rooms = ({t: engine.room_on(job.name, t, now) for t in allowed if t != gpu_type or
+            rooms = ({t: engine.queries.room_on(job.name, t, now) for t in allowed if t != gpu_type or
                       job.phase == JobPhase.PENDING} if self.moves else {})
             if job.phase == JobPhase.PENDING:
                 if rooms:
@@ -187,7 +187,7 @@ class EngineSizedPolicy:
                 continue
             if job.phase != JobPhase.RUNNING:
                 continue
-            most = min(job.spec.members, job.size + engine.headroom(job.name, now))
+            most = min(job.spec.members, job.size + engine.queries.headroom(job.name, now))
             priced = view.estimate.goodput(gpu_type, 1, job.size) > 0.0
             if not priced and most > job.size:
                 choices[name] = take_the_room(job.size, most)

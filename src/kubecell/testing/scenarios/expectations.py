@@ -155,7 +155,7 @@ class Expectations(StepContext):
                             f"{sorted(c.id for c in containers)}: {state}")
 
     def _reason(self, job: Job, args: Mapping[str, Any]) -> None:
-        explanation = self.engine.explain(job.name)
+        explanation = self.engine.queries.explain(job.name)
         if "reason_contains" in args:
             missing = _contains_all(explanation, as_str_list(args["reason_contains"], self.location(),
                                                            "reason_contains"))
@@ -226,7 +226,7 @@ class Expectations(StepContext):
             raise self.fail(f"expected {job.name} preempted {args['count']} time(s): {self.describe(job)}")
 
     def do_expect_status(self, args: Mapping[str, Any]) -> None:
-        status = self.engine.status()
+        status = self.engine.queries.status()
         vc = args["vc"]
         if vc not in status:
             raise self.invalid(f"unknown VC {vc!r}", field="vc", accepted=", ".join(status))

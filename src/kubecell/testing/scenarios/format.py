@@ -52,14 +52,14 @@ check an ``expect_*`` before the implied cycle):
   units held), ``nodes`` (how many), ``same_node``, ``same_rack``, ``within_cell`` (a cell id or a cell
   type), ``node_in``, ``node_not_in``, ``same_gpu_as``, ``not_same_gpu_as``, ``same_node_as``,
   ``not_same_node_as``, ``within_vc_cells`` (every GPU inside cells bound to the job's VC, or none),
-  ``reason_contains`` (what ``Engine.explain`` says of it: its class, its resizes and why).
+  ``reason_contains`` (what ``Engine.queries.explain`` says of it: its class, its resizes and why).
 * ``expect_waiting`` / ``expect_rejected``: ``job``, ``reason_contains`` (a string or a list of strings
   that must all appear, case-insensitive); ``expect_waiting`` also takes ``reason_not_contains``.
 * ``expect_preempted``: ``jobs`` evicted since the previous ``expect_preempted``, ``not`` evicted,
   ``count``, ``exactly``. ``expect_downgraded``: the same for lazy preemption and reload downgrades;
   ``expect_shrunk``: the same for elastic jobs that gave up members and run on (a job shrunk twice is
   one entry; ``expect_bound`` with ``members`` and ``reason_contains`` states what is left and why).
-* ``expect_class``, ``expect_phase``, ``expect_status`` (``vc`` plus any keys of ``Engine.status()``),
+* ``expect_class``, ``expect_phase``, ``expect_status`` (``vc`` plus any keys of ``Engine.queries.status()``),
   ``expect_preemptions`` (``job``, ``count``), ``expect_invariants``.
 
 After every step the runner checks the engine's invariants (``Engine.check_invariants``, the same check

@@ -205,7 +205,7 @@ def _parse_step(doc: YamlDocument, index: int) -> Step:
     elif keys is not None:
         mapping = require_mapping(args, location, f"the arguments of {action}")
         required, optional = keys
-        # expect_status takes any key of Engine.status(); those are checked against the engine when run
+        # expect_status takes any key of Engine.queries.status(); those are checked against the engine when run
         check_keys(mapping, set(mapping) if action == "expect_status" else optional, location, required=required)
         args = mapping
     cycle = item.get("cycle", True)
