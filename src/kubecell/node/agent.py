@@ -223,7 +223,7 @@ class NodeAgent:
                                                                    options.dra_advertised_dir),
                              cdi_dir=options.cdi_dir, isolation=lambda: NodeIsolation(self.modes, options.mps_root),
                              acquire=self._prepare, release=self.mps.release,
-                             interval=options.interval) if options.dra else None
+                             interval=options.interval, faults=self.publisher.health.faults) if options.dra else None
         self.plugins = [DevicePlugin(RESOURCE_GPU, self.whole, self.allocator, directory=options.device_plugin_dir),
                         DevicePlugin(RESOURCE_GPU_MILLI, self.milli, self.allocator,
                                      directory=options.device_plugin_dir)]

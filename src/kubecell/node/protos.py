@@ -1,7 +1,8 @@
 """Python stubs of the kubelet's gRPC APIs, generated from the upstream ``api.proto`` files on first use.
 
 The device plugin API (``deviceplugin/v1beta1``), the PodResources API (``podresources/v1``), the DRA
-kubelet plugin API (``dra/v1``: ``NodePrepareResources``/``NodeUnprepareResources``) and the plugin
+kubelet plugin API (``dra/v1``: ``NodePrepareResources``/``NodeUnprepareResources``), its optional
+resource-health API (``dra-health/v1``: ``NodeWatchResources``) and the plugin
 registration API the kubelet's plugin watcher calls (``pluginregistration/v1``: ``GetInfo``) are defined
 by ``k8s.io/kubelet``; the kubelet speaks exactly what those files say, so kubecell compiles them with
 ``grpcio-tools`` instead of hand-writing messages that could drift. The gRPC service names come from the
@@ -83,7 +84,9 @@ DRA = ProtoFile("pkg/apis/dra/v1/api.proto",
 PLUGINREGISTRATION = ProtoFile("pkg/apis/pluginregistration/v1/api.proto",
                                "7a67a0000a1a167c155286834bc9ccb489f8bcdb394e006daba270189c272afa",
                                "pluginregistration.v1")
-PROTO_FILES = (DEVICEPLUGIN, PODRESOURCES, DRA, PLUGINREGISTRATION)
+DRA_HEALTH = ProtoFile("pkg/apis/dra-health/v1/api.proto",
+                       "a088e44962719a5184f183ef2fff4b017585434ff4f0cbad13ef8f8c782bc004", "drahealth.v1")
+PROTO_FILES = (DEVICEPLUGIN, PODRESOURCES, DRA, PLUGINREGISTRATION, DRA_HEALTH)
 
 
 class ProtoUnavailable(KubecellError):  # noqa: N818 - reads as a state, like TestbedUnavailable
@@ -298,6 +301,13 @@ def podresources() -> Api:
 def dra() -> Api:
     """The DRA kubelet plugin API v1: the ``DRAPlugin`` service (``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``)."""
     return _api(DRA)
+
+
+@functools.cache
+def dra_health() -> Api:
+    """The DRA resource-health API v1: ``v1.DRAResourceHealth``, served by the plugin, whose stream of device
+    health the kubelet shows in a container's ``allocatedResourcesStatus``."""
+    return _api(DRA_HEALTH)
 
 
 @functools.cache

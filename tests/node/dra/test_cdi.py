@@ -263,7 +263,7 @@ def test_registration_and_prepare_over_grpc(node: Node, served: KubeletPlugin) -
         stub = registration.grpc.RegistrationStub(channel)
         info = stub.GetInfo(registration.pb2.InfoRequest(), timeout=10)
         assert (info.type, info.name, info.endpoint, list(info.supported_versions)) == (
-            "DRAPlugin", "gpu.kubecell.io", "/var/lib/kubelet/x/dra.sock", ["v1.DRAPlugin"])
+            "DRAPlugin", "gpu.kubecell.io", "/var/lib/kubelet/x/dra.sock", ["v1.DRAPlugin", "v1.DRAResourceHealth"])
         stub.NotifyRegistrationStatus(registration.pb2.RegistrationStatus(plugin_registered=True), timeout=10)
     assert served.registered.is_set()
     ref = add_claim(node.fake, "c", "uid-c", [result("gpu-1", share="share-1", consumed={"compute": "250"})])

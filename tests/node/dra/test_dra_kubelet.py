@@ -259,11 +259,40 @@ def test_two_half_gpu_claims_share_one_gpu_and_a_third_does_not_fit(
     delete_and_wait_unprepared(kube, gpus, namespace, "a", "b", "c")
 
 
-def test_a_gpu_hit_by_a_critical_xid_leaves_the_slice(kube: Kube, gpus: DraAgent) -> None:
+def health_of(kube: Kube, namespace: str, pod: str) -> dict[str, tuple[str, str]]:
+    """Resource ID (the CDI device) -> (health, message), as the kubelet wrote them into the pod's containers."""
+    got = kube.get(f"/api/v1/namespaces/{namespace}/pods/{pod}")
+    return {resource["resourceID"]: (resource.get("health", ""), resource.get("message", ""))
+            for container in got["status"].get("containerStatuses") or []
+            for entry in container.get("allocatedResourcesStatus") or []
+            for resource in entry.get("resources") or []}
+
+
+def test_a_gpu_hit_by_a_critical_xid_leaves_the_slice_and_its_pod_is_told(
+        real_kubelet: RealKubelet, kube: Kube, namespace: str, gpus: DraAgent) -> None:
+    on_gpu_2 = f'device.attributes["{names.DRIVER}"].index == 2'
+    make_claim(kube, namespace, "held", claim_spec(names.CLASS_GPU, selector=on_gpu_2))
+    make_pod(kube, namespace, "holder", {"gpu": {"resourceClaimName": "held"}})
+    running(kube, namespace, "holder")
+    (claim,) = claims_of(kube, namespace, "holder").values()
+    (result,) = results_of(claim)
+    assert result["device"] == "gpu-2"
+    # the kubelet names a DRA resource by the CDI device our Prepare answered with
+    resource = f"{names.CDI_KIND}={cdi.device_name(claim['metadata']['uid'], result['request'], result['device'])}"
+    assert wait_for("the kubelet shows the held GPU Healthy (the plugin's health stream)",
+                    lambda: health_of(kube, namespace, "holder").get(resource, ("", ""))[0] == "Healthy", WAIT)
+    assert gpus.dra.plugin.health.streams >= 1
     before = gpus.slices()[0]["spec"]["pool"]["generation"]
     gpus.backend.inject_xid(2, 79)  # "GPU has fallen off the bus"
     wait_for("gpu-2 gone from the slice", lambda: "gpu-2" not in gpus.devices() and len(gpus.devices()) == 7, WAIT)
     assert gpus.slices()[0]["spec"]["pool"]["generation"] > before
+    def unhealthy() -> str | None:
+        health, message = health_of(kube, namespace, "holder").get(resource, ("", ""))
+        return message or "(no message)" if health == "Unhealthy" else None
+
+    message = wait_for("the pod holding gpu-2 told it is Unhealthy", unhealthy, WAIT)
+    assert "XID 79 (GPU has fallen off the bus)" in message
+    delete_and_wait_unprepared(kube, gpus, namespace, "holder")
 
 
 def test_a_mig_instance_of_a_profile_is_allocated_and_prepared(

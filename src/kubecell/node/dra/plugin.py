@@ -14,15 +14,16 @@ the directory advertised. Each socket has its own gRPC server; a socket that dis
 the directory) is served again on a fresh one, which the kubelet's watcher registers again.
 
 :class:`DraDriver` is what the node agent holds: the slice publisher, the claim preparer and these servers.
-The optional DRA resource-health service is not offered (the kubelet then streams no health from us; a GPU
-hit by a critical XID leaves the slice instead, and a claim on it fails to prepare).
+The same socket serves the optional resource-health service (:mod:`.health`): a GPU hit by a critical XID
+leaves the slice, so nothing new is allocated on it, and the kubelet marks it ``Unhealthy`` in the status of
+every container that holds it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,10 +37,12 @@ from kubecell.kube.records import AllocationRecord
 from kubecell.kube.rest import Kube
 from kubecell.node import protos
 from kubecell.node.dra.cdi import CDI_DIR
+from kubecell.node.dra.health import HealthBoard, HealthService, device_health
 from kubecell.node.dra.prepared import Checkpoint, ClaimPreparer, ClaimRef
 from kubecell.node.dra.publisher import DEFAULT_INTERVAL, SlicePublisher
 from kubecell.node.dra.sweep import ClaimSweeper
 from kubecell.node.isolation import NodeIsolation
+from kubecell.node.xid import Fault
 
 log = logging.getLogger("kubecell.node.dra")
 
@@ -50,9 +53,10 @@ PLUGIN_DIR = Path("/var/lib/kubelet/plugins") / names.DRIVER
 DRA_SOCKET = "dra.sock"
 REGISTRATION_SOCKET = f"{names.DRIVER}-reg.sock"
 PLUGIN_TYPE = "DRAPlugin"
-SUPPORTED_VERSIONS = ("v1.DRAPlugin",)
-"""The services we serve, by the names the kubelet's ``validateSupportedServices`` matches
-(``k8s.io/kubelet/pkg/apis/dra/v1.DRAPluginService``)."""
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1.DRAResourceHealth")
+"""The services we serve, by the names the kubelet matches: ``validateSupportedServices`` the first
+(``k8s.io/kubelet/pkg/apis/dra/v1.DRAPluginService``), ``pickHealthService`` the optional second
+(``dra-health/v1.DRAResourceHealthService``; the kubelet then opens ``NodeWatchResources`` on the endpoint)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,9 +153,12 @@ class _DraService:
 class KubeletPlugin:
     """The registration and DRA servers of ``gpu.kubecell.io``; counters and ``registered`` are for tests."""
 
-    def __init__(self, preparer: ClaimPreparer, paths: PluginPaths, *, poll_interval: float = 1.0) -> None:
+    def __init__(self, preparer: ClaimPreparer, paths: PluginPaths, *, poll_interval: float = 1.0,
+                 health: HealthService | None = None) -> None:
         self.preparer = preparer
         self.paths = paths
+        self.health = health or HealthService(HealthBoard())
+        """The resource-health service (streams the board the driver publishes to)."""
         self.poll_interval = poll_interval
         self.registered = threading.Event()
         """Set once the kubelet said it registered the plugin (``NotifyRegistrationStatus``)."""
@@ -166,6 +173,7 @@ class KubeletPlugin:
 
     def start(self) -> None:
         self._stop.clear()
+        self.health.board.reopen()
         with self._lock:
             self._serve(self.paths.dra_socket)
             self._serve(self.paths.registration_socket)  # last: the kubelet may dial the endpoint at once
@@ -174,6 +182,7 @@ class KubeletPlugin:
 
     def stop(self, grace: float = 1.0) -> None:
         self._stop.set()
+        self.health.board.close()  # the streams end now, not when the server's grace runs out
         if self._watcher is not None:
             self._watcher.join(self.poll_interval + 5)
             self._watcher = None
@@ -193,6 +202,7 @@ class KubeletPlugin:
             protos.pluginregistration().grpc.add_RegistrationServicer_to_server(_Registration(self), server)
         else:
             protos.dra().grpc.add_DRAPluginServicer_to_server(_DraService(self), server)
+            protos.dra_health().grpc.add_DRAResourceHealthServicer_to_server(self.health, server)
         server.add_insecure_port(f"unix://{socket}")
         server.start()
         self._servers[socket] = server
@@ -219,19 +229,26 @@ class DraDriver:
 
     def __init__(self, kube: Kube, node: str, *, paths: PluginPaths, cdi_dir: Path = CDI_DIR,
                  isolation: Callable[[], NodeIsolation], acquire: Callable[[AllocationRecord], None] | None = None,
-                 release: Callable[[str, str], None] | None = None, interval: float = DEFAULT_INTERVAL) -> None:
+                 release: Callable[[str, str], None] | None = None, interval: float = DEFAULT_INTERVAL,
+                 faults: Callable[[], Mapping[str, Fault]] = dict) -> None:
+        """``faults``: why each unhealthy GPU is (the agent's XID tracker), told to the kubelet with its health."""
         self._inventory: NodeInventory | None = None
+        self._node = node
+        self._faults = faults
         self.publisher = SlicePublisher(kube, node, interval=interval)
         self.preparer = ClaimPreparer(kube, node, cdi_dir=cdi_dir, checkpoint=Checkpoint.load(paths.checkpoint),
                                       inventory=lambda: self._inventory, isolation=isolation, acquire=acquire,
                                       release=release)
-        self.plugin = KubeletPlugin(self.preparer, paths)
+        self.health = HealthBoard()
+        self.plugin = KubeletPlugin(self.preparer, paths, health=HealthService(self.health))
         self.sweeper = ClaimSweeper(kube, node, self.preparer)
 
     def follow(self, inventory: NodeInventory) -> None:
-        """A new inventory: the slices follow it, and claims are prepared against it."""
+        """A new inventory: the slices follow it, claims are prepared against it, and the kubelet is told the health
+        of every device (those that left the slice too)."""
         self._inventory = inventory
         self.publisher.update(inventory)
+        self.health.publish(device_health(inventory, self._node, self._faults()))
 
     def mps_holders(self) -> dict[str, set[str]]:
         return self.preparer.mps_holders()
