@@ -3,6 +3,7 @@ checkpoint across restarts, and the plugin's two gRPC services on real Unix sock
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
@@ -27,6 +28,7 @@ from kubecell.kube.records import AllocationRecord, GpuGrant
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.node import protos
 from kubecell.node.dra import cdi
+from kubecell.node.dra.health import HealthService
 from kubecell.node.dra.plugin import KubeletPlugin, PluginPaths
 from kubecell.node.dra.prepared import Checkpoint, ClaimPreparer, ClaimRef, PreparedClaim
 from kubecell.node.isolation import NodeIsolation, container_allocation
@@ -242,17 +244,25 @@ def test_a_corrupt_checkpoint_is_set_aside(tmp_path: Path) -> None:
 # -- the gRPC services ------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def served(node: Node) -> Iterator[KubeletPlugin]:
-    root = Path(tempfile.mkdtemp(prefix="kcdra", dir="/tmp"))  # short: Unix socket paths
+@contextlib.contextmanager
+def serving(preparer: ClaimPreparer, health: HealthService | None = None) -> Iterator[KubeletPlugin]:
+    """The plugin's servers on sockets in a fresh short directory (Unix socket paths are short), advertising
+    ``/var/lib/kubelet/x``."""
+    root = Path(tempfile.mkdtemp(prefix="kcdra", dir="/tmp"))
     paths = PluginPaths(root / "plugins" / names.DRIVER, root / "plugins_registry", Path("/var/lib/kubelet/x"))
-    plugin = KubeletPlugin(node.preparer, paths, poll_interval=0.05)
+    plugin = KubeletPlugin(preparer, paths, poll_interval=0.05, health=health)
     plugin.start()
     try:
         yield plugin
     finally:
         plugin.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def served(node: Node) -> Iterator[KubeletPlugin]:
+    with serving(node.preparer) as plugin:
+        yield plugin
 
 
 def test_registration_and_prepare_over_grpc(node: Node, served: KubeletPlugin) -> None:

@@ -286,6 +286,7 @@ def test_a_gpu_hit_by_a_critical_xid_leaves_the_slice_and_its_pod_is_told(
     gpus.backend.inject_xid(2, 79)  # "GPU has fallen off the bus"
     wait_for("gpu-2 gone from the slice", lambda: "gpu-2" not in gpus.devices() and len(gpus.devices()) == 7, WAIT)
     assert gpus.slices()[0]["spec"]["pool"]["generation"] > before
+
     def unhealthy() -> str | None:
         health, message = health_of(kube, namespace, "holder").get(resource, ("", ""))
         return message or "(no message)" if health == "Unhealthy" else None

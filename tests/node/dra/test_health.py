@@ -4,8 +4,6 @@ on a real Unix socket (the kubelet's side of it is ``test_dra_kubelet.py``'s).""
 from __future__ import annotations
 
 import queue
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +18,6 @@ pytest.importorskip("grpc_tools", reason="tests/node needs the `node` extra: pip
 
 import grpc  # type: ignore[import-untyped]
 
-from kubecell.kube import dra_names as names
 from kubecell.node import protos
 from kubecell.node.dra.health import (
     TIMEOUT_SECONDS,
@@ -29,10 +26,10 @@ from kubecell.node.dra.health import (
     HealthService,
     device_health,
 )
-from kubecell.node.dra.plugin import KubeletPlugin, PluginPaths
+from kubecell.node.dra.plugin import KubeletPlugin
 from kubecell.node.dra.slices import healthy_devices
 from kubecell.node.xid import Fault
-from tests.node.dra.test_cdi import Node
+from tests.node.dra.test_cdi import Node, serving
 from tests.node.dra.test_slices import inventory_of
 
 POOL = "n1"
@@ -93,16 +90,8 @@ def test_the_board_wakes_on_a_change_repeats_when_nothing_changed_and_ends_when_
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[KubeletPlugin]:
-    root = Path(tempfile.mkdtemp(prefix="kchl", dir="/tmp"))  # short: Unix socket paths
-    paths = PluginPaths(root / "plugins" / names.DRIVER, root / "plugins_registry", Path("/var/lib/kubelet/x"))
-    plugin = KubeletPlugin(Node(tmp_path).preparer, paths, poll_interval=0.05,
-                           health=HealthService(HealthBoard(), report_seconds=0.3))
-    plugin.start()
-    try:
+    with serving(Node(tmp_path).preparer, HealthService(HealthBoard(), report_seconds=0.3)) as plugin:
         yield plugin
-    finally:
-        plugin.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_the_stream_reports_the_pool_at_once_on_each_change_and_again_before_the_kubelet_forgets(
