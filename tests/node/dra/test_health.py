@@ -140,3 +140,51 @@ def test_the_stream_reports_the_pool_at_once_on_each_change_and_again_before_the
         assert ended
         assert time.monotonic() - started < 5
     assert served.health.streams == 1
+
+
+class Reader:
+    """One client stream read on a thread, its reports queued."""
+
+    def __init__(self, channel: Any) -> None:
+        api = protos.dra_health()
+        self.call = api.grpc.DRAResourceHealthStub(channel).NodeWatchResources(api.pb2.NodeWatchResourcesRequest(),
+                                                                               timeout=60)
+        self.got: queue.Queue[Any] = queue.Queue()
+        self.ended: list[str] = []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            for report in self.call:
+                self.got.put(report)
+            self.ended.append("closed")
+        except grpc.RpcError as error:
+            self.ended.append(str(error.code()))
+
+
+def wait_until(what: str, probe: Any, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not probe():
+        assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
+        time.sleep(0.02)
+
+
+def test_a_new_stream_ends_the_older_one_and_a_cancelled_one_frees_its_thread_at_once(tmp_path: Path) -> None:
+    """A stream holds a worker thread that Prepare calls need too: streams the kubelet left behind (it opens a
+    new one after every error) must not pile up, nor wait for their next report to notice they are gone."""
+    service = HealthService(HealthBoard(), report_seconds=60)  # no periodic report to end a wait
+    service.board.publish(device_health(inventory_of("a100-nvlink"), POOL, {}))
+    with serving(Node(tmp_path).preparer, service) as plugin, \
+            grpc.insecure_channel(f"unix://{plugin.paths.dra_socket}") as channel:
+        first = Reader(channel)
+        first.got.get(timeout=10)
+        second = Reader(channel)
+        second.got.get(timeout=10)
+        first.thread.join(5)
+        assert first.ended == ["closed"], "the newer stream is the one served"
+        wait_until("one stream holds a thread", lambda: service.open == 1)
+        second.call.cancel()
+        wait_until("the cancelled stream's thread is free", lambda: service.open == 0)
+        third = Reader(channel)
+        assert len(third.got.get(timeout=10).devices) == 8, "served again after both"

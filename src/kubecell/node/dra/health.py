@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,18 +96,25 @@ class HealthBoard:
         with self._changed:
             self._closed = False
 
-    def next(self, seen: int, timeout: float) -> tuple[int, tuple[DeviceHealth, ...]] | None:
+    def wake(self) -> None:
+        """Wake every waiting stream to ask again whether it is still wanted (a stream was cancelled or a newer
+        one opened)."""
+        with self._changed:
+            self._changed.notify_all()
+
+    def next(self, seen: int, timeout: float,
+             wanted: Callable[[], bool] = lambda: True) -> tuple[int, tuple[DeviceHealth, ...]] | None:
         """The reports once they differ from version ``seen``, or after ``timeout`` seconds unchanged (then the
         same again, which keeps the kubelet's entries fresh; version 0 while nothing was ever published). None
-        once closed."""
+        once closed, or once ``wanted`` says no (asked at every wake)."""
         deadline = time.monotonic() + timeout
         with self._changed:
-            while not self._closed and self._version == seen:
+            while not self._closed and self._version == seen and wanted():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._changed.wait(left)
-            return None if self._closed else (self._version, self._reports)
+            return None if self._closed or not wanted() else (self._version, self._reports)
 
 
 def response(reports: tuple[DeviceHealth, ...], now: float) -> Any:
@@ -121,21 +128,43 @@ def response(reports: tuple[DeviceHealth, ...], now: float) -> Any:
 
 
 class HealthService:
-    """``v1.DRAResourceHealth``: one long-lived stream per kubelet connection, fed by a :class:`HealthBoard`."""
+    """``v1.DRAResourceHealth``: one long-lived stream, fed by a :class:`HealthBoard`.
+
+    A stream holds one of the server's worker threads for as long as it is open, and those threads also answer
+    ``NodePrepareResources``. The kubelet keeps one stream per plugin and opens a new one after an error, so a
+    new stream ends the older ones, and a cancelled stream ends at once (not at its next report): however
+    often the kubelet reconnects, one thread streams, and claims are never left waiting for a thread."""
 
     def __init__(self, board: HealthBoard, report_seconds: float = REPORT_SECONDS) -> None:
         self.board = board
         self._report_seconds = report_seconds
+        self._lock = threading.Lock()
         self.streams = 0
-        """Streams opened (for tests: the kubelet dialled the service)."""
+        """Streams opened (the newest is the one served)."""
+        self.open = 0
+        """Streams holding a thread now."""
 
     def NodeWatchResources(self, request: Any, context: Any) -> Iterator[Any]:  # noqa: N802 - gRPC method name
-        self.streams += 1
-        seen = 0
-        while context.is_active():
-            update = self.board.next(seen, self._report_seconds)
-            if update is None:
-                return
-            seen, reports = update
-            if seen > 0:  # nothing is said before the first inventory: the kubelet would mark every device gone
-                yield response(reports, time.time())
+        with self._lock:
+            self.streams += 1
+            mine = self.streams
+        self.board.wake()  # the older streams end
+        context.add_callback(self.board.wake)  # cancelled or done: this stream's wait ends now
+
+        def wanted() -> bool:
+            return self.streams == mine and bool(context.is_active())
+
+        with self._lock:
+            self.open += 1
+        try:
+            seen = 0
+            while wanted():
+                update = self.board.next(seen, self._report_seconds, wanted)
+                if update is None:
+                    return
+                seen, reports = update
+                if seen > 0:  # nothing said before the first inventory: the kubelet would mark every device gone
+                    yield response(reports, time.time())
+        finally:
+            with self._lock:
+                self.open -= 1
