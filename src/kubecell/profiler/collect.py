@@ -48,10 +48,12 @@ MAX_MAGNITUDE = 1e18
 """The largest sample value believed, in the series' own unit: an exabyte of memory, a counter of 30 billion
 CPU-years, far past any GPU ratio. Beyond it a value is no measurement (a broken exporter, or a series someone
 wrote on purpose), and sums and means of such values overflow."""
-SCRAPE_LABELS = frozenset({"job", "instance"})
-"""The labels Prometheus sets from the scrape that read a series (its scrape job, its target), not from what the
-series measures. Labels a scrape config adds beyond these (a relabelling, prometheus-operator's ``service`` and
-``endpoint``) make another measurement: such series are still summed."""
+SCRAPE_LABELS = frozenset({"job", "instance", "service", "endpoint", "metrics_path"})
+"""The labels that say which scrape read a series, not what the series measures: Prometheus's own (the scrape
+job, the target) and those prometheus-operator's ServiceMonitors add to every series of a target (its Service,
+the endpoint's port name, and for the kubelet the path: ``/metrics/cadvisor`` and ``/metrics/resource`` both carry
+``container_cpu_usage_seconds_total``, one measurement). Labels another relabelling adds make another
+measurement: such series are still summed."""
 
 
 def measurement(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
