@@ -33,20 +33,11 @@ def test_the_scrape_labels_are_not_part_of_what_a_series_measures() -> None:
     gpu0 = {**DCGM, "gpu": "0", "UUID": "GPU-0"}
     assert measurement({**gpu0, "job": "a", "instance": "x"}) == measurement({**gpu0, "job": "b"}) == measurement(gpu0)
     assert measurement(gpu0) != measurement({**gpu0, "gpu": "1", "UUID": "GPU-1"})
-    by_operator = {**gpu0, "job": "gpu-operator/dcgm", "service": "nvidia-dcgm-exporter", "endpoint": "gpu-metrics"}
-    assert measurement(by_operator) == measurement(gpu0), "a ServiceMonitor's target labels say who read it"
+    by_operator = {**gpu0, "job": "gpu-operator/dcgm", "service": "nvidia-dcgm-exporter", "endpoint": "gpu-metrics",
+                   "metrics_path": "/metrics"}
+    assert measurement(by_operator) == measurement({**gpu0, "job": "kubernetes-pods"}), \
+        "a ServiceMonitor's target labels say who read it, as an annotation job's job and instance do"
     assert measurement({**gpu0, "team": "a"}) != measurement(gpu0), "any other label is another measurement"
-
-
-def test_the_kubelets_two_metric_paths_are_one_cpu_measurement() -> None:
-    """prometheus-operator's kubelet ServiceMonitor scrapes ``/metrics/cadvisor`` and ``/metrics/resource``; both
-    carry ``container_cpu_usage_seconds_total`` for every container, and summed they doubled its CPU."""
-    base = {"__name__": "container_cpu_usage_seconds_total", "namespace": NS, "pod": "p", "container": "main",
-            "service": "kubelet", "endpoint": "https-metrics", "job": "kubelet", "instance": "10.0.0.1:10250"}
-    read = [Series({**base, "metrics_path": "/metrics/cadvisor"}, every(30, 2.0)),
-            Series({**base, "metrics_path": "/metrics/resource"}, every(30, 2.0, offset=7))]
-    (kept,) = one_per_measurement(read)
-    assert kept.samples == every(30, 2.0)
 
 
 def test_one_gpu_read_by_two_scrape_jobs_is_one_series_and_two_gpus_stay_two() -> None:

@@ -50,10 +50,11 @@ CPU-years, far past any GPU ratio. Beyond it a value is no measurement (a broken
 wrote on purpose), and sums and means of such values overflow."""
 SCRAPE_LABELS = frozenset({"job", "instance", "service", "endpoint", "metrics_path"})
 """The labels that say which scrape read a series, not what the series measures: Prometheus's own (the scrape
-job, the target) and those prometheus-operator's ServiceMonitors add to every series of a target (its Service,
-the endpoint's port name, and for the kubelet the path: ``/metrics/cadvisor`` and ``/metrics/resource`` both carry
-``container_cpu_usage_seconds_total``, one measurement). Labels another relabelling adds make another
-measurement: such series are still summed."""
+job, the target), those prometheus-operator's ServiceMonitors add to every series of a target (its Service, the
+endpoint's port name; the exporter's own ``pod`` and ``namespace`` win with ``honorLabels``, as dcgm-exporter's
+chart sets it), and the ``metrics_path`` kube-prometheus copies from the scrape. So dcgm-exporter listed by a
+ServiceMonitor and by an annotation job is read once. Labels another relabelling adds make another measurement:
+such series are still summed."""
 
 
 def measurement(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
