@@ -287,3 +287,40 @@ def test_a_whole_gpu_the_kubelet_gave_stays_the_pods_own_whatever_memory_its_spe
     pod = asking_memory(record(UID, [(0, GPU0, 1000, 40_536)]), "10000", resource=GPU_RESOURCE, amount="1")
     nvml, monitor = watch(tmp_path, pod, {("ns", "p"): [GPU0]})
     assert sample(nvml, monitor, 0, 30_000, 100) == set()
+
+
+def asking(annotation: str, limits: dict[str, str]) -> dict[str, Any]:
+    """A pod another device plugin serves (nothing of kubecell's is handed to it), asking ``limits``, with the
+    record ``annotation``: only its spec bounds what the record says."""
+    pod = served_pod(annotation, "nvidia.com/gpu")
+    pod["spec"]["containers"][0]["resources"] = {"limits": limits}
+    return pod
+
+
+@pytest.mark.parametrize(("limits", "bound_mib"), [
+    ({"alnair/vgpu-memory": "10", "alnair/vgpu-compute": "25"}, 10 * 1024),
+    ({"aliyun.com/gpu-mem": "10"}, 10 * 1024),
+    ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10000", "nvidia.com/gpucores": "25"}, 10_000),
+    ({"nvidia.com/gpu": "2", "nvidia.com/gpumem": "5000", "nvidia.com/gpucores": "25"}, 10_000),
+    ({RESOURCE_GPU_MEMORY: "10000", "aliyun.com/gpu-mem": "30"}, 10_000),
+], ids=["alnair GiB", "gpushare GiB", "HAMi MiB", "HAMi MiB per GPU", "the smallest of two"])
+def test_every_dialects_memory_resource_bounds_a_rewritten_record(tmp_path: Path, limits: dict[str, str],
+                                                                   bound_mib: int) -> None:
+    """Its record was edited to grant 40,000 MiB; the spec's resources, which cannot change, asked less, in any
+    dialect's unit. Within the ask the pod is not over; past it, it is, and the Event names the ask."""
+    forged = record(UID, [(0, GPU0, 250, 40_000)])
+    kube = FakeKube()
+    nvml, monitor = watch(tmp_path, asking(forged, limits), None, kube)
+    assert sample(nvml, monitor, 0, bound_mib + 1_000, 20) == {"memory"}
+    assert any(f"asks {bound_mib} MiB" in body["message"] for _, body in kube.created)
+    nvml, monitor = watch(tmp_path, asking(forged, limits), None)
+    assert sample(nvml, monitor, 0, bound_mib - 500, 20) == set(), "within what it asked"
+
+
+def test_a_memory_ask_in_labels_or_annotations_bounds_nothing(tmp_path: Path) -> None:
+    """Labels and annotations are rewritten as easily as the record: only resources bound it."""
+    pod = asking(record(UID, [(0, GPU0, 250, 40_000)]), {"nvidia.com/gpu": "1"})
+    pod["metadata"].setdefault("labels", {})["sharedgpu/gpu_mem"] = "1073741824"
+    pod["metadata"]["annotations"]["kubecell.io/gpu-memory"] = "1000"
+    nvml, monitor = watch(tmp_path, pod, None)
+    assert sample(nvml, monitor, 0, 30_000, 20) == set()

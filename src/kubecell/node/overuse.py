@@ -24,7 +24,8 @@ by kubecell's device plugin, the record counts only where the kubelet's own devi
 grants nothing, and a share no more milli-GPU than its slots (a whole GPU only where that GPU's device was given).
 A pod the agent served nothing (a share asked by labels, another device plugin's GPUs, a claim) is held to its
 record as written: this agent handed it nothing to hold it to. Either way, memory is bounded by what the pod's spec
-asks (``kubecell.io/gpu-memory``, summed as the kubelet sums it; a pod's resources cannot change once it exists):
+asks (``kubecell.io/gpu-memory`` or another dialect's memory resource, summed as the kubelet sums it; a pod's
+resources cannot change once it exists):
 a share is held to the smaller of its record's ``memoryMiB`` and that ask, and where the spec asks memory, a record
 rewritten to no memory or to a whole GPU (not one whose device the kubelet gave) is held to the ask all the same
 (``spec_memory_mib``).
@@ -52,6 +53,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -63,7 +65,15 @@ from kubecell.kube import pods
 from kubecell.kube.actions import Actions, eviction, pod_path
 from kubecell.kube.dialects.demand import DemandError, PodMeta
 from kubecell.kube.dialects.resources import pod_totals
-from kubecell.kube.names import RESOURCE_GPU, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MILLI
+from kubecell.kube.names import (
+    ALIYUN_GPU_MEM,
+    ALNAIR_VGPU_MEMORY,
+    HAMI_GPU_MEM,
+    NVIDIA_GPU,
+    RESOURCE_GPU,
+    RESOURCE_GPU_MEMORY,
+    RESOURCE_GPU_MILLI,
+)
 from kubecell.kube.records import AllocationRecord, GpuGrant, RecordError
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.cgroups import ProcCgroups, pod_uid_of_cgroup
@@ -142,7 +152,11 @@ PodsSource = Callable[[], Iterable[Mapping[str, Any]]]
 Handed = Callable[[], Mapping[tuple[str, str], Collection[str]]]
 """(namespace, pod name) -> the device IDs of kubecell's device plugin the kubelet gave that pod (PodResources)."""
 PLUGIN_RESOURCES: Final = frozenset((RESOURCE_GPU, RESOURCE_GPU_MILLI))
-MEMORY_RESOURCE: Final = frozenset((RESOURCE_GPU_MEMORY,))
+MIB_PER_UNIT: Final[Mapping[str, int]] = {RESOURCE_GPU_MEMORY: 1, ALNAIR_VGPU_MEMORY: 1024, ALIYUN_GPU_MEM: 1024,
+                                          HAMI_GPU_MEM: 1}
+"""The GPU-memory resources of the dialects, and the MiB of one unit of each: kubecell's MiB, Alnair's GiB chunks,
+gpushare's GiB (a cluster whose gpushare counts MiB, ``--memory-unit=MiB``, is bounded 1,024 times more loosely,
+never more tightly), HAMi's MiB of *each* of the pod's ``nvidia.com/gpu``."""
 
 
 def covered(record: AllocationRecord, devices: Collection[str]) -> list[GpuGrant]:
@@ -162,18 +176,28 @@ def covered(record: AllocationRecord, devices: Collection[str]) -> list[GpuGrant
 
 
 def spec_memory_mib(pod: Mapping[str, Any]) -> int | None:
-    """The MiB of GPU memory the pod's spec asks (``kubecell.io/gpu-memory``, its containers' requests or limits
-    summed as the kubelet and the scheduler sum them), which no rewrite of its record can raise; None where the spec
-    asks none (or states it unreadably, which the API server's validation of extended resources does not let in)."""
-    if not pods.asks_for_any(pod, MEMORY_RESOURCE):
+    """The MiB of GPU memory the pod's spec asks in any dialect's resource (:data:`MIB_PER_UNIT`, its containers'
+    requests or limits summed as the kubelet and the scheduler sum them), which no rewrite of its record can raise;
+    the smallest where it states several; None where the spec asks none (or states it unreadably, which the API
+    server's validation of extended resources does not let in). Only resources count: labels and annotations can
+    be rewritten with the record. HAMi's MiB per GPU is multiplied by all the pod's ``nvidia.com/gpu``, which is at
+    least what each container's product sums to: a bound never tighter than the pod's own ask."""
+    if not pods.asks_for_any(pod, frozenset(MIB_PER_UNIT)):
         return None
     try:
-        amount = pod_totals(PodMeta.of(pod)).get(RESOURCE_GPU_MEMORY)
+        totals = pod_totals(PodMeta.of(pod))
     except DemandError as error:
-        log.warning("pod %s: its %s cannot be read (%s); its record's memory is taken as written", pods.key(pod),
-                    RESOURCE_GPU_MEMORY, error)
+        log.warning("pod %s: its GPU memory ask cannot be read (%s); its record's memory is taken as written",
+                    pods.key(pod), error)
         return None
-    return max(int(amount), 0) if amount is not None else None
+    stated = []
+    for resource, mib in MIB_PER_UNIT.items():
+        amount = totals.get(resource)
+        if amount is None:
+            continue
+        count = max(totals.get(NVIDIA_GPU) or Decimal(1), Decimal(1)) if resource == HAMI_GPU_MEM else Decimal(1)
+        stated.append(max(int(amount * mib * count), 0))
+    return min(stated) if stated else None
 
 
 def api_pods(kube: Kube, node: str) -> PodsSource:
