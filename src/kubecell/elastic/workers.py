@@ -9,7 +9,7 @@ a worker.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kubecell.elastic.states import Worker
@@ -120,10 +120,8 @@ def worker_state(pod: Mapping[str, Any]) -> Worker:
     # runs, only a native sidecar restarts there, and its readiness speaks for it
     looping = [*(status.get("containerStatuses") or []),
                *((status.get("initContainerStatuses") or []) if phase == "Pending" else [])]
-    for container in looping:
-        waiting = ((container or {}).get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") == CRASH_LOOP_REASON:
-            return Worker.CRASH_LOOP
+    if CRASH_LOOP_REASON in waiting_reasons(looping):
+        return Worker.CRASH_LOOP
     if not (pod.get("spec") or {}).get("nodeName"):
         return Worker.UNSCHEDULED
     if phase == "Running":
@@ -137,11 +135,21 @@ def cannot_start(pod: Mapping[str, Any]) -> str | None:
     status = pod.get("status") or {}
     if not (pod.get("spec") or {}).get("nodeName") or (status.get("phase") or "Pending") != "Pending":
         return None
-    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
-        reason = (((container or {}).get("state") or {}).get("waiting") or {}).get("reason")
-        if reason in CANNOT_START_REASONS:
-            return str(reason)
-    return None
+    return next((reason for reason in waiting_reasons([*(status.get("initContainerStatuses") or []),
+                                                       *(status.get("containerStatuses") or [])])
+                 if reason in CANNOT_START_REASONS), None)
+
+
+def waiting_reasons(containers: Iterable[Any]) -> list[str]:
+    """The ``state.waiting.reason`` of each container status that has one, in order (a kubelet's status, read
+    without trusting its shape)."""
+    reasons = []
+    for container in containers:
+        reason = (((container if isinstance(container, Mapping) else {}).get("state") or {}).get("waiting")
+                  or {}).get("reason")
+        if reason:
+            reasons.append(str(reason))
+    return reasons
 
 
 def cannot_start_message(pods_by_index: Mapping[int, Mapping[str, Any]], workers: Mapping[int, Worker]) -> str | None:
