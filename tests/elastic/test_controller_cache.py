@@ -31,7 +31,8 @@ def test_a_resync_forgets_the_jobs_deleted_meanwhile() -> None:
     for key in ("ns/gone", "ns/kept"):
         controller.expectations[key] = Expectations()
         controller.writes.services[key] = (True, 0.0)
-        controller.told[key] = ("a refused create",)
+        controller.job_events.told[key] = ("a refused create",)
     kept = {"metadata": {"namespace": "ns", "name": "kept"}}
     controller._apply(Event("elasticjobs", "SYNC", objects=(kept,)))
-    assert set(controller.expectations) == set(controller.writes.services) == set(controller.told) == {"ns/kept"}
+    told = set(controller.job_events.told)
+    assert set(controller.expectations) == set(controller.writes.services) == told == {"ns/kept"}

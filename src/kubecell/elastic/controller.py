@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kubecell.elastic import workers as readers
+from kubecell.elastic.events import JobEvents, job_key
 from kubecell.elastic.expectations import Expectations
 from kubecell.elastic.finished import REASON_NOT_OBSERVED, FinishedJobs, disowned, memory
 from kubecell.elastic.metrics import ControllerMetrics
@@ -52,18 +53,15 @@ from kubecell.elastic.states import (
 )
 from kubecell.elastic.status import MAX_GENERATION, StatusView, count, read_status, status_body
 from kubecell.elastic.writes import CreateRefusedError, JobWrites
-from kubecell.kube.actions import event_body
 from kubecell.kube.clock import rfc3339
 from kubecell.kube.elasticjob_objects import template_hash
 from kubecell.kube.elasticjobs import (
-    KIND,
     LABEL_JOB,
     ROLE_RENDEZVOUS,
     ROLE_WORKER,
     ElasticJobSpec,
     ElasticJobSpecError,
     collection_path,
-    involved,
     job_path,
     read_elastic_job,
     rendezvous_name,
@@ -79,10 +77,6 @@ MAX_CREATES_PER_PASS = 500
 next resync. After the first the API refuses (quota, admission) the job makes none more that pass: a job of
 4,096 workers under a quota made 8,192 calls (a create and an Event each) in one reconcile, 20 s during which
 no other ElasticJob was reconciled."""
-
-TOLD_KEPT = 8
-"""Repeated-failure Events remembered per job (a bound: their messages carry what the API server said)."""
-
 
 @dataclass(frozen=True, slots=True)
 class ControllerOptions:
@@ -121,16 +115,15 @@ class ElasticController:
         self.dirty: set[str] = set()
         self.expectations: dict[str, Expectations] = {}
         self.synced: set[str] = set()
-        self.told: dict[str, tuple[str, ...]] = {}
-        """Job key -> the last ``TOLD_KEPT`` repeated-failure Events sent for it (a refused create is told once,
-        not per retry)."""
-        self.writes = JobWrites(kube, self.metrics, self._tell_once,
+        self.job_events = JobEvents(kube, self.metrics, self.options.component)
+        """The job's Events, a refused create told once, not per retry."""
+        self.writes = JobWrites(kube, self.metrics, self.job_events.tell_once,
                                 recheck_seconds=self.options.service_recheck_seconds,
                                 expectation_seconds=self.options.expectation_seconds)
         self.finished = FinishedJobs(kube, self.options.state_namespace, self.options.namespace)
+        """The jobs it saw end (read at the first pass): a status that says so is not enough."""
         self.stalls = StallClocks()
         """How long each job has been short of its minimum Ready, on this controller's clock (never the status')."""
-        """The jobs it saw end (read at the first pass): a status that says so is not enough."""
 
     def shutdown(self) -> None:
         self.stop.set()
@@ -196,7 +189,8 @@ class ElasticController:
                 before, self.jobs = self.jobs, {self._key(obj): obj for obj in event.objects}
                 self.dirty |= set(self.jobs)
                 self.finished.prune(self.jobs)  # (deleted while unwatched: their records go)
-                for key in {*self.expectations, *self.writes.services, *self.told}:  # deleted while unwatched,
+                remembered = {*self.expectations, *self.writes.services, *self.job_events.told}
+                for key in remembered:  # deleted while unwatched,
                     if key not in self.jobs or _uid(self.jobs[key]) != _uid(before.get(key)):  # or made again
                         self._forget(key)
                 return
@@ -236,7 +230,7 @@ class ElasticController:
         """Drop what the controller kept for the job under ``key`` (by name): gone, or another job made under its
         name. Kept for the new one, the old one's expectations stood for a minute (its workers counted as made,
         its Service as existing: the new job got neither) and its told Warnings were not told again."""
-        for kept in (self.expectations, self.writes.services, self.told):
+        for kept in (self.expectations, self.writes.services, self.job_events.told):
             kept.pop(key, None)
         self.finished.forget(key)
         self.stalls.forget(key)
@@ -256,8 +250,7 @@ class ElasticController:
 
     @staticmethod
     def _key(obj: Mapping[str, Any]) -> str:
-        meta = obj.get("metadata") or {}
-        return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+        return job_key(obj)
 
     # --- one job ----------------------------------------------------------------------------------------
 
@@ -292,7 +285,7 @@ class ElasticController:
         held = [found for pod in (*pods_by_index.values(), *((host,) if host is not None else ()))
                 if (found := self._end_overdue(obj, pod, expect, now)) is not None]
         if held:
-            self._tell_held(obj, held)
+            self.job_events.tell_once(obj, Emit(True, "PodHeldByFinalizers", readers.held_message(held)))
         restarts, target = memory(self.finished.entry(key, uid), previous, runs.values())  # never the status'
         stale = frozenset(index for index, run in runs.items() if run != restarts)
         made_from = template_hash(spec.template) if spec is not None else None
@@ -323,18 +316,18 @@ class ElasticController:
         if not self._write_status(key, obj, previous, decision, workers, spec, problem, generation, now):
             return
         if (said := disowned(previous, restarts, target, (decision.restarts, decision.established))) is not None:
-            self._tell_once(obj, Emit(True, REASON_NOT_OBSERVED, said))
+            self.job_events.tell_once(obj, Emit(True, REASON_NOT_OBSERVED, said))
         ended = decision.phase if decision.phase in TERMINAL and final is None else final  # decided now, or before
         if not self.finished.keep(key, uid, ended, decision.restarts, decision.established):  # before any action
             message = (f"restart count {decision.restarts} / target {decision.established} not acted on: this "
                        "controller's record of its jobs refused them (see its log); tried again at every resync")
-            raise CreateRefusedError(message, told=self._tell_once(obj, Emit(True, "RecordRefused", message)))
+            raise CreateRefusedError(message, told=self.job_events.tell_once(obj, Emit(True, "RecordRefused", message)))
         if spec is not None:
             self._act(obj, spec, decision, pods_by_index, host, expect, now)
         else:
             for action in decision.actions:
                 if isinstance(action, Emit):
-                    self._event(obj, action)
+                    self.job_events.send(obj, action)
 
     def _end_overdue(self, obj: Mapping[str, Any], pod: Mapping[str, Any], expect: Expectations,
                      now: float) -> tuple[str, tuple[str, ...]] | None:
@@ -351,7 +344,7 @@ class ElasticController:
             return name, finalizers
         if self.writes.delete_pod(pod, 0):
             expect.deleted[pod_uid] = now + self.options.expectation_seconds
-            self._event(obj, Emit(True, "PodForceDeleted", f"pod {name} Terminating "
+            self.job_events.send(obj, Emit(True, "PodForceDeleted", f"pod {name} Terminating "
                                       f"{self.options.stuck_seconds:.0f} s past its grace period (its node is "
                                       "not answering): deleted at once, to be replaced"))
         return None
@@ -363,13 +356,8 @@ class ElasticController:
         said = readers.cannot_start_message(pods_by_index, workers)
         if said is None:
             return decision
-        self._tell_once(obj, Emit(True, "WorkerCannotStart", said))
+        self.job_events.tell_once(obj, Emit(True, "WorkerCannotStart", said))
         return replace(decision, message=f"{decision.message}; {said}") if decision.phase is Phase.PENDING else decision
-
-    def _tell_held(self, obj: Mapping[str, Any], held: list[tuple[str, tuple[str, ...]]]) -> None:
-        """One Warning for all the job's Pods that only their finalizers keep (told once while they are the same):
-        one per Pod would cycle through what ``_tell_once`` remembers, and be sent again at every pass."""
-        self._tell_once(obj, Emit(True, "PodHeldByFinalizers", readers.held_message(held)))
 
     def _observe(self, key: str, uid: str, expect: Expectations
                  ) -> tuple[dict[int, Worker], dict[int, dict[str, Any]], dict[str, Any] | None, dict[int, int | None]]:
@@ -463,32 +451,7 @@ class ElasticController:
             elif isinstance(action, RemoveRendezvous):
                 self.writes.remove_rendezvous(spec, host, now)
             else:
-                self._event(obj, action)
-
-    def _tell_once(self, obj: Mapping[str, Any], action: Emit) -> bool:
-        """An Event that a retry would repeat: sent when its message is not among the last ``TOLD_KEPT`` sent
-        for the job (True: sent now). Several, not one: a pass that meets two refusals (a Service and a host
-        whose names are taken) would otherwise tell both again at every resync, each undoing the other's
-        memory."""
-        key = self._key(obj)
-        recent = self.told.get(key, ())
-        if action.message in recent:
-            return False
-        self.told[key] = (*recent, action.message)[-TOLD_KEPT:]
-        self._event(obj, action)
-        return True
-
-    def _event(self, obj: Mapping[str, Any], action: Emit) -> None:
-        subject = involved(obj)
-        body = event_body(subject, subject["namespace"], event_type="Warning" if action.warning else "Normal",
-                          reason=action.reason, message=action.message, component=self.options.component,
-                          action="Reconcile")
-        try:
-            self.kube.create(f"/api/v1/namespaces/{subject['namespace']}/events", body)
-            self.metrics.events.labels("Warning" if action.warning else "Normal", action.reason).inc()
-        except ApiError as error:  # an Event is advice: it never stops a decision
-            log.warning("event %s on %s %s/%s not recorded: %s", action.reason, KIND, subject["namespace"],
-                        subject["name"], error)
+                self.job_events.send(obj, action)
 
 
 def _uid(obj: Mapping[str, Any] | None) -> str | None:
