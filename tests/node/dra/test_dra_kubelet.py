@@ -268,8 +268,9 @@ def health_of(kube: Kube, namespace: str, pod: str) -> dict[str, tuple[str, str]
             for resource in entry.get("resources") or []}
 
 
-def test_a_gpu_hit_by_a_critical_xid_leaves_the_slice_and_its_pod_is_told(
-        real_kubelet: RealKubelet, kube: Kube, namespace: str, gpus: DraAgent) -> None:
+def holding_gpu_2(kube: Kube, namespace: str) -> str:
+    """Run pod ``holder`` with a claim on ``gpu-2``; the resource ID the kubelet shows its health under: the CDI
+    device our Prepare answered with."""
     on_gpu_2 = f'device.attributes["{names.DRIVER}"].index == 2'
     make_claim(kube, namespace, "held", claim_spec(names.CLASS_GPU, selector=on_gpu_2))
     make_pod(kube, namespace, "holder", {"gpu": {"resourceClaimName": "held"}})
@@ -277,23 +278,48 @@ def test_a_gpu_hit_by_a_critical_xid_leaves_the_slice_and_its_pod_is_told(
     (claim,) = claims_of(kube, namespace, "holder").values()
     (result,) = results_of(claim)
     assert result["device"] == "gpu-2"
-    # the kubelet names a DRA resource by the CDI device our Prepare answered with
-    resource = f"{names.CDI_KIND}={cdi.device_name(claim['metadata']['uid'], result['request'], result['device'])}"
-    assert wait_for("the kubelet shows the held GPU Healthy (the plugin's health stream)",
-                    lambda: health_of(kube, namespace, "holder").get(resource, ("", ""))[0] == "Healthy", WAIT)
+    return f"{names.CDI_KIND}={cdi.device_name(claim['metadata']['uid'], result['request'], result['device'])}"
+
+
+def shown(kube: Kube, namespace: str, resource: str, health: str) -> str | None:
+    """The message the kubelet shows with ``health`` for ``resource`` of pod ``holder`` ("-" for none), or None
+    while it shows another health."""
+    now, message = health_of(kube, namespace, "holder").get(resource, ("", ""))
+    return (message or "-") if now == health else None
+
+
+def test_a_gpu_hit_by_a_critical_xid_leaves_the_slice_and_its_pod_is_told(
+        real_kubelet: RealKubelet, kube: Kube, namespace: str, gpus: DraAgent) -> None:
+    resource = holding_gpu_2(kube, namespace)
+    wait_for("the kubelet shows the held GPU Healthy (the plugin's health stream)",
+             lambda: shown(kube, namespace, resource, "Healthy"), WAIT)
     assert gpus.dra.plugin.health.streams >= 1
     before = gpus.slices()[0]["spec"]["pool"]["generation"]
     gpus.backend.inject_xid(2, 79)  # "GPU has fallen off the bus"
     wait_for("gpu-2 gone from the slice", lambda: "gpu-2" not in gpus.devices() and len(gpus.devices()) == 7, WAIT)
     assert gpus.slices()[0]["spec"]["pool"]["generation"] > before
-
-    def unhealthy() -> str | None:
-        health, message = health_of(kube, namespace, "holder").get(resource, ("", ""))
-        return message or "(no message)" if health == "Unhealthy" else None
-
-    message = wait_for("the pod holding gpu-2 told it is Unhealthy", unhealthy, WAIT)
+    message = wait_for("the pod holding gpu-2 told it is Unhealthy", lambda: shown(kube, namespace, resource,
+                                                                                    "Unhealthy"), WAIT)
     assert "XID 79 (GPU has fallen off the bus)" in message
     delete_and_wait_unprepared(kube, gpus, namespace, "holder")
+
+
+def test_a_restarted_agent_streams_health_again_to_the_kubelet(
+        real_kubelet: RealKubelet, kube: Kube, namespace: str, tmp_path: Path, device_classes: list[str]) -> None:
+    """The kubelet ends its stream with the old agent and opens one with the new: a GPU that breaks after the
+    restart is shown on the pod that has held it since before."""
+    with dra_agent(real_kubelet, kube, tmp_path, "a100-nvlink", lambda a: len(a.devices()) == 8):
+        resource = holding_gpu_2(kube, namespace)
+        wait_for("Healthy from the first agent", lambda: shown(kube, namespace, resource, "Healthy"), WAIT)
+    with dra_agent(real_kubelet, kube, tmp_path, "a100-nvlink", lambda a: len(a.devices()) == 8) as again:
+        wait_for("the kubelet opened a stream with the new agent", lambda: again.dra.plugin.health.streams, WAIT)
+        assert running(kube, namespace, "holder")["status"]["phase"] == "Running"
+        wait_for("Healthy from the new agent", lambda: shown(kube, namespace, resource, "Healthy"), WAIT)
+        again.backend.inject_xid(2, 48)  # "double-bit ECC error"
+        message = wait_for("Unhealthy from the new agent", lambda: shown(kube, namespace, resource, "Unhealthy"),
+                           WAIT)
+        assert "XID 48 (double-bit ECC error)" in message
+        delete_and_wait_unprepared(kube, again, namespace, "holder")
 
 
 def test_a_mig_instance_of_a_profile_is_allocated_and_prepared(
