@@ -4,8 +4,8 @@ A GPU hit by a critical XID leaves the node's ResourceSlice, so nothing new is a
 already holding it would learn nothing. The kubelet (``ResourceHealthStatus``, beta and on in v1.37) streams
 device health from a DRA plugin that offers this service and writes it into every container that uses the
 device: ``status.containerStatuses[].allocatedResourcesStatus`` (``claim:<claim>``, the resource named by the
-CDI device ``NodePrepareResources`` answered with, ``health: Unhealthy`` and the message), which
-``kubectl describe pod`` shows and a job controller can act on.
+CDI device ``NodePrepareResources`` answered with, ``health: Unhealthy`` and the message), where a job
+controller or an operator (``kubectl get pod -o yaml``) can act on it.
 
 Each report is the whole pool, healthy devices included, because the kubelet forgets a device it has not
 heard of within the timeout each report gives (``health_check_timeout_seconds``) and shows it ``Unknown``. So a
