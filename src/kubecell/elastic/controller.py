@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kubecell.elastic import workers as readers
-from kubecell.elastic.events import JobEvents, job_key
+from kubecell.elastic.events import JobEvents, object_key
 from kubecell.elastic.expectations import Expectations
 from kubecell.elastic.finished import REASON_NOT_OBSERVED, FinishedJobs, disowned, memory
 from kubecell.elastic.metrics import ControllerMetrics
@@ -186,7 +186,7 @@ class ElasticController:
         if event.kind == "elasticjobs":
             if event.type == "SYNC":
                 self.synced.add("elasticjobs")
-                before, self.jobs = self.jobs, {self._key(obj): obj for obj in event.objects}
+                before, self.jobs = self.jobs, {object_key(obj): obj for obj in event.objects}
                 self.dirty |= set(self.jobs)
                 self.finished.prune(self.jobs)  # (deleted while unwatched: their records go)
                 remembered = {*self.expectations, *self.writes.services, *self.job_events.told}
@@ -194,7 +194,7 @@ class ElasticController:
                     if key not in self.jobs or _uid(self.jobs[key]) != _uid(before.get(key)):  # or made again
                         self._forget(key)
                 return
-            key = self._key(event.obj)
+            key = object_key(event.obj)
             if event.type == "DELETED":
                 self.jobs.pop(key, None)
                 self._forget(key)
@@ -247,10 +247,6 @@ class ElasticController:
         """How the job ended, as this controller recorded it (never as its status says)."""
         uid = (obj.get("metadata") or {}).get("uid")
         return self.finished.phase_of(key, uid) if isinstance(uid, str) else None
-
-    @staticmethod
-    def _key(obj: Mapping[str, Any]) -> str:
-        return job_key(obj)
 
     # --- one job ----------------------------------------------------------------------------------------
 

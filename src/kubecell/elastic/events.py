@@ -23,8 +23,9 @@ TOLD_KEPT = 8
 """Repeated-failure Events remembered per job (a bound: their messages carry what the API server said)."""
 
 
-def job_key(obj: Mapping[str, Any]) -> str:
-    """``<namespace>/<name>`` of an object as the API server gave it."""
+def object_key(obj: Mapping[str, Any]) -> str:
+    """``<namespace>/<name>`` of an ElasticJob as the API server gave it (the key the controller keeps jobs by;
+    not ``workers.job_key``, which reads a Pod's job label)."""
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
 
@@ -44,7 +45,7 @@ class JobEvents:
         for the job (True: sent now). Several, not one: a pass that meets two refusals (a Service and a host
         whose names are taken) would otherwise tell both again at every resync, each undoing the other's
         memory."""
-        key = job_key(obj)
+        key = object_key(obj)
         recent = self.told.get(key, ())
         if action.message in recent:
             return False
