@@ -32,7 +32,11 @@ def slow(tag: int) -> str:
 
 
 @pytest.fixture
-def broker() -> tuple[ClaimBroker, Devices]:
+def broker(monkeypatch: pytest.MonkeyPatch) -> tuple[ClaimBroker, Devices]:
+    # The selectors here take 10-30 ms a device on an idle machine, and more on a loaded one (a full CI run
+    # took one past the 50 ms a device is allowed, and the claim was refused); what these tests measure is
+    # the pass's and the claim's time, so the per-device limit is lifted out of their way.
+    monkeypatch.setattr(cel, "DEVICE_SECONDS", 5.0)
     cel._clear_caches()
     mirror = Mirror()
     mirror.deviceclasses = dict(CLASSES)
@@ -118,9 +122,15 @@ def test_outside_a_pass_and_on_other_threads_a_claim_is_read_at_once(
     claims, devices = broker
     assert claims._demand(claim(request(selectors=(slow(5),))), devices).count == 1
     answers: list[Any] = []
+
+    def read_elsewhere() -> None:
+        try:
+            answers.append(claims._demand(claim(request(selectors=(slow(6),))), devices))
+        except Exception as error:  # shown by the assertion below, not lost with the thread
+            answers.append(error)
+
     with claims.selector_pass(0.0):
-        worker = threading.Thread(target=lambda: answers.append(
-            claims._demand(claim(request(selectors=(slow(6),))), devices)))
+        worker = threading.Thread(target=read_elsewhere)
         worker.start()
         worker.join(60)
-    assert [answer.count for answer in answers] == [1]
+    assert [getattr(answer, "count", answer) for answer in answers] == [1]
