@@ -6,6 +6,7 @@ to what the kubelet gave it, not to what its record says now. No API server: the
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -303,7 +304,11 @@ def asking(annotation: str, limits: dict[str, str]) -> dict[str, Any]:
     ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10000", "nvidia.com/gpucores": "25"}, 10_000),
     ({"nvidia.com/gpu": "2", "nvidia.com/gpumem": "5000", "nvidia.com/gpucores": "25"}, 10_000),
     ({RESOURCE_GPU_MEMORY: "10000", "aliyun.com/gpu-mem": "30"}, 10_000),
-], ids=["alnair GiB", "gpushare GiB", "HAMi MiB", "HAMi MiB per GPU", "the smallest of two"])
+    ({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "25"}, 40_536 // 4),
+    ({"nvidia.com/gpumem-percentage": "33"}, math.ceil(40_536 * 0.33)),
+    ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000", "nvidia.com/gpumem-percentage": "10"}, 20_000),
+], ids=["alnair GiB", "gpushare GiB", "HAMi MiB", "HAMi MiB per GPU", "the smallest of two",
+        "HAMi percent of the GPU's 40,536 MiB", "HAMi percent, one GPU by default", "HAMi MiB overrides percent"])
 def test_every_dialects_memory_resource_bounds_a_rewritten_record(tmp_path: Path, limits: dict[str, str],
                                                                    bound_mib: int) -> None:
     """Its record was edited to grant 40,000 MiB; the spec's resources, which cannot change, asked less, in any
@@ -315,6 +320,20 @@ def test_every_dialects_memory_resource_bounds_a_rewritten_record(tmp_path: Path
     assert any(f"asks {bound_mib} MiB" in body["message"] for _, body in kube.created)
     nvml, monitor = watch(tmp_path, asking(forged, limits), None)
     assert sample(nvml, monitor, 0, bound_mib - 500, 20) == set(), "within what it asked"
+
+
+def test_a_hami_percentage_placed_as_a_compute_share_is_held_to_its_percent_of_the_gpus_memory(
+        tmp_path: Path) -> None:
+    """The scheduler places ``gpumem-percentage: 25`` as a 250 milli-GPU share granting no MiB (its GPU is not
+    known before it is chosen): its record as the scheduler wrote it. Before, a record granting no MiB left the
+    pod's memory unchecked, and a HAMi pod promised a quarter of the GPU could take all of it."""
+    placed = record(UID, [(0, GPU0, 250, 0)])
+    kube = FakeKube()
+    nvml, monitor = watch(tmp_path, asking(placed, {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "25"}),
+                          None, kube)
+    assert sample(nvml, monitor, 0, 30_000, 20) == {"memory"}
+    messages = [body["message"] for _, body in kube.created]
+    assert any("its record grants no MiB; its spec asks 10134 MiB" in message for message in messages), messages
 
 
 def test_a_memory_ask_in_labels_or_annotations_bounds_nothing(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ complaint). Whole GPUs may still be asked for as ``nvidia.com/gpu``.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Final
 
 DOMAIN = "kubecell.io"
 SCHEDULER_NAME = "kubecell"
@@ -73,6 +75,13 @@ VOLCANO_GROUP_NAME_ALT = "scheduling.volcano.sh/group-name"   # Volcano's second
 KAI_POD_GROUP = "pod-group-name"                              # KAI-Scheduler: pod annotation
 VOLCANO_TASK_SPEC = "volcano.sh/task-spec"                    # Volcano: the pod's task (a member group)
 KAI_SUBGROUP = "kai.scheduler/subgroup-name"                  # KAI-Scheduler: the pod's subgroup (pod label)
+
+GPU_MEMORY_MIB_PER_UNIT: Final[Mapping[str, int]] = {RESOURCE_GPU_MEMORY: 1, ALNAIR_VGPU_MEMORY: 1024,
+                                                      ALIYUN_GPU_MEM: 1024, HAMI_GPU_MEM: 1}
+"""The MiB of one unit of each dialect's GPU-memory resource, read by the scheduler (what a share asks) and by
+the node agent (what bounds a pod's record): kubecell's MiB, Alnair's GiB chunks, gpushare's GiB (its device
+plugin's default; ``DialectOptions.aliyun_memory_unit`` tells the scheduler of a cluster whose gpushare counts MiB),
+HAMi's MiB of each of the pod's GPUs."""
 
 MANAGED_RESOURCES = (RESOURCE_GPU, RESOURCE_GPU_MILLI, RESOURCE_GPU_MEMORY, NVIDIA_GPU, ALIYUN_GPU_MEM,
                      ALIYUN_GPU_COUNT, HAMI_GPU_MEM, HAMI_GPU_MEM_PERCENTAGE, HAMI_GPU_CORES, ALNAIR_VGPU_MEMORY,

@@ -66,12 +66,11 @@ from kubecell.kube.actions import Actions, eviction, pod_path
 from kubecell.kube.dialects.demand import DemandError, PodMeta
 from kubecell.kube.dialects.resources import pod_totals
 from kubecell.kube.names import (
-    ALIYUN_GPU_MEM,
-    ALNAIR_VGPU_MEMORY,
+    GPU_MEMORY_MIB_PER_UNIT,
     HAMI_GPU_MEM,
+    HAMI_GPU_MEM_PERCENTAGE,
     NVIDIA_GPU,
     RESOURCE_GPU,
-    RESOURCE_GPU_MEMORY,
     RESOURCE_GPU_MILLI,
 )
 from kubecell.kube.records import AllocationRecord, GpuGrant, RecordError
@@ -152,11 +151,10 @@ PodsSource = Callable[[], Iterable[Mapping[str, Any]]]
 Handed = Callable[[], Mapping[tuple[str, str], Collection[str]]]
 """(namespace, pod name) -> the device IDs of kubecell's device plugin the kubelet gave that pod (PodResources)."""
 PLUGIN_RESOURCES: Final = frozenset((RESOURCE_GPU, RESOURCE_GPU_MILLI))
-MIB_PER_UNIT: Final[Mapping[str, int]] = {RESOURCE_GPU_MEMORY: 1, ALNAIR_VGPU_MEMORY: 1024, ALIYUN_GPU_MEM: 1024,
-                                          HAMI_GPU_MEM: 1}
-"""The GPU-memory resources of the dialects, and the MiB of one unit of each: kubecell's MiB, Alnair's GiB chunks,
-gpushare's GiB (a cluster whose gpushare counts MiB, ``--memory-unit=MiB``, is bounded 1,024 times more loosely,
-never more tightly), HAMi's MiB of *each* of the pod's ``nvidia.com/gpu``."""
+MEMORY_RESOURCES: Final = frozenset((*GPU_MEMORY_MIB_PER_UNIT, HAMI_GPU_MEM_PERCENTAGE))
+"""The resources a pod's GPU-memory ask can be stated in (:data:`~kubecell.kube.names.GPU_MEMORY_MIB_PER_UNIT`; a
+cluster whose gpushare counts MiB, ``--memory-unit=MiB``, is bounded 1,024 times more loosely, never more tightly),
+and HAMi's percent of each GPU's memory."""
 
 
 def covered(record: AllocationRecord, devices: Collection[str]) -> list[GpuGrant]:
@@ -175,14 +173,17 @@ def covered(record: AllocationRecord, devices: Collection[str]) -> list[GpuGrant
     return grants
 
 
-def spec_memory_mib(pod: Mapping[str, Any]) -> int | None:
-    """The MiB of GPU memory the pod's spec asks in any dialect's resource (:data:`MIB_PER_UNIT`, its containers'
-    requests or limits summed as the kubelet and the scheduler sum them), which no rewrite of its record can raise;
-    the smallest where it states several; None where the spec asks none (or states it unreadably, which the API
-    server's validation of extended resources does not let in). Only resources count: labels and annotations can
-    be rewritten with the record. HAMi's MiB per GPU is multiplied by all the pod's ``nvidia.com/gpu``, which is at
-    least what each container's product sums to: a bound never tighter than the pod's own ask."""
-    if not pods.asks_for_any(pod, frozenset(MIB_PER_UNIT)):
+def spec_memory_mib(pod: Mapping[str, Any], gpu_memory_mib: int = 0) -> int | None:
+    """The MiB of GPU memory the pod's spec asks in any dialect's resource (:data:`MEMORY_RESOURCES`, its
+    containers' requests or limits summed as the kubelet and the scheduler sum them), which no rewrite of its record
+    can raise; the smallest where it states several; None where the spec asks none (or states it unreadably, which
+    the API server's validation of extended resources does not let in). Only resources count: labels and
+    annotations can be rewritten with the record. HAMi's MiB per GPU is multiplied by all the pod's
+    ``nvidia.com/gpu``, which is at least what each container's product sums to: a bound never tighter than the
+    pod's own ask. HAMi's percentage (which its MiB overrides, as in HAMi) is of ``gpu_memory_mib``, the largest
+    GPU the pod uses here: a share's memory cannot be known before its GPU is, so the scheduler grants it none in
+    MiB, and without this the percentage bounded nothing."""
+    if not pods.asks_for_any(pod, MEMORY_RESOURCES):
         return None
     try:
         totals = pod_totals(PodMeta.of(pod))
@@ -191,12 +192,17 @@ def spec_memory_mib(pod: Mapping[str, Any]) -> int | None:
                     pods.key(pod), error)
         return None
     stated = []
-    for resource, mib in MIB_PER_UNIT.items():
+    gpus = max(totals.get(NVIDIA_GPU) or Decimal(1), Decimal(1))  # HAMi's per-GPU asks: its webhook's default 1
+    for resource, mib in GPU_MEMORY_MIB_PER_UNIT.items():
         amount = totals.get(resource)
         if amount is None:
             continue
-        count = max(totals.get(NVIDIA_GPU) or Decimal(1), Decimal(1)) if resource == HAMI_GPU_MEM else Decimal(1)
+        count = gpus if resource == HAMI_GPU_MEM else Decimal(1)
         stated.append(max(int(amount * mib * count), 0))
+    percent = totals.get(HAMI_GPU_MEM_PERCENTAGE)
+    if percent is not None and HAMI_GPU_MEM not in totals and gpu_memory_mib > 0:
+        percent = min(max(percent, Decimal(0)), Decimal(100))
+        stated.append(math.ceil(percent * gpu_memory_mib * gpus / 100))
     return min(stated) if stated else None
 
 
@@ -270,6 +276,7 @@ class OveruseMonitor:
             self.overuse_total.labels(kind=kind)  # every kind is exported from the start, at 0
         self.windows: dict[tuple[str, str], deque[float]] = {}
         self.parent_of: dict[str, str] = {}
+        self.memory_of: dict[str, int] = {}  # GPU UUID -> its MiB, as the last sample read them
         """MIG instance UUID -> its GPU's UUID: NVML lists a MIG pod's processes on the GPU, not the instance."""
         """(pod UID, GPU UUID) -> the last ``window`` utilisation samples."""
         self.episodes: dict[tuple[str, Kind], Episode] = {}
@@ -294,6 +301,7 @@ class OveruseMonitor:
         found: dict[str, dict[str, Usage]] = {}
         devices = self.backend.devices()
         self.parent_of = {m.uuid: device.uuid for device in devices for m in device.mig_instances}
+        self.memory_of = {device.uuid: device.memory_mib for device in devices}
         for device in devices:
             for process in self.backend.processes(device.index):
                 uid = self.cgroups.pod_uid(process.pid)
@@ -369,7 +377,8 @@ class OveruseMonitor:
                                                    pod["metadata"]["name"]), ()))
             # a MIG instance is the pod's own (the hardware bounds it): its processes on the GPU are never over
             grants = {self.parent_of.get(gpu.uuid, gpu.uuid): gpu for gpu in held}
-            asked = spec_memory_mib(pod)  # what is left of it: the spec's ask bounds all the pod's shares together
+            # what is left of it: the spec's ask bounds all the pod's shares together
+            asked = spec_memory_mib(pod, max(self.memory_of.get(gpu, 0) for gpu in gpus))
             for gpu_uuid, used in gpus.items():
                 grant = grants.get(gpu_uuid)
                 if grant is not None and grant.milli >= MILLI_PER_GPU and (asked is None or served):
@@ -380,7 +389,8 @@ class OveruseMonitor:
                 bound = ""
                 if asked is not None and grant is not None:
                     if not memory or memory > asked:
-                        bound = f" (its record says {memory} MiB, but its spec asks {asked} MiB)"
+                        bound = (f" (its record says {memory} MiB, but its spec asks {asked} MiB)" if memory
+                                 else f" (its record grants no MiB; its spec asks {asked} MiB)")
                         memory = asked
                     asked -= memory
                 on = f"GPU {used.gpu_index} ({gpu_uuid})"

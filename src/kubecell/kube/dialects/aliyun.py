@@ -37,8 +37,8 @@ class Aliyun(Statement):
         amount = whole_number(pod, names.ALIYUN_GPU_MEM, raw)
         unit = self.reading.options.aliyun_memory_unit
         where = f"{names.ALIYUN_GPU_MEM} {amount}"
-        mib = share_memory_mib(pod, where, names.ALIYUN_GPU_MEM, amount * (1024 if unit == "GiB" else 1),
-                               self.reading.options, unit)
+        per_unit = names.GPU_MEMORY_MIB_PER_UNIT[names.ALIYUN_GPU_MEM] if unit == "GiB" else 1
+        mib = share_memory_mib(pod, where, names.ALIYUN_GPU_MEM, amount * per_unit, self.reading.options, unit)
         if count > 1:
             raise pod.error(f"{where} with {names.ALIYUN_GPU_COUNT} {count}", f"asks for memory on each of {count} "
                             "GPUs; kubecell places a share on one GPU", field=names.ALIYUN_GPU_COUNT,

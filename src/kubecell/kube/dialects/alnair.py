@@ -44,7 +44,8 @@ class Alnair(Statement):
             amount = whole_number(pod, names.ALNAIR_VGPU_MEMORY, memory_raw)
             where = f"{names.ALNAIR_VGPU_MEMORY} {amount}"
             subject.append(where)
-            mib = share_memory_mib(pod, where, names.ALNAIR_VGPU_MEMORY, amount * 1024, self.reading.options, "GiB")
+            per_unit = names.GPU_MEMORY_MIB_PER_UNIT[names.ALNAIR_VGPU_MEMORY]
+            mib = share_memory_mib(pod, where, names.ALNAIR_VGPU_MEMORY, amount * per_unit, self.reading.options, "GiB")
         field = names.ALNAIR_VGPU_MEMORY if memory_raw is not None else names.ALNAIR_VGPU_COMPUTE
         return GpuAsk("alnair", field, " with ".join(subject), 1, milli, mib)
 
