@@ -3,6 +3,7 @@ report files, the table; and its one-line input errors."""
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from pathlib import Path
@@ -157,3 +158,19 @@ def test_a_handover_that_is_not_a_grace_period_is_refused(monkeypatch: pytest.Mo
     argv = ["sim", "elastic", "--workload", str(data), "--handover-seconds", value, "--out", str(tmp_path / "r")]
     assert run_main(monkeypatch, argv) == 2
     assert "--handover-seconds" in capsys.readouterr().err
+
+
+def test_names_a_workload_wrote_never_open_as_formulas(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A workload file is untrusted: jobs named ``=1+2`` or ``-2+3`` were written into jobs.csv as they were, and a
+    spreadsheet opening the report ran them as formulas (CSV injection, CWE-1236). Now they are text (a leading
+    ``'``); numbers, negative ones included, stay numbers."""
+    write_models(tmp_path / "data")
+    write_workload(tmp_path / "data", "=1+2,0,cifar10,1,128\n-2+3,30,cifar10,2,64\n@SUM(A1),60,cifar10,1,128\n",
+                   family="philly", name="workload-1")
+    out = tmp_path / "report"
+    assert run_main(monkeypatch, ["sim", "elastic", "--workload", str(tmp_path / "data"), "--policy", "rigid",
+                                  "--out", str(out)]) == 0
+    with (out / "jobs.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted(row["name"] for row in rows) == ["'-2+3", "'=1+2", "'@SUM(A1)"]
+    assert all(float(row["jct_s"]) > 0 for row in rows)

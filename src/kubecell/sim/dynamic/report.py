@@ -21,6 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from kubecell.sim.cells import spreadsheet_text
 from kubecell.sim.dynamic.metrics import PolicyMetrics
 from kubecell.sim.dynamic.private import PrivateBaseline
 from kubecell.sim.dynamic.simulator import JobRecord, SimulationResult
@@ -36,7 +37,7 @@ def _cell(value: object) -> object:
         return ""
     if isinstance(value, float):
         return "" if math.isnan(value) else round(value, 3)
-    return value
+    return spreadsheet_text(value) if isinstance(value, str) else value
 
 
 def write_summary(out: Path, metrics: Sequence[PolicyMetrics], meta: Mapping[str, object],
@@ -84,7 +85,8 @@ def write_timeseries(out: Path, results: Sequence[SimulationResult]) -> Path:
             for sample in result.samples:
                 hours = round((sample.time - result.start) / 3600.0, 4)
                 for vc, (used, borrowed, opportunistic) in sample.per_vc.items():
-                    writer.writerow([result.policy, hours, sample.allocated_milli / 1000, sample.pending, vc,
+                    writer.writerow([result.policy, hours, sample.allocated_milli / 1000, sample.pending,
+                                     spreadsheet_text(vc),
                                      result.guaranteed_gpus.get(vc, 0), used, borrowed, opportunistic])
     return path
 

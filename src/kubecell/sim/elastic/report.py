@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from kubecell.sim.cells import spreadsheet_text
 from kubecell.sim.elastic.metrics import FAMILY_KEYS, PAPER_TABLE3, PAPER_TRACE, RUN_KEYS, Figures
 from kubecell.sim.elastic.runner import ElasticRun, write_summary
 from kubecell.sim.elastic.simulator import SimulationResult
@@ -38,7 +39,8 @@ def write_jobs(out: Path, results: Sequence[SimulationResult]) -> Path:
         writer.writerow(JOB_COLUMNS)
         for result in results:
             for r in result.records:
-                writer.writerow([result.policy, result.workload, r.name, r.application, _round(r.submitted),
+                writer.writerow([result.policy, spreadsheet_text(result.workload), spreadsheet_text(r.name),
+                                 spreadsheet_text(r.application), _round(r.submitted),
                                  r.num_replicas, r.batch_size, _round(r.first_start), _round(r.completion),
                                  _round(r.jct), r.restarts, _round(r.gpu_seconds / 3600, 4),
                                  _round(r.restart_gpu_seconds / 3600, 4), r.max_gpus])
