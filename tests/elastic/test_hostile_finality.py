@@ -21,7 +21,16 @@ from kubecell.kube import elasticjobs as ej
 from kubecell.kube.rest import ApiError
 from kubecell.kube.watch import Event
 from tests.elastic.support import DEPLOY
-from tests.elastic.test_hostile_controller import NS, Store, controller_over, job, pod_path, reconcile, service_path
+from tests.elastic.test_hostile_controller import (
+    NOW,
+    NS,
+    Store,
+    controller_over,
+    job,
+    pod_path,
+    reconcile,
+    service_path,
+)
 
 RECORDS = [f"/api/v1/namespaces/kubecell-system/configmaps/{finished.configmap_name(shard)}"
            for shard in range(finished.SHARDS)]
@@ -133,7 +142,8 @@ def test_a_job_that_ended_stays_ended_after_its_pods_are_gone_and_a_restart() ->
     set_workers(store, controller, "Succeeded", ready=False)
     reconcile(controller, store)
     assert store.objects[ej.job_path(NS, "bert")]["status"]["phase"] == "Succeeded"
-    assert store.record() == {f"{NS}.bert": {"uid": "bert-uid", "phase": "Succeeded", "restarts": 0, "target": 2}}
+    assert store.record() == {f"{NS}.bert": {"uid": "bert-uid", "phase": "Succeeded", "restarts": 0, "target": 2,
+                                             "ended": int(NOW)}}
     assert service_path() not in store.objects
     for path in [path for path in store.objects if "/pods/" in path]:
         del store.objects[path]
@@ -165,7 +175,8 @@ def test_the_first_controller_to_keep_the_record_takes_on_the_ends_statuses_stat
     controller = controller_over(store, job(status={"phase": "Succeeded", "targetReplicas": 2}))
     reconcile(controller, store, passes=2)
     assert not pods(store)
-    assert store.record() == {f"{NS}.bert": {"uid": "bert-uid", "phase": "Succeeded"}}
+    # (its end time is when this controller took it on: a time to live counts from then, never from a status)
+    assert store.record() == {f"{NS}.bert": {"uid": "bert-uid", "phase": "Succeeded", "ended": int(NOW)}}
 
 
 def test_a_deleted_job_takes_its_record_with_it() -> None:
@@ -207,7 +218,7 @@ def test_the_record_is_spread_over_its_configmaps_and_read_back_whole() -> None:
     keeper.load({})
     keys = [f"ns-{i}/job-{i}" for i in range(200)]
     for i, key in enumerate(keys):
-        assert keeper.keep(key, f"uid-{i}", None, i % 3, 2)
+        assert keeper.keep(key, f"uid-{i}", None, i % 3, 2, now=NOW)
     used = {path for path in RECORDS if store.objects[path].get("data")}
     assert len(used) == finished.SHARDS, "every ConfigMap of the record holds some"
     for key in keys:

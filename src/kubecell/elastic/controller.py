@@ -35,6 +35,7 @@ from typing import Any
 from kubecell.elastic import workers as readers
 from kubecell.elastic.events import JobEvents, object_key
 from kubecell.elastic.expectations import Expectations
+from kubecell.elastic.expiry import Expiries
 from kubecell.elastic.finished import REASON_NOT_OBSERVED, FinishedJobs, disowned, memory
 from kubecell.elastic.metrics import ControllerMetrics
 from kubecell.elastic.stall import StallClocks
@@ -124,6 +125,8 @@ class ElasticController:
         """The jobs it saw end (read at the first pass): a status that says so is not enough."""
         self.stalls = StallClocks()
         """How long each job has been short of its minimum Ready, on this controller's clock (never the status')."""
+        self.expiries = Expiries(kube)
+        """When finished jobs with ``spec.ttlSecondsAfterFinished`` are deleted (from the record's end times)."""
 
     def shutdown(self) -> None:
         self.stop.set()
@@ -156,6 +159,7 @@ class ElasticController:
                 next_resync = time.monotonic() + self.options.resync_seconds
                 self.dirty |= {key for key, obj in self.jobs.items() if self._final(key, obj) is None}
             if self.reconcile_dirty() or resync or not self.ready.is_set():
+                self.expiries.expire(self.clock())
                 self.metrics.publish(self.jobs.values())
             if self.finished.loaded:
                 self.ready.set()
@@ -234,6 +238,7 @@ class ElasticController:
             kept.pop(key, None)
         self.finished.forget(key)
         self.stalls.forget(key)
+        self.expiries.forget(key)
 
     def _keep_pod(self, pod: dict[str, Any]) -> None:
         key = readers.job_key(pod)
@@ -314,10 +319,11 @@ class ElasticController:
         if (said := disowned(previous, restarts, target, (decision.restarts, decision.established))) is not None:
             self.job_events.tell_once(obj, Emit(True, REASON_NOT_OBSERVED, said))
         ended = decision.phase if decision.phase in TERMINAL and final is None else final  # decided now, or before
-        if not self.finished.keep(key, uid, ended, decision.restarts, decision.established):  # before any action
+        if not self.finished.keep(key, uid, ended, decision.restarts, decision.established, now=now):  # before acting
             message = (f"restart count {decision.restarts} / target {decision.established} not acted on: this "
                        "controller's record of its jobs refused them (see its log); tried again at every resync")
             raise CreateRefusedError(message, told=self.job_events.tell_once(obj, Emit(True, "RecordRefused", message)))
+        self.expiries.track(key, obj, self.finished.entry(key, uid))
         if spec is not None:
             self._act(obj, spec, decision, pods_by_index, host, expect, now)
         else:

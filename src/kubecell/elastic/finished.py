@@ -17,13 +17,14 @@ annotation on the job: the controller may not write the job itself, only its sta
 (``deploy/elastic/rbac.yaml``), and whoever may update the job could write one too. The controller's namespace
 is written by kubecell alone; the rules grant the controller these ConfigMaps, by name.
 
-Kept: one entry per job that still exists (taken out when the job is deleted, or found gone at a relist), about 130
+Kept: one entry per job that still exists (taken out when the job is deleted, or found gone at a relist), about 150
 bytes each, spread by a hash of the job's key over ``SHARDS`` ConfigMaps (``kubecell-elastic-finished``,
-``kubecell-elastic-finished-1`` ...), so that some 8,000 jobs fit in each one's 1 MiB and about 128,000 in all (in
-one ConfigMap, a cluster that kept 8,000 ElasticJobs, finished ones included, started no more); an entry is written
-when the job starts, resizes, restarts or ends. Past that a write is refused and logged: an end is acted on all the
-same (it was decided from the workers: their GPUs are freed), kept in memory and written again at each pass; a
-start, resize or restart waits (a ``RecordRefused`` Warning), since workers made in a run the record does not hold
+``kubecell-elastic-finished-1`` ...), so that some 7,000 jobs fit in each one's 1 MiB and about 110,000 in all (in
+one ConfigMap, a cluster that kept 8,000 ElasticJobs, finished ones included, started no more; a job's
+``spec.ttlSecondsAfterFinished`` deletes it, and its entry, once it has ended: ``elastic.expiry``); an entry is
+written when the job starts, resizes, restarts or ends. Past that a write is refused and logged: an end is acted on
+all the same (it was decided from the workers: their GPUs are freed), kept in memory and written again at each pass;
+a start, resize or restart waits (a ``RecordRefused`` Warning), since workers made in a run the record does not hold
 would be taken for stale ones by the next controller. Read with checks, as every object in the API: an entry that
 fails one is dropped.
 
@@ -41,7 +42,7 @@ import json
 import logging
 import zlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubecell.elastic.states import TERMINAL, Phase
@@ -52,6 +53,8 @@ from kubecell.kube.rest import ApiError, Kube
 log = logging.getLogger("kubecell.elastic")
 
 CONFIGMAP = "kubecell-elastic-finished"
+MAX_EPOCH_SECONDS = 10**11
+"""The latest end time an entry may state (the year 5138): a bound on what is read, not a policy."""
 SHARDS = 16
 """How many ConfigMaps the record is spread over (the rules name each: ``deploy/elastic/rbac.yaml``)."""
 
@@ -81,6 +84,10 @@ class Entry:
     phase: Phase | None = None
     restarts: int | None = None
     target: int | None = None
+    ended_at: int | None = None
+    """When this controller (or one before it) recorded the end, in seconds since the epoch: what a finished job's
+    ``spec.ttlSecondsAfterFinished`` counts from (``elastic.expiry``). None: not ended, or ended before the record
+    kept the time (stamped at the next pass)."""
 
 
 def entry_key(key: str) -> str:
@@ -95,7 +102,7 @@ def job_key(entry: str) -> str:
 
 def encode(entry: Entry) -> str:
     fields = {"uid": entry.uid, "phase": entry.phase and str(entry.phase), "restarts": entry.restarts,
-              "target": entry.target}
+              "target": entry.target, "ended": entry.ended_at}
     return json.dumps({key: value for key, value in fields.items() if value is not None}, sort_keys=True)
 
 
@@ -114,11 +121,13 @@ def decode(text: Any) -> Entry | None:
     if not isinstance(value, Mapping) or not is_object_uid(value.get("uid")):
         return None
     phase, restarts, target = value.get("phase"), value.get("restarts"), value.get("target")
+    ended = value.get("ended")
     if (phase is not None and phase not in {str(p) for p in TERMINAL}) or (restarts is None) != (target is None) \
             or not _bounded(restarts, MAX_COUNT) or not _bounded(target, MAX_REPLICAS) \
-            or (phase is None and restarts is None):
+            or (phase is None and restarts is None) or not _bounded(ended, MAX_EPOCH_SECONDS) \
+            or (phase is None and ended is not None):
         return None
-    return Entry(value["uid"], None if phase is None else Phase(phase), restarts, target)
+    return Entry(value["uid"], None if phase is None else Phase(phase), restarts, target, ended)
 
 
 def claimed(jobs: Mapping[str, Mapping[str, Any]]) -> dict[str, Entry]:
@@ -244,17 +253,21 @@ class FinishedJobs:
         found = self.entry(key, uid)
         return None if found is None else found.phase
 
-    def keep(self, key: str, uid: str, phase: Phase | None, restarts: int, target: int) -> bool:
+    def keep(self, key: str, uid: str, phase: Phase | None, restarts: int, target: int, *, now: float) -> bool:
         """Keep what was decided for job ``key`` of ``uid`` (its end, where ``phase``) before it is acted on, where
         it changed; False where the API refused it (the ConfigMap full, the API server away): a restart or target
         not kept is not acted on (its workers would be made in a run no record holds), and is decided again at the
         next pass. An end is acted on all the same (it came from the workers: their GPUs are freed now), kept in
         this copy and written again at each ``flush``. An entry without counts (an end kept before the record kept
-        them) is left as it is."""
+        them) keeps them so. An end is kept with the time it was first recorded (``now``, epoch seconds, where the
+        entry has none: an end recorded before the record kept the time counts from this pass)."""
         found = self.entry(key, uid)
-        entry = Entry(uid, phase, restarts, target)
-        if found == entry or self.kept is None or (found is not None and found.phase is not None
-                                                   and found.restarts is None):
+        stamped = found.ended_at if found is not None and found.ended_at is not None else int(now)
+        if found is not None and found.phase is not None and found.restarts is None:  # counts never kept: left so
+            entry = replace(found, ended_at=stamped)
+        else:
+            entry = Entry(uid, phase, restarts, target, stamped if phase is not None else None)
+        if found == entry or self.kept is None:
             return True
         try:
             self._write({entry_key(key): encode(entry)})

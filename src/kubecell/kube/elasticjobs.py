@@ -66,6 +66,7 @@ MAX_GRACE_SECONDS = 86400
 MAX_NPROC_PER_NODE = 1024
 MAX_BATCH_SIZE = 2**31 - 1
 MAX_RESTART_SECONDS = 86400
+MAX_TTL_SECONDS = 2**31 - 1  # batch/v1 Job's ttlSecondsAfterFinished is an int32
 """A restart longer than a day is a typo; the sizer would never resize such a job anyway."""
 MIN_RENDEZVOUS_TIMEOUT = 10
 MAX_RENDEZVOUS_TIMEOUT = 86400
@@ -130,6 +131,9 @@ class ElasticJobSpec:
     restart_seconds: int | None = None
     """What one resize costs the job (its workers restart, rendezvous and load the checkpoint), as its owner
     states it; None: the scheduler's default. The sizer weighs every resize against it."""
+    ttl_seconds_after_finished: int | None = None
+    """How long the job is kept once it has ended before the controller deletes it (batch/v1 Job's field and
+    meaning; ``elastic.expiry``); None: kept until someone deletes it."""
     rendezvous_image: str | None = None
     """The rendezvous host's image (``spec.rendezvousImage``); None: the workers' first container's, which has
     PyTorch (the host runs ``python3`` with ``torch``)."""
@@ -148,6 +152,16 @@ def collection_path(namespace: str | None = None) -> str:
 
 def job_path(namespace: str, name: str) -> str:
     return f"{collection_path(namespace)}/{name}"
+
+
+def ttl_after_finished(obj: Mapping[str, Any]) -> int | None:
+    """``spec.ttlSecondsAfterFinished`` read alone (a job whose spec is otherwise invalid ends too, and is deleted
+    all the same); None where absent or not a whole number 0..``MAX_TTL_SECONDS``, which the CRD's schema refuses."""
+    spec = obj.get("spec")
+    value = spec.get("ttlSecondsAfterFinished") if isinstance(spec, Mapping) else None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TTL_SECONDS:
+        return None
+    return value
 
 
 def worker_name(job: str, index: int) -> str:
@@ -460,6 +474,8 @@ def read_elastic_job(obj: Any) -> ElasticJobSpec:
         batch_size = BatchSize(smallest, largest)
     restart = None if spec.get("restartSeconds") is None else _int_field(spec, "restartSeconds", where, 0,
                                                                          MAX_RESTART_SECONDS, None)
+    ttl = None if spec.get("ttlSecondsAfterFinished") is None else _int_field(
+        spec, "ttlSecondsAfterFinished", where, 0, MAX_TTL_SECONDS, None)
     image = spec.get("rendezvousImage")
     if image is not None:
         image = _text(image, where, "spec.rendezvousImage", "a container image with python3 and PyTorch",
@@ -468,4 +484,4 @@ def read_elastic_job(obj: Any) -> ElasticJobSpec:
                           max_replicas=high, replicas=replicas, replicas_stated=stated, template=template,
                           max_restarts=max_restarts, rendezvous_port=port, rendezvous_timeout_seconds=timeout,
                           termination_grace_period_seconds=grace, nproc_per_node=nproc, batch_size=batch_size,
-                          restart_seconds=restart, rendezvous_image=image)
+                          restart_seconds=restart, ttl_seconds_after_finished=ttl, rendezvous_image=image)
