@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from kubecell.elastic import finished
 from kubecell.elastic.controller import ElasticController
@@ -113,6 +114,9 @@ def test_another_job_under_the_name_is_not_deleted_and_a_refused_delete_is_tried
     assert "deploy/elastic/rbac.yaml" in warned[0].message
     store.delete = refusing  # type: ignore[method-assign]
     assert controller.expiries.expire(NOW + 60) == [f"{NS}/bert"], "tried again, 30 s after each refusal"
+    scraped = generate_latest(controller.metrics.registry).decode()
+    assert 'kubecell_elastic_expired_jobs_total{outcome="refused"} 2.0' in scraped
+    assert 'kubecell_elastic_expired_jobs_total{outcome="deleted"} 1.0' in scraped
 
 
 @pytest.mark.parametrize("value", [-1, 2**31, "1h", True, 1.5])

@@ -125,7 +125,7 @@ class ElasticController:
         """The jobs it saw end (read at the first pass): a status that says so is not enough."""
         self.stalls = StallClocks()
         """How long each job has been short of its minimum Ready, on this controller's clock (never the status')."""
-        self.expiries = Expiries(kube)
+        self.expiries = Expiries(kube, self.metrics.expiries)
         """When finished jobs with ``spec.ttlSecondsAfterFinished`` are deleted (from the record's end times)."""
 
     def shutdown(self) -> None:

@@ -17,6 +17,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from prometheus_client import Counter
+
 from kubecell.elastic.finished import Entry
 from kubecell.kube.elasticjobs import job_path, ttl_after_finished
 from kubecell.kube.rest import ApiError, Kube
@@ -29,8 +31,10 @@ RETRY_SECONDS = 30.0
 class Expiries:
     """When each finished job with a time to live is due (epoch seconds, the controller's clock), and its delete."""
 
-    def __init__(self, kube: Kube, *, retry_seconds: float = RETRY_SECONDS) -> None:
+    def __init__(self, kube: Kube, counted: Counter | None = None, *, retry_seconds: float = RETRY_SECONDS) -> None:
         self.kube = kube
+        self.counted = counted
+        """``kubecell_elastic_expired_jobs_total{outcome}`` (deleted, refused), where the controller exports it."""
         self.retry_seconds = retry_seconds
         self.due: dict[str, tuple[float, str]] = {}
         """Job key -> (when it is deleted, its uid): only jobs that ended and state a time to live."""
@@ -65,6 +69,7 @@ class Expiries:
                     self.forget(key)
                     continue
                 self.due[key] = (now + self.retry_seconds, uid)
+                self._count("refused")
                 kind = f"{key} {error.status}"
                 level = logging.DEBUG if kind in self._refused else logging.WARNING
                 self._refused.add(kind)
@@ -77,4 +82,9 @@ class Expiries:
                      key, now - due)
             self.forget(key)
             deleted.append(key)
+            self._count("deleted")
         return deleted
+
+    def _count(self, outcome: str) -> None:
+        if self.counted is not None:
+            self.counted.labels(outcome).inc()

@@ -118,8 +118,13 @@ class ControllerMetrics:
                                   "404; refused: quota or admission)", ["verb", "outcome"], registry=self.registry)
         self.events = Counter("kubecell_elastic_events", "Events recorded on ElasticJobs, by type and reason",
                               ["type", "reason"], registry=self.registry)
+        self.expiries = Counter("kubecell_elastic_expired_jobs", "Finished ElasticJobs deleted past their "
+                                "spec.ttlSecondsAfterFinished (deleted: or found gone; refused: the API refused the "
+                                "delete, tried again later)", ["outcome"], registry=self.registry)
         for outcome in ("ok", "refused", "error"):
             self.reconciles.labels(outcome)
+        for outcome in ("deleted", "refused"):
+            self.expiries.labels(outcome)
         for verb, outcome in (("create", "ok"), ("create", "exists"), ("create", "refused"), ("delete", "ok"),
                               ("delete", "gone")):
             self.pod_writes.labels(verb, outcome)
