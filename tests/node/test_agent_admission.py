@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("grpc", reason="tests/node needs the `node` extra: pip install -e '.[dev,node]' (grpcio)")
 
+from kubecell.kube.actions import event_body
 from kubecell.kube.names import ANNOTATION_ACK, ANNOTATION_INVENTORY
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.testbed.control_plane import ControlPlaneState
@@ -86,6 +87,23 @@ def test_the_agent_writes_its_own_node_and_nothing_of_anothers(
             made = as_agent.create(SLICES, slice_of(r.name))
             as_agent.replace(f"{SLICES}/{made['metadata']['name']}", made)
             as_agent.delete(f"{SLICES}/{made['metadata']['name']}")
+            # Events: about a pod, as the agent, from its own node; never as another node's agent or another
+            # component (the scheduler, the kubelet), never about another kind of object
+            pod = {"apiVersion": "v1", "kind": "Pod", "name": "probe", "namespace": namespace, "uid": "probe-uid"}
+            events = f"/api/v1/namespaces/{namespace}/events"
+
+            def told(component: str = "kubecell-node-agent", host: str | None = r.name,
+                     involved: dict[str, Any] = pod) -> dict[str, Any]:
+                return event_body(involved, namespace, event_type="Warning", reason="GPUOveruse", message="probe",
+                                  component=component, action="Scheduling", host=host)
+
+            as_agent.create(events, told())
+            assert f"on {r.name} writes only its own node's objects" in refused(as_agent.create, events,
+                                                                                told(host=other))
+            assert "writes only its own node's objects" in refused(as_agent.create, events, told(host=None))
+            assert "as kubecell-node-agent" in refused(as_agent.create, events, told("kubecell-scheduler"))
+            assert "as kubecell-node-agent" in refused(as_agent.create, events, told(involved={
+                "apiVersion": "v1", "kind": "ConfigMap", "name": "tenants", "namespace": namespace, "uid": "x"}))
             # another node's objects: none
             before = kube.get(f"/api/v1/nodes/{other}")
             says = refused(as_agent.patch, f"/api/v1/nodes/{other}",

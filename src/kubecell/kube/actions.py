@@ -41,16 +41,19 @@ def eviction(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def event_body(involved: Mapping[str, Any], namespace: str, *, event_type: str, reason: str, message: str,
-               component: str, action: str) -> dict[str, Any]:
+               component: str, action: str, host: str | None = None) -> dict[str, Any]:
     """A ``core/v1`` Event about ``involved`` (its apiVersion, kind, name, uid and, if namespaced, namespace)
-    in ``namespace``, as client-go's recorder writes one (both the old and the ``events.k8s.io`` fields)."""
+    in ``namespace``, as client-go's recorder writes one (both the old and the ``events.k8s.io`` fields).
+    ``host``: the node a per-node component runs on, as the kubelet names its own (``source.host``, and the
+    reporting instance), so that ``kubectl describe`` says which node's agent spoke; the agent's admission policy
+    lets it write no other."""
     now = rfc3339()
     return {"apiVersion": "v1", "kind": "Event",
             "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
             "involvedObject": dict(involved), "reason": reason, "message": message[:1024], "type": event_type,
             "count": 1, "firstTimestamp": now, "lastTimestamp": now, "eventTime": rfc3339_micro(),
-            "reportingComponent": component, "reportingInstance": component, "action": action,
-            "source": {"component": component}}
+            "reportingComponent": component, "reportingInstance": host or component, "action": action,
+            "source": {"component": component, **({"host": host} if host else {})}}
 
 
 CRASH_AFTER_WRITES = "KUBECELL_CRASH_AFTER_WRITES"
@@ -59,11 +62,12 @@ so a crash can be placed exactly between any two writes of a decision. Unset (th
 
 
 class Actions:
-    """The scheduler's writes, as ``component`` (the ``schedulerName``)."""
+    """The scheduler's writes, as ``component`` (the ``schedulerName``); the node agent's, with its ``host``."""
 
-    def __init__(self, kube: Kube, component: str) -> None:
+    def __init__(self, kube: Kube, component: str, *, host: str | None = None) -> None:
         self.kube = kube
         self.component = component
+        self.host = host
         self._writes = 0
         self._lock = threading.Lock()
         self.crash_after = int(os.environ.get(CRASH_AFTER_WRITES) or 0)
@@ -151,7 +155,8 @@ class Actions:
         namespace = meta.get("namespace", "default")
         involved = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "namespace": namespace, "uid": meta["uid"]}
         body = event_body(involved, namespace, event_type=kind, reason=reason, message=message,
-                          component=self.component, action="Scheduling")
+                          component=self.component, action="Scheduling",
+                          host=self.host)
         try:
             self.kube.create(f"/api/v1/namespaces/{namespace}/events", body)
             if counted:
@@ -165,7 +170,8 @@ class Actions:
         meta = node["metadata"]
         involved = {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta.get("uid", "")}
         body = event_body(involved, "default", event_type="Warning", reason=reason, message=message,
-                          component=self.component, action="Inventory")
+                          component=self.component, action="Inventory",
+                          host=self.host)
         try:
             self.kube.create("/api/v1/namespaces/default/events", body)
         except ApiError as error:
@@ -179,7 +185,8 @@ class Actions:
         involved = {"apiVersion": obj.get("apiVersion", "v1"), "kind": kind, "name": meta["name"],
                     "namespace": namespace, "uid": meta.get("uid", "")}
         body = event_body(involved, namespace, event_type="Warning", reason=reason, message=message,
-                          component=self.component, action="Configure")
+                          component=self.component, action="Configure",
+                          host=self.host)
         try:
             self.kube.create(f"/api/v1/namespaces/{namespace}/events", body)
         except ApiError as error:

@@ -105,7 +105,7 @@ class RecordAllocator:
         self.prepare = prepare
         """Called before a container is answered (the MPS daemon of its GPU must run before it starts);
         a ``KubecellError`` from it refuses the pod."""
-        self.actions = Actions(kube, "kubecell-node-agent")
+        self.actions = Actions(kube, "kubecell-node-agent", host=node)
         self.lock = threading.Lock()  # the kubelet may call for two resources of one pod at once
         self.serving: dict[str, Served] = {}
         self.uncovered: set[str] = set()

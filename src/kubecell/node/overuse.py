@@ -258,7 +258,7 @@ class OveruseMonitor:
         self.calm_samples = calm_samples
         self.evict_after_seconds = evict_after_seconds
         self.clock = clock
-        self.actions = Actions(kube, COMPONENT)
+        self.actions = Actions(kube, COMPONENT, host=node)
         self.memory_bytes = Gauge("kubecell_node_gpu_pod_memory_bytes", "GPU memory a pod's processes hold on a GPU",
                                   ["pod", "namespace", "node", "gpu"], registry=registry)
         self.utilization = Gauge("kubecell_node_gpu_pod_utilization_ratio", "SM utilisation of a pod's processes on "
