@@ -20,7 +20,7 @@ from kubecell.node.allocator import RecordAllocator
 from kubecell.node.deviceplugin import GPU_RESOURCE, MILLI_RESOURCE, AllocationRefused
 from kubecell.node.fake_nvml import FakeNvml
 from kubecell.node.nvml import GpuProcess
-from kubecell.node.overuse import OveruseMonitor
+from kubecell.node.overuse import OveruseMonitor, spec_memory_mib
 from kubecell.node.podresources import ContainerDevices, PodDevices
 from tests.node.test_hostile_node_inputs import (
     FAKE,
@@ -334,6 +334,25 @@ def test_a_hami_percentage_placed_as_a_compute_share_is_held_to_its_percent_of_t
     assert sample(nvml, monitor, 0, 30_000, 20) == {"memory"}
     messages = [body["message"] for _, body in kube.created]
     assert any("its record grants no MiB; its spec asks 10134 MiB" in message for message in messages), messages
+
+
+def test_hamis_asks_are_multiplied_per_container_not_over_the_whole_pod() -> None:
+    """HAMi reads each container's MiB per GPU on that container's GPUs. Summed over the pod first (1,010 MiB on 4
+    GPUs) the bound was 4,040 MiB where the pod asked 1,030; a percentage in one container and MiB in another
+    are each read as HAMi reads them."""
+    def pod(*containers: dict[str, str]) -> dict[str, Any]:
+        return {"metadata": {"name": "p", "namespace": "ns", "uid": UID},
+                "spec": {"containers": [{"name": f"c{i}", "image": "i", "resources": {"limits": limits}}
+                                        for i, limits in enumerate(containers)]}}
+
+    mixed = pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"},
+                {"nvidia.com/gpu": "3", "nvidia.com/gpumem": "10"})
+    assert spec_memory_mib(mixed) == 1_030
+    percent = pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}, {"nvidia.com/gpumem-percentage": "10"})
+    assert spec_memory_mib(percent, 40_000) == 5_000
+    assert spec_memory_mib(percent) is None, "a percentage of no known GPU bounds nothing"
+    assert spec_memory_mib(pod({"nvidia.com/gpu": "2", "nvidia.com/gpumem": "3000",
+                                "nvidia.com/gpumem-percentage": "1"}), 40_000) == 6_000, "MiB overrides percent"
 
 
 def test_a_memory_ask_in_labels_or_annotations_bounds_nothing(tmp_path: Path) -> None:

@@ -64,7 +64,7 @@ from kubecell.core.model import MILLI_PER_GPU
 from kubecell.kube import pods
 from kubecell.kube.actions import Actions, eviction, pod_path
 from kubecell.kube.dialects.demand import DemandError, PodMeta
-from kubecell.kube.dialects.resources import pod_totals
+from kubecell.kube.dialects.resources import container_amounts_of, containers_asking, pod_totals
 from kubecell.kube.names import (
     GPU_MEMORY_MIB_PER_UNIT,
     HAMI_GPU_MEM,
@@ -178,32 +178,48 @@ def spec_memory_mib(pod: Mapping[str, Any], gpu_memory_mib: int = 0) -> int | No
     containers' requests or limits summed as the kubelet and the scheduler sum them), which no rewrite of its record
     can raise; the smallest where it states several; None where the spec asks none (or states it unreadably, which
     the API server's validation of extended resources does not let in). Only resources count: labels and
-    annotations can be rewritten with the record. HAMi's MiB per GPU is multiplied by all the pod's
-    ``nvidia.com/gpu``, which is at least what each container's product sums to: a bound never tighter than the
-    pod's own ask. HAMi's percentage (which its MiB overrides, as in HAMi) is of ``gpu_memory_mib``, the largest
-    GPU the pod uses here: a share's memory cannot be known before its GPU is, so the scheduler grants it none in
-    MiB, and without this the percentage bounded nothing."""
+    annotations can be rewritten with the record. HAMi's asks are per container and per GPU (``hami_memory_mib``).
+    """
     if not pods.asks_for_any(pod, MEMORY_RESOURCES):
         return None
     try:
-        totals = pod_totals(PodMeta.of(pod))
+        meta = PodMeta.of(pod)
+        totals = pod_totals(meta)
+        hami = hami_memory_mib(meta, gpu_memory_mib)
     except DemandError as error:
         log.warning("pod %s: its GPU memory ask cannot be read (%s); its record's memory is taken as written",
                     pods.key(pod), error)
         return None
-    stated = []
-    gpus = max(totals.get(NVIDIA_GPU) or Decimal(1), Decimal(1))  # HAMi's per-GPU asks: its webhook's default 1
+    stated = [] if hami is None else [hami]
     for resource, mib in GPU_MEMORY_MIB_PER_UNIT.items():
         amount = totals.get(resource)
-        if amount is None:
-            continue
-        count = gpus if resource == HAMI_GPU_MEM else Decimal(1)
-        stated.append(max(int(amount * mib * count), 0))
-    percent = totals.get(HAMI_GPU_MEM_PERCENTAGE)
-    if percent is not None and HAMI_GPU_MEM not in totals and gpu_memory_mib > 0:
-        percent = min(max(percent, Decimal(0)), Decimal(100))
-        stated.append(math.ceil(percent * gpu_memory_mib * gpus / 100))
+        if amount is not None and resource != HAMI_GPU_MEM:
+            stated.append(max(int(amount * mib), 0))
     return min(stated) if stated else None
+
+
+def hami_memory_mib(pod: PodMeta, gpu_memory_mib: int) -> int | None:
+    """HAMi's memory ask, as HAMi reads it: per container, its ``nvidia.com/gpumem`` MiB (else its
+    ``gpumem-percentage`` of ``gpu_memory_mib``, the largest GPU the pod uses here) on each of its
+    ``nvidia.com/gpu`` (HAMi's webhook gives a share without a count one), summed over the containers (init
+    containers included: never tighter than the pod's peak). None where no container states one, or a percentage
+    is stated and no GPU is known. The percentage matters: the scheduler places it as a compute share and grants
+    it no MiB (the GPU is not known before it is chosen), and before, such a pod's memory was never checked."""
+    total, stated = 0, False
+    for name in containers_asking(pod, (HAMI_GPU_MEM, HAMI_GPU_MEM_PERCENTAGE)):
+        amounts = container_amounts_of(pod, name)
+        gpus = max(amounts.get(NVIDIA_GPU) or Decimal(1), Decimal(1))
+        if HAMI_GPU_MEM in amounts:  # overrides the percentage, as in HAMi
+            per_gpu = max(amounts[HAMI_GPU_MEM], Decimal(0))
+        elif (percent := amounts.get(HAMI_GPU_MEM_PERCENTAGE)) is None:
+            continue  # (named only where requests and limits differ, which the API server refuses)
+        elif gpu_memory_mib > 0:
+            per_gpu = min(max(percent, Decimal(0)), Decimal(100)) * gpu_memory_mib / 100
+        else:
+            return None
+        total += math.ceil(per_gpu * gpus)
+        stated = True
+    return total if stated else None
 
 
 def api_pods(kube: Kube, node: str) -> PodsSource:
