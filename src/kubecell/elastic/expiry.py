@@ -38,8 +38,8 @@ class Expiries:
         self.retry_seconds = retry_seconds
         self.due: dict[str, tuple[float, str]] = {}
         """Job key -> (when it is deleted, its uid): only jobs that ended and state a time to live."""
-        self._refused: set[str] = set()
-        """Keys whose delete the API refused (logged once per key and kind of refusal)."""
+        self._refused: dict[str, set[int]] = {}
+        """Job key -> the statuses its deletes were refused with (each logged once as a warning)."""
 
     def track(self, key: str, obj: Mapping[str, Any], entry: Entry | None) -> None:
         """Note (or drop) job ``key``'s due time from its recorded end and its ``spec.ttlSecondsAfterFinished``."""
@@ -51,7 +51,7 @@ class Expiries:
 
     def forget(self, key: str) -> None:
         self.due.pop(key, None)
-        self._refused = {kept for kept in self._refused if not kept.startswith(f"{key} ")}
+        self._refused.pop(key, None)
 
     def expire(self, now: float) -> list[str]:
         """Delete every job due by ``now``; the keys deleted (or found gone). A refused delete is due again
@@ -70,9 +70,9 @@ class Expiries:
                     continue
                 self.due[key] = (now + self.retry_seconds, uid)
                 self._count("refused")
-                kind = f"{key} {error.status}"
-                level = logging.DEBUG if kind in self._refused else logging.WARNING
-                self._refused.add(kind)
+                told = self._refused.setdefault(key, set())
+                level = logging.DEBUG if error.status in told else logging.WARNING
+                told.add(error.status)
                 hint = " (the controller's rules need delete on elasticjobs: deploy/elastic/rbac.yaml)" \
                     if error.status == 403 else ""
                 log.log(level, "ElasticJob %s: its ttlSecondsAfterFinished has run out since it finished, but the "

@@ -155,8 +155,7 @@ class Actions:
         namespace = meta.get("namespace", "default")
         involved = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "namespace": namespace, "uid": meta["uid"]}
         body = event_body(involved, namespace, event_type=kind, reason=reason, message=message,
-                          component=self.component, action="Scheduling",
-                          host=self.host)
+                          component=self.component, action="Scheduling", host=self.host)
         try:
             self.kube.create(f"/api/v1/namespaces/{namespace}/events", body)
             if counted:
@@ -170,8 +169,7 @@ class Actions:
         meta = node["metadata"]
         involved = {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta.get("uid", "")}
         body = event_body(involved, "default", event_type="Warning", reason=reason, message=message,
-                          component=self.component, action="Inventory",
-                          host=self.host)
+                          component=self.component, action="Inventory", host=self.host)
         try:
             self.kube.create("/api/v1/namespaces/default/events", body)
         except ApiError as error:
@@ -185,8 +183,7 @@ class Actions:
         involved = {"apiVersion": obj.get("apiVersion", "v1"), "kind": kind, "name": meta["name"],
                     "namespace": namespace, "uid": meta.get("uid", "")}
         body = event_body(involved, namespace, event_type="Warning", reason=reason, message=message,
-                          component=self.component, action="Configure",
-                          host=self.host)
+                          component=self.component, action="Configure", host=self.host)
         try:
             self.kube.create(f"/api/v1/namespaces/{namespace}/events", body)
         except ApiError as error:

@@ -66,8 +66,9 @@ MAX_GRACE_SECONDS = 86400
 MAX_NPROC_PER_NODE = 1024
 MAX_BATCH_SIZE = 2**31 - 1
 MAX_RESTART_SECONDS = 86400
-MAX_TTL_SECONDS = 2**31 - 1  # batch/v1 Job's ttlSecondsAfterFinished is an int32
 """A restart longer than a day is a typo; the sizer would never resize such a job anyway."""
+MAX_TTL_SECONDS = 2**31 - 1
+"""batch/v1 Job's ``ttlSecondsAfterFinished`` is an int32."""
 MIN_RENDEZVOUS_TIMEOUT = 10
 MAX_RENDEZVOUS_TIMEOUT = 86400
 MAX_CONTAINERS = 64
@@ -158,10 +159,12 @@ def ttl_after_finished(obj: Mapping[str, Any]) -> int | None:
     """``spec.ttlSecondsAfterFinished`` read alone (a job whose spec is otherwise invalid ends too, and is deleted
     all the same); None where absent or not a whole number 0..``MAX_TTL_SECONDS``, which the CRD's schema refuses."""
     spec = obj.get("spec")
-    value = spec.get("ttlSecondsAfterFinished") if isinstance(spec, Mapping) else None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TTL_SECONDS:
+    if not isinstance(spec, Mapping) or spec.get("ttlSecondsAfterFinished") is None:
         return None
-    return value
+    try:
+        return _int_field(spec, "ttlSecondsAfterFinished", "", 0, MAX_TTL_SECONDS, None)
+    except ElasticJobSpecError:
+        return None
 
 
 def worker_name(job: str, index: int) -> str:
@@ -475,7 +478,7 @@ def read_elastic_job(obj: Any) -> ElasticJobSpec:
     restart = None if spec.get("restartSeconds") is None else _int_field(spec, "restartSeconds", where, 0,
                                                                          MAX_RESTART_SECONDS, None)
     ttl = None if spec.get("ttlSecondsAfterFinished") is None else _int_field(
-        spec, "ttlSecondsAfterFinished", where, 0, MAX_TTL_SECONDS, None)
+        spec, "ttlSecondsAfterFinished", where, 0, MAX_TTL_SECONDS, None)  # (ttl_after_finished reads it alone)
     image = spec.get("rendezvousImage")
     if image is not None:
         image = _text(image, where, "spec.rendezvousImage", "a container image with python3 and PyTorch",

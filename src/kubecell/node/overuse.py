@@ -291,10 +291,11 @@ class OveruseMonitor:
         for kind in KINDS:
             self.overuse_total.labels(kind=kind)  # every kind is exported from the start, at 0
         self.windows: dict[tuple[str, str], deque[float]] = {}
-        self.parent_of: dict[str, str] = {}
-        self.memory_of: dict[str, int] = {}  # GPU UUID -> its MiB, as the last sample read them
-        """MIG instance UUID -> its GPU's UUID: NVML lists a MIG pod's processes on the GPU, not the instance."""
         """(pod UID, GPU UUID) -> the last ``window`` utilisation samples."""
+        self.parent_of: dict[str, str] = {}
+        """MIG instance UUID -> its GPU's UUID: NVML lists a MIG pod's processes on the GPU, not the instance."""
+        self.memory_of: dict[str, int] = {}
+        """GPU UUID -> its MiB, as the last sample read them (what HAMi's memory percentage is of)."""
         self.episodes: dict[tuple[str, Kind], Episode] = {}
         self._series: set[tuple[str, str, str, str]] = set()
         self._lock = threading.Lock()

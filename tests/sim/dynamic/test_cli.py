@@ -204,4 +204,3 @@ def test_jobs_of_unknown_vcs_are_rejected_and_counted(write: Writer, inputs: dic
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary[0]["per_vc"]["zz"]["rejected"] == 1
     assert summary[0]["overall"]["rejected"] >= 1
-
