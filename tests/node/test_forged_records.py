@@ -19,8 +19,9 @@ from kubecell.kube.rest import Kube
 from kubecell.node.allocator import RecordAllocator
 from kubecell.node.deviceplugin import GPU_RESOURCE, MILLI_RESOURCE, AllocationRefused
 from kubecell.node.fake_nvml import FakeNvml
+from kubecell.node.grants import spec_memory_mib
 from kubecell.node.nvml import GpuProcess
-from kubecell.node.overuse import OveruseMonitor, spec_memory_mib
+from kubecell.node.overuse import OveruseMonitor
 from kubecell.node.podresources import ContainerDevices, PodDevices
 from tests.node.test_hostile_node_inputs import (
     FAKE,

@@ -53,7 +53,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -63,24 +62,15 @@ from kubecell.core.errors import KubecellError
 from kubecell.core.model import MILLI_PER_GPU
 from kubecell.kube import pods
 from kubecell.kube.actions import Actions, eviction, pod_path
-from kubecell.kube.dialects.demand import DemandError, PodMeta
-from kubecell.kube.dialects.resources import container_amounts_of, containers_asking, pod_totals
-from kubecell.kube.names import (
-    GPU_MEMORY_MIB_PER_UNIT,
-    HAMI_GPU_MEM,
-    HAMI_GPU_MEM_PERCENTAGE,
-    NVIDIA_GPU,
-    RESOURCE_GPU,
-    RESOURCE_GPU_MILLI,
-)
-from kubecell.kube.records import AllocationRecord, GpuGrant, RecordError
+from kubecell.kube.records import AllocationRecord, RecordError
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.cgroups import ProcCgroups, pod_uid_of_cgroup
+from kubecell.node.grants import PLUGIN_RESOURCES, covered, spec_memory_mib
 from kubecell.node.nvml import MIB, GpuBackend
 
 log = logging.getLogger("kubecell.node.overuse")
 
-__all__ = ["OveruseMonitor", "ProcCgroups", "api_pods", "covered", "pod_uid_of_cgroup", "spec_memory_mib"]
+__all__ = ["OveruseMonitor", "ProcCgroups", "api_pods", "pod_uid_of_cgroup"]
 
 Kind = Literal["memory", "utilization", "unaccounted"]
 KINDS: Final[tuple[Kind, ...]] = ("memory", "utilization", "unaccounted")
@@ -150,78 +140,6 @@ class Finding:
 PodsSource = Callable[[], Iterable[Mapping[str, Any]]]
 Handed = Callable[[], Mapping[tuple[str, str], Collection[str]]]
 """(namespace, pod name) -> the device IDs of kubecell's device plugin the kubelet gave that pod (PodResources)."""
-PLUGIN_RESOURCES: Final = frozenset((RESOURCE_GPU, RESOURCE_GPU_MILLI))
-MEMORY_RESOURCES: Final = frozenset((*GPU_MEMORY_MIB_PER_UNIT, HAMI_GPU_MEM_PERCENTAGE))
-"""The resources a pod's GPU-memory ask can be stated in (:data:`~kubecell.kube.names.GPU_MEMORY_MIB_PER_UNIT`; a
-cluster whose gpushare counts MiB, ``--memory-unit=MiB``, is bounded 1,024 times more loosely, never more tightly),
-and HAMi's percent of each GPU's memory."""
-
-
-def covered(record: AllocationRecord, devices: Collection[str]) -> list[GpuGrant]:
-    """The grants of ``record`` that the kubelet's ``devices`` for its pod cover, as ``RecordAllocator`` checks
-    them before the pod starts: none on a GPU where the pod got no device, a whole GPU (or MIG instance) where
-    its own device was given, else a share of at most as many milli-GPU as slots (``<uuid>::<k>``) given."""
-    given: dict[str, set[str]] = {}
-    for device in devices:
-        given.setdefault(device.split("::", 1)[0], set()).add(device)
-    grants = []
-    for gpu in record.gpus:
-        ids = given.get(gpu.uuid)
-        if ids:
-            milli = gpu.milli if gpu.uuid in ids else min(gpu.milli, len(ids))
-            grants.append(gpu if milli == gpu.milli else gpu.model_copy(update={"milli": milli}))
-    return grants
-
-
-def spec_memory_mib(pod: Mapping[str, Any], gpu_memory_mib: int = 0) -> int | None:
-    """The MiB of GPU memory the pod's spec asks in any dialect's resource (:data:`MEMORY_RESOURCES`, its
-    containers' requests or limits summed as the kubelet and the scheduler sum them), which no rewrite of its record
-    can raise; the smallest where it states several; None where the spec asks none (or states it unreadably, which
-    the API server's validation of extended resources does not let in). Only resources count: labels and
-    annotations can be rewritten with the record. HAMi's asks are per container and per GPU (``hami_memory_mib``).
-    """
-    if not pods.asks_for_any(pod, MEMORY_RESOURCES):
-        return None
-    try:
-        meta = PodMeta.of(pod)
-        totals = pod_totals(meta)
-        hami = hami_memory_mib(meta, gpu_memory_mib)
-    except DemandError as error:
-        log.warning("pod %s: its GPU memory ask cannot be read (%s); its record's memory is taken as written",
-                    pods.key(pod), error)
-        return None
-    stated = [] if hami is None else [hami]
-    for resource, mib in GPU_MEMORY_MIB_PER_UNIT.items():
-        amount = totals.get(resource)
-        if amount is not None and resource != HAMI_GPU_MEM:
-            stated.append(max(int(amount * mib), 0))
-    return min(stated) if stated else None
-
-
-def hami_memory_mib(pod: PodMeta, gpu_memory_mib: int) -> int | None:
-    """HAMi's memory ask, as HAMi reads it: per container, its ``nvidia.com/gpumem`` MiB (else its
-    ``gpumem-percentage`` of ``gpu_memory_mib``, the largest GPU the pod uses here) on each of its
-    ``nvidia.com/gpu`` (HAMi's webhook gives a share without a count one), summed over the containers (init
-    containers included: never tighter than the pod's peak). None where no container states one, or a percentage
-    is stated and no GPU is known. The percentage matters: the scheduler places it as a compute share and grants
-    it no MiB (the GPU is not known before it is chosen), and before, such a pod's memory was never checked."""
-    total, stated = 0, False
-    for name in containers_asking(pod, (HAMI_GPU_MEM, HAMI_GPU_MEM_PERCENTAGE)):
-        amounts = container_amounts_of(pod, name)
-        gpus = max(amounts.get(NVIDIA_GPU) or Decimal(1), Decimal(1))
-        if HAMI_GPU_MEM in amounts:  # overrides the percentage, as in HAMi
-            per_gpu = max(amounts[HAMI_GPU_MEM], Decimal(0))
-        elif (percent := amounts.get(HAMI_GPU_MEM_PERCENTAGE)) is None:
-            continue  # (named only where requests and limits differ, which the API server refuses)
-        elif gpu_memory_mib > 0:
-            per_gpu = min(max(percent, Decimal(0)), Decimal(100)) * gpu_memory_mib / 100
-        else:
-            return None
-        total += math.ceil(per_gpu * gpus)
-        stated = True
-    return total if stated else None
-
-
 def api_pods(kube: Kube, node: str) -> PodsSource:
     """The pods bound to ``node``, listed from the API server at each sample."""
     return lambda: kube.get("/api/v1/pods", fieldSelector=f"spec.nodeName={node}")["items"]
