@@ -16,7 +16,13 @@ import pytest
 
 from kubecell.core.model import make_node
 from kubecell.kube.inventory_schema import parse_inventory
-from kubecell.kube.names import ANNOTATION_ALLOCATION, ANNOTATION_INVENTORY, RESOURCE_GPU_MEMORY
+from kubecell.kube.names import (
+    ANNOTATION_ALLOCATION,
+    ANNOTATION_GPU_FAULT_CLEAR,
+    ANNOTATION_GPU_FAULTS,
+    ANNOTATION_INVENTORY,
+    RESOURCE_GPU_MEMORY,
+)
 from kubecell.kube.records import parse_record
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.fake_nvml import FakeNvml, example_path
@@ -172,3 +178,103 @@ def test_gpu_memory_is_advertised_on_a_node_without_reported_capacity(kube: Kube
     finally:
         with contextlib.suppress(ApiError):
             kube.delete(f"/api/v1/nodes/{name}")
+
+
+def node_annotations(kube: Kube, node: str) -> dict[str, str]:
+    return dict(kube.get(f"/api/v1/nodes/{node}")["metadata"].get("annotations") or {})
+
+
+def healthy_flags(text: str | None) -> list[bool]:
+    return [gpu["healthy"] for gpu in json.loads(text or '{"gpus": []}')["gpus"]]
+
+
+def test_a_restarted_agent_keeps_a_faulted_gpu_out_until_the_operator_clears_it(kube: Kube, gpu_node: str) -> None:
+    """Before, the fault lived only in the agent's memory: a restarted agent (a rolling update, a crash)
+    published the GPU that had fallen off the bus healthy again, and the scheduler placed work on it."""
+    backend = FakeNvml.from_file(example_path("a100-nvlink"))
+    uuids = [d.uuid for d in backend.devices()]
+    first = InventoryPublisher(kube, gpu_node, backend, interval=1.0)
+    first.start()
+    try:
+        wait_for("the first inventory", lambda: annotation(kube, gpu_node))
+        backend.inject_xid(2, 79)
+        wait_for("GPU 2 out of service", lambda: healthy_flags(annotation(kube, gpu_node))[2] is False, timeout=5)
+    finally:
+        first.stop()
+    recorded = json.loads(node_annotations(kube, gpu_node)[ANNOTATION_GPU_FAULTS])
+    assert list(recorded) == [uuids[2]]
+    assert recorded[uuids[2]]["xid"] == 79
+
+    # a new agent, a new backend that remembers nothing: every inventory it writes has GPU 2 unhealthy
+    restarted = InventoryPublisher(kube, gpu_node, FakeNvml.from_file(example_path("a100-nvlink")), interval=1.0)
+    written: list[list[bool]] = []
+    real_patch = kube.patch
+
+    def patch(path: str, body: Any, **kwargs: Any) -> Any:
+        text = (body.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_INVENTORY) if isinstance(
+            body, dict) else None
+        if text:
+            written.append(healthy_flags(text))
+        return real_patch(path, body, **kwargs)
+
+    with mock.patch.object(kube, "patch", side_effect=patch):
+        restarted.start()
+        try:
+            wait_for("two inventories of the restarted agent", lambda: len(written) >= 2, timeout=10)
+            assert all(flags[2] is False and flags.count(False) == 1 for flags in written), written
+            assert restarted.health.faults()[uuids[2]].code == 79
+
+            # a malformed clear request clears nothing and stays for the operator to see
+            kube.patch(f"/api/v1/nodes/{gpu_node}",
+                       {"metadata": {"annotations": {ANNOTATION_GPU_FAULT_CLEAR: " , "}}})
+            seen = len(written)
+            wait_for("two more inventories", lambda: len(written) >= seen + 2, timeout=10)
+            assert healthy_flags(annotation(kube, gpu_node))[2] is False
+            assert node_annotations(kube, gpu_node)[ANNOTATION_GPU_FAULT_CLEAR] == " , "
+
+            # the operator reset GPU 2 and clears it: back in service, the record and the request gone
+            kube.patch(f"/api/v1/nodes/{gpu_node}",
+                       {"metadata": {"annotations": {ANNOTATION_GPU_FAULT_CLEAR: f"GPU-none,{uuids[2]}"}}})
+            wait_for("GPU 2 back in service", lambda: healthy_flags(annotation(kube, gpu_node))[2] is True,
+                     timeout=10)
+            left = node_annotations(kube, gpu_node)
+            assert ANNOTATION_GPU_FAULTS not in left, left
+            assert ANNOTATION_GPU_FAULT_CLEAR not in left, left
+            assert restarted.failures == 0, restarted.last_error
+        finally:
+            restarted.stop()
+
+
+def test_a_forged_or_stale_fault_record_never_stops_the_agent(kube: Kube, gpu_node: str) -> None:
+    """A record an agent cannot read is logged and left out, entry by entry; a clear request left over with no
+    fault is removed before it could clear a fault still to come."""
+    backend = FakeNvml.from_file(example_path("a100-nvlink"))
+    uuids = [d.uuid for d in backend.devices()]
+    kube.patch(f"/api/v1/nodes/{gpu_node}", {"metadata": {"annotations": {
+        ANNOTATION_GPU_FAULTS: json.dumps({uuids[0]: {"xid": "79", "at": "now"},
+                                           uuids[5]: {"xid": 64, "at": "2026-12-03T10:00:00Z"}}),
+        ANNOTATION_GPU_FAULT_CLEAR: "all"}}})
+    publisher = InventoryPublisher(kube, gpu_node, backend, interval=1.0)
+    publisher.start()
+    try:
+        wait_for("the first inventory", lambda: annotation(kube, gpu_node))
+        # GPU 0's entry is malformed and left out; GPU 5's is taken back, and then the operator's "all" (written
+        # while no agent ran) clears it: the request is followed after the record is read, never before
+        assert healthy_flags(annotation(kube, gpu_node))[0] is True
+        wait_for("the clear request followed", lambda: ANNOTATION_GPU_FAULT_CLEAR not in node_annotations(
+            kube, gpu_node), timeout=10)
+        wait_for("every GPU in service", lambda: all(healthy_flags(annotation(kube, gpu_node))), timeout=10)
+        assert ANNOTATION_GPU_FAULTS not in node_annotations(kube, gpu_node)
+
+        # a clear request written while no GPU is faulted is gone with the next inventory...
+        kube.patch(f"/api/v1/nodes/{gpu_node}", {"metadata": {"annotations": {ANNOTATION_GPU_FAULT_CLEAR: "all"}}})
+        wait_for("the stale request removed", lambda: ANNOTATION_GPU_FAULT_CLEAR not in node_annotations(
+            kube, gpu_node), timeout=10)
+        # ...so a fault that comes after it stays
+        backend.inject_xid(3, 48)
+        wait_for("GPU 3 out of service", lambda: healthy_flags(annotation(kube, gpu_node))[3] is False, timeout=5)
+        time.sleep(2.5)
+        assert healthy_flags(annotation(kube, gpu_node))[3] is False
+        assert publisher.failures == 0, publisher.last_error
+    finally:
+        publisher.stop()

@@ -22,6 +22,8 @@ NVIDIA_GPU = "nvidia.com/gpu"
 
 # Node annotations and labels.
 ANNOTATION_INVENTORY = f"{DOMAIN}/gpu-inventory"   # versioned JSON written by the node agent
+ANNOTATION_GPU_FAULTS = f"{DOMAIN}/gpu-faults"     # the node agent: GPUs out of service after a critical XID
+ANNOTATION_GPU_FAULT_CLEAR = f"{DOMAIN}/gpu-fault-clear"  # an operator: "all" or GPU UUIDs reset since
 LABEL_RACK = f"{DOMAIN}/rack"
 LABEL_ZONE = "topology.kubernetes.io/zone"
 GFD_PRODUCT = "nvidia.com/gpu.product"

@@ -9,6 +9,10 @@ annotation (the schema :mod:`kubecell.kube.inventory` defines and the scheduler 
 * otherwise every ``interval`` seconds, with a new ``heartbeat`` timestamp, so a reader can tell a live
   agent from a stale annotation.
 
+The faulted GPUs are kept on the Node too (``kubecell.io/gpu-faults``, :mod:`.fault_record`) and read back before
+the first publish, so a restarted agent never publishes a broken GPU healthy; an operator clears them after a
+reset (``kubecell.io/gpu-fault-clear``), followed at the next pass.
+
 It also advertises ``kubecell.io/gpu-memory`` (MiB of the healthy GPUs) in the Node's
 ``status.capacity``/``allocatable``, so the kubelet admits pods that ask for GPU memory without a device
 plugin for that resource. API errors are retried with a bounded, doubling back-off and the loop never
@@ -32,6 +36,7 @@ from kubecell.kube.gfd import catalog_model
 from kubecell.kube.inventory_schema import GpuRecord, IsolationMode, MigInstanceRecord, NodeInventory
 from kubecell.kube.names import ANNOTATION_INVENTORY, RESOURCE_GPU_MEMORY
 from kubecell.kube.rest import ApiError, Kube, json_pointer
+from kubecell.node.fault_record import FaultRecord
 from kubecell.node.nvml import GpuBackend, GpuDevice, summary
 from kubecell.node.xid import HealthTracker, describe
 
@@ -104,6 +109,8 @@ class InventoryPublisher:
         self.backend = backend
         self.interval = interval
         self.health = health or HealthTracker()
+        self.faults = FaultRecord(kube, self.health)
+        """The faulted GPUs kept on the Node, read back before the first publish: a restart forgets none."""
         self.agent = agent
         self.advertise_memory = advertise_memory
         self.max_backoff = max_backoff
@@ -134,12 +141,6 @@ class InventoryPublisher:
         """Publish now (a health change, an operator's request) instead of at the next heartbeat."""
         self._wake.set()
 
-    def clear_fault(self, uuid: str) -> None:
-        """An operator reset a GPU: publish it healthy again."""
-        if self.health.clear(uuid):
-            log.info("GPU %s cleared by the operator", uuid)
-            self.wake()
-
     # ------------------------------------------------------------------ the loops
     def run(self) -> None:
         """Publish on change and on every heartbeat; back off on errors; return only on ``stop``."""
@@ -149,13 +150,14 @@ class InventoryPublisher:
         while not self.stop_event.is_set():
             self._wake.clear()
             try:
+                self.faults.sync(self.node_name)
                 devices = self.backend.devices()
                 if published_key is None:
                     log.info("node %s: %s", self.node_name, summary(devices))
                 inventory = build_inventory(devices, self.health, agent=self.agent).model_copy(
                     update={"isolation": advertised_isolation(self.isolation, devices),
                             "device_plugin": self.device_plugin})
-                key = inventory.to_annotation()
+                key = inventory.to_annotation() + str(self.faults.annotations())
                 if key != published_key and self.on_change is not None:
                     self.on_change(inventory)
                 if key != published_key or time.monotonic() >= next_heartbeat:
@@ -204,10 +206,11 @@ class InventoryPublisher:
 
     # ------------------------------------------------------------------ API writes
     def publish(self, inventory: NodeInventory) -> None:
-        """Write the annotation with a fresh heartbeat (JSON merge patch: other annotations untouched)."""
+        """Write the annotation with a fresh heartbeat, and the fault record (JSON merge patch: other annotations
+        untouched)."""
         stamped = inventory.model_copy(update={"heartbeat": rfc3339()})
-        self.kube.patch(f"/api/v1/nodes/{self.node_name}",
-                        {"metadata": {"annotations": {ANNOTATION_INVENTORY: stamped.to_annotation()}}})
+        self.kube.patch(f"/api/v1/nodes/{self.node_name}", {"metadata": {"annotations": {
+            ANNOTATION_INVENTORY: stamped.to_annotation(), **self.faults.annotations()}}})
         self.last = stamped
         self.publishes += 1
 

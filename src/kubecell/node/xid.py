@@ -68,7 +68,7 @@ class XidEvent:
 
 @dataclass(frozen=True, slots=True)
 class Fault:
-    """Why a GPU is unhealthy: the first critical XID seen since the agent started (or was cleared)."""
+    """Why a GPU is unhealthy: the first critical XID seen since the operator last cleared it."""
 
     code: int
     at: float
@@ -78,12 +78,12 @@ class Fault:
 
 
 class HealthTracker:
-    """GPU health as the agent publishes it: healthy unless a critical XID hit it since start.
+    """GPU health as the agent publishes it: healthy unless a critical XID hit it.
 
     Health is not read back from NVML: the driver has no "this GPU is broken" query, only the event
-    stream. So the agent remembers each hit (by UUID, which survives re-enumeration), and only an
-    operator's ``clear`` (after a reset) makes the GPU healthy again. Thread-safe: the XID waiter writes,
-    the publisher reads."""
+    stream. So the agent remembers each hit (by UUID, which survives re-enumeration), keeps it on its Node so
+    that a restart does not forget it (:mod:`kubecell.kube.gpu_faults`), and only an operator's ``clear``
+    (after a reset) makes the GPU healthy again. Thread-safe: the XID waiter writes, the publisher reads."""
 
     def __init__(self, critical: Iterable[int] = CRITICAL_XIDS) -> None:
         self.critical = frozenset(critical)
@@ -99,6 +99,14 @@ class HealthTracker:
                 return False
             self._faults[event.uuid] = Fault(event.code, event.at or time.time())
             return True
+
+    def restore(self, faults: Mapping[str, Fault]) -> list[str]:
+        """Take back faults recorded before a restart (the agent's record on its Node); a GPU already faulted
+        keeps its own. Returns the UUIDs that became unhealthy."""
+        with self._lock:
+            added = [uuid for uuid in faults if uuid not in self._faults]
+            self._faults.update((uuid, faults[uuid]) for uuid in added)
+            return added
 
     def clear(self, uuid: str) -> bool:
         """Forget a GPU's fault (an operator reset it); True when it was unhealthy."""
