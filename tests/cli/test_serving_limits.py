@@ -4,15 +4,16 @@ servers listen on loopback; every loop is bounded in count and time."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import anyio
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from kubecell.cli.serving import Served, serve
@@ -27,14 +28,24 @@ async def _echo(request: Request) -> Response:
     return PlainTextResponse(str(len(await request.body())))
 
 
+async def _chunks() -> AsyncIterator[bytes]:
+    for _ in range(20_000):  # 1.3 GB at most: no client of these tests reads that far
+        yield b"x" * 65_536
+
+
+def _endless(request: Request) -> Response:
+    return StreamingResponse(_chunks(), media_type="application/octet-stream")
+
+
 APP = Starlette(routes=[Route("/healthz", lambda r: PlainTextResponse("ok")), Route("/slow", _slow),
-                        Route("/echo", _echo, methods=["POST"])])
+                        Route("/echo", _echo, methods=["POST"]), Route("/endless", _endless)])
 
 
 @pytest.fixture
 def served(request: pytest.FixtureRequest) -> Iterator[Served]:
     """A server with a 1 s request deadline (``indirect`` parametrization: another), 8 connections at most."""
-    server = serve(APP, "127.0.0.1", 0, request_seconds=getattr(request, "param", 1.0), max_connections=8)
+    server = serve(APP, "127.0.0.1", 0, request_seconds=getattr(request, "param", 1.0), max_connections=8,
+                   write_stall_seconds=1.0)
     try:
         yield server
     finally:
@@ -118,3 +129,44 @@ def test_connections_past_the_cap_are_answered_503_at_once(served: Served) -> No
     while status(served) != "HTTP/1.1 200 OK":  # the server sees the closes within moments
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def test_clients_that_ask_and_never_read_are_cut_off_and_lock_nobody_out(served: Served) -> None:
+    """Before, a connection whose answer waited on its client was held for ever: as many as the cap (512 event
+    streams of the dashboard, never read) answered every later caller, the probes included, with 503."""
+    hoarders = []
+    try:
+        for _ in range(8):  # the fixture's cap
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", served.port))
+            sock.sendall(b"GET /endless HTTP/1.1\r\nhost: x\r\n\r\n")
+            hoarders.append(sock)
+        time.sleep(0.3)
+        assert status(served) == "HTTP/1.1 503 Service Unavailable", "the cap is full of clients that never read"
+        deadline = time.monotonic() + 8
+        while status(served) != "HTTP/1.1 200 OK" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert status(served) == "HTTP/1.1 200 OK"
+        for sock in hoarders:  # each was aborted: what it reads ends (a reset, or the end of what was sent)
+            sock.settimeout(5)
+            with contextlib.suppress(ConnectionResetError):
+                while sock.recv(1 << 20):
+                    pass
+    finally:
+        for sock in hoarders:
+            sock.close()
+
+
+def test_a_client_that_reads_slowly_but_steadily_is_never_cut(served: Served) -> None:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", served.port))
+        sock.sendall(b"GET /endless HTTP/1.1\r\nhost: x\r\n\r\n")
+        sock.settimeout(3)
+        received, started = 0, time.monotonic()
+        while time.monotonic() - started < 2.5:  # past the 1 s stall bound, reading a little every 0.5 s
+            received += len(sock.recv(65_536))
+            time.sleep(0.5)
+        assert received > 0
+        assert sock.recv(65_536), "still served"

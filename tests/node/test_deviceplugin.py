@@ -27,6 +27,7 @@ from kubecell.core.errors import KubecellError
 from kubecell.node import protos
 from kubecell.node.deviceplugin import (
     GPU_RESOURCE,
+    MAX_WATCHERS,
     MILLI_RESOURCE,
     AllocationRefused,
     ContainerAllocation,
@@ -282,3 +283,45 @@ def test_list_and_watch_size_for_eight_gpus_of_1000_milli_slots() -> None:
     elapsed = time.perf_counter() - started
     print(f"ListAndWatch for 8 GPUs x 1000 milli slots: {size} bytes, built and serialized in {elapsed * 1e3:.0f} ms")
     assert size < 1024 * 1024
+
+
+def test_streams_past_the_cap_are_refused_and_never_starve_allocate(node: Node) -> None:
+    """Each ListAndWatch stream holds a worker thread for its life; before, seven idle streams from another
+    client of the socket (besides the kubelet's own) took all eight, and the kubelet's Allocate timed out."""
+    api = protos.deviceplugin()
+    channels, streams = [], []
+    try:
+        refused = None
+        for _ in range(MAX_WATCHERS + 3):
+            channel = grpc.insecure_channel(f"unix://{node.gpu.socket}")
+            channels.append(channel)
+            stream = api.grpc.DevicePluginStub(channel).ListAndWatch(api.pb2.Empty(), timeout=WAIT)
+            try:
+                next(stream)
+                streams.append(stream)
+            except grpc.RpcError as error:
+                refused = error
+                break
+        assert refused is not None, "streams past the cap are refused"
+        assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert len(streams) == MAX_WATCHERS - 1, "the kubelet's own stream holds the first slot"
+        started = time.monotonic()
+        admitted = node.kubelet.admit("ns", "p", "main", {GPU_RESOURCE: 1})
+        assert admitted.devices[GPU_RESOURCE]
+        assert time.monotonic() - started < 3
+        streams.pop().cancel()  # a slot comes back when a stream ends
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            stream = api.grpc.DevicePluginStub(channels[0]).ListAndWatch(api.pb2.Empty(), timeout=WAIT)
+            try:
+                next(stream)
+                streams.append(stream)
+                break
+            except grpc.RpcError:
+                time.sleep(0.1)
+        assert len(streams) == MAX_WATCHERS - 1
+    finally:
+        for stream in streams:
+            stream.cancel()
+        for channel in channels:
+            channel.close()

@@ -12,6 +12,10 @@ it (and any body read so far) for ever, and 300 such sockets under a 256-descrip
 On a TLS port a connection reaches the protocol only once its handshake is done, and asyncio gives a handshake
 60 s unless told otherwise (uvicorn never tells it): a client that opened TCP connections and sent nothing held
 each descriptor for a minute, uncounted by the cap. The server's loop now gives a handshake ``HANDSHAKE_SECONDS``.
+A client that asks and then never reads held its connection for ever too (a dashboard's event stream, or an
+answer larger than the socket's buffers, waits for the client to take what was sent): 512 of them locked every
+later caller out with 503s, the probes included. So a connection whose answer has not moved for
+``WRITE_STALL_SECONDS`` while it waits on the client is aborted.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ REQUEST_SECONDS = 30.0
 """The longest a client may take to send one request, head and body, from when the connection awaits it. Every
 legitimate caller is far quicker and gives up sooner: kube-scheduler waits 5 s for an extender (its default
 ``httpTimeout``), the API server at most 30 s for a webhook, a probe or a scrape seconds."""
+WRITE_STALL_SECONDS = 30.0
+"""The longest an answer may wait for its client to read (the transport's buffer full, writing paused) before the
+connection is aborted. A reading client takes what is sent in milliseconds; a slow network in seconds."""
 HANDSHAKE_SECONDS = 10.0
 """The longest a TLS client may take over its handshake. The API server calling a webhook takes milliseconds."""
 MAX_CONNECTIONS = 512
@@ -61,7 +68,9 @@ class BoundedH11Protocol(H11Protocol):
 
     request_seconds: float = REQUEST_SECONDS
     max_connections: int = MAX_CONNECTIONS
+    write_stall_seconds: float = WRITE_STALL_SECONDS
     _deadline: asyncio.TimerHandle | None = None
+    _stalled: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if len(self.connections) >= self.max_connections:  # answered at once, never queued behind the others
@@ -78,10 +87,30 @@ class BoundedH11Protocol(H11Protocol):
             self._await_request()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        for timer in (self._deadline, self._stalled):
+            if timer is not None:
+                timer.cancel()
+        self._deadline = self._stalled = None
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        """The client stopped reading (the transport's buffer is full): it has ``write_stall_seconds`` to go on."""
+        super().pause_writing()
+        if self._stalled is None:
+            self._stalled = self.loop.call_later(self.write_stall_seconds, self._stall)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
+
+    def _stall(self) -> None:
+        """Aborted, not closed: a close waits to flush what the client will never read."""
+        self._stalled = None
+        log.debug("aborting a connection from %s that read nothing of its answer for %.0f s", self.client,
+                  self.write_stall_seconds)
+        self.transport.abort()
 
     def _await_request(self) -> None:
         if self._deadline is not None:
@@ -143,10 +172,12 @@ class Served:
 
 def serve(app: ASGIApp, host: str, port: int, *, started_timeout: float = 10.0,
           tls: tuple[str, str] | None = None, request_seconds: float = REQUEST_SECONDS,
-          max_connections: int | None = None, handshake_seconds: float = HANDSHAKE_SECONDS) -> Served:
+          max_connections: int | None = None, handshake_seconds: float = HANDSHAKE_SECONDS,
+          write_stall_seconds: float = WRITE_STALL_SECONDS) -> Served:
     """Serve ``app`` on ``host``:``port`` (0: any free port) from a daemon thread; over HTTPS with ``tls``
-    (certificate and key files, PEM), as an admission webhook must be. ``request_seconds``, ``handshake_seconds``
-    and ``max_connections`` (default: :func:`_connection_limit`) bound slow and piled-up clients (see the module);
+    (certificate and key files, PEM), as an admission webhook must be. ``request_seconds``, ``handshake_seconds``,
+    ``write_stall_seconds`` and ``max_connections`` (default: :func:`_connection_limit`) bound slow and piled-up
+    clients (see the module);
     requests in progress past ``max_connections`` get uvicorn's own 503 (``limit_concurrency``).
 
     The socket is bound here, in the caller's thread, so a port in use fails the caller at once with the
@@ -167,7 +198,8 @@ def serve(app: ASGIApp, host: str, port: int, *, started_timeout: float = 10.0,
     bound = int(sock.getsockname()[1])
     limit = max_connections if max_connections is not None else _connection_limit()
     protocol = type("BoundedH11", (BoundedH11Protocol,), {"request_seconds": request_seconds,
-                                                           "max_connections": limit})
+                                                           "max_connections": limit,
+                                                           "write_stall_seconds": write_stall_seconds})
     # limit_concurrency counts this connection too: one more, so the cap above is what turns callers away
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", http=protocol,
                             limit_concurrency=limit + 1, timeout_graceful_shutdown=1, ws="none",

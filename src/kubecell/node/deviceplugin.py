@@ -42,6 +42,10 @@ UNHEALTHY = "Unhealthy"
 GPU_RESOURCE = "kubecell.io/gpu"
 MILLI_RESOURCE = "kubecell.io/gpu-milli"
 MILLI_SEPARATOR = "::"
+MAX_WATCHERS = 4
+"""ListAndWatch streams served at once (the kubelet keeps one; a restarting kubelet's old one may linger)."""
+ALLOCATE_WORKERS = 8
+"""Threads left for the kubelet's unary calls (Allocate, GetPreferredAllocation) whatever the streams hold."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,19 +223,34 @@ class _Servicer:
     def __init__(self, plugin: DevicePlugin) -> None:
         self._plugin = plugin
         self._pb2 = protos.deviceplugin().pb2
+        self._lock = threading.Lock()
+        self.watchers = 0
+        """ListAndWatch streams open now."""
 
     def GetDevicePluginOptions(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC method name
         return self._pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
     def ListAndWatch(self, request: Any, context: Any) -> Iterator[Any]:  # noqa: N802
-        feed, stopping = self._plugin.feed, self._plugin._serving_stopped
-        version, devices = feed.snapshot()
-        yield self._pb2.ListAndWatchResponse(devices=[device_to_proto(self._pb2, d) for d in devices])
-        while context.is_active() and not stopping.is_set():
-            newer, devices = feed.wait_newer(version, timeout=0.5)
-            if newer != version:
-                version = newer
-                yield self._pb2.ListAndWatchResponse(devices=[device_to_proto(self._pb2, d) for d in devices])
+        """A stream holds a worker thread for its whole life. The kubelet keeps one per plugin; streams past
+        ``MAX_WATCHERS`` are refused, so ``Allocate`` always has ``ALLOCATE_WORKERS`` threads (before, seven
+        idle streams from another client of the socket left the kubelet's Allocate to time out)."""
+        with self._lock:
+            if self.watchers >= MAX_WATCHERS:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"{MAX_WATCHERS} ListAndWatch streams are open already; the kubelet keeps one")
+            self.watchers += 1
+        try:
+            feed, stopping = self._plugin.feed, self._plugin._serving_stopped
+            version, devices = feed.snapshot()
+            yield self._pb2.ListAndWatchResponse(devices=[device_to_proto(self._pb2, d) for d in devices])
+            while context.is_active() and not stopping.is_set():
+                newer, devices = feed.wait_newer(version, timeout=0.5)
+                if newer != version:
+                    version = newer
+                    yield self._pb2.ListAndWatchResponse(devices=[device_to_proto(self._pb2, d) for d in devices])
+        finally:
+            with self._lock:
+                self.watchers -= 1
 
     def GetPreferredAllocation(self, request: Any, context: Any) -> Any:  # noqa: N802
         responses = []
@@ -358,7 +377,8 @@ class DevicePlugin:
             self._halt(0.5)
             self.socket.unlink(missing_ok=True)
             api = protos.deviceplugin()
-            server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="deviceplugin"))
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=ALLOCATE_WORKERS + MAX_WATCHERS,
+                                                            thread_name_prefix="deviceplugin"))
             api.grpc.add_DevicePluginServicer_to_server(_Servicer(self), server)
             try:
                 server.add_insecure_port(f"unix://{self.socket}")

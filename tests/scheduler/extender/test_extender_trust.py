@@ -53,7 +53,7 @@ def test_a_pod_the_request_makes_up_is_never_taken_and_a_real_one_is_read_as_the
     renamed["metadata"]["name"] = "train"  # a real pod's name with another uid
     assert extender._known(renamed) == f"pod {namespace}/train is not the one asked about (its uid is another)"
     nameless = {"metadata": {"uid": "u"}, "spec": {}}
-    assert extender._known(nameless) == "the request's pod has no namespace and name"
+    assert extender._known(nameless) == "the request's pod has no namespace and name a pod can have"
     assert "0f0e0d0c-made-up0-0000-000000000000" not in scheduler.mirror.pods, "nothing made up is mirrored"
 
 

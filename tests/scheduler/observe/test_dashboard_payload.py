@@ -7,6 +7,7 @@ import gzip
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 from types import SimpleNamespace
 from typing import Any, cast
@@ -18,8 +19,9 @@ from starlette.testclient import TestClient
 
 from kubecell.cli.serving import serve
 from kubecell.scheduler.observe.snapshot import Decision, GpuCell, NodeCell, PendingJob, Snapshot, VcState
+from kubecell.scheduler.observe.web import dashboard
 from kubecell.scheduler.observe.web.app import build_app
-from kubecell.scheduler.observe.web.payload import SCHEMA, build_payload, encode
+from kubecell.scheduler.observe.web.payload import SCHEMA, build_payload, build_summary, encode
 from kubecell.scheduler.observe.web.synthetic import synthetic_snapshot
 from kubecell.scheduler.scheduler import Scheduler
 
@@ -184,6 +186,47 @@ def test_the_stream_pushes_a_newly_published_snapshot() -> None:
         started = time.monotonic()
         served.stop()
         assert time.monotonic() - started < 5, "stop must not hang on an open stream"
+
+
+def test_event_streams_are_capped_and_share_one_summary_per_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, every open stream built the summary for itself, and streams had no cap of their own: hundreds
+    of them filled the port's connections and kube-scheduler's calls and the probes were answered 503."""
+    monkeypatch.setattr(dashboard, "MAX_STREAMS", 3)
+    built: list[Snapshot] = []
+
+    def counted(snapshot: Snapshot) -> dict[str, Any]:
+        built.append(snapshot)
+        return build_summary(snapshot)
+
+    monkeypatch.setattr(dashboard, "build_summary", counted)
+    scheduler = fake(small(cycle=1))
+    served = serve(build_app(cast(Scheduler, scheduler), None), "127.0.0.1", 0)
+    streams = []
+    try:
+        for _ in range(3):
+            streams.append(urllib.request.urlopen(f"{served.url}/api/stream", timeout=10))
+            assert read_event(streams[-1])["cycle"] == 1
+        assert len(built) == 1, "one summary for the three streams"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{served.url}/api/stream", timeout=10)
+        assert refused.value.code == 503
+        assert "too many event streams" in refused.value.read().decode()
+        with urllib.request.urlopen(f"{served.url}/healthz", timeout=10) as health:
+            assert health.status == 200
+        streams.pop().close()  # a page went away: its slot comes back
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                streams.append(urllib.request.urlopen(f"{served.url}/api/stream", timeout=10))
+                break
+            except urllib.error.HTTPError:
+                time.sleep(0.3)
+        assert len(streams) == 3
+        assert read_event(streams[-1])["cycle"] == 1
+    finally:
+        for stream in streams:
+            stream.close()
+        served.stop()
 
 
 def test_serve_refuses_a_port_in_use() -> None:

@@ -107,11 +107,17 @@ def parse_args(body: bytes | str | Mapping[str, Any], what: str = "filter") -> E
             raise ProtocolError(f"{what}: Nodes.items must be a list")
         if len(items) > MAX_CANDIDATES:
             raise ProtocolError(f"{what}: {len(items)} Nodes, more than the {MAX_CANDIDATES} nodes a cluster has")
-        try:
-            return ExtenderArgs(pod, [str(item["metadata"]["name"]) for item in items], items)
-        except (KeyError, TypeError):
-            raise ProtocolError(f"{what}: a node in Nodes.items has no metadata.name") from None
+        names = [_node_name(item) for item in items]
+        if not all(names):  # (a list or an object as the name was a 500 before: unhashable in the answer)
+            raise ProtocolError(f"{what}: a node in Nodes.items has no metadata.name that is text")
+        return ExtenderArgs(pod, names, items)
     raise ProtocolError(f"{what}: neither NodeNames nor Nodes in the request")
+
+
+def _node_name(item: object) -> str:
+    metadata = item.get("metadata") if isinstance(item, dict) else None
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 def filter_result(args: ExtenderArgs, passed: list[str], failed: Mapping[str, str],
@@ -189,7 +195,8 @@ def _victim_uid(pod: Mapping[str, Any], *, meta: bool) -> str:
     """A ``MetaPod``'s ``UID`` (any case), or a full Pod's ``metadata.uid``."""
     if meta:
         return str({str(k).lower(): v for k, v in pod.items()}.get("uid", ""))
-    return str((pod.get("metadata") or {}).get("uid", ""))
+    metadata = pod.get("metadata")
+    return str(metadata.get("uid", "")) if isinstance(metadata, dict) else ""  # (a list: a 500 before)
 
 
 def preemption_result(victims: Mapping[str, list[str]]) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from typing import Any
 
 from kubecell.core.engine.job import JobPhase
 from kubecell.kube import pods
+from kubecell.kube.dialects.demand import shown
 from kubecell.kube.names import MANAGED_RESOURCES
 from kubecell.kube.rest import ApiError
 from kubecell.kube.watch import Event
@@ -46,6 +47,11 @@ from kubecell.scheduler.scheduler import Scheduler
 from kubecell.scheduler.tracking import Tracking
 
 MANAGED = frozenset(MANAGED_RESOURCES)
+MAX_REASON_CHARS = 512
+"""The longest reason a failed node is given (kube-scheduler shows it in the pod's ``PodScheduled`` condition)."""
+MAX_NAMESPACE = 63
+MAX_NAME = 253
+"""Kubernetes' bounds on a namespace (a DNS label) and a pod's name (a DNS subdomain)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +98,9 @@ class Extender:
             return mirrored
         meta = asked.get("metadata") or {}
         namespace, name = meta.get("namespace", "default"), meta.get("name")
-        if not isinstance(namespace, str) or not isinstance(name, str) or not namespace or not name:
-            return "the request's pod has no namespace and name"
+        if not isinstance(namespace, str) or not isinstance(name, str) or not 0 < len(namespace) <= MAX_NAMESPACE \
+                or not 0 < len(name) <= MAX_NAME:  # (echoed into a reason per candidate node: bounded)
+            return "the request's pod has no namespace and name a pod can have"
         try:
             found = self.scheduler.kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
         except ApiError as error:
@@ -130,7 +137,7 @@ class Extender:
         name = (pod.get("spec") or {}).get("schedulerName", "default-scheduler")
         if not pods.ours(pod, s.options.names):
             served = ", ".join(sorted(s.options.names))
-            why = (f"kubecell's extender places pods of schedulerName {served}; this pod's is {name!r} "
+            why = (f"kubecell's extender places pods of schedulerName {served}; this pod's is {shown(name)} "
                    f"(serve it with --scheduler-names)")
             return Verdict([], {}, dict.fromkeys(candidates, why))
         if not pods.asks_for_any(pod, MANAGED):
@@ -231,5 +238,9 @@ class Extender:
 
     @staticmethod
     def _fail(candidates: list[str], reason: str) -> Verdict:
+        """Every candidate fails with ``reason``, cut to ``MAX_REASON_CHARS``: it is repeated per node, and a
+        reason that echoed a request's 8 KB name made a 0.5 MB request a 416 MB answer."""
+        if len(reason) > MAX_REASON_CHARS:
+            reason = reason[:MAX_REASON_CHARS - 1] + "…"
         return Verdict([], dict.fromkeys(candidates, reason), {})
 

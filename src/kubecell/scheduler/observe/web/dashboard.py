@@ -19,9 +19,9 @@ import importlib.util
 import json
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import anyio
 from starlette.requests import Request
@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import Receive, Scope, Send
 
 from kubecell.scheduler.observe.snapshot import Snapshot
 from kubecell.scheduler.observe.web.payload import PayloadCache, build_summary, encode
@@ -40,6 +41,13 @@ POLL_SECONDS: Final = 0.25
 """How often a stream looks for a new snapshot: reading one attribute, so cheap; its latency is far below
 ``min_interval``, which bounds how often a page is updated anyway."""
 KEEPALIVE_SECONDS: Final = 15.0
+MAX_STREAMS: Final = 32
+"""Event streams open at once; more are answered 503 (a browser's EventSource tries again). A stream holds a
+connection for as long as it lasts, so without a cap of its own, a client opening hundreds filled the port's
+connection cap and locked kube-scheduler's calls and the probes out."""
+STREAM_SECONDS: Final = 600.0
+"""How long one stream lasts; the page's EventSource reconnects at once (``retry``), so a slot held by a page
+left open is given back now and then and one client cannot keep the cap's slots for ever."""
 
 
 def plotly_bundle() -> Path:
@@ -63,6 +71,10 @@ class Dashboard:
         self.templates = Jinja2Templates(directory=HERE / "templates")
         self._plotly: tuple[bytes, str] | None = None
         self._plotly_lock = threading.Lock()
+        self.streams = 0
+        """Event streams open now (changed on the server's loop only)."""
+        self._summary: tuple[Snapshot, bytes] | None = None
+        self._summary_lock = threading.Lock()
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -100,26 +112,43 @@ class Dashboard:
         return Response(encoded.body, media_type="application/json", headers=headers)
 
     async def stream(self, request: Request) -> Response:
-        return StreamingResponse(self._events(request), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        if self.streams >= MAX_STREAMS:
+            return JSONResponse({"error": "too many event streams", "detail": f"{MAX_STREAMS} are open; try again "
+                                 "later"}, status_code=503, headers={"Retry-After": "10", "Cache-Control": "no-store"})
+        self.streams += 1  # counted before the response starts, given back however it ends
+        return _CountedStream(self._stream_ended, self._events(request), media_type="text/event-stream",
+                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    def _stream_ended(self) -> None:
+        self.streams -= 1
 
     async def _events(self, request: Request) -> AsyncIterator[bytes]:
         """``snapshot`` events: the newest snapshot's summary, at most one per ``min_interval``; a comment line
-        now and then keeps proxies from closing an idle stream and finds a page that went away."""
+        now and then keeps proxies from closing an idle stream and finds a page that went away. Ends after
+        ``STREAM_SECONDS`` (the page reconnects)."""
         yield b"retry: 2000\n\n"
         last: Snapshot | None = None
-        sent = quiet = time.monotonic() - self.min_interval
-        while not await request.is_disconnected():
+        opened = time.monotonic()
+        sent = quiet = opened - self.min_interval
+        while not await request.is_disconnected() and time.monotonic() - opened < STREAM_SECONDS:
             snapshot = self.current()
             now = time.monotonic()
             if snapshot is not None and snapshot is not last and now - sent >= self.min_interval:
                 last, sent, quiet = snapshot, now, now
-                data = await anyio.to_thread.run_sync(_summary_bytes, snapshot)
+                data = await anyio.to_thread.run_sync(self._summary_bytes, snapshot)
                 yield b"event: snapshot\nid: %d\ndata: %s\n\n" % (snapshot.cycle, data)
             elif now - quiet >= KEEPALIVE_SECONDS:
                 quiet = now
                 yield b": keepalive\n\n"
             await anyio.sleep(POLL_SECONDS)
+
+    def _summary_bytes(self, snapshot: Snapshot) -> bytes:
+        """The summary of ``snapshot``, built once whatever the number of streams (each built its own before: 8 ms
+        per stream per snapshot at 5,000 nodes, 270 builds a second with 450 streams)."""
+        with self._summary_lock:
+            if self._summary is None or self._summary[0] is not snapshot:
+                self._summary = snapshot, encode(build_summary(snapshot))
+            return self._summary[1]
 
     def plotly(self, request: Request) -> Response:
         """plotly.js from the installed package, gzipped once per process and cached by the browser."""
@@ -138,6 +167,16 @@ class Dashboard:
         return Response(gzip.decompress(body), media_type="text/javascript", headers=headers)
 
 
+class _CountedStream(StreamingResponse):
+    """A stream that gives its slot back however it ends: finished, cut off by its client, or cancelled before
+    its first byte (where a generator's own ``finally`` never runs)."""
 
-def _summary_bytes(snapshot: Snapshot) -> bytes:
-    return encode(build_summary(snapshot))
+    def __init__(self, ended: Callable[[], None], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._ended = ended
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._ended()
