@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kubecell.core.errors import InvalidInputError
+from kubecell.core.topology import CellForest
 from kubecell.inputs.cluster import parse_cluster
 from kubecell.inputs.yaml_document import YamlDocument
 
@@ -39,6 +40,34 @@ def test_groups_with_one_rack_prefix_share_racks() -> None:
             "  - {count: 2, namePrefix: a, rackSize: 1, rackPrefix: r, gpu: {model: A100, count: 8}, "
             "cpuMilli: 1000, memoryMiB: 1000}\n")
     assert _nodes(text) == [("v000", "r0"), ("v001", "r1"), ("a000", "r0"), ("a001", "r1")]
+    # a rack of two GPU kinds has a rack cell per kind (before, the cell forest refused two cells named r0)
+    forest = CellForest(parse_cluster(YamlDocument("c.yaml", text)))
+    assert sorted(cell.id for cell in forest.roots) == ["r0/A100x8", "r0/V100M32x8", "r1/A100x8", "r1/V100M32x8"]
+    assert {cell.type_name for cell in forest.roots} == {"A100x8/rack", "V100M32x8/rack"}
+
+
+def test_a_count_past_any_cluster_is_refused_before_a_node_is_built() -> None:
+    """``count: 1000000000`` built nodes until memory ran out."""
+    with pytest.raises(InvalidInputError, match=r"c\.yaml:2: nodeGroups\[0\]\.count: .*100,000"):
+        parse_cluster(YamlDocument("c.yaml", f"nodeGroups:\n  - {{count: 1000000000, namePrefix: n, {V100}}}\n"))
+    text = "nodeGroups:\n" + "".join(f"  - {{count: 60000, namePrefix: g{i}-, {V100}}}\n" for i in range(2))
+    with pytest.raises(InvalidInputError, match=r"the cluster has 120,000 nodes .*at most 100,000"):
+        parse_cluster(YamlDocument("c.yaml", text))
+
+
+@pytest.mark.parametrize("index", ["true", "'2'", "3.0"])
+def test_gpu_indices_in_groups_are_whole_numbers(index: str) -> None:
+    text = f"nodeGroups:\n  - {{count: 1, namePrefix: n, nvlinkGroups: [[0, 1, {index}, 3], [4, 5, 6, 7]], {V100}}}\n"
+    with pytest.raises(InvalidInputError, match=r"nvlinkGroups\[0\]\[2\]"):
+        parse_cluster(YamlDocument("c.yaml", text))
+
+
+def test_an_unknown_model_is_named_briefly() -> None:
+    model = "Z" * 120_000
+    with pytest.raises(InvalidInputError, match="unknown GPU model") as info:
+        parse_cluster(YamlDocument("c.yaml", f"nodes:\n  - {{name: a, gpu: {{model: {model}, count: 1}}, cpuMilli: 1, "
+                                             "memoryMiB: 1}\n"))
+    assert len(str(info.value)) < 2_000
 
 
 @pytest.mark.parametrize(("value", "says"), [("yes", "got true"), ("4.0", "must be a whole number, got 4.0"),

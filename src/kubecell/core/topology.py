@@ -140,6 +140,12 @@ class CellForest:
         for index, node in enumerate(self.nodes):
             if node.gpu_count:
                 members.setdefault(f"{node.gpu_model}x{node.gpu_count}", []).append(index)
+        chains_of: dict[tuple[str, str], set[str]] = {}
+        for chain_name, indices in members.items():
+            for i in indices:
+                chains_of.setdefault((self.nodes[i].zone, self.nodes[i].rack), set()).add(chain_name)
+        self._shared_racks = {rack for rack, chains in chains_of.items() if rack[1] and len(chains) > 1}
+        """Racks that hold machines of several chains: each chain's rack cell there is named ``rack/chain``."""
         for chain_name, indices in sorted(members.items()):
             self._build_chain(chain_name, indices)
         self._types: dict[str, list[Cell]] = {}
@@ -172,6 +178,8 @@ class CellForest:
         if has_racks:
             for (zone, rack), rack_members in sorted(racks.items()):
                 rack_id = f"{zone}/{rack}" if zone else rack
+                if (zone, rack) in self._shared_racks:  # (two cells of one name, refused, before)
+                    rack_id = f"{rack_id}/{name}"
                 node_cells = [self._build_node(chain, i) for i in rack_members]
                 rack_cell = Cell(rack_id, chain, chain.top_level, tuple(g for c in node_cells for g in c.gpus),
                                  tuple(rack_members), None, node_cells)

@@ -27,7 +27,8 @@ digits (default 3, so names sort in numeric order; more when the count needs the
 gives ``n0 ... n9``, the names of clusters whose nodes are numbered without padding. Racks are
 ``rackPrefix`` plus the rack's number (padded to the width of the largest), ``rackPrefix`` defaulting
 to ``namePrefix`` + ``rack-``; groups given the same ``rackPrefix`` share rack names, so machines of
-different shapes can stand in one rack.
+different shapes can stand in one rack (a rack holding several GPU kinds has a rack cell per kind, named
+``rack/kind``, e.g. ``r0/A100x8``).
 
 ``count`` must be a multiple of ``rackSize``: the cell forest builds rack cells for a kind of machine
 only when all its racks have the same size, so a partial last rack would silently remove rack-level
@@ -38,11 +39,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import GPU_MODELS, Node, make_node
+from kubecell.core.shown import shown
 from kubecell.core.topology import CellForest
 from kubecell.core.validation import KeyPath, key_path
 from kubecell.inputs.yaml_document import YamlDocument
@@ -66,18 +69,25 @@ class GpuConfig(BaseModel):
     memory_mib: int | None = Field(default=None, ge=1, strict=True, alias="memoryMiB")
 
 
+MAX_CLUSTER_NODES = 100_000
+"""The most nodes a cluster description expands to: twenty times the 5,000 Kubernetes is tested at, and more than
+any public trace's cluster (Alibaba's 6,200). A count of a billion expanded into nodes until memory ran out."""
+GpuIndex = Annotated[int, Field(ge=0, strict=True)]
+"""A GPU index in ``nvlinkGroups``/``numaGroups``: a whole number, never ``true``, ``"2"`` or ``3.0``."""
+
+
 class NodeGroupConfig(BaseModel):
     """``count`` identical machines, named ``namePrefix`` + number and racked ``rackSize`` to a rack."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    count: int = Field(ge=1, strict=True)
+    count: int = Field(ge=1, le=MAX_CLUSTER_NODES, strict=True)
     name_prefix: str = Field(min_length=1, alias="namePrefix")
     name_digits: int = Field(default=MIN_NAME_DIGITS, ge=1, le=12, strict=True, alias="nameDigits")
     gpu: GpuConfig | None = None
     cpu_milli: int = Field(ge=0, strict=True, alias="cpuMilli")
     memory_mib: int = Field(ge=0, strict=True, alias="memoryMiB")
-    nvlink_groups: list[list[int]] = Field(default_factory=list, alias="nvlinkGroups")
-    numa_groups: list[list[int]] = Field(default_factory=list, alias="numaGroups")
+    nvlink_groups: list[list[GpuIndex]] = Field(default_factory=list, alias="nvlinkGroups")
+    numa_groups: list[list[GpuIndex]] = Field(default_factory=list, alias="numaGroups")
     rack_size: int | None = Field(default=None, ge=1, strict=True, alias="rackSize")
     rack_prefix: str | None = Field(default=None, min_length=1, alias="rackPrefix")
     zone: str = ""
@@ -92,8 +102,8 @@ class NodeConfig(BaseModel):
     gpu: GpuConfig | None = None
     cpu_milli: int = Field(ge=0, strict=True, alias="cpuMilli")
     memory_mib: int = Field(ge=0, strict=True, alias="memoryMiB")
-    nvlink_groups: list[list[int]] = Field(default_factory=list, alias="nvlinkGroups")
-    numa_groups: list[list[int]] = Field(default_factory=list, alias="numaGroups")
+    nvlink_groups: list[list[GpuIndex]] = Field(default_factory=list, alias="nvlinkGroups")
+    numa_groups: list[list[GpuIndex]] = Field(default_factory=list, alias="numaGroups")
     rack: str = ""
     zone: str = ""
     labels: dict[str, str] = Field(default_factory=dict)
@@ -130,7 +140,7 @@ FIELD_ACCEPTED = {
     "nodes.*": f"a node: {ACCEPTED_NODE_KEYS}",
     **{f"nodeGroups.*.{key}": text for key, text in _MACHINE_FIELDS.items()},
     **{f"nodes.*.{key}": text for key, text in _MACHINE_FIELDS.items()},
-    "nodeGroups.*.count": "a whole number of nodes >= 1",
+    "nodeGroups.*.count": f"a whole number of nodes from 1 to {MAX_CLUSTER_NODES:,}",
     "nodeGroups.*.namePrefix": "non-empty text",
     "nodeGroups.*.nameDigits": "a whole number of digits, 1..12",
     "nodeGroups.*.rackSize": "a whole number of nodes per rack >= 1",
@@ -169,7 +179,7 @@ def _node(doc: YamlDocument, parts: list[str | int], name: str, *, gpu: GpuConfi
           memory_mib: int, nvlink: list[list[int]], numa: list[list[int]], rack: str, zone: str,
           labels: Mapping[str, str]) -> Node:
     if gpu is not None and gpu.memory_mib is None and gpu.model not in GPU_MODELS:
-        raise InvalidInputError(f"unknown GPU model {gpu.model!r}", location=doc.where([*parts, "gpu", "model"]),
+        raise InvalidInputError(f"unknown GPU model {shown(gpu.model)}", location=doc.where([*parts, "gpu", "model"]),
                                 accepted=", ".join(sorted(GPU_MODELS)) + " (or give gpu.memoryMiB explicitly)")
     try:
         return make_node(
@@ -215,6 +225,10 @@ def parse_cluster(doc: YamlDocument, at: KeyPath = ()) -> list[Node]:
         config = ClusterFile.model_validate(doc.data)
     except ValidationError as error:
         raise doc.invalid(error, accepted=FIELD_ACCEPTED, keys=_accepted_keys) from None
+    total = sum(group.count for group in config.node_groups) + len(config.nodes)
+    if total > MAX_CLUSTER_NODES:
+        raise InvalidInputError(f"the cluster has {total:,} nodes", location=doc.where(["nodeGroups"]),
+                                accepted=f"at most {MAX_CLUSTER_NODES:,} nodes in all")
     nodes: list[Node] = []
     origin: dict[str, str] = {}
 
@@ -236,13 +250,18 @@ def parse_cluster(doc: YamlDocument, at: KeyPath = ()) -> list[Node]:
     if not any(node.gpu_count for node in nodes):
         raise InvalidInputError("the cluster has no GPU nodes", location=doc.where(),
                                 accepted="at least one node group or node with gpu: {model, count}")
-    racks = {(n.zone, n.rack) for n in nodes if n.rack}
-    for zone, rack in sorted(racks):
+    _check_racks(doc, nodes, origin)
+    return nodes
+
+
+def _check_racks(doc: YamlDocument, nodes: Sequence[Node], origin: Mapping[str, str]) -> None:
+    """A rack's name is a topology cell's name: it must be no node's (racks shared by machines of several GPU
+    kinds are named per kind by the cell forest)."""
+    for zone, rack in sorted({(n.zone, n.rack) for n in nodes if n.rack}):
         rack_id = f"{zone}/{rack}" if zone else rack
         if rack_id in origin:
-            raise InvalidInputError(f"rack {rack_id!r} has the name of a node", location=doc.where(),
+            raise InvalidInputError(f"rack {shown(rack_id)} has the name of a node", location=doc.where(),
                                     accepted="rack names distinct from node names")
-    return nodes
 
 
 def load_cluster(path: str | Path) -> list[Node]:

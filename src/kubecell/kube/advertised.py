@@ -27,7 +27,7 @@ from typing import Any
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import Gpu
-from kubecell.kube.dialects.demand import shown
+from kubecell.core.shown import shown
 from kubecell.kube.dialects.resources import QUANTITY_FORMS, QuantityError, parse_quantity
 from kubecell.kube.names import NVIDIA_GPU, RESOURCE_GPU
 

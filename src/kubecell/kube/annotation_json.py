@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kubecell.kube.dialects.demand import shown
+from kubecell.core.shown import shown
 
 MAX_JSON_DIGITS = 20
 """The most digits of a number in an annotation's JSON: int64 has 19; longer numbers are never converted."""

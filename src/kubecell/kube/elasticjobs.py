@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from kubecell.core.errors import InvalidInputError
+from kubecell.core.shown import shown
 from kubecell.core.validation import key_path
-from kubecell.kube.dialects.demand import shown
 from kubecell.kube.names import (
     DOMAIN,
     LABEL_ELASTIC_JOB,

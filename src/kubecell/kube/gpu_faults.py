@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from kubecell.core.shown import shown
 from kubecell.kube.annotation_json import AnnotationJsonError, load_annotation_json
 from kubecell.kube.clock import is_api_time
-from kubecell.kube.dialects.demand import shown
 
 MAX_FAULTS: Final = 256
 """Faulted GPUs remembered per node: as many GPUs as a node's inventory holds. Past that the oldest go (a GPU

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.limits import MAX_GPU_MEMORY_MIB, MAX_GPUS_PER_NODE
+from kubecell.core.shown import shown
 from kubecell.kube.annotation_json import AnnotationJsonError, load_annotation_json
-from kubecell.kube.dialects.demand import shown
 from kubecell.kube.names import ANNOTATION_INVENTORY
 
 INVENTORY_SCHEMA = "kubecell.io/gpu-inventory/v1"

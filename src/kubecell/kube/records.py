@@ -46,9 +46,10 @@ from kubecell.core.limits import (
     MAX_MEMORY_MIB,
 )
 from kubecell.core.model import MILLI_PER_GPU, Allocation
+from kubecell.core.shown import shown
 from kubecell.core.validation import explain_validation_error, key_path
 from kubecell.kube.annotation_json import AnnotationJsonError, load_annotation_json
-from kubecell.kube.dialects.demand import MAX_NAME_CHARS, shown
+from kubecell.kube.dialects.demand import MAX_NAME_CHARS
 from kubecell.kube.inventory import NodeView
 from kubecell.kube.inventory_schema import MAX_UUID_CHARS
 from kubecell.kube.names import ANNOTATION_ALLOCATION, ISOLATION_MODES

@@ -57,8 +57,8 @@ from typing import Any, Final
 
 from kubecell.core.elastic.goodput import refusal, synchronising_step_seconds
 from kubecell.core.elastic.types import StepReport
+from kubecell.core.shown import shown
 from kubecell.kube.annotation_json import AnnotationJsonError, load_annotation_json
-from kubecell.kube.dialects.demand import shown
 from kubecell.kube.names import ANNOTATION_STEP_REPORT
 
 FORMAT_VERSION: Final = 1

@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubecell.core.errors import InvalidInputError
+from kubecell.core.shown import shown
 from kubecell.core.tenancy.config import Tenants, resolve_tenants
 from kubecell.core.topology import CellForest
 from kubecell.core.validation import KeyPath, key_path
 from kubecell.kube import conditions
 from kubecell.kube.actions import event_body
 from kubecell.kube.clock import rfc3339
-from kubecell.kube.dialects.demand import shown
 from kubecell.kube.rest import ApiError, Kube
 
 log = logging.getLogger("kubecell.virtualclusters")

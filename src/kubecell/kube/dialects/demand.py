@@ -9,7 +9,6 @@ it names the pod, the exact label, annotation or resource, the value found and w
 from __future__ import annotations
 
 import json
-import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -17,6 +16,7 @@ from typing import Any, Literal
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import GPU_MODELS, Request, TopologyLevel
+from kubecell.core.shown import shown
 
 Isolation = Literal["accounting", "mps", "mig"]
 
@@ -141,34 +141,6 @@ def show(value: object) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-class _Cut(reprlib.Repr):
-    """``repr`` for messages about values anyone could have written: short whatever the value is.
-
-    ``reprlib`` already cuts long text, long lists and deep or self-referencing structures; a whole
-    number of thousands of digits would still be written out in full (and beyond 4,300 digits Python
-    refuses to write it at all), so such a number is told by its size."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.maxlevel = 3
-        self.maxstring = 60
-        self.maxother = 60
-        self.maxlong = 40
-        self.maxlist = self.maxtuple = self.maxdict = self.maxset = self.maxfrozenset = 6
-
-    def repr_int(self, x: int, level: int) -> str:
-        if x.bit_length() > 128:  # about 39 digits: far beyond any amount a field holds
-            return f"<a whole number of about {int(x.bit_length() * 0.30103) + 1} digits>"
-        return super().repr_int(x, level)
-
-
-_CUT = _Cut()
-
-
-def shown(value: object) -> str:
-    """``repr(value)``, cut to a few dozen characters: safe for a message whatever the value (long text, a
-    number of 5,000 digits, a structure nested thousands deep)."""
-    return _CUT.repr(value)
 
 
 @dataclass(frozen=True, slots=True)

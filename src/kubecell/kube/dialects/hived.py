@@ -42,9 +42,10 @@ import yaml
 
 from kubecell.core.limits import MAX_GANG_MEMBERS, MAX_GPUS_PER_NODE
 from kubecell.core.model import MILLI_PER_GPU
+from kubecell.core.shown import shown
 from kubecell.inputs.bounded_yaml import BoundedLoader, YamlRefused
 from kubecell.kube import names
-from kubecell.kube.dialects.demand import MAX_NAME_CHARS, OPPORTUNISTIC, DemandError, PodMeta, show, shown
+from kubecell.kube.dialects.demand import MAX_NAME_CHARS, OPPORTUNISTIC, DemandError, PodMeta, show
 from kubecell.kube.dialects.models import bounded, model_filter
 from kubecell.kube.dialects.statement import GpuAsk, GroupClaim, Reading, Stated, Statement
 

@@ -18,8 +18,9 @@ from typing import Any
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import Request, TopologyLevel
+from kubecell.core.shown import shown
 from kubecell.kube.dialects import aliyun, alnair, hami, hived, kubecell, kubeshare, nvidia, podgroups
-from kubecell.kube.dialects.demand import OPPORTUNISTIC, DialectOptions, GroupDemand, PodDemand, PodMeta, shown
+from kubecell.kube.dialects.demand import OPPORTUNISTIC, DialectOptions, GroupDemand, PodDemand, PodMeta
 from kubecell.kube.dialects.resources import mib_up, number_text, pod_totals
 from kubecell.kube.dialects.statement import GpuAsk, GroupClaim, PodGroups, Reading, Stated, Statement
 

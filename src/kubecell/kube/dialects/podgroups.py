@@ -26,8 +26,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubecell.core.limits import MAX_GANG_MEMBERS
+from kubecell.core.shown import shown
 from kubecell.kube import names
-from kubecell.kube.dialects.demand import PodMeta, show, shown
+from kubecell.kube.dialects.demand import PodMeta, show
 from kubecell.kube.dialects.statement import GroupClaim, PodGroups, Reading, Statement, group_name
 
 __all__ = ["PodGroups", "read"]

@@ -30,7 +30,8 @@ from decimal import ROUND_UP, Context, Decimal, InvalidOperation, localcontext
 from typing import Any
 
 from kubecell.core.limits import MAX_GANG_MEMBERS, MAX_GPUS_PER_NODE
-from kubecell.kube.dialects.demand import DemandError, DialectOptions, PodMeta, shown
+from kubecell.core.shown import shown
+from kubecell.kube.dialects.demand import DemandError, DialectOptions, PodMeta
 
 _QUANTITY = re.compile(r"([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?")
 """Kubernetes' quantity grammar (``k8s.io/apimachinery/pkg/api/resource``): ASCII digits only, as Go reads

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubecell.core.engine.job import JobPhase
+from kubecell.core.shown import shown
 from kubecell.kube import pods
-from kubecell.kube.dialects.demand import shown
 from kubecell.kube.names import MANAGED_RESOURCES
 from kubecell.kube.rest import ApiError
 from kubecell.kube.watch import Event
