@@ -174,3 +174,14 @@ def test_names_a_workload_wrote_never_open_as_formulas(monkeypatch: pytest.Monke
         rows = list(csv.DictReader(handle))
     assert sorted(row["name"] for row in rows) == ["'-2+3", "'=1+2", "'@SUM(A1)"]
     assert all(float(row["jct_s"]) > 0 for row in rows)
+
+
+def test_a_name_with_dollars_is_drawn_as_written(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Matplotlib reads ``$...$`` as mathematics: a workload family named ``x$\\foo$`` raised ``Unknown symbol``
+    after the run, and the report was never written."""
+    write_models(tmp_path / "data")
+    write_workload(tmp_path / "data", "a,0,cifar10,1,128\n", family="x$\\foo$", name="workload-1")
+    out = tmp_path / "report"
+    assert run_main(monkeypatch, ["sim", "elastic", "--workload", str(tmp_path / "data"), "--policy", "rigid",
+                                  "--out", str(out)]) == 0
+    assert all((out / name).is_file() for name in REPORT_FILES)

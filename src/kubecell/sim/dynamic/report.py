@@ -25,6 +25,7 @@ from kubecell.sim.cells import spreadsheet_text
 from kubecell.sim.dynamic.metrics import PolicyMetrics
 from kubecell.sim.dynamic.private import PrivateBaseline
 from kubecell.sim.dynamic.simulator import JobRecord, SimulationResult
+from kubecell.sim.figures import plain_text
 
 JOB_COLUMNS = ("policy", "name", "vc", "gpus", "members", "priority", "submit_s", "first_start_s", "finish_s",
                "queueing_delay_s", "jct_s", "preemptions", "failures", "rejected", "first_class",
@@ -95,6 +96,7 @@ def _days(result: SimulationResult) -> list[float]:
     return [(s.time - result.start) / 86_400.0 for s in result.samples]
 
 
+@plain_text
 def plot_utilisation(out: Path, results: Sequence[SimulationResult]) -> Path:
     fig, ax = plt.subplots(figsize=(9, 4))
     for result in results:
@@ -112,6 +114,7 @@ def plot_utilisation(out: Path, results: Sequence[SimulationResult]) -> Path:
     return path
 
 
+@plain_text
 def plot_allocation_by_vc(out: Path, results: Sequence[SimulationResult]) -> Path | None:
     """One panel per VC: GPUs held (solid: all classes; dotted: inside the guarantee) per policy,
     against the guarantee (dashed)."""
@@ -151,6 +154,7 @@ def plot_allocation_by_vc(out: Path, results: Sequence[SimulationResult]) -> Pat
     return path
 
 
+@plain_text
 def plot_queueing_delay(out: Path, metrics: Sequence[PolicyMetrics],
                         private: Mapping[str, Mapping[str, Any]]) -> Path | None:
     """Per VC: mean queueing delay of within-guarantee jobs per policy, next to the private cluster."""

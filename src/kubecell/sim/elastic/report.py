@@ -22,6 +22,7 @@ from kubecell.sim.cells import spreadsheet_text
 from kubecell.sim.elastic.metrics import FAMILY_KEYS, PAPER_TABLE3, PAPER_TRACE, RUN_KEYS, Figures
 from kubecell.sim.elastic.runner import ElasticRun, write_summary
 from kubecell.sim.elastic.simulator import SimulationResult
+from kubecell.sim.figures import plain_text
 
 JOB_COLUMNS = ("policy", "workload", "name", "application", "submitted_s", "num_replicas", "batch_size",
                "first_start_s", "completion_s", "jct_s", "restarts", "gpu_hours", "restart_gpu_hours", "max_gpus")
@@ -54,6 +55,7 @@ def _by_family(results: Sequence[SimulationResult]) -> dict[str, dict[str, list[
     return grouped
 
 
+@plain_text
 def plot_jct_cdf(out: Path, results: Sequence[SimulationResult]) -> Path | None:
     """Per family, the CDF of job completion times of each policy (all its workloads pooled)."""
     grouped = _by_family(results)
@@ -77,6 +79,7 @@ def plot_jct_cdf(out: Path, results: Sequence[SimulationResult]) -> Path | None:
     return path
 
 
+@plain_text
 def plot_gpus_per_job(out: Path, results: Sequence[SimulationResult]) -> Path | None:
     """Per family (its first workload): GPUs allocated, and GPUs per running job, over time, per policy."""
     grouped = _by_family(results)

@@ -20,6 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
+from kubecell.sim.figures import plain_text
 from kubecell.sim.packing.metrics import ARRIVED_PCT, PolicySummary, Stat
 from kubecell.sim.packing.runner import format_seeds
 
@@ -70,6 +71,7 @@ def _band(ax: Axes, summary: PolicySummary, metric: str) -> None:
     ax.fill_between(ARRIVED_PCT, mean - sd, mean + sd, color=line.get_color(), alpha=0.18, linewidth=0)
 
 
+@plain_text
 def write_plots(out: Path, summaries: Sequence[PolicySummary], title: str = "") -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = []
