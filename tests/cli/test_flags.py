@@ -199,7 +199,11 @@ def test_report_refuses_an_out_that_is_a_file_before_reading_the_history(tmp_pat
     (b"\xd0\xcf\x11\xe0 binary", "not a kubeconfig: UnicodeDecodeError"),
     (b"foo: [unclosed", "not a kubeconfig: ParserError"),
     (b"- 1\n- 2\n", "not a kubeconfig: TypeError"),
-], ids=["binary", "broken yaml", "a list"])
+    (b"[" * 5000, "nests deeper than"),  # a RecursionError and its traceback before
+    (b"a: &a [x, x, x, x, x, x, x, x, x]\n" + b"".join(
+        b"%c: &%c [%s]\n" % (c, c, b",".join([b"*" + bytes([c - 1])] * 9)) for c in range(ord("b"), ord("j"))),
+     "once its aliases are expanded"),  # 20 s, 1.9 GB and a 226 MB line of error before
+], ids=["binary", "broken yaml", "a list", "deep", "alias bomb"])
 @pytest.mark.parametrize("command", [["scheduler"], ["profile", "collect", "--prometheus", "http://127.0.0.1:9"]])
 def test_a_file_that_is_no_kubeconfig_is_one_line(content: bytes, says: str, command: list[str], tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch,

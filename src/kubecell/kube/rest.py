@@ -25,6 +25,7 @@ from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
 from kubecell.core.errors import KubecellError
+from kubecell.inputs.bounded_yaml import BoundedLoader, YamlRefused
 
 _SEGMENT = re.compile(r"[^/?#%\s\\]+")
 """A path segment as kubecell's paths have them (API groups, versions, names): nothing that could make a name
@@ -128,16 +129,18 @@ class Kube:
             except ConfigException as error:
                 raise KubeconfigError(f"no kubeconfig given and not in a pod: {error}") from None
         else:
+            _check_kubeconfig(Path(kubeconfig))
             try:
                 config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
             except ConfigException as error:
                 raise KubeconfigError(f"cannot read kubeconfig {kubeconfig}: {error}") from None
             except OSError as error:
                 raise KubeconfigError(f"cannot read kubeconfig {kubeconfig}: {error.strerror or error}") from None
-            except (UnicodeDecodeError, yaml.YAMLError, TypeError, AttributeError, KeyError, ValueError) as error:
+            except (UnicodeDecodeError, yaml.YAMLError, TypeError, AttributeError, KeyError, ValueError,
+                    RecursionError) as error:
                 # the client parses the file without checking its shape: a binary file, broken YAML or a list
                 # where a mapping belongs would escape as whatever the parser raised
-                said = " ".join(str(error).split())  # a YAML error spans lines: an error is one line
+                said = " ".join(str(error).split())[:MAX_ERROR_CHARS]  # one line, and short
                 raise KubeconfigError(f"cannot read kubeconfig {kubeconfig}: not a kubeconfig: "
                                       f"{type(error).__name__}: {said}") from None
         configuration.connection_pool_maxsize = pool
@@ -146,6 +149,7 @@ class Kube:
 
     def close(self) -> None:
         self.api.close()
+
 
     def _send(self, method: str, path: str, *, query: Sequence[tuple[str, Any]] = (), body: Any = None,
               content_type: str | None = None, timeout: float | tuple[float, float] | None = None,
@@ -305,3 +309,27 @@ def _api_error(status: int, reason: str, body: Any, method: str, path: str) -> A
         except (ValueError, TypeError):
             message = body.decode(errors="replace") if isinstance(body, bytes) else str(body)
     return ApiError(status, reason, message, method=method, path=path)
+
+
+MAX_KUBECONFIG_BYTES = 16 * 1024 * 1024
+"""The largest kubeconfig read (hundreds of contexts with embedded certificates are a few MiB)."""
+MAX_ERROR_CHARS = 300
+
+
+def _check_kubeconfig(path: Path) -> None:
+    """Read the kubeconfig once with bounds before the client parses it: the client's ``yaml.safe_load`` expands
+    a 500-byte alias bomb (20 s, 1.9 GB, and a 226 MB error line) and recurses until ``RecursionError`` on a
+    few thousand ``[``. A file that cannot be opened is left to the client, which words that error."""
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_KUBECONFIG_BYTES + 1)
+    except OSError:
+        return
+    if len(raw) > MAX_KUBECONFIG_BYTES:
+        raise KubeconfigError(f"cannot read kubeconfig {path}: longer than {MAX_KUBECONFIG_BYTES // 2**20} MiB")
+    try:
+        yaml.load(raw.decode("utf-8"), Loader=BoundedLoader)
+    except (UnicodeDecodeError, yaml.YAMLError) as error:
+        said = " ".join(str(error).split())[:MAX_ERROR_CHARS]
+        kind = "" if isinstance(error, YamlRefused) else f"{type(error).__name__}: "
+        raise KubeconfigError(f"cannot read kubeconfig {path}: not a kubeconfig: {kind}{said}") from None
