@@ -96,8 +96,8 @@ def test_duplicates_ragged_rows_and_missing_files(tmp_path: Path) -> None:
     assert error(lambda: load_solo_profiles(path)) == \
         f"{path}:4: field 'model': job ResNet18/CIFAR-10/bs32 is listed twice (first at {path}:2)"
     path = write(tmp_path, "pairs.csv", PAIRS + "2,VGG,CIFAR-10\n")
-    assert error(lambda: load_shared_runs(path)).startswith(f"{path}:4: 3 cells but the header has 14 columns")
-    assert "cannot read the file" in error(lambda: load_solo_profiles(tmp_path / "absent.csv"))
+    assert error(lambda: load_shared_runs(path)).startswith(f"{path}:4: field 'gpu_num1': has 3 fields, header has 14")
+    assert "file not found" in error(lambda: load_solo_profiles(tmp_path / "absent.csv"))
     path = write(tmp_path, "pairs.csv", PAIRS.replace("0.94", "0"))
     assert error(lambda: load_shared_runs(path)) == f"{path}:3: field 'speed2': must be above 0, got 0"
 
@@ -108,3 +108,20 @@ def test_a_throughput_typed_for_a_speed_ratio_and_a_bom_are_told(tmp_path: Path)
     bom = tmp_path / "solo.csv"
     bom.write_bytes(b"\xef\xbb\xbf" + SOLO.encode())
     assert len(load_solo_profiles(bom)) == 2, "a spreadsheet's byte-order mark is not part of the first column"
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("model,model,dataset,batchsize,amp,gpu_util,gmem_util,gmem\n", "column 'model' appears twice"),
+    ("model,dataset,batchsize,amp,gpu_util,gmem_util,gmem\nResNet18,CIFAR-10,\u00b2,0,50,10,1000\n", "'\u00b2'"),
+    ("model,dataset,batchsize,amp,gpu_util,gmem_util,gmem\nResNet18,CIFAR-10," + "9" * 5000 + ",0,50,10,1000\n",
+     "at most 9 digits"),
+    ("model,dataset,batchsize,amp,gpu_util,gmem_util,gmem\nResNet18,\"" + "x" * 140_000 + "\",32,0,50,10,1000\n",
+     "malformed CSV"),
+], ids=["a column twice", "a superscript digit", "5000 digits", "a field past the csv limit"])
+def test_what_python_would_raise_on_is_a_located_error(tmp_path: Path, text: str, says: str) -> None:
+    """Before: a header naming a column twice let the last copy win; "\u00b2" passed ``isdigit`` and ``int``
+    raised; 5,000 digits raised past Python's 4,300; a field past the csv module's limit escaped as csv.Error."""
+    path = write(tmp_path, "solo.csv", text)
+    message = error(lambda: load_solo_profiles(path))
+    assert message.startswith(f"{path}:")
+    assert says in message

@@ -17,44 +17,35 @@ find the cell among a thousand rows.
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.interference.profile import InvalidProfileError, JobKey, SharedRun, SoloProfile
+from kubecell.core.shown import shown
+from kubecell.inputs.csv_table import open_csv
 
 SOLO_REQUIRED = ("model", "gpu_util", "gmem_util", "gmem")
 PROFILE_FIELD_COLUMNS = {"gpu_util": "gpu_util", "gmem_util": "gmem_util", "memory_mib": "gmem"}
 MAX_SPEED_RATIO = 4.0
 """The fastest a job may run beside others, relative to alone (Lucid's pairs: 0.44-1.50): more is a throughput
 typed where a ratio belongs, which would silently move every fit."""
+MAX_BATCH_DIGITS = 9
 TRUE_WORDS = {"1", "true", "yes"}
 FALSE_WORDS = {"0", "false", "no", ""}
 
 
 def _rows(path: Path) -> Iterator[tuple[str, dict[str, str], list[str]]]:
-    """Yield ``(location, row, header)`` for every data row; ``location`` is ``file:line``."""
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as handle:  # a spreadsheet's BOM is no part of a name
-            reader = csv.reader(handle)
-            header = next(reader, None)
-            if header is None:
-                raise InvalidInputError("the file is empty; expected a header row", location=f"{path}:1")
-            header = [name.strip() for name in header]
-            for cells in reader:
-                where = f"{path}:{reader.line_num}"
-                if not any(cell.strip() for cell in cells):
-                    continue
-                if len(cells) != len(header):
-                    raise InvalidInputError(f"{len(cells)} cells but the header has {len(header)} columns",
-                                            location=where)
-                yield where, {name: cell.strip() for name, cell in zip(header, cells, strict=True) if name}, header
-    except OSError as error:
-        raise InvalidInputError(f"cannot read the file: {error.strerror}", location=str(path)) from error
-    except UnicodeDecodeError as error:
-        raise InvalidInputError("not UTF-8 text", location=str(path)) from error
+    """Yield ``(location, row, header)`` for every data row; ``location`` is ``file:line``. The file, its header
+    (each column once) and each row's width are checked by the CSV reader every trace shares."""
+    with open_csv(path) as table:
+        table.require((), kind="co-location table")
+        header = list(table.header)
+        for row in table.rows():
+            if row.problem:
+                raise row.problem
+            yield row.where, {name: cell.strip() for name, cell in row.values.items() if name}, header
 
 
 def _require(header: list[str], columns: tuple[str, ...], path: Path) -> None:
@@ -83,8 +74,9 @@ def _key(row: Mapping[str, str], suffix: str, where: str) -> JobKey:
     batch_size = 0
     if row.get(batch_column):
         text = row[batch_column]
-        if not text.isdigit():
-            raise InvalidInputError(f"not a whole number >= 0: {text!r}", location=where, field=batch_column)
+        if not (text.isascii() and text.isdigit() and len(text) <= MAX_BATCH_DIGITS):  # ("²" is a digit)
+            raise InvalidInputError(f"not a whole number >= 0: {shown(text)}", location=where, field=batch_column,
+                                    accepted=f"a whole number of at most {MAX_BATCH_DIGITS} digits")
         batch_size = int(text)
     amp_text = row.get(amp_column, "").lower()
     if amp_text not in TRUE_WORDS | FALSE_WORDS:

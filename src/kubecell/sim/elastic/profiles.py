@@ -1,7 +1,7 @@
 """The measured inputs of the Pollux/Sia job model, read from the Sia artifact's ``models/<app>/`` tables.
 
 One loader per file format, each failing with ``file:line``, the column and what would be accepted (the
-shared CSV reader, ``sim/traces/rows.py``), so a hand-edited profile is fixed without a traceback:
+shared CSV reader, ``inputs/csv_table.py``), so a hand-edited profile is fixed without a traceback:
 
 - ``placements-<gpu>.csv`` (``placement,local_bsz,step_time,sync_time``, columns in any order): seconds per
   iteration of one placement (digit string of replicas per node, ``"24"`` = 2 + 4 GPUs on two nodes) at a
@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kubecell.core.errors import InvalidInputError
-from kubecell.sim.traces.rows import Row, open_csv
+from kubecell.inputs.csv_table import Row, open_csv
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -2,7 +2,7 @@
 
 ``sim/traces/sia.py`` reads the same files for the dynamic simulator, where a job must become a fixed-length
 gang (``JobSpec``, with an assumed amount of work); here a job is an application trained to its target, so only
-the columns are shared, read by the same CSV reader (``sim/traces/rows.py``) with ``file:line`` errors.
+the columns are shared, read by the same CSV reader (``inputs/csv_table.py``) with ``file:line`` errors.
 
 A directory argument means every ``workload-*.csv`` below it; the trace family of a file is its folder's name
 (``philly/workload-1.csv`` is of family ``philly``), so results can be averaged per family as Sia's Table 3 is.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubecell.core.errors import InvalidInputError
-from kubecell.sim.traces.rows import open_csv
+from kubecell.inputs.csv_table import open_csv
 from kubecell.sim.traces.sia import SIA_COLUMNS
 
 WORKLOAD_COLUMNS = (*SIA_COLUMNS, "batch_size")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kubecell.core.engine.job import JobSpec
 from kubecell.core.model import MILLI_PER_GPU, Request, TopologyLevel
-from kubecell.sim.traces.rows import Row
+from kubecell.inputs.csv_table import Row
 
 SECONDS_PER_DAY = 86_400.0
 

@@ -16,7 +16,7 @@ from kubecell.core.errors import InvalidInputError
 from kubecell.core.limits import MAX_CPU_MILLI, MAX_GPUS_PER_NODE, MAX_MEMORY_MIB
 from kubecell.core.model import GPU_MODELS, MILLI_PER_GPU, Node, Request, gpu_model_spec, make_node
 from kubecell.core.placement.frag import PodShape
-from kubecell.sim.traces.rows import Row, open_csv
+from kubecell.inputs.csv_table import Row, open_csv
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")

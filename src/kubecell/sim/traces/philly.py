@@ -14,8 +14,8 @@ from pathlib import Path
 from kubecell.core.engine.job import JobSpec
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.limits import MAX_GANG_MEMBERS
+from kubecell.inputs.csv_table import Row
 from kubecell.sim.traces.jobs import MAX_TRACE_SECONDS, HostDefaults, JobFormat, ParsedJob, gang_shape
-from kubecell.sim.traces.rows import Row
 
 PCS_COLUMNS = ("app_id", "submit_time", "service", "num_jobs")
 

@@ -15,8 +15,8 @@ from kubecell.core.engine.job import JobSpec
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.limits import MAX_GANG_MEMBERS
 from kubecell.core.model import TopologyLevel
+from kubecell.inputs.csv_table import Row
 from kubecell.sim.traces.jobs import GPUS_PER_MACHINE, MAX_TRACE_SECONDS, HostDefaults, JobFormat, ParsedJob
-from kubecell.sim.traces.rows import Row
 
 SIA_COLUMNS = ("name", "time", "application", "num_replicas")
 

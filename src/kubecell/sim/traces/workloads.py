@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kubecell.core.engine.job import JobSpec
 from kubecell.core.errors import InvalidInputError
+from kubecell.inputs.csv_table import CsvTable, open_csv
 from kubecell.sim.traces.jobs import (
     CPU_MILLI_PER_GPU,
     MEMORY_MIB_PER_GPU,
@@ -24,7 +25,6 @@ from kubecell.sim.traces.jobs import (
     JobFormat,
 )
 from kubecell.sim.traces.philly import PHILLY_PCS
-from kubecell.sim.traces.rows import CsvTable, open_csv
 from kubecell.sim.traces.sia import SIA
 
 __all__ = ["FORMATS", "SECONDS_PER_DAY", "RejectedRow", "Workload", "WorkloadFile", "detect_format", "expand_paths",

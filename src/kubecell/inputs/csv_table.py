@@ -1,5 +1,5 @@
-"""One CSV reader for every trace format: the file, its header, its rows and typed fields, with errors a
-user can act on.
+"""One CSV reader for every CSV input (traces, co-location tables): the file, its header, its rows and typed
+fields, with errors a user can act on.
 
 Every trace kubecell reads (openb node and pod lists, Philly PCS and Sia job lists) is a CSV file with
 a header line, and every one must fail the same way on the same mistakes: a directory or a missing
