@@ -3,6 +3,7 @@ replaces, queries filter, migrations build the models' schema, and bad databases
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -298,3 +299,20 @@ def test_an_unreachable_server_is_refused() -> None:
     with pytest.raises(ProfilerStoreError, match="cannot open the job history") as caught:
         JobHistory.open(url)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("edit", [
+    "UPDATE profiler_jobs SET gpus_per_pod = 'many'",  # SQLite keeps text in an INTEGER column
+    "UPDATE profiler_jobs SET nodes = '" + "[" * 100_000 + "]" * 100_000 + "'",
+], ids=["text in a number column", "JSON nested 100,000 deep"])
+def test_a_hand_edited_store_is_a_store_error_not_a_traceback(tmp_path: Path, edit: str) -> None:
+    """The store is a file anyone may edit; before, these escaped ``profile recommend`` and ``report`` as a
+    TypeError and a RecursionError."""
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    with JobHistory.open(url) as history:
+        history.save(JobRecord(uid="uid-e", namespace="ns", owner_kind="Job", owner_name="train-1", created=T0,
+                               gpus_per_pod=1, nodes=("n1",)))
+    with sqlite3.connect(tmp_path / "h.db") as connection:
+        connection.execute(edit)
+    with JobHistory.open(url) as history, pytest.raises(ProfilerStoreError, match="listing jobs in sqlite"):
+        history.jobs()

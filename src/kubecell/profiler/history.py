@@ -296,7 +296,9 @@ class JobHistory:
         try:
             with Session(self._engine, expire_on_commit=False) as session, session.begin():
                 yield session
-        except (SQLAlchemyError, DistributionError, ValueError, OverflowError) as error:
+        except (SQLAlchemyError, DistributionError, ValueError, OverflowError, TypeError, RecursionError) as error:
+            # a store anyone can edit: text in an INTEGER column (SQLite keeps it) is a TypeError, a JSON value
+            # nested 100,000 deep a RecursionError, once read back
             raise ProfilerStoreError(f"{doing} in {self._where}: {describe(error)}") from error
 
     def save(self, record: JobRecord) -> None:

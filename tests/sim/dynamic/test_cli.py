@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from kubecell.cli.main import main
+from kubecell.core.errors import InvalidInputError
 from kubecell.inputs.cluster import load_cluster
-from kubecell.sim.dynamic.runner import node_failure_events
+from kubecell.sim.dynamic.runner import check_run_options, node_failure_events
 from tests.sim.dynamic.support import SIA_HEADER, TINY_CLUSTER, Writer, pcs_rows
 
 TENANTS = """\
@@ -204,3 +205,11 @@ def test_jobs_of_unknown_vcs_are_rejected_and_counted(write: Writer, inputs: dic
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary[0]["per_vc"]["zz"]["rejected"] == 1
     assert summary[0]["overall"]["rejected"] >= 1
+
+
+@pytest.mark.parametrize("count", [-1, 10**12])
+def test_a_node_failure_count_past_the_bound_is_refused_before_loading(count: int) -> None:
+    """10^12 failures reached numpy after the inputs were read and asked it for 7 TiB."""
+    with pytest.raises(InvalidInputError, match="node-failures") as info:
+        check_run_options(node_failures=count)
+    assert "1,000,000" in (info.value.accepted or "")

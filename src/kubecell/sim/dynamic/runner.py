@@ -102,11 +102,17 @@ def check_has_jobs(inputs: DynamicInputs, *, days: float | None = None, start_da
         accepted="trace files with at least one job in the --start-day / --days window")
 
 
+MAX_NODE_FAILURES = 1_000_000
+"""Node failures one run may draw: each is an event with its repair, so a million is already far past any
+trace's hardware record."""
+
+
 def check_run_options(*, node_failures: int = 0, repair_hours: float = DEFAULT_REPAIR_HOURS,
                       horizon_days: float | None = None) -> None:
     """Validate the run parameters (before loading anything, so a typo costs no parsing time)."""
-    if node_failures < 0:
-        raise InvalidInputError(f"{node_failures} failures", field="node-failures", accepted="a whole number >= 0")
+    if not 0 <= node_failures <= MAX_NODE_FAILURES:  # (10^12 asked numpy for 7 TiB)
+        raise InvalidInputError(f"{node_failures} failures", field="node-failures",
+                                accepted=f"a whole number from 0 to {MAX_NODE_FAILURES:,}")
     if repair_hours <= 0 or not math.isfinite(repair_hours):
         raise InvalidInputError(f"repair after {repair_hours:g} hours", field="repair-hours",
                                 accepted="a number of hours > 0")

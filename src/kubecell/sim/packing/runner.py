@@ -19,6 +19,7 @@ from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import Node
 from kubecell.core.placement.filters import Impossible, never_fits
 from kubecell.core.placement.frag import TypicalPod
+from kubecell.core.shown import shown
 from kubecell.sim.packing.experiment import run_packing, typical_pods_of
 from kubecell.sim.packing.metrics import PolicySummary, RunCurves, curves_of
 from kubecell.sim.traces.openb import REQUEST_FIELD_COLUMNS, TracePod, load_nodes, load_pods
@@ -66,15 +67,15 @@ def load_inputs(nodes_path: str, pods_path: str, allow_impossible: bool = False)
     return PackingInputs(nodes, pods, typical_pods_of(pods), impossible)
 
 
-_SEED_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")
+_SEED_RANGE = re.compile(r"^\s*(\d{1,9})\s*(?:-\s*(\d{1,9}))?\s*$")
 
 MAX_SEEDS = 1000
 """Seeds one grid may run. Each seed is a full replay per placement policy (seconds on the bundled example,
 tens of seconds on openb), so 1,000 seeds already mean hours; the FGD paper reports 10. The cap also
 keeps a typo such as ``0-99999999999`` from allocating the list before anything runs."""
 
-_SEEDS_ACCEPTED = (f"'42-51', '1,2,3' or '7' (non-negative integers, ranges low-high, at most {MAX_SEEDS} seeds: "
-                   "each is a full replay per placement policy, the FGD paper uses 10)")
+_SEEDS_ACCEPTED = (f"'42-51', '1,2,3' or '7' (non-negative integers of at most 9 digits, ranges low-high, at most "
+                   f"{MAX_SEEDS} seeds: each is a full replay per placement policy, the FGD paper uses 10)")
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -86,7 +87,7 @@ def parse_seeds(text: str) -> list[int]:
     for part in text.split(","):
         match = _SEED_RANGE.match(part)
         if match is None:
-            raise InvalidInputError(f"cannot read seeds {text!r} (at {part.strip()!r})", field="seeds",
+            raise InvalidInputError(f"cannot read seeds {shown(text)} (at {shown(part.strip())})", field="seeds",
                                     accepted=_SEEDS_ACCEPTED)
         low = int(match.group(1))
         high = int(match.group(2)) if match.group(2) else low
