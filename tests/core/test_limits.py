@@ -97,3 +97,23 @@ def test_a_book_at_the_limits_stores_and_sums_exactly() -> None:
     book.release("share")
     assert int(book.cpu_free.sum()) == 3 * MAX_CPU_MILLI
     book.check_invariants()
+
+
+@pytest.mark.parametrize(("make", "field"), [
+    (lambda: Request("j", gpu_count=1, gpu_milli=1.5), "gpu_milli"),
+    (lambda: Request("j", gpu_count=1.0, gpu_milli=1000), "gpu_count"),
+    (lambda: Request("j", gpu_count=True, gpu_milli=1000), "gpu_count"),
+    (lambda: JobSpec(name="j", vc="a", member=Request("j", gpu_count=1, gpu_milli=1000), members=2.5), "members"),
+    (lambda: JobSpec(name="j", vc="a", member=Request("j", gpu_count=1, gpu_milli=1000), members=3,
+                     min_members=1.5), "min_members"),
+], ids=["milli 1.5", "count 1.0", "count True", "members 2.5", "min 1.5"])
+def test_amounts_that_are_not_whole_numbers_are_refused_at_once(make: Any, field: str) -> None:
+    """Before, these passed the range checks and crashed the next cycle with an IndexError or a TypeError,
+    leaving a waiting job with no reason."""
+    with pytest.raises(InvalidInputError) as info:
+        make()
+    assert info.value.field == field
+
+
+def test_numpy_integers_are_whole_numbers() -> None:
+    assert Request("j", cpu_milli=np.int64(1000), gpu_count=np.int32(1), gpu_milli=np.int64(500)).gpu_milli == 500

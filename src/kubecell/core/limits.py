@@ -17,6 +17,8 @@ and ``JobSpec`` check them once more, so no input can reach the book with a numb
 
 from __future__ import annotations
 
+import numbers
+
 from kubecell.core.errors import InvalidInputError
 
 AMOUNT_BITS = 40
@@ -49,7 +51,15 @@ def check_amount(value: int, high: int, *, what: str, field: str, location: str 
     ``what`` says what the number is, with its unit (e.g. ``"host memory (MiB)"``), because the core's
     callers have no file line to point at and the field name alone does not say the unit.
     """
+    if not is_whole(value):  # (1.5 GPUs or 2.5 members passed the range and crashed a cycle, as an IndexError)
+        raise InvalidInputError(f"{what} {value!r} is not a whole number", location=location, field=field,
+                                accepted=f"a whole number in {low}..{high}")
     if low <= value <= high:
         return value
     raise InvalidInputError(f"{what} {value} is out of range", location=location, field=field,
                             accepted=f"{low}..{high}")
+
+
+def is_whole(value: object) -> bool:
+    """An integer (a numpy integer too), never a bool or a float, even ``1.0``."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)

@@ -21,6 +21,7 @@ from kubecell.core.limits import (
     MAX_GPUS_PER_NODE,
     MAX_MEMORY_MIB,
     check_amount,
+    is_whole,
 )
 
 MILLI_PER_GPU = 1000
@@ -292,7 +293,7 @@ class Request:
                     accepted="gpu_count >= 1 when gpu_milli or gpu_memory_mib is set",
                 )
             return
-        if not 0 <= self.gpu_milli <= MILLI_PER_GPU:
+        if not is_whole(self.gpu_milli) or not 0 <= self.gpu_milli <= MILLI_PER_GPU:
             raise InvalidInputError(
                 f"gpu_milli {self.gpu_milli} is out of range", location=where, field="gpu_milli",
                 accepted="0..1000 per GPU",

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from kubecell.core.engine.groups import MemberGroup, Segment, check_groups, member_index, shape_text
 from kubecell.core.errors import InvalidInputError
-from kubecell.core.limits import MAX_GANG_MEMBERS, check_amount
+from kubecell.core.limits import MAX_GANG_MEMBERS, check_amount, is_whole
 from kubecell.core.model import Request, TopologyLevel
 
 __all__ = ["OPPORTUNISTIC_PRIORITY", "JobSpec", "MemberGroup", "member_index", "shape_text"]
@@ -85,7 +85,7 @@ class JobSpec:
             raise InvalidInputError(f"headcount {self.members} < 1", location=where, field="members")
         check_amount(self.members, MAX_GANG_MEMBERS, what="headcount", field="members", location=where, low=1)
         minimum = self.min_members if self.min_members is not None else self.members
-        if not 1 <= minimum <= self.members:
+        if not is_whole(minimum) or not 1 <= minimum <= self.members:
             raise InvalidInputError(f"minimum {minimum} outside 1..{self.members}", location=where,
                                     field="min_members")
         if self.expected_seconds is not None and not (math.isfinite(self.expected_seconds)
