@@ -231,10 +231,10 @@ class Engine:
 
     def reload(self, tenants: Tenants, now: float) -> list[Job]:
         """Adopt a new tenant configuration as a diff: running jobs keep running. Guaranteed jobs whose
-        cells the new guarantees still cover (without cells, the oldest jobs within the guaranteed count)
-        stay guaranteed; the others become borrowed (or
-        opportunistic when their VC is gone) and are the first reclaimed. Waiting jobs of a removed VC
-        are rejected (nothing could ever admit them). Nothing is evicted. Returns downgraded jobs."""
+        cells the new guarantees still cover, oldest first within the guaranteed count, stay guaranteed; the
+        others become borrowed (or opportunistic when their VC is gone) and are the first reclaimed. Waiting
+        jobs of a removed VC are rejected (nothing could ever admit them). Nothing is evicted. Returns
+        downgraded jobs."""
         s = self.session
         s.tenants = tenants
         s.tenancy.reconfigure(tenants)
@@ -255,11 +255,11 @@ class Engine:
                 continue
             if job.job_class != JobClass.GUARANTEED:
                 continue
-            if s.options.cells:
-                covered = adopt_cells(s, job)
-            else:  # a count: judged against what the older jobs kept, not the VC's whole use, newer jobs included
-                covered = kept[tenant.name] + job.held_gpu_milli <= tenant.guaranteed_milli
-                kept[tenant.name] += job.held_gpu_milli if covered else 0
+            # a count, judged against what the older jobs kept (not the VC's whole use, newer jobs included); with
+            # cells, the cells too: shares charged by memory can sum past their GPUs' cells (1.016 GPUs of 1)
+            covered = kept[tenant.name] + job.held_gpu_milli <= tenant.guaranteed_milli and (
+                not s.options.cells or adopt_cells(s, job))
+            kept[tenant.name] += job.held_gpu_milli if covered else 0
             if not covered:
                 s.set_class(job, JobClass.BORROWED)
                 downgraded.append(job)

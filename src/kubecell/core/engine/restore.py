@@ -73,7 +73,10 @@ def restore_job(session: Session, spec: JobSpec, members: Sequence[RunningMember
         job_class = JobClass.OPPORTUNISTIC
     job.job_class = job_class
     session.enter_running(job)
-    if job_class == JobClass.GUARANTEED and not adopt_cells(session, job):
+    tenant = session.tenants.get(spec.vc)
+    if job_class == JobClass.GUARANTEED and (  # over the guarantee (its use counted now): shares charged by memory
+            tenant is None or session.ledger.of(spec.vc).guaranteed_milli > tenant.guaranteed_milli  # can sum past
+            or not adopt_cells(session, job)):  # their GPUs' cells
         session.set_class(job, JobClass.BORROWED)
     job.wait_reason = f"running ({job.job_class.value if job.job_class else '?'}) since {started_at:g} (restored)"
     session.queue.mark_dirty()

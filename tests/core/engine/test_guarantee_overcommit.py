@@ -1,0 +1,38 @@
+"""A VC's guaranteed use never passes its guarantee, also across a reload or a restart: shares charged by memory
+can sum past their GPU (616 + 400 milli on one GPU), so a job whose cell is still bound may still be one too
+many. Found by a stateful fuzz of the engine; before, both broke the engine's invariant."""
+
+from __future__ import annotations
+
+from kubecell.core.engine.invariants import problems
+from kubecell.core.engine.job import JobClass, JobSpec
+from kubecell.core.engine.restore import RunningMember
+from kubecell.core.model import Request
+from tests.core.support import engine, make_nodes, tenants
+
+
+def shares() -> tuple[JobSpec, JobSpec]:
+    return (JobSpec(name="A", vc="a", member=Request("A", gpu_count=1, gpu_milli=600, gpu_memory_mib=20000)),
+            JobSpec(name="B", vc="a", member=Request("B", gpu_count=1, gpu_milli=400, gpu_memory_mib=12000)))
+
+
+def test_a_shrinking_reload_downgrades_the_newest_job_past_the_guarantee() -> None:
+    eng = engine(make_nodes(1), {"a": {"gpus": 8}})
+    first, second = shares()
+    eng.submit(first, 0)
+    eng.schedule(0)
+    eng.submit(second, 1)
+    eng.schedule(1)
+    assert eng.jobs["A"].held_gpu_milli + eng.jobs["B"].held_gpu_milli > 1000, "charged past one GPU"
+    downgraded = eng.reload(tenants(eng.forest, {"a": {"gpus": 1}, "b": {"gpus": 7}}), 2)
+    assert [job.name for job in downgraded] == ["B"]
+    assert eng.jobs["A"].job_class == JobClass.GUARANTEED
+    assert problems(eng.session) == []
+
+
+def test_a_restore_past_the_guarantee_restores_the_rest_borrowed() -> None:
+    eng = engine(make_nodes(1), {"a": {"gpus": 1}, "b": {"gpus": 7}})
+    for spec in shares():
+        eng.restore(spec, [RunningMember(0, "n0", (0,))], JobClass.GUARANTEED, started_at=0)
+    assert (eng.jobs["A"].job_class, eng.jobs["B"].job_class) == (JobClass.GUARANTEED, JobClass.BORROWED)
+    assert problems(eng.session) == []
