@@ -39,6 +39,7 @@ import numpy as np
 from starlette.applications import Starlette
 
 from kubecell.cli.serving import serve
+from kubecell.kube.offline import OfflineKube
 from kubecell.kube.rest import Kube
 from kubecell.kube.watch import Event
 from kubecell.scheduler.extender.config import render
@@ -51,7 +52,6 @@ from kubecell.testbed.build import ensure_binaries
 from kubecell.testbed.control_plane import ControlPlane
 from kubecell.testbed.load import free_port, measure, print_comparison, wait_ready
 from kubecell.testbed.nodes import node_manifest, synthetic_cluster
-from kubecell.testing.offline import OfflineKube
 
 ASKS = ({"kubecell.io/gpu-milli": "500"}, {"kubecell.io/gpu-milli": "250"}, {"kubecell.io/gpu": "1"},
         {"kubecell.io/gpu": "4"})

@@ -99,13 +99,18 @@ def test_a_book_at_the_limits_stores_and_sums_exactly() -> None:
     book.check_invariants()
 
 
+NOT_WHOLE: Any = 1.5
+"""Typed Any: the point is a caller that passes a float where the signature says int (a loader, a plugin)."""
+
+
 @pytest.mark.parametrize(("make", "field"), [
-    (lambda: Request("j", gpu_count=1, gpu_milli=1.5), "gpu_milli"),
-    (lambda: Request("j", gpu_count=1.0, gpu_milli=1000), "gpu_count"),
+    (lambda: Request("j", gpu_count=1, gpu_milli=NOT_WHOLE), "gpu_milli"),
+    (lambda: Request("j", gpu_count=NOT_WHOLE - 0.5, gpu_milli=1000), "gpu_count"),
     (lambda: Request("j", gpu_count=True, gpu_milli=1000), "gpu_count"),
-    (lambda: JobSpec(name="j", vc="a", member=Request("j", gpu_count=1, gpu_milli=1000), members=2.5), "members"),
+    (lambda: JobSpec(name="j", vc="a", member=Request("j", gpu_count=1, gpu_milli=1000), members=NOT_WHOLE + 1),
+     "members"),
     (lambda: JobSpec(name="j", vc="a", member=Request("j", gpu_count=1, gpu_milli=1000), members=3,
-                     min_members=1.5), "min_members"),
+                     min_members=NOT_WHOLE), "min_members"),
 ], ids=["milli 1.5", "count 1.0", "count True", "members 2.5", "min 1.5"])
 def test_amounts_that_are_not_whole_numbers_are_refused_at_once(make: Any, field: str) -> None:
     """Before, these passed the range checks and crashed the next cycle with an IndexError or a TypeError,
@@ -116,4 +121,6 @@ def test_amounts_that_are_not_whole_numbers_are_refused_at_once(make: Any, field
 
 
 def test_numpy_integers_are_whole_numbers() -> None:
-    assert Request("j", cpu_milli=np.int64(1000), gpu_count=np.int32(1), gpu_milli=np.int64(500)).gpu_milli == 500
+    count: Any = np.int32(1)
+    milli: Any = np.int64(500)
+    assert Request("j", cpu_milli=1000, gpu_count=count, gpu_milli=milli).gpu_milli == 500

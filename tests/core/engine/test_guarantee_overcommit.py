@@ -8,7 +8,7 @@ from kubecell.core.engine.invariants import problems
 from kubecell.core.engine.job import JobClass, JobSpec
 from kubecell.core.engine.restore import RunningMember
 from kubecell.core.model import Request
-from tests.core.support import engine, make_nodes, tenants
+from tests.core.support import engine, make_nodes, tenants, whole
 
 
 def shares() -> tuple[JobSpec, JobSpec]:
@@ -35,4 +35,21 @@ def test_a_restore_past_the_guarantee_restores_the_rest_borrowed() -> None:
     for spec in shares():
         eng.restore(spec, [RunningMember(0, "n0", (0,))], JobClass.GUARANTEED, started_at=0)
     assert (eng.jobs["A"].job_class, eng.jobs["B"].job_class) == (JobClass.GUARANTEED, JobClass.BORROWED)
+    assert problems(eng.session) == []
+
+
+def test_the_quota_policy_keeps_the_minimum_run_time_it_promises_borrowed_work() -> None:
+    """``reclaim_min_runtime_seconds`` held under the cells policies only: the quota policy's reclaim by count
+    evicted a borrowed job one second after it started."""
+    eng = engine(make_nodes(2, gpus=4), {"a": {"gpus": 4}, "b": {"gpus": 4}}, "quota",
+                 reclaim_min_runtime_seconds=60.0)
+    eng.submit(whole("a1", "a", 4), 0)
+    eng.submit(whole("a2", "a", 4), 0)  # borrows b's idle quota
+    eng.schedule(0)
+    assert eng.jobs["a2"].job_class == JobClass.BORROWED
+    eng.submit(whole("b1", "b", 4), 1)
+    assert not eng.schedule(1).evicted
+    assert "minimum run time" in eng.jobs["b1"].wait_reason
+    assert [job.name for job in eng.schedule(61).evicted] == ["a2"], "reclaimed once the minimum is over"
+    assert eng.jobs["b1"].job_class == JobClass.GUARANTEED
     assert problems(eng.session) == []

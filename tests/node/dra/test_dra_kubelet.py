@@ -24,7 +24,7 @@ pytest.importorskip("grpc_tools", reason="tests/node needs the `node` extra: pip
 
 from kubecell.kube import dra_names as names
 from kubecell.kube.dialects.resources import parse_quantity
-from kubecell.kube.names import ANNOTATION_ALLOCATION
+from kubecell.kube.names import ANNOTATION_ALLOCATION, ANNOTATION_GPU_FAULT_CLEAR, ANNOTATION_GPU_FAULTS
 from kubecell.kube.records import parse_record
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.agent import AgentOptions, NodeAgent
@@ -91,6 +91,10 @@ class DraAgent:
 @contextlib.contextmanager
 def dra_agent(kubelet: RealKubelet, kube: Kube, tmp_path: Path, example: str,
               published: Callable[[DraAgent], bool]) -> Iterator[DraAgent]:
+    # the node outlives each test's agent, and its faulted GPUs are kept on it across agents: a new test's GPUs are
+    # new hardware, so the record of an earlier test's XIDs goes
+    kube.patch(f"/api/v1/nodes/{kubelet.node}", {"metadata": {"annotations": {
+        ANNOTATION_GPU_FAULTS: None, ANNOTATION_GPU_FAULT_CLEAR: None}}})
     running = DraAgent(kubelet, kube, example, tmp_path)
     running.thread.start()
     try:

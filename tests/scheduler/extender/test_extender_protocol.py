@@ -12,6 +12,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
+from kubecell.kube.offline import OfflineKube
 from kubecell.kube.rest import Kube
 from kubecell.kube.watch import Event
 from kubecell.scheduler.extender import protocol
@@ -20,7 +21,6 @@ from kubecell.scheduler.extender.verbs import Extender
 from kubecell.scheduler.options import SchedulerOptions
 from kubecell.scheduler.scheduler import Scheduler
 from kubecell.testbed.nodes import node_manifest, synthetic_cluster
-from kubecell.testing.offline import OfflineKube
 
 
 def pod(name: str = "p", scheduler: str = "kubecell", limits: dict[str, str] | None = None) -> dict[str, Any]:

@@ -178,14 +178,22 @@ def reclaim_by_count(session: Session, attempt: Attempt, vc: VirtualCluster, reg
     elsewhere frees nothing it could use)."""
     job = attempt.job
     if job.name not in session.admitted:
-        session.admitted[job.name] = job.min_milli
-        session.ledger.of(vc.name).admitted_milli += job.min_milli
         allowed = session.allowed_nodes(job)
         free = session.book.total_avail if allowed is None else session.book.total_avail[allowed]
         need = job.min_milli - int(free.sum())
-        others = [other for other in sorted(session.running.values(), key=lambda j: (
-                  -(j.started_at if j.started_at is not None else 0.0), j.name))
-                  if other.job_class in (JobClass.BORROWED, JobClass.OPPORTUNISTIC) and other.vc != vc.name]
+        lenders = [other for other in sorted(session.running.values(), key=lambda j: (
+                   -(j.started_at if j.started_at is not None else 0.0), j.name))
+                   if other.job_class in (JobClass.BORROWED, JobClass.OPPORTUNISTIC) and other.vc != vc.name]
+        # borrowed work inside reclaim_min_runtime_seconds is not taken (may_evict wakes the job when it may be);
+        # before, this policy evicted it at once, whatever the option promised
+        others = [other for other in lenders if may_evict(session, attempt, other)]
+        if len(others) < len(lenders) and need > sum(
+                o.held_gpu_milli if allowed is None else session.milli_on(o, allowed) for o in others):
+            attempt.reason = (f"its quota is lent to borrowed work still inside its minimum run time "
+                              f"({session.options.reclaim_min_runtime_seconds:g} s); reclaimed once that is over")
+            return False
+        session.admitted[job.name] = job.min_milli
+        session.ledger.of(vc.name).admitted_milli += job.min_milli
         why = f"reclaimed by quota of VC {vc.name} for {job.name}"
         cuts = _shrink_by_count(session, attempt, others, need)
         if cuts is not None:

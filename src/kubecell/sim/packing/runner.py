@@ -67,14 +67,14 @@ def load_inputs(nodes_path: str, pods_path: str, allow_impossible: bool = False)
     return PackingInputs(nodes, pods, typical_pods_of(pods), impossible)
 
 
-_SEED_RANGE = re.compile(r"^\s*(\d{1,9})\s*(?:-\s*(\d{1,9}))?\s*$")
+_SEED_RANGE = re.compile(r"^\s*(\d{1,18})\s*(?:-\s*(\d{1,18}))?\s*$")
 
 MAX_SEEDS = 1000
 """Seeds one grid may run. Each seed is a full replay per placement policy (seconds on the bundled example,
 tens of seconds on openb), so 1,000 seeds already mean hours; the FGD paper reports 10. The cap also
 keeps a typo such as ``0-99999999999`` from allocating the list before anything runs."""
 
-_SEEDS_ACCEPTED = (f"'42-51', '1,2,3' or '7' (non-negative integers of at most 9 digits, ranges low-high, at most "
+_SEEDS_ACCEPTED = (f"'42-51', '1,2,3' or '7' (non-negative integers of at most 18 digits, ranges low-high, at most "
                    f"{MAX_SEEDS} seeds: each is a full replay per placement policy, the FGD paper uses 10)")
 
 
