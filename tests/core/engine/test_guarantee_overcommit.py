@@ -53,3 +53,39 @@ def test_the_quota_policy_keeps_the_minimum_run_time_it_promises_borrowed_work()
     assert [job.name for job in eng.schedule(61).evicted] == ["a2"], "reclaimed once the minimum is over"
     assert eng.jobs["b1"].job_class == JobClass.GUARANTEED
     assert problems(eng.session) == []
+
+
+def test_a_failed_priority_preemption_never_leaves_a_guaranteed_job_on_unbound_cells() -> None:
+    """L runs guaranteed on a node then cordoned; H (higher priority, same VC) cannot start. Before, L was made
+    guaranteed again although its cell, released for H, could not be bound again: guaranteed on cells bound to no
+    VC, which another VC could bind under it."""
+    eng = engine(make_nodes(2, gpus=4), {"a": {"gpus": 4}, "b": {"gpus": 4}})
+    eng.submit(whole("L", "a", 4, priority=0), 0)
+    eng.submit(whole("B", "b", 4), 0)
+    eng.schedule(0)
+    eng.set_node_open(eng.book.allocations[eng.jobs["L"].running_members[0]].node, False)  # L keeps running
+    eng.schedule(1)
+    eng.submit(whole("H", "a", 1, priority=1), 2)
+    eng.schedule(2)
+    assert eng.jobs["L"].phase.value == "running"
+    assert eng.jobs["H"].phase.value == "pending"
+    assert problems(eng.session) == []
+
+
+def test_nothing_is_freed_for_a_job_its_driver_has_too_few_pods_for() -> None:
+    """A guaranteed job whose driver has a pod for one of its two minimum members cannot start; before, reclaim
+    evicted the borrowed b2 for it at every retry of the queue (a ping-pong until b2 ran out of preemptions)."""
+    eng = engine(make_nodes(2), {"a": {"gpus": 8}, "b": {"gpus": 8}})
+    eng.submit(whole("b1", "b", 8), 0)
+    eng.submit(whole("b2", "b", 8), 0)  # borrows a's idle node
+    eng.schedule(0)
+    eng.submit(whole("a1", "a", 4, members=2, min_members=2), 1)
+    eng.limit_growth("a1", (1,))
+    for step in range(1, 5):
+        result = eng.schedule(10.0 * step)
+        assert not result.evicted
+    assert eng.jobs["b2"].preemptions == 0
+    assert "has pods for 1 of the 2 members" in eng.jobs["a1"].wait_reason
+    eng.limit_growth("a1", None)  # its second pod exists now: b2 is reclaimed for it, once
+    assert [job.name for job in eng.schedule(50.0).evicted] == ["b2"]
+    assert problems(eng.session) == []

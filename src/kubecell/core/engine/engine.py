@@ -167,6 +167,8 @@ class Engine:
         headcount is its maximum but whose driver made pods for fewer); its next run after a stop starts
         without a limit."""
         job = job_named(self.session, name)
+        if job.phase == JobPhase.PENDING and tuple(spare or ()) != tuple(job.spare or ()):
+            self.session.queue.mark_dirty()  # a job waiting for its pods may start now
         if spare is None:
             job.spare = None
             return
@@ -316,6 +318,13 @@ class Engine:
             key = min(active, key=order.__getitem__)
             job = self._head(key)
             attempt = Attempt(job, now, result)
+            short = _short_of_pods(job)
+            if short:  # nothing is reclaimed, preempted or reserved for a job that could not be bound
+                active.remove(key)
+                reasons[key] = attempt.reason = short
+                waited.add(key)
+                s.queue.class_waits(key, short)
+                continue
             outcome = (beyond_guarantee(s, attempt, reasons.get(key, "")) if beyond
                        else within_guarantee(s, attempt))
             if s.ledger.changes != seen:
@@ -387,3 +396,14 @@ class Engine:
     def check_invariants(self) -> None:
         """Raise ``EngineInvariantError`` if the engine's state broke any of its invariants."""
         check_invariants(self.session)
+
+
+def _short_of_pods(job: Job) -> str:
+    """Why ``job`` cannot start whatever is freed for it: its driver has pods for fewer members than its minimum
+    (``limit_growth``; pods still being created). Before, reclaim evicted borrowed work for such a job at every
+    retry of the queue, and the job then could not start: the same victim was preempted again and again."""
+    minimum = job.spec.minimum
+    if job.spare is None or job.bindable_first(minimum) >= minimum:
+        return ""
+    return (f"has pods for {job.bindable_first(minimum)} of the {minimum} members it needs to start; nothing is "
+            "freed for it until it has them")

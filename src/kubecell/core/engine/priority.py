@@ -89,8 +89,10 @@ def preempt_lower_priority(session: Session, attempt: Attempt, vc: VirtualCluste
         for victim in chosen:
             if victim.phase == JobPhase.RUNNING and victim.job_class == JobClass.BORROWED:
                 session.set_class(victim, JobClass.GUARANTEED)
-                if session.options.cells:
-                    adopt_cells(session, victim)
+                if session.options.cells and not adopt_cells(session, victim):
+                    # its cell was released and cannot be bound again (on a cordoned or bad node): guaranteed on
+                    # cells bound to no VC, another VC could bind them under it; it stays borrowed instead
+                    session.set_class(victim, JobClass.BORROWED)
         return False
     _settle_victims(session, attempt, vc, chosen)
     return True
