@@ -4,6 +4,8 @@ many. Found by a stateful fuzz of the engine; before, both broke the engine's in
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kubecell.core.engine.invariants import problems
 from kubecell.core.engine.job import JobClass, JobSpec
 from kubecell.core.engine.restore import RunningMember
@@ -89,3 +91,23 @@ def test_nothing_is_freed_for_a_job_its_driver_has_too_few_pods_for() -> None:
     eng.limit_growth("a1", None)  # its second pod exists now: b2 is reclaimed for it, once
     assert [job.name for job in eng.schedule(50.0).evicted] == ["b2"]
     assert problems(eng.session) == []
+
+
+def test_a_guarantee_never_reclaims_its_own_vcs_higher_priority_work() -> None:
+    """H (priority 1) borrows while its VC's guarantee is full of G's higher-priority work; G ends and L (priority
+    0, same VC) may only run where H runs. Before, L reclaimed H as borrowed work, and at the next cycle H
+    preempted L back by priority: each preempted once by the other, both runs lost."""
+    eng = engine(make_nodes(2), {"a": {"gpus": 8, "borrowLimitGpus": 4}, "b": {"gpus": 8}})
+    eng.submit(whole("G", "a", 6, priority=2), 0)
+    eng.schedule(0)
+    eng.submit(whole("H", "a", 4, priority=1), 1)
+    eng.schedule(1)
+    assert eng.jobs["H"].job_class == JobClass.BORROWED
+    eng.finish("G", 2)
+    host = eng.book.allocations[eng.jobs["H"].running_members[0]].node
+    eng.submit(replace(whole("L", "a", 6, priority=0), nodes=frozenset({host})), 2)
+    for now in (2, 3, 4, 5):
+        eng.schedule(now)
+        assert problems(eng.session) == []
+    assert (eng.jobs["H"].preemptions, eng.jobs["L"].preemptions) == (0, 0)
+    assert eng.jobs["H"].phase.value == "running"

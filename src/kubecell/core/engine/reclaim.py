@@ -49,6 +49,10 @@ def may_evict(session: Session, attempt: Attempt, victim: Job) -> bool:
     if attempt.job_class == JobClass.OPPORTUNISTIC:
         return False
     if victim.job_class == JobClass.BORROWED and attempt.job_class == JobClass.GUARANTEED:
+        if victim.vc == attempt.job.vc and victim.spec.priority > attempt.job.spec.priority:
+            # its own VC's higher-priority work, borrowing because the guarantee was full: reclaimed for a
+            # lower-priority teammate, it preempted that teammate back by priority at the next cycle (both lost)
+            return False
         started = victim.started_at if victim.started_at is not None else attempt.now
         until = started + session.options.reclaim_min_runtime_seconds
         if attempt.now < until:
