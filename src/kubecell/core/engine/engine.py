@@ -167,8 +167,8 @@ class Engine:
         headcount is its maximum but whose driver made pods for fewer); its next run after a stop starts
         without a limit."""
         job = job_named(self.session, name)
-        if job.phase == JobPhase.PENDING and tuple(spare or ()) != tuple(job.spare or ()):
-            self.session.queue.mark_dirty()  # a job waiting for its pods may start now
+        if job.phase == JobPhase.PENDING and _short_of_pods(job):
+            self.session.queue.mark_dirty()  # it waited for its pods: it may start now
         if spare is None:
             job.spare = None
             return
