@@ -70,7 +70,27 @@ def test_a_failed_priority_preemption_never_leaves_a_guaranteed_job_on_unbound_c
     eng.submit(whole("H", "a", 1, priority=1), 2)
     eng.schedule(2)
     assert eng.jobs["L"].phase.value == "running"
+    assert eng.jobs["L"].job_class == JobClass.GUARANTEED, "its cell, under it on the cordoned node, bound again"
     assert eng.jobs["H"].phase.value == "pending"
+    assert problems(eng.session) == []
+
+
+def test_a_reload_keeps_guaranteed_work_on_a_cordoned_node_guaranteed() -> None:
+    """A no-op reload demoted a guaranteed job on a cordoned node to borrowed (its cell, on closed hardware,
+    was not free to bind again), and once the node reopened another VC reclaimed it."""
+    config = {"a": {"gpus": 4}, "b": {"gpus": 4}}
+    eng = engine(make_nodes(2, gpus=4), config)
+    eng.submit(whole("a1", "a", 4), 0)
+    eng.schedule(0)
+    node = eng.book.allocations[eng.jobs["a1"].running_members[0]].node
+    eng.set_node_open(node, False)
+    eng.schedule(1)
+    assert eng.reload(tenants(eng.forest, config), 2) == []
+    assert eng.jobs["a1"].job_class == JobClass.GUARANTEED
+    eng.set_node_open(node, True)
+    eng.submit(whole("b1", "b", 4), 3)
+    assert not eng.schedule(3).evicted
+    assert eng.jobs["a1"].preemptions == 0
     assert problems(eng.session) == []
 
 

@@ -59,11 +59,14 @@ def adopt_cells(session: Session, job: Job) -> bool:
             holder = tenancy.cell_bound_above(cell)
             if holder is not None and tenancy.binding[holder] == job.vc:
                 break
-            if (holder is None and cell_holds(cell.size, cell.level, cell.chain, spec, level)
-                    and tenancy.can_bind(job.vc, cell)):
-                tenancy.bind(job.vc, cell)
-                bound_now.append(cell)
-                break
+            if holder is None and cell_holds(cell.size, cell.level, cell.chain, spec, level):
+                if tenancy.can_bind(job.vc, cell):
+                    tenancy.bind(job.vc, cell)
+                    bound_now.append(cell)
+                    break
+                if tenancy.adopt(job.vc, cell):  # not free only for bad or closed hardware under the work
+                    bound_now.append(cell)
+                    break
             cell = cell.parent
         if cell is None:
             for done in reversed(bound_now):

@@ -19,7 +19,7 @@ import numpy as np
 
 from kubecell.core.book import AllocationBook, IntArray
 from kubecell.core.tenancy.config import Tenants, VirtualCluster
-from kubecell.core.tenancy.feasibility import shortfalls_from_counts
+from kubecell.core.tenancy.feasibility import Shortfall, shortfalls_from_counts
 from kubecell.core.topology import Cell, CellForest
 
 
@@ -145,6 +145,36 @@ class TenancyState:
         finally:
             self._block(cell, -1)
 
+    def adopt(self, vc: str, cell: Cell) -> bool:
+        """Bind ``cell`` to ``vc`` for guaranteed work already running in it, where it is not free only because
+        some of its hardware is bad or closed (a cordoned node: the work keeps running there). Bound to no one
+        inside or above, the VC has a cell of its type to bind, and the split stays safe for every other VC.
+        Before, such a cell could not be bound again: a reload, a restart or a failed preemption demoted the
+        work on it to borrowed, and it was reclaimed once the node reopened. True when bound."""
+        key = (cell.chain.name, cell.level)
+        if self.unbound[vc][key] <= 0 or self.cell_bound_above(cell) is not None:  # (not ``remaining``: the doom
+            return False  # charged for bad hardware is the guarantee this cell, bad hardware and all, meets)
+        if any(below in self.binding for below in cell.walk()):
+            return False
+        demand = {name: self.remaining(name) for name in self.unbound}
+        demand[vc] = Counter(self.unbound[vc])
+        before = _missing(shortfalls_from_counts(self.forest, demand, self.free_counts()))
+        demand[vc] = Counter(demand[vc])
+        demand[vc][key] -= 1
+        self._block(cell, 1)
+        try:
+            after = _missing(shortfalls_from_counts(self.forest, demand, self.free_counts()))
+        finally:
+            self._block(cell, -1)
+        if any(count > before[where] for where, count in after.items()):
+            return False  # it would take healthy free cells another VC's guarantee needs (a shortfall that bad
+            # hardware already causes is no reason to refuse: binding a cell nobody else could use changes nothing)
+        self.unbound[vc][key] -= 1
+        self._bind(vc, cell)
+        if self.bad:
+            self._charge_doomed()  # its own demand met: doom charged for it goes
+        return True
+
     def bind(self, vc: str, cell: Cell) -> None:
         key = (cell.chain.name, cell.level)
         if not self.can_bind(vc, cell):
@@ -269,3 +299,8 @@ class TenancyState:
             if leaf is not None and (bound := self.cell_bound_above(leaf)) is not None:
                 found.add(bound)
         return found
+
+
+def _missing(problems: Iterable[Shortfall]) -> Counter[tuple[str, int]]:
+    """Cells missing per (chain, level) in ``problems``."""
+    return Counter({(problem.chain.name, problem.level): problem.needed - problem.available for problem in problems})
