@@ -90,3 +90,10 @@ def test_a_clear_request_names_gpus_or_all() -> None:
 def test_a_clear_request_that_names_nothing_readable_is_refused(text: object) -> None:
     with pytest.raises(GpuFaultsError, match="'all' or GPU UUIDs"):
         parse_clear(text)
+
+
+@pytest.mark.parametrize("at", [float("nan"), 1e300, -1e300])
+def test_a_time_no_date_holds_is_written_as_the_epoch(at: float) -> None:
+    text = faults_annotation({"GPU-a": RecordedFault(79, at)})
+    assert text is not None
+    assert parse_faults(text) == ({"GPU-a": RecordedFault(79, 0.0)}, [])
