@@ -35,15 +35,18 @@ def release_idle_cells(session: Session, *, everything: bool = False) -> bool:
 def adopt_cells(session: Session, job: Job) -> bool:
     """Bind, under the current configuration, cells that cover a running guaranteed job: one cell per
     member (or one for the whole gang when it must share a node or rack) that could have held it.
-    Returns False, binding nothing, when some part fits no cell the VC may hold."""
+    A member placed on GPUs of several of its VC's cells (the region of a per-member job is all of its
+    VC's bound cells, so a 2-GPU member may take the last free GPU of two NVLink pairs) is covered by one
+    such cell per GPU instead; else a reload or a restart would demote work the engine itself started as
+    guaranteed, and the next guarantee would reclaim it. Returns False, binding nothing, when some part
+    fits no cell the VC may hold."""
     if not session.options.cells:
         vc = session.tenants.require(job.vc)
         return session.ledger.of(job.vc).guaranteed_milli <= vc.guaranteed_milli
     tenancy, book = session.tenancy, session.book
     if tenancy.vc_index.get(job.vc) is None:
         return False
-    spec = job.spec
-    level = container_level(spec)
+    level = container_level(job.spec)
     members = [[(book.index[book.allocations[a].node], g) for g in book.allocations[a].gpu_indices]
                for a in job.running_members]
     groups = members if level == TopologyLevel.GPU else [[gpu for member in members for gpu in member]]
@@ -51,28 +54,40 @@ def adopt_cells(session: Session, job: Job) -> bool:
     for group in groups:
         if not group:
             continue
-        wanted = set(group)
-        cell: Cell | None = session.forest.gpu_cell.get(group[0])
-        while cell is not None and not wanted.issubset(cell.gpus):
-            cell = cell.parent
-        while cell is not None:
-            holder = tenancy.cell_bound_above(cell)
-            if holder is not None and tenancy.binding[holder] == job.vc:
-                break
-            if holder is None and cell_holds(cell.size, cell.level, cell.chain, spec, level):
-                if tenancy.can_bind(job.vc, cell):
-                    tenancy.bind(job.vc, cell)
-                    bound_now.append(cell)
-                    break
-                if tenancy.adopt(job.vc, cell):  # not free only for bad or closed hardware under the work
-                    bound_now.append(cell)
-                    break
-            cell = cell.parent
-        if cell is None:
-            for done in reversed(bound_now):
-                tenancy.unbind(done)
-            return False
+        if _cover(session, job, group, level, bound_now):
+            continue
+        if level == TopologyLevel.GPU and len(group) > 1 and all(
+                _cover(session, job, [gpu], level, bound_now) for gpu in group):
+            continue
+        for done in reversed(bound_now):
+            tenancy.unbind(done)
+        return False
     return True
+
+
+def _cover(session: Session, job: Job, gpus: list[tuple[int, int]], level: TopologyLevel,
+           bound_now: list[Cell]) -> bool:
+    """Find or bind the smallest cell holding all of ``gpus`` that is the job's VC's or that the VC may bind
+    (and that could hold the job's container); True when one covers them now."""
+    tenancy = session.tenancy
+    wanted = set(gpus)
+    cell: Cell | None = session.forest.gpu_cell.get(gpus[0])
+    while cell is not None and not wanted.issubset(cell.gpus):
+        cell = cell.parent
+    while cell is not None:
+        holder = tenancy.cell_bound_above(cell)
+        if holder is not None and tenancy.binding[holder] == job.vc:
+            return True
+        if holder is None and cell_holds(cell.size, cell.level, cell.chain, job.spec, level):
+            if tenancy.can_bind(job.vc, cell):
+                tenancy.bind(job.vc, cell)
+                bound_now.append(cell)
+                return True
+            if tenancy.adopt(job.vc, cell):  # not free only for bad or closed hardware under the work
+                bound_now.append(cell)
+                return True
+        cell = cell.parent
+    return False
 
 
 def bind_for_growth(session: Session, job: Job, scope: Sequence[int], members: int, gpus: int) -> list[Cell]:

@@ -1,15 +1,17 @@
-"""A VC's guaranteed use never passes its guarantee, also across a reload or a restart: shares charged by memory
-can sum past their GPU (616 + 400 milli on one GPU), so a job whose cell is still bound may still be one too
-many. Found by a stateful fuzz of the engine; before, both broke the engine's invariant."""
+"""Guaranteed work stays guaranteed, and only within its guarantee, across reloads, restarts, cordons and
+preemptions. Each test is a sequence a stateful fuzz of the engine found breaking the engine's invariant or
+demoting (and then reclaiming) work the engine had itself started as guaranteed. Among them: shares charged by
+memory can sum past their GPU (616 + 400 milli on one GPU), so a job whose cell is still bound may still be
+one too many."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from kubecell.core.engine.invariants import problems
-from kubecell.core.engine.job import JobClass, JobSpec
+from kubecell.core.engine.job import JobClass, JobSpec, MemberGroup
 from kubecell.core.engine.restore import RunningMember
-from kubecell.core.model import Request
+from kubecell.core.model import Node, Request
 from tests.core.support import engine, make_nodes, tenants, whole
 
 
@@ -131,3 +133,67 @@ def test_a_guarantee_never_reclaims_its_own_vcs_higher_priority_work() -> None:
         assert problems(eng.session) == []
     assert (eng.jobs["H"].preemptions, eng.jobs["L"].preemptions) == (0, 0)
     assert eng.jobs["H"].phase.value == "running"
+
+
+STRADDLE_CONFIG = {"a": {"cells": {"V100M32x4/node": 1}}, "b": {"cells": {"V100M32x4/2gpu": 2}}}
+
+
+def nvlink_pairs() -> list[Node]:
+    return make_nodes(2, gpus=4, nvlink_groups=[[0, 1], [2, 3]])
+
+
+def test_a_member_on_two_of_its_vcs_cells_stays_guaranteed_across_a_reload_and_a_restart() -> None:
+    """A 2-GPU member took the last free GPU of each of its VC's two NVLink pairs (GPUs 1 and 2: the region of
+    a per-member job is all of its VC's bound cells). A reload looked for one cell holding both GPUs (the node,
+    which b may not bind), demoted the job, and b's next job reclaimed it; a restart restored it borrowed."""
+    eng = engine(nvlink_pairs(), STRADDLE_CONFIG)
+    for i in range(4):
+        eng.submit(whole(f"s{i}", "b", 1), 0)
+    eng.schedule(0)
+    for name, job in list(eng.running.items()):
+        if eng.book.allocations[job.running_members[0]].gpu_indices[0] in (1, 2):
+            eng.finish(name, 1)
+    eng.submit(whole("two", "b", 2), 2)
+    eng.schedule(2)
+    two = eng.jobs["two"]
+    gpus = eng.book.allocations[two.running_members[0]].gpu_indices
+    assert (two.job_class, gpus) == (JobClass.GUARANTEED, (1, 2))
+
+    assert eng.reload(tenants(eng.forest, STRADDLE_CONFIG), 3) == []
+    assert two.job_class == JobClass.GUARANTEED
+    eng.submit(whole("next", "b", 2), 4)
+    assert not eng.schedule(4).evicted
+    assert problems(eng.session) == []
+
+    restarted = engine(nvlink_pairs(), STRADDLE_CONFIG)
+    restored = restarted.restore(two.spec, [RunningMember(0, "n0", gpus)], JobClass.GUARANTEED, started_at=2)
+    assert restored.job_class == JobClass.GUARANTEED
+    assert sorted(cell.id for cell in restarted.tenancy.binding) == ["n0/2gpu0", "n0/2gpu1"]
+    assert problems(restarted.session) == []
+
+
+def test_a_member_across_cells_the_vc_cannot_hold_is_still_restored_borrowed() -> None:
+    """The fallback covers a member with its VC's cells GPU by GPU, never with cells the VC may not bind: with
+    no 2-GPU cell left to b, the same member restores borrowed and binds nothing."""
+    eng = engine(nvlink_pairs(), {"a": {"cells": {"V100M32x4/node": 1}}, "b": {"cells": {"V100M32x4/2gpu": 1}}})
+    restored = eng.restore(whole("two", "b", 2), [RunningMember(0, "n0", (1, 2))], JobClass.GUARANTEED,
+                           started_at=0)
+    assert restored.job_class == JobClass.BORROWED
+    assert not [cell for cell, vc in eng.tenancy.binding.items() if vc == "b"]
+    assert problems(eng.session) == []
+
+
+def test_a_heterogeneous_gangs_gpu_member_on_two_cells_stays_guaranteed_across_a_reload() -> None:
+    """A gang whose minimum is its CPU launcher starts guaranteed with its 4-GPU worker on two 2-GPU cells of
+    its VC; a no-op reload demoted it before."""
+    eng = engine(make_nodes(2, gpus=4) + make_nodes(1, gpus=0, prefix="c"), STRADDLE_CONFIG)
+    groups = [MemberGroup("launcher", Request("x", cpu_milli=2000), 1, 0),
+              MemberGroup("worker", Request("x", cpu_milli=1000, gpu_count=4, gpu_milli=1000), 1, 0)]
+    eng.submit(JobSpec.gang("g", "b", groups), 0)
+    eng.schedule(0)
+    gang = eng.jobs["g"]
+    assert gang.job_class == JobClass.GUARANTEED
+    assert len(gang.running_members) == 2
+    assert eng.reload(tenants(eng.forest, STRADDLE_CONFIG), 1) == []
+    assert gang.job_class == JobClass.GUARANTEED
+    assert problems(eng.session) == []
