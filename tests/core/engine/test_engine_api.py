@@ -73,6 +73,23 @@ def test_an_unconfirmed_preemptor_goes_back_with_its_age_and_gets_its_capacity_a
     eng.check_invariants()
 
 
+@pytest.mark.parametrize("now", [float("nan"), float("inf"), -float("inf"), "5", True, None])
+def test_a_time_that_is_no_finite_number_is_refused_and_changes_nothing(now: object) -> None:
+    """At NaN the borrowed a1 was reclaimed inside its 600 s minimum run time (NaN passes every deadline)."""
+    eng = engine(make_nodes(1, gpus=4), {"a": {"gpus": 2}, "b": {"gpus": 2}}, reclaim_min_runtime_seconds=600.0)
+    eng.submit(whole("a1", "a", 4), 0)
+    eng.schedule(0)
+    eng.submit(whole("b1", "b", 2), 1)
+    for call in (lambda: eng.schedule(now), lambda: eng.submit(whole("b2", "b", 1), now),  # type: ignore[arg-type]
+                 lambda: eng.finish("a1", now), lambda: eng.cancel("b1", now)):  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match=r"field 'now'.*finite number"):
+            call()
+    assert eng.jobs["a1"].phase == JobPhase.RUNNING
+    assert eng.jobs["b1"].phase == JobPhase.PENDING
+    assert "b2" not in eng.jobs
+    assert not eng.schedule(2).evicted, "still inside a1's minimum run time"
+
+
 def test_allocations_of_tells_the_driver_where_every_member_is() -> None:
     eng = engine(make_nodes(2), {"a": {"gpus": 16}})
     eng.submit(whole("g", "a", 4, members=3), 0)

@@ -29,6 +29,8 @@ What it may ask without changing anything (where a job runs, why it waits, how f
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections import Counter
 from collections.abc import Sequence
 
@@ -50,9 +52,11 @@ from kubecell.core.engine.restore import RunningMember, hold_external, release_e
 from kubecell.core.engine.session import Session
 from kubecell.core.engine.turn import beyond_guarantee, removed_vc_reason, within_guarantee
 from kubecell.core.errors import InvalidInputError
+from kubecell.core.limits import is_whole
 from kubecell.core.model import Allocation, Node, Request
 from kubecell.core.placement.policy import Policy
 from kubecell.core.placement.registry import DEFAULT_POLICY, make_policy
+from kubecell.core.shown import shown
 from kubecell.core.tenancy.config import Tenants
 from kubecell.core.tenancy.state import TenancyState
 from kubecell.core.topology import CellForest
@@ -100,6 +104,7 @@ class Engine:
     # ================================================================== events
     def submit(self, spec: JobSpec, now: float) -> Job:
         """Accept a job (PENDING) or reject it with a reason (REJECTED); never raises for bad jobs."""
+        check_time(now)
         s = self.session
         job = Job(spec)
         if spec.name in s.jobs:
@@ -117,6 +122,7 @@ class Engine:
 
     def cancel(self, name: str, now: float) -> Job:
         """The user withdrew the job, waiting or running: it releases everything it holds."""
+        check_time(now)
         job = job_named(self.session, name)
         if job.phase in (JobPhase.FINISHED, JobPhase.CANCELLED, JobPhase.REJECTED):
             return job
@@ -127,6 +133,7 @@ class Engine:
 
     def finish(self, name: str, now: float) -> Job:
         """The job completed (or, if it was still waiting, is withdrawn)."""
+        check_time(now)
         job = job_named(self.session, name)
         self._end(job, now)
         job.phase = JobPhase.FINISHED
@@ -145,6 +152,7 @@ class Engine:
 
     def confirm(self, name: str, now: float) -> None:
         """The driver bound every member of a RESERVED job: it is running now."""
+        check_time(now)
         job = job_named(self.session, name)
         if job.phase == JobPhase.RESERVED:
             job.phase = JobPhase.RUNNING
@@ -154,6 +162,7 @@ class Engine:
     def bind_failed(self, name: str, now: float, reason: str) -> Job:
         """The driver could not bind the job's pods: it releases what it holds and waits again, keeping its
         age in the queue (not counted as a preemption)."""
+        check_time(now)
         job = job_named(self.session, name)
         if job.phase in (JobPhase.RUNNING, JobPhase.RESERVED):
             self.session.stop(job)
@@ -174,11 +183,11 @@ class Engine:
             return
         groups = len(job.spec.member_groups)
         values = tuple(spare)
-        if len(values) != groups or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in values):
+        if len(values) != groups or any(not is_whole(v) or v < 0 for v in values):
             raise InvalidInputError(f"spare members {list(values)}", location=f"job {name!r}", field="spare",
                                     accepted=f"{groups} non-negative integer(s), one per member group")
         if job.phase in (JobPhase.RUNNING, JobPhase.RESERVED, JobPhase.PENDING):
-            job.spare = values
+            job.spare = tuple(int(v) for v in values)
 
     def release_members(self, name: str, members: Sequence[str], now: float, reason: str) -> bool:
         """The driver lost the pods of some members of running job ``name`` (an elastic job's controller
@@ -186,6 +195,7 @@ class Engine:
         again, and the job runs on with the rest, in its class, and may grow again. Only while the rest keep
         the job's minimums (else False and nothing changes: a job below its minimum has ended or restarts,
         which its driver tells as a finish or a cancel)."""
+        check_time(now)
         job = job_named(self.session, name)
         gone = [member for member in dict.fromkeys(members) if member in job.running_members]
         if job.phase != JobPhase.RUNNING or not gone:
@@ -208,6 +218,7 @@ class Engine:
     def set_node_health(self, node_name: str, healthy: bool, now: float) -> list[Job]:
         """Mark a node healthy or not. Jobs with members on a failed node are stopped (hardware, not the
         scheduler, broke them; not a preemption) and go back to the queue. A failed node takes no new work."""
+        check_time(now)
         s = self.session
         node = s.book.node(node_name)
         s.book.set_node_health(node, healthy)
@@ -237,6 +248,7 @@ class Engine:
         others become borrowed (or opportunistic when their VC is gone) and are the first reclaimed. Waiting
         jobs of a removed VC are rejected (nothing could ever admit them). Nothing is evicted. Returns
         downgraded jobs."""
+        check_time(now)
         s = self.session
         s.tenants = tenants
         s.tenancy.reconfigure(tenants)
@@ -273,6 +285,7 @@ class Engine:
                 preemptions: int = 0) -> Job:
         """Adopt a job that already runs in the cluster (a restarted scheduler rebuilding its state from the
         allocation records); see ``restore``. Raises InvalidInputError, changing nothing, if it cannot."""
+        check_time(started_at, "started_at")
         return restore_job(self.session, spec, members, job_class, started_at=started_at, preemptions=preemptions)
 
     def hold_external(self, request: Request, node: str, gpus: tuple[int, ...] | None = None) -> Allocation:
@@ -284,6 +297,7 @@ class Engine:
 
     # ================================================================== the cycle
     def schedule(self, now: float) -> CycleResult:
+        check_time(now)
         s = self.session
         result = CycleResult()
         self._expire_binds(now)
@@ -398,12 +412,23 @@ class Engine:
         check_invariants(self.session)
 
 
+def check_time(now: object, field: str = "now") -> None:
+    """Refuse a time that is no finite number before anything changes. A NaN compares false with every
+    deadline: a cycle at NaN reclaimed borrowed work still inside its minimum run time."""
+    if isinstance(now, bool) or not isinstance(now, numbers.Real) or not math.isfinite(now):
+        raise InvalidInputError(f"time {shown(now)}", location="engine", field=field,
+                                accepted="a finite number of seconds")
+
+
 def _short_of_pods(job: Job) -> str:
     """Why ``job`` cannot start whatever is freed for it: its driver has pods for fewer members than its minimum
     (``limit_growth``; pods still being created). Before, reclaim evicted borrowed work for such a job at every
     retry of the queue, and the job then could not start: the same victim was preempted again and again."""
     minimum = job.spec.minimum
-    if job.spare is None or job.bindable_first(minimum) >= minimum:
+    if job.spare is None:
         return ""
-    return (f"has pods for {job.bindable_first(minimum)} of the {minimum} members it needs to start; nothing is "
-            "freed for it until it has them")
+    bindable = job.bindable_first(minimum)
+    if bindable >= minimum:
+        return ""
+    return (f"has pods for {bindable} of the {minimum} members it needs to start; nothing is freed for it until "
+            "it has them")
