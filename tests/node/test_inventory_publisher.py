@@ -222,7 +222,7 @@ def test_a_restarted_agent_keeps_a_faulted_gpu_out_until_the_operator_clears_it(
         try:
             wait_for("two inventories of the restarted agent", lambda: len(written) >= 2, timeout=10)
             assert all(flags[2] is False and flags.count(False) == 1 for flags in written), written
-            assert restarted.health.faults()[uuids[2]].code == 79
+            assert restarted.health.faults()[uuids[2]].xid == 79
 
             # a malformed clear request clears nothing and stays for the operator to see
             kube.patch(f"/api/v1/nodes/{gpu_node}",

@@ -175,6 +175,12 @@ def _node_row(table: Table, node: NodeReport, pod_counts: dict[str, tuple[int, i
                   f"{_gib(node.memory_allocated_mib)}/{_gib(node.memory_total_mib)}", pods)
 
 
+def _gpu_health(gpu: GpuReport) -> str | Text:
+    if gpu.healthy:
+        return "ok"
+    return Text(f"unhealthy: {gpu.fault}" if gpu.fault else "unhealthy", style="red")
+
+
 def _gpu_rows(table: Table, node: NodeReport) -> None:
     """The ``-g`` view: one row per GPU and the node's total."""
     state = f" [{node.excluded}]" if node.excluded else ""
@@ -184,7 +190,7 @@ def _gpu_rows(table: Table, node: NodeReport) -> None:
     for gpu in node.gpus:
         table.add_row(node.name + state if gpu.index == 0 else "", str(gpu.index), gpu.model,
                       f"{gpu.milli_allocated}/{gpu.milli_total}", f"{gpu.memory_allocated_mib}/{gpu.memory_total_mib}",
-                      "ok" if gpu.healthy else Text("unhealthy", style="red"), ", ".join(gpu.pods))
+                      _gpu_health(gpu), ", ".join(gpu.pods))
     other = f", {node.other_gpus} GPU(s) held by other schedulers" if node.other_gpus else ""
     table.add_row("", "total", ",".join(node.models), _fraction(node.milli_allocated, node.milli_total),
                   _fraction(node.memory_allocated_mib, node.memory_total_mib), "", other.lstrip(", "),

@@ -36,6 +36,21 @@ MAX_CLEAR_CHARS: Final = 64 * 1024
 MAX_XID: Final = 2**31 - 1
 CLEAR_ALL: Final = "all"
 
+XID_MEANINGS: Mapping[int, str] = {  # the XIDs :mod:`kubecell.node.xid` names, as NVIDIA's XID catalog has them
+    13: "graphics engine exception", 31: "GPU memory page fault", 43: "GPU stopped processing",
+    45: "preemptive cleanup", 48: "double-bit ECC error", 62: "internal micro-controller halt",
+    63: "ECC page retirement / row remap pending", 64: "ECC page retirement / row remap failure",
+    68: "video processor exception", 74: "NVLink error", 79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate", 94: "contained ECC error", 95: "uncontained ECC error",
+    119: "GSP RPC timeout", 120: "GSP error",
+}
+
+
+def describe(code: int) -> str:
+    """``"XID 79 (GPU has fallen off the bus)"``: what an Event or log line says."""
+    meaning = XID_MEANINGS.get(code)
+    return f"XID {code} ({meaning})" if meaning else f"XID {code}"
+
 
 @dataclass(frozen=True, slots=True)
 class RecordedFault:
@@ -43,6 +58,10 @@ class RecordedFault:
 
     xid: int
     at: float
+
+    def __str__(self) -> str:
+        """``"XID 79 (GPU has fallen off the bus) at 2026-12-03T13:00:00Z"``."""
+        return f"{describe(self.xid)} at {_time(self.at)}"
 
 
 class GpuFaultsError(ValueError):

@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kubecell.kube.gpu_faults import GpuFaultsError, RecordedFault, faults_annotation, parse_clear, parse_faults
+from kubecell.kube.gpu_faults import GpuFaultsError, describe, faults_annotation, parse_clear, parse_faults
 from kubecell.kube.names import ANNOTATION_GPU_FAULT_CLEAR, ANNOTATION_GPU_FAULTS
 from kubecell.kube.rest import ApiError, Kube
-from kubecell.node.xid import Fault, HealthTracker, describe
+from kubecell.node.xid import HealthTracker
 
 log = logging.getLogger("kubecell.node.fault_record")
 
@@ -50,7 +50,7 @@ class FaultRecord:
     def annotations(self) -> dict[str, str | None]:
         """What each publish writes: the record (removed when no GPU is faulted), and, with no fault left, the
         removal of a clear request (it names nothing, and must not clear a fault still to come)."""
-        text = faults_annotation(self._recorded(self.health.faults()))
+        text = faults_annotation(self.health.faults())
         return {ANNOTATION_GPU_FAULTS: text} if text else {ANNOTATION_GPU_FAULTS: None,
                                                            ANNOTATION_GPU_FAULT_CLEAR: None}
 
@@ -65,7 +65,7 @@ class FaultRecord:
             return
         for problem in skipped:
             log.warning("node %s: annotation %s: an entry left out: %s", node, ANNOTATION_GPU_FAULTS, problem)
-        for uuid in self.health.restore({uuid: Fault(f.xid, f.at) for uuid, f in recorded.items()}):
+        for uuid in self.health.restore(recorded):
             log.warning("node %s GPU %s: %s recorded before this agent started; out of service until an operator "
                         "clears it (annotation %s)", node, uuid, describe(recorded[uuid].xid),
                         ANNOTATION_GPU_FAULT_CLEAR)
@@ -82,7 +82,7 @@ class FaultRecord:
         cleared = set(faults) if named is None else named & set(faults)
         remaining = {uuid: fault for uuid, fault in faults.items() if uuid not in cleared}
         patch = {"metadata": {"resourceVersion": resource_version, "annotations": {
-            ANNOTATION_GPU_FAULT_CLEAR: None, ANNOTATION_GPU_FAULTS: faults_annotation(self._recorded(remaining))}}}
+            ANNOTATION_GPU_FAULT_CLEAR: None, ANNOTATION_GPU_FAULTS: faults_annotation(remaining)}}}
         try:
             self.kube.patch(f"/api/v1/nodes/{node}", patch)
         except ApiError as error:
@@ -95,7 +95,3 @@ class FaultRecord:
         unknown = sorted((named or set()) - cleared)
         log.info("node %s: the operator cleared %s%s", node, ", ".join(sorted(cleared)) or "no faulted GPU",
                  f" (not faulted: {', '.join(unknown)})" if unknown else "")
-
-    @staticmethod
-    def _recorded(faults: dict[str, Fault]) -> dict[str, RecordedFault]:
-        return {uuid: RecordedFault(fault.code, fault.at) for uuid, fault in faults.items()}

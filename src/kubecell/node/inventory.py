@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -33,12 +33,13 @@ from kubecell import __version__
 from kubecell.core.errors import KubecellError
 from kubecell.kube.clock import rfc3339
 from kubecell.kube.gfd import catalog_model
+from kubecell.kube.gpu_faults import describe
 from kubecell.kube.inventory_schema import GpuRecord, IsolationMode, MigInstanceRecord, NodeInventory
 from kubecell.kube.names import ANNOTATION_INVENTORY, RESOURCE_GPU_MEMORY
 from kubecell.kube.rest import ApiError, Kube, json_pointer
 from kubecell.node.fault_record import FaultRecord
 from kubecell.node.nvml import GpuBackend, GpuDevice, summary
-from kubecell.node.xid import HealthTracker, describe
+from kubecell.node.xid import HealthTracker
 
 log = logging.getLogger("kubecell.node.inventory")
 
@@ -157,11 +158,12 @@ class InventoryPublisher:
                 inventory = build_inventory(devices, self.health, agent=self.agent).model_copy(
                     update={"isolation": advertised_isolation(self.isolation, devices),
                             "device_plugin": self.device_plugin})
-                key = inventory.to_annotation() + str(self.faults.annotations())
+                record = self.faults.annotations()
+                key = inventory.to_annotation() + str(record)
                 if key != published_key and self.on_change is not None:
                     self.on_change(inventory)
                 if key != published_key or time.monotonic() >= next_heartbeat:
-                    self.publish(inventory)
+                    self.publish(inventory, record)
                     published_key = key
                     next_heartbeat = time.monotonic() + self.interval
                 if self.advertise_memory:
@@ -205,12 +207,12 @@ class InventoryPublisher:
                          describe(event.code))
 
     # ------------------------------------------------------------------ API writes
-    def publish(self, inventory: NodeInventory) -> None:
-        """Write the annotation with a fresh heartbeat, and the fault record (JSON merge patch: other annotations
-        untouched)."""
+    def publish(self, inventory: NodeInventory, record: Mapping[str, str | None]) -> None:
+        """Write the annotation with a fresh heartbeat, and the fault ``record`` (``FaultRecord.annotations``;
+        JSON merge patch: other annotations untouched)."""
         stamped = inventory.model_copy(update={"heartbeat": rfc3339()})
         self.kube.patch(f"/api/v1/nodes/{self.node_name}", {"metadata": {"annotations": {
-            ANNOTATION_INVENTORY: stamped.to_annotation(), **self.faults.annotations()}}})
+            ANNOTATION_INVENTORY: stamped.to_annotation(), **record}}})
         self.last = stamped
         self.publishes += 1
 

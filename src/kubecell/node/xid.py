@@ -34,26 +34,14 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from kubecell.kube.gpu_faults import RecordedFault
+
 CRITICAL_XIDS: frozenset[int] = frozenset({48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120})
 """XIDs after which a GPU takes no new work until an operator clears it (a reset, a replacement)."""
 
 APPLICATION_XIDS: frozenset[int] = frozenset({13, 31, 43, 45, 68})
 """XIDs caused by one application; the GPU stays healthy (NVIDIA's device plugin skips these too)."""
 
-XID_MEANINGS: Mapping[int, str] = {
-    13: "graphics engine exception", 31: "GPU memory page fault", 43: "GPU stopped processing",
-    45: "preemptive cleanup", 48: "double-bit ECC error", 62: "internal micro-controller halt",
-    63: "ECC page retirement / row remap pending", 64: "ECC page retirement / row remap failure",
-    68: "video processor exception", 74: "NVLink error", 79: "GPU has fallen off the bus",
-    92: "high single-bit ECC error rate", 94: "contained ECC error", 95: "uncontained ECC error",
-    119: "GSP RPC timeout", 120: "GSP error",
-}
-
-
-def describe(code: int) -> str:
-    """``"XID 79 (GPU has fallen off the bus)"``: what an Event or log line says."""
-    meaning = XID_MEANINGS.get(code)
-    return f"XID {code} ({meaning})" if meaning else f"XID {code}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,17 +54,6 @@ class XidEvent:
     at: float
 
 
-@dataclass(frozen=True, slots=True)
-class Fault:
-    """Why a GPU is unhealthy: the first critical XID seen since the operator last cleared it."""
-
-    code: int
-    at: float
-
-    def __str__(self) -> str:
-        return describe(self.code)
-
-
 class HealthTracker:
     """GPU health as the agent publishes it: healthy unless a critical XID hit it.
 
@@ -87,7 +64,7 @@ class HealthTracker:
 
     def __init__(self, critical: Iterable[int] = CRITICAL_XIDS) -> None:
         self.critical = frozenset(critical)
-        self._faults: dict[str, Fault] = {}
+        self._faults: dict[str, RecordedFault] = {}
         self._lock = threading.Lock()
 
     def record(self, event: XidEvent) -> bool:
@@ -97,10 +74,10 @@ class HealthTracker:
         with self._lock:
             if event.uuid in self._faults:
                 return False
-            self._faults[event.uuid] = Fault(event.code, event.at or time.time())
+            self._faults[event.uuid] = RecordedFault(event.code, event.at or time.time())
             return True
 
-    def restore(self, faults: Mapping[str, Fault]) -> list[str]:
+    def restore(self, faults: Mapping[str, RecordedFault]) -> list[str]:
         """Take back faults recorded before a restart (the agent's record on its Node); a GPU already faulted
         keeps its own. Returns the UUIDs that became unhealthy."""
         with self._lock:
@@ -117,7 +94,7 @@ class HealthTracker:
         with self._lock:
             return uuid not in self._faults
 
-    def faults(self) -> dict[str, Fault]:
+    def faults(self) -> dict[str, RecordedFault]:
         """A copy of the unhealthy GPUs, by UUID."""
         with self._lock:
             return dict(self._faults)

@@ -18,6 +18,7 @@ pytest.importorskip("grpc_tools", reason="tests/node needs the `node` extra: pip
 
 import grpc  # type: ignore[import-untyped]
 
+from kubecell.kube.gpu_faults import RecordedFault
 from kubecell.node import protos
 from kubecell.node.dra.health import (
     TIMEOUT_SECONDS,
@@ -28,16 +29,15 @@ from kubecell.node.dra.health import (
 )
 from kubecell.node.dra.plugin import KubeletPlugin
 from kubecell.node.dra.slices import healthy_devices
-from kubecell.node.xid import Fault
 from tests.node.dra.test_cdi import Node, serving
 from tests.node.dra.test_slices import inventory_of
 
 POOL = "n1"
 
 
-def faults_of(inventory_example: str, unhealthy: tuple[int, ...]) -> dict[str, Fault]:
+def faults_of(inventory_example: str, unhealthy: tuple[int, ...]) -> dict[str, RecordedFault]:
     inventory = inventory_of(inventory_example)
-    return {inventory.gpus[i].uuid: Fault(79, 1_700_000_000.0) for i in unhealthy}
+    return {inventory.gpus[i].uuid: RecordedFault(79, 1_700_000_000.0) for i in unhealthy}
 
 
 def test_every_device_is_reported_and_those_of_a_broken_gpu_say_why() -> None:

@@ -211,6 +211,28 @@ def test_an_unhealthy_gpu_is_reported_unhealthy() -> None:
     obj["metadata"]["annotations"]["kubecell.io/gpu-inventory"] = json.dumps(inventory)
     report = build_report([obj], [])
     assert [g.healthy for g in report.nodes[0].gpus] == [True, False]
+    assert [g.fault for g in report.nodes[0].gpus] == ["", ""]
+
+
+def test_a_faulted_gpu_is_shown_with_the_xid_the_node_agent_recorded() -> None:
+    sick = make_node("n3", cpu_milli=8000, memory_mib=64_000, gpu_count=2, gpu_model="A100")
+    obj = node_manifest(sick)
+    inventory = json.loads(obj["metadata"]["annotations"]["kubecell.io/gpu-inventory"])
+    inventory["gpus"][1]["healthy"] = False
+    obj["metadata"]["annotations"]["kubecell.io/gpu-inventory"] = json.dumps(inventory)
+    uuid = inventory["gpus"][1]["uuid"]
+    obj["metadata"]["annotations"]["kubecell.io/gpu-faults"] = json.dumps(
+        {uuid: {"xid": 79, "at": "2026-12-03T13:00:00Z"}, "GPU-gone": {"xid": 48, "at": "2026-12-01T00:00:00Z"}})
+    report = build_report([obj], [])
+    fault = "XID 79 (GPU has fallen off the bus) at 2026-12-03T13:00:00Z"
+    assert [g.fault for g in report.nodes[0].gpus] == ["", fault]
+    assert report.to_data()["nodes"][0]["gpus"][1]["fault"] == fault
+    assert f"unhealthy: {fault}" in rendered(report, per_gpu=True)
+
+    obj["metadata"]["annotations"]["kubecell.io/gpu-faults"] = "[" * 10_000   # a record nobody can read
+    report = build_report([obj], [])
+    assert [g.fault for g in report.nodes[0].gpus] == ["", ""]
+    assert any("n3: annotation kubecell.io/gpu-faults" in warning for warning in report.warnings)
 
 
 # ------------------------------------------------------------------ the tenant source, in the scheduler's order

@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kubecell.kube.gpu_faults import RecordedFault
 from kubecell.kube.inventory_schema import NodeInventory
 from kubecell.node import protos
 from kubecell.node.dra.slices import all_devices
-from kubecell.node.xid import Fault
 
 REPORT_SECONDS = 10.0
 """Seconds between reports when nothing changed."""
@@ -44,7 +44,7 @@ class DeviceHealth:
     message: str = ""
 
 
-def device_health(inventory: NodeInventory, pool: str, faults: Mapping[str, Fault]) -> tuple[DeviceHealth, ...]:
+def device_health(inventory: NodeInventory, pool: str, faults: Mapping[str, RecordedFault]) -> tuple[DeviceHealth, ...]:
     """Every device the inventory describes, by the names the slice gives them (``slices.all_devices``), with its
     health. Devices of unhealthy GPUs are left out of the slice but reported here: they are the ones pods hold."""
     reports = []
@@ -53,8 +53,7 @@ def device_health(inventory: NodeInventory, pool: str, faults: Mapping[str, Faul
             reports.append(DeviceHealth(pool, device.name, True))
             continue
         fault = faults.get(device.gpu.uuid)
-        why = f"{fault} at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(fault.at))}" if fault is not None \
-            else "reported unhealthy by the node agent"
+        why = "reported unhealthy by the node agent" if fault is None else str(fault)
         whose = f"its GPU {device.gpu.index} ({device.gpu.uuid})" if device.is_mig \
             else f"GPU {device.gpu.index} ({device.gpu.uuid})"
         message = (f"{whose}: {why}; it left the node's ResourceSlice and takes no new claims until an "

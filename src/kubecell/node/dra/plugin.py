@@ -32,6 +32,7 @@ from typing import Any
 import grpc  # type: ignore[import-untyped]
 
 from kubecell.kube import dra_names as names
+from kubecell.kube.gpu_faults import RecordedFault
 from kubecell.kube.inventory_schema import NodeInventory
 from kubecell.kube.records import AllocationRecord
 from kubecell.kube.rest import Kube
@@ -42,7 +43,6 @@ from kubecell.node.dra.prepared import Checkpoint, ClaimPreparer, ClaimRef
 from kubecell.node.dra.publisher import DEFAULT_INTERVAL, SlicePublisher
 from kubecell.node.dra.sweep import ClaimSweeper
 from kubecell.node.isolation import NodeIsolation
-from kubecell.node.xid import Fault
 
 log = logging.getLogger("kubecell.node.dra")
 
@@ -230,7 +230,7 @@ class DraDriver:
     def __init__(self, kube: Kube, node: str, *, paths: PluginPaths, cdi_dir: Path = CDI_DIR,
                  isolation: Callable[[], NodeIsolation], acquire: Callable[[AllocationRecord], None] | None = None,
                  release: Callable[[str, str], None] | None = None, interval: float = DEFAULT_INTERVAL,
-                 faults: Callable[[], Mapping[str, Fault]] = dict) -> None:
+                 faults: Callable[[], Mapping[str, RecordedFault]] = dict) -> None:
         """``faults``: why each unhealthy GPU is (the agent's XID tracker), told to the kubelet with its health."""
         self._inventory: NodeInventory | None = None
         self._node = node

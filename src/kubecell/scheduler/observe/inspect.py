@@ -25,7 +25,9 @@ from kubecell.kube.tenant_source import SourceKind, TenantInputs, TenantMemory, 
 
 __all__ = ["OTHER", "GpuReport", "InspectReport", "NodeReport", "TenantSource", "build_report"]
 from kubecell.kube import pods
+from kubecell.kube.gpu_faults import GpuFaultsError, RecordedFault, parse_faults
 from kubecell.kube.inventory import NodeView, node_view
+from kubecell.kube.names import ANNOTATION_GPU_FAULTS
 from kubecell.kube.records import AllocationRecord, RecordError
 from kubecell.kube.trust import disagreement
 from kubecell.scheduler.intake import foreign_hold
@@ -47,6 +49,8 @@ class GpuReport:
     memory_allocated_mib: int = 0
     pods: list[str] = field(default_factory=list)
     milli_total: int = MILLI_PER_GPU
+    fault: str = ""
+    """Why the node agent took it out of service (``kubecell.io/gpu-faults``: the XID and when); empty if none."""
 
 
 @dataclass
@@ -154,7 +158,7 @@ class InspectReport:
                 "milliTotal": n.milli_total, "milliAllocated": n.milli_allocated,
                 "memoryTotalMiB": n.memory_total_mib, "memoryAllocatedMiB": n.memory_allocated_mib,
                 "otherSchedulerGpus": n.other_gpus,
-                "gpus": [{"index": g.index, "uuid": g.uuid, "model": g.model, "healthy": g.healthy,
+                "gpus": [{"index": g.index, "uuid": g.uuid, "model": g.model, "healthy": g.healthy, "fault": g.fault,
                           "milliTotal": g.milli_total, "milliAllocated": g.milli_allocated,
                           "memoryTotalMiB": g.memory_total_mib, "memoryAllocatedMiB": g.memory_allocated_mib,
                           "pods": g.pods} for g in n.gpus]} for n in self.nodes],
@@ -186,6 +190,19 @@ def _hardware(obj: Mapping[str, Any]) -> tuple[NodeView, str]:
     except InvalidInputError as error:
         name = str((obj.get("metadata") or {}).get("name", ""))
         return NodeView(name, None, f"unreadable inventory: {error}"), f"unreadable inventory: {error}"
+
+
+def _faults(name: str, obj: Mapping[str, Any], warnings: list[str]) -> dict[str, RecordedFault]:
+    """The node agent's fault record, read as the agent reads it back (entries it would leave out are left out
+    here too); one warning where it cannot be read at all."""
+    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GPU_FAULTS)
+    if text is None:
+        return {}
+    try:
+        return parse_faults(text)[0]
+    except GpuFaultsError as error:
+        warnings.append(f"node {name}: annotation {ANNOTATION_GPU_FAULTS} {error}")
+        return {}
 
 
 def _ask(pod: Mapping[str, Any]) -> str:
@@ -231,6 +248,9 @@ def build_report(node_objs: Sequence[Mapping[str, Any]], pod_objs: Sequence[Mapp
             hardware.append(view.node)
         gpus = [GpuReport(g.index, view.uuids[g.index] if g.index < len(view.uuids) else "", g.model, g.healthy,
                           g.memory_mib) for g in (view.node.gpus if view.node else ())]
+        faults = _faults(view.name, obj, warnings)
+        for report in gpus:
+            report.fault = str(faults[report.uuid]) if report.uuid in faults else ""
         told = excluded or (f"GPUs not placed: {view.gpu_note}" if view.gpu_note else "")
         nodes[view.name] = NodeReport(view.name, gpus, told)
     objects = list(virtualcluster_objs or ())
