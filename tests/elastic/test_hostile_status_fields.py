@@ -267,3 +267,31 @@ def test_a_forged_resize_time_does_not_make_a_rendezvous_time_out() -> None:
     seen(store, controller, passes=2)
     assert status(store)["restarts"] == 1, "past the deadline on the controller's clock, it still restarts"
     assert any(c.get("reason") == "RendezvousTimeout" for c in status(store)["conditions"]), status(store)
+
+
+@pytest.mark.parametrize("max_restarts", [0, 3])
+def test_time_spent_waiting_for_the_scheduler_is_no_stuck_rendezvous(max_restarts: int) -> None:
+    """The gang waited for capacity longer than the rendezvous timeout (a busy cluster). Before, the clock ran
+    from the workers' creation, so the job was restarted (or, with ``maxRestarts: 0``, failed) the first time its
+    workers were seen running and not yet Ready. The deadline counts from when minReplicas have started."""
+    store = RecordStore()
+    body = job()
+    body["spec"].update(minReplicas=2, rendezvousTimeoutSeconds=900, maxRestarts=max_restarts)
+    clock = [1_800_000_000.0]
+    controller = controller_over(store, body)
+    controller.clock = lambda: clock[0]
+    reconcile(controller, store)
+    controller._apply(Event("pods", "SYNC", objects=pods(store)))
+    for _ in range(3):  # the workers wait, unscheduled, for half an hour
+        clock[0] += 600
+        seen(store, controller, passes=1)
+    assert status(store)["phase"] == "Pending"
+    set_workers(store, controller, "Running", ready=False)
+    clock[0] += 10
+    seen(store, controller, passes=2)
+    assert status(store)["phase"] not in ("Failed", "Restarting"), status(store)
+    assert status(store)["restarts"] == 0
+    assert "RendezvousTimeout" not in reasons(store)
+    clock[0] += 900
+    seen(store, controller, passes=2)
+    assert "RendezvousTimeout" in reasons(store), "a rendezvous stuck once its workers started still times out"

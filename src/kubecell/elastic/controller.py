@@ -40,6 +40,7 @@ from kubecell.elastic.finished import REASON_NOT_OBSERVED, FinishedJobs, disowne
 from kubecell.elastic.metrics import ControllerMetrics
 from kubecell.elastic.stall import StallClocks
 from kubecell.elastic.states import (
+    STARTED,
     TERMINAL,
     CreateWorker,
     Decision,
@@ -50,6 +51,7 @@ from kubecell.elastic.states import (
     Phase,
     RemoveRendezvous,
     Worker,
+    counted,
     step,
 )
 from kubecell.elastic.status import MAX_GENERATION, StatusView, count, read_status, status_body
@@ -305,9 +307,10 @@ class ElasticController:
             observation = Observation(
                 target=spec.replicas, min_replicas=spec.min_replicas, workers=workers,
                 previous_target=target, restarts=restarts, max_restarts=spec.max_restarts,
-                seconds_stalled=self.stalls.seconds(key, uid, restarts, target, now=now, short=sum(
-                    state is Worker.READY for index, state in workers.items() if index < spec.replicas)
-                    < spec.min_replicas),
+                seconds_stalled=self.stalls.seconds(
+                    key, uid, restarts, target, now=now,
+                    short=counted(workers, spec.replicas, {Worker.READY}) < spec.min_replicas,
+                    started=counted(workers, spec.replicas, STARTED) >= spec.min_replicas),
                 rendezvous_timeout=float(spec.rendezvous_timeout_seconds),
                 rendezvous_present=service and host_up, rendezvous_gone=not service and host is None,
                 replacing=frozenset(expect.owed), stale=stale, outdated=outdated,

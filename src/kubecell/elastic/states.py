@@ -52,6 +52,7 @@ Rules, in order (the first that applies decides):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -94,6 +95,11 @@ class Worker(StrEnum):
 STARTED = frozenset({Worker.RUNNING, Worker.READY})
 ACTIVE = frozenset({Worker.UNSCHEDULED, Worker.SCHEDULED, Worker.RUNNING, Worker.READY, Worker.CRASH_LOOP})
 """Workers that hold (or wait for) a place and have not ended."""
+
+
+def counted(workers: Mapping[int, Worker], target: int, states: AbstractSet[Worker]) -> int:
+    """Workers inside the target (an index below it) in one of ``states``."""
+    return sum(state in states for index, state in workers.items() if index < target)
 
 REASON_INVALID_SPEC = "InvalidSpec"
 REASON_CREATED = "Created"
