@@ -325,6 +325,7 @@ def test_nproc_per_node_defaults_to_the_whole_gpus_asked() -> None:
     assert nproc({"requests": {"nvidia.com/gpu": "2"}}) == 2
     assert nproc({"limits": {"kubecell.io/gpu-milli": "500"}}) == 1
     assert nproc({"limits": {"nvidia.com/gpu": "2.5"}}) == 1
+    assert nproc({"limits": {"nvidia.com/gpu": "\u00b2"}}) == 1  # a digit to str.isdigit, not to int(): it raised
     assert nproc({}) == 1
 
 

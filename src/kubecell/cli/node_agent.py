@@ -80,7 +80,7 @@ def node_agent(
     metrics = None
     if metrics_listen:
         host, _, port = metrics_listen.rpartition(":")
-        if not port.isdigit():
+        if not (port.isascii() and port.isdigit()):
             raise InvalidInputError(f"--metrics-listen {metrics_listen!r}", field="metrics-listen",
                                     accepted="HOST:PORT, or '' for none")
         metrics = (host or "0.0.0.0", int(port))

@@ -25,7 +25,7 @@ def listen_address(text: str) -> tuple[str, int] | None:
     if not text:
         return None
     host, _, port = text.rpartition(":")
-    if not port.isdigit() or not 0 < int(port) < 65536:
+    if not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise InvalidInputError(f"--listen {text!r}", field="listen", accepted="HOST:PORT, e.g. 127.0.0.1:10259, "
                                 "or '' for no HTTP server")
     return host or "0.0.0.0", int(port)

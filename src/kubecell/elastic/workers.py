@@ -63,7 +63,7 @@ def role(pod: Mapping[str, Any]) -> str:
 def worker_index(pod: Mapping[str, Any], job: str) -> int | None:
     """The worker's index: its label, which must also be its name's (``<job>-worker-<i>``), else None."""
     text = labels(pod).get(LABEL_INDEX)
-    if not isinstance(text, str) or not text.isdigit() or len(text) > 4:
+    if not isinstance(text, str) or not (text.isascii() and text.isdigit()) or len(text) > 4:
         return None
     index = int(text)
     if text != str(index) or index >= MAX_REPLICAS:
@@ -76,7 +76,8 @@ def worker_index(pod: Mapping[str, Any], job: str) -> int | None:
 def worker_run(pod: Mapping[str, Any]) -> int | None:
     """The rendezvous run the worker joins (its label), None when unreadable (never of the current run)."""
     text = labels(pod).get(LABEL_RUN)
-    if not isinstance(text, str) or not text.isdigit() or len(text) > 10 or text != str(int(text)):
+    if not isinstance(text, str) or not (text.isascii() and text.isdigit()) or len(text) > 10 \
+            or text != str(int(text)):
         return None
     return int(text)
 

@@ -402,7 +402,8 @@ def _whole_gpus(template: Mapping[str, Any]) -> int:
                 for value in found:
                     if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_NPROC_PER_NODE:
                         total += value
-                    elif isinstance(value, str) and value.isdigit() and 0 < int(value) <= MAX_NPROC_PER_NODE:
+                    elif isinstance(value, str) and value.isascii() and value.isdigit() \
+                            and 0 < int(value) <= MAX_NPROC_PER_NODE:  # ("²" is a digit int() refuses)
                         total += int(value)
                 break
     return min(total, MAX_NPROC_PER_NODE)

@@ -138,7 +138,7 @@ class MpsDaemons:
         except OSError as error:
             raise MpsError(f"cannot list processes in {self.proc_root}: {error}") from None
         for entry in entries:
-            if not entry.name.isdigit():
+            if not (entry.name.isascii() and entry.name.isdigit()):
                 continue
             try:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")

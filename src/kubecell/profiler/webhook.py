@@ -104,7 +104,7 @@ def webhook_app(advice: Advice, *, max_held_bytes: int = MAX_HELD_BYTES) -> Star
     async def mutate(request: Request) -> Response:
         too_large = PlainTextResponse(f"a review over {MAX_BODY_BYTES} bytes", status_code=413)
         declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:  # ("²" is a digit)
             return too_large
         chunks: list[bytes] = []
         size = 0

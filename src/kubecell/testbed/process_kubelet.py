@@ -333,7 +333,8 @@ def find_container_log(testbed_dir: Path, namespace: str, pod: str, container: s
     directories = ([root_of(testbed_dir) / "pods" / f"{namespace}_{pod}_{uid}"] if uid
                    else _pod_directories(testbed_dir, namespace, pod)[-1:])
     for directory in directories:
-        runs = sorted((p for p in (directory / container).glob("*.log") if p.stem.isdigit()), key=lambda p: int(p.stem))
+        runs = sorted((p for p in (directory / container).glob("*.log") if p.stem.isascii() and p.stem.isdigit()),
+                      key=lambda p: int(p.stem))
         if len(runs) > int(previous):
             return runs[-1 - int(previous)]
     return None

@@ -42,7 +42,7 @@ def marked_processes(marker: str) -> list[int]:
     needle = f"{CONTAINER_MARKER}={marker}\0".encode()
     found: list[int] = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        if not (entry.isascii() and entry.isdigit()):
             continue
         try:
             environ = Path(f"/proc/{entry}/environ").read_bytes()

@@ -80,7 +80,7 @@ async def _bounded_body(request: Request, held: _Held, taken: list[int]) -> byte
     """The body, read up to ``MAX_BODY_BYTES`` whatever the header said, each chunk taken from ``held`` (and
     added to ``taken[0]``, for the caller to give back). Raises :class:`_RefusedError`."""
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+    if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:  # ("²" is a digit)
         raise _RefusedError(413, f"a request over {MAX_BODY_BYTES} bytes")
     chunks: list[bytes] = []
     size = 0

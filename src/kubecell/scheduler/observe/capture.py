@@ -133,7 +133,8 @@ def _holders(state: Tracking, mirror: Mapping[str, Mapping[str, Any]], nodes: se
             job = jobs.get(job_name)
             owner = job.vc if job is not None else OTHER
             tracked = tracked_jobs.get(job_name)
-            uid = tracked.members.get(int(member)) if tracked is not None and member.isdigit() else None
+            uid = tracked.members.get(int(member)) if tracked is not None and member.isascii() and member.isdigit() \
+                else None
         pod = mirror.get(uid) if uid is not None else None
         pod_name = pods.key(pod) if pod is not None else (uid or name)
         row = book.index[allocation.node]
