@@ -8,6 +8,7 @@ import pytest
 
 from kubecell.elastic import workers as readers
 from kubecell.elastic.states import Worker
+from kubecell.kube import elasticjobs as ej
 
 
 def pod(phase: str = "Pending", *, node: str = "", ready: bool = False, deleting: bool = False,
@@ -89,7 +90,7 @@ def test_a_worker_whose_init_container_crash_loops_is_crash_looping(obj: dict[st
     (pod(name="other-worker-1"), None),
 ])
 def test_a_worker_index_is_its_label_and_its_name(obj: dict[str, Any], index: int | None) -> None:
-    assert readers.worker_index(obj, "bert") == index
+    assert ej.worker_index(obj, "bert") == index
 
 
 def test_only_pods_the_job_controls_count() -> None:

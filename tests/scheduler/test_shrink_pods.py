@@ -11,8 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubecell.core.engine.engine import Engine
-from kubecell.core.engine.job import JobPhase, JobSpec, MemberGroup
+from kubecell.core.engine.job import JobPhase, JobSpec, MemberGroup, member_index
 from kubecell.core.model import MILLI_PER_GPU, Request
+from kubecell.kube import elasticjobs as ej
 from kubecell.kube import pods
 from kubecell.kube.dialects import pod_demand
 from kubecell.kube.inventory import NodeView
@@ -20,6 +21,7 @@ from kubecell.kube.names import ANNOTATION_ALLOCATION
 from kubecell.kube.records import AllocationRecord
 from kubecell.scheduler.binder import Binder
 from kubecell.scheduler.cluster import Mirror
+from kubecell.scheduler.elastic_ranks import rank_elastic_members
 from kubecell.scheduler.intake import Intake
 from kubecell.scheduler.jobs import Tracked, groups_for
 from kubecell.scheduler.teller import Teller
@@ -155,6 +157,60 @@ def test_a_shrink_evicts_exactly_the_released_pods_and_growth_binds_only_pods_th
     assert loop.mirror.pods["uid-el-8"]["spec"]["nodeName"]
     record = json.loads(loop.mirror.pods["uid-el-8"]["metadata"]["annotations"][ANNOTATION_ALLOCATION])
     assert record["member"] == next(index for index, _ in grown)
+    loop.pool.shutdown()
+
+
+JOB_UID = "0f8d3a52-6c1e-4b7a-9d2f-1a2b3c4d5e6f"
+
+
+def worker(index: int, uid: str | None = None) -> dict[str, Any]:
+    """Worker ``index`` of ElasticJob ns/bert as its controller makes it (owner, index label, elastic gang)."""
+    body = pod_body("ns", f"bert-worker-{index}", {"nvidia.com/gpu": "1"}, annotations={
+        "kubecell.io/vc": "b", "kubecell.io/group": "bert", "kubecell.io/group-size": "8",
+        "kubecell.io/group-min": "1", "kubecell.io/group-max": "8"})
+    body["metadata"].update(uid=uid or f"uid-w{index}", creationTimestamp="1970-01-01T00:00:00Z",
+                            labels={ej.LABEL_INDEX: str(index)},
+                            ownerReferences=[{"apiVersion": ej.API_VERSION, "kind": ej.KIND, "name": "bert",
+                                              "uid": JOB_UID, "controller": True}])
+    body["status"] = {"phase": "Pending"}
+    return body
+
+
+def test_a_shrink_takes_the_highest_workers_even_after_one_was_replaced() -> None:
+    """Worker 0 was lost and replaced: its replacement is the job's newest member. A shrink of two took it (the
+    engine gives up its newest members), and the controller, which keeps workers 0..target-1, replaced it again
+    and removed worker 7 too. Ranked by worker index, the shrink takes workers 7 and 6."""
+    eng = engine(make_nodes(1), {"a": {"gpus": 4}, "b": {"gpus": 4}}, "quota", resize_min_interval_seconds=0)
+    loop = Loop(eng)
+    blocker = pod_body("ns", "blocker", {"nvidia.com/gpu": "4"}, annotations={"kubecell.io/vc": "b"})
+    blocker["metadata"].update(uid="uid-blocker", creationTimestamp="1970-01-01T00:00:00Z")
+    blocker["status"] = {"phase": "Pending"}
+    loop.add(blocker)
+    loop.cycle(0)  # b's guarantee is in use: the job borrows, and grows into what the blocker leaves
+    loop.add(*(worker(i) for i in range(8)))
+    loop.cycle(1)
+    eng.finish(next(n for n in eng.running if "blocker" in n), 1.5)
+    loop.gone("uid-blocker")
+    loop.cycle(1.5)
+    (name,) = list(eng.running)
+    job = eng.jobs[name]
+    assert job.size == 8
+    assert loop.state.tracked[name].elastic is not None
+    loop.gone("uid-w0")  # the cluster took worker 0 (not a shrink): the job runs on with 7
+    assert job.size == 7
+    loop.add(worker(0, uid="uid-w0-again"))  # its controller replaces it; the job grows into it
+    loop.cycle(2)
+    assert job.size == 8
+    newest = member_index(job.running_members[-1])
+    assert loop.member_pods(name)[newest] == "uid-w0-again", "the replacement is the newest member"
+
+    claim = pod_body("ns", "g", {"nvidia.com/gpu": "2"}, annotations={"kubecell.io/vc": "a"})
+    claim["metadata"].update(uid="uid-g", creationTimestamp="1970-01-01T00:00:00Z")
+    claim["status"] = {"phase": "Pending"}
+    loop.add(claim)
+    rank_elastic_members(loop.state, loop.mirror)  # what the scheduler does before each cycle
+    assert loop.cycle(100) == {"uid-w7", "uid-w6"}
+    assert "uid-w0-again" in loop.member_pods(name).values()
     loop.pool.shutdown()
 
 

@@ -68,6 +68,7 @@ from kubecell.kube.elasticjobs import (
     job_path,
     read_elastic_job,
     rendezvous_name,
+    worker_index,
 )
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.kube.watch import Collection, Event, Watcher
@@ -381,7 +382,7 @@ class ElasticController:
             if role == ROLE_RENDEZVOUS and (pod.get("metadata") or {}).get("name") == rendezvous_name(job):
                 host = pod
             elif role == ROLE_WORKER:
-                index = readers.worker_index(pod, job)
+                index = worker_index(pod, job)
                 if index is None:
                     continue
                 pods_by_index[index] = pod

@@ -14,13 +14,10 @@ from typing import Any
 
 from kubecell.elastic.states import Worker
 from kubecell.kube.elasticjobs import (
-    LABEL_INDEX,
     LABEL_JOB,
     LABEL_ROLE,
     LABEL_RUN,
     LABEL_TEMPLATE,
-    MAX_REPLICAS,
-    worker_name,
 )
 from kubecell.kube.names import ANNOTATION_GROUP_SIZE
 
@@ -58,19 +55,6 @@ def controlled_by(pod: Mapping[str, Any], uid: str) -> bool:
 
 def role(pod: Mapping[str, Any]) -> str:
     return str(labels(pod).get(LABEL_ROLE, ""))
-
-
-def worker_index(pod: Mapping[str, Any], job: str) -> int | None:
-    """The worker's index: its label, which must also be its name's (``<job>-worker-<i>``), else None."""
-    text = labels(pod).get(LABEL_INDEX)
-    if not isinstance(text, str) or not (text.isascii() and text.isdigit()) or len(text) > 4:
-        return None
-    index = int(text)
-    if text != str(index) or index >= MAX_REPLICAS:
-        return None
-    if (pod.get("metadata") or {}).get("name") != worker_name(job, index):
-        return None
-    return index
 
 
 def worker_run(pod: Mapping[str, Any]) -> int | None:

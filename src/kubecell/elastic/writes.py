@@ -24,7 +24,14 @@ from kubecell.elastic.expectations import Expectations
 from kubecell.elastic.metrics import ControllerMetrics
 from kubecell.elastic.states import Emit
 from kubecell.kube.elasticjob_objects import rendezvous_labels, rendezvous_pod, rendezvous_service, worker_pod
-from kubecell.kube.elasticjobs import ROLE_RENDEZVOUS, ROLE_WORKER, ElasticJobSpec, rendezvous_name, worker_name
+from kubecell.kube.elasticjobs import (
+    ROLE_RENDEZVOUS,
+    ROLE_WORKER,
+    ElasticJobSpec,
+    rendezvous_name,
+    worker_index,
+    worker_name,
+)
 from kubecell.kube.names import ANNOTATION_GROUP_SIZE
 from kubecell.kube.rest import ApiError, Kube
 
@@ -113,7 +120,7 @@ class JobWrites:
                 expect.owed.add(index)
                 holder = self._read(f"/api/v1/namespaces/{spec.namespace}/pods/{worker_name(spec.name, index)}")
                 if holder is None or (_seen_as(holder, spec, ROLE_WORKER)
-                                      and readers.worker_index(holder, spec.name) == index):
+                                      and worker_index(holder, spec.name) == index):
                     return True
                 self._tell_taken(obj, f"worker {index}", holder)  # ... or by a Pod that no retry will move
                 return False

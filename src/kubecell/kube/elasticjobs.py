@@ -171,6 +171,20 @@ def worker_name(job: str, index: int) -> str:
     return f"{job}-worker-{index}"
 
 
+def worker_index(pod: Mapping[str, Any], job: str) -> int | None:
+    """A worker Pod's index: its label, which must also be its name's (``<job>-worker-<i>``), else None."""
+    found = (pod.get("metadata") or {}).get("labels")
+    text = found.get(LABEL_INDEX) if isinstance(found, Mapping) else None
+    if not isinstance(text, str) or not (text.isascii() and text.isdigit()) or len(text) > 4:
+        return None
+    index = int(text)
+    if text != str(index) or index >= MAX_REPLICAS:
+        return None
+    if (pod.get("metadata") or {}).get("name") != worker_name(job, index):
+        return None
+    return index
+
+
 def rendezvous_name(job: str) -> str:
     """The rendezvous host Pod and its Service share this name."""
     return f"{job}-rdzv"

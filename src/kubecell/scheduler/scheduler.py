@@ -35,6 +35,7 @@ from kubecell.scheduler.binder import Binder, Settled
 from kubecell.scheduler.claims import ClaimBroker
 from kubecell.scheduler.cluster import Mirror, trimmed_node, without_managed_fields
 from kubecell.scheduler.elastic import ElasticSizer
+from kubecell.scheduler.elastic_ranks import rank_elastic_members
 from kubecell.scheduler.intake import Intake
 from kubecell.scheduler.nodes import NodeReader
 from kubecell.scheduler.observe.capture import CaptureCache, capture
@@ -402,6 +403,7 @@ class Scheduler:
         self.dirty = False
         self.cycles += 1
         began = time.perf_counter()
+        rank_elastic_members(state, self.mirror)  # a shrink takes the workers their controller would remove
         result = engine.schedule(now)
         decided = time.perf_counter()
         victims: set[str] = set()

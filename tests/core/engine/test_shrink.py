@@ -19,6 +19,7 @@ from kubecell.core.engine.job import (
     member_index,
 )
 from kubecell.core.engine.shrink import shrinkable
+from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import MILLI_PER_GPU, Request
 from tests.core.engine.hetero_support import hetero_engine, mpi, node_of, running_indices
 from tests.core.support import check_engine, engine, make_nodes, nodes_of, whole
@@ -75,6 +76,39 @@ def test_the_newest_members_go_first() -> None:
     assert cut.members == tuple(reversed(newest))  # newest first
     assert job.size == 6
     check_engine(eng)
+
+
+def test_the_drivers_highest_ranks_go_first() -> None:
+    """An ElasticJob's controller keeps workers 0..target-1: the scheduler ranks each member by its worker's index,
+    and a shrink gives up the highest (before, the newest member went, which after a replacement was worker 0,
+    and the controller then removed the highest worker too: two workers lost for one). Without cells any
+    member's GPU will do for the preemptor, so the ranks alone decide."""
+    for ranked, expected in ((False, ("e/7", "e/6")), (True, ("e/0", "e/1"))):
+        eng = engine(make_nodes(1), {"a": {"gpus": 4}, "b": {"gpus": 4}}, "quota")
+        eng.submit(whole("blocker", "b", 4), 0)
+        eng.schedule(0)
+        eng.submit(whole("e", "b", 1, members=8, min_members=2), 1)
+        eng.schedule(1)
+        eng.finish("blocker", 2)
+        eng.schedule(2)
+        job = eng.jobs["e"]
+        assert job.size == 8
+        if ranked:  # e/0 is the highest worker index, e/7 the lowest; a name not running is ignored
+            eng.rank_members("e", {name: -i for i, name in enumerate(job.running_members)} | {"e/99": 5})
+        eng.submit(whole("g", "a", 2), 100)
+        (cut,) = eng.schedule(100).shrunk
+        assert cut.members == expected
+        check_engine(eng)
+    with pytest.raises(InvalidInputError, match="an integer per member"):
+        eng.rank_members("e", {job.running_members[0]: 1.5})  # type: ignore[dict-item]
+
+
+def test_a_new_run_forgets_the_ranks_of_the_last() -> None:
+    eng = grown_elastic()
+    job = eng.jobs["elastic"]
+    eng.rank_members("elastic", {name: -i for i, name in enumerate(job.running_members)})
+    eng.set_node_health(eng.book.allocations[job.running_members[0]].node, False, 50)  # the job stops and waits again
+    assert job.ranks == {}
 
 
 def test_whole_jobs_are_evicted_only_when_shrinking_is_not_enough() -> None:

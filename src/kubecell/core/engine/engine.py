@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -188,6 +188,18 @@ class Engine:
                                     accepted=f"{groups} non-negative integer(s), one per member group")
         if job.phase in (JobPhase.RUNNING, JobPhase.RESERVED, JobPhase.PENDING):
             job.spare = tuple(int(v) for v in values)
+
+    def rank_members(self, name: str, ranks: Mapping[str, int]) -> None:
+        """The driver's order for giving up a running homogeneous job's members: a shrink takes the highest
+        rank first (``shrink.shrinkable``), unranked members before any. Where a preemptor needs a member
+        that sits where it must go, the trim still keeps another (the place decides). Replaces earlier ranks;
+        names that are not running members are ignored."""
+        job = job_named(self.session, name)
+        if any(not is_whole(rank) for rank in ranks.values()):
+            raise InvalidInputError(f"member ranks {shown(dict(ranks))}", location=f"job {name!r}", field="ranks",
+                                    accepted="an integer per member")
+        running = set(job.running_members)
+        job.ranks = {member: int(rank) for member, rank in ranks.items() if member in running}
 
     def release_members(self, name: str, members: Sequence[str], now: float, reason: str) -> bool:
         """The driver lost the pods of some members of running job ``name`` (an elastic job's controller

@@ -104,6 +104,8 @@ class Job:
     spare: tuple[int, ...] | None = None
     """Members of each group the driver can still bind (pods it has for them), where it said so
     (``Engine.limit_growth``): growth adds no more. None: its whole headcount."""
+    ranks: dict[str, int] = field(default_factory=dict)
+    """The driver's rank of running members (``Engine.rank_members``): a shrink gives up the highest first."""
     node_mask: BoolArray | None = field(default=None, repr=False, compare=False)
     """``spec.nodes`` as a read-only mask over the book's nodes, made on first use (``Session.allowed_nodes``)."""
     gpu_mask: BoolArray | None = field(default=None, repr=False, compare=False)

@@ -252,6 +252,7 @@ class Session:
         job.short_of_minimum = False  # it starts again from its minimums
         job.resized_at, job.spare = None, None  # a new run is resized and bounded afresh
         job.resizes.clear()
+        job.ranks = {}  # its members' names are given to other pods in a new run
         self.running.pop(job.name, None)
         self.growable.discard(job.name)
         self.binding.discard(job.name)

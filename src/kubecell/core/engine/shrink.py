@@ -39,12 +39,19 @@ Released = Sequence[tuple[Job, str]]
 def shrinkable(job: Job) -> list[str]:
     """The members a running job may give up, newest first: down to its minimum and, for a heterogeneous
     gang, never below a group's minimum (a member whose group is at its minimum is skipped). A gang restored
-    short of its minimums gives up nothing."""
+    short of its minimums gives up nothing. Where the driver ranked a homogeneous job's members
+    (``Engine.rank_members``), the highest rank goes first instead: an ElasticJob's controller keeps workers
+    0..target-1, so a shrink that took another worker than the highest cost a second one (the controller
+    replaced the worker taken and removed the highest)."""
     spec = job.spec
     if job.phase != JobPhase.RUNNING or job.size <= spec.minimum or job.short_of_minimum:
         return []
     if not spec.heterogeneous:
-        return list(reversed(job.running_members[spec.minimum:]))
+        order = job.running_members
+        if job.ranks:  # unranked members first, then the highest rank; newest first among equals
+            joined = {name: i for i, name in enumerate(order)}
+            order = sorted(order, key=lambda name: (name not in job.ranks, job.ranks.get(name, 0), joined[name]))
+        return list(reversed(order[spec.minimum:]))
     counts = list(job.running_counts())
     left = job.size - spec.minimum
     chosen: list[str] = []
