@@ -246,7 +246,6 @@ def elastic_owner(pod: Mapping[str, Any]) -> ElasticRef | None:
     return None
 
 
-
 GPU_MODEL_CHARS = 63
 """The longest GPU model name kept in ``status.gpuModel`` (a label value's limit, as node labels carry them)."""
 

@@ -111,6 +111,25 @@ def test_a_new_run_forgets_the_ranks_of_the_last() -> None:
     assert job.ranks == {}
 
 
+def test_a_borrowed_gang_grows_into_the_cohorts_last_free_gpu() -> None:
+    """Growth needs room for one more member, not for the gang's minimum: a borrowed gang of minimum 2 that lost a
+    member could never take the cohort's last free GPU back ("no unused quota left")."""
+    eng = engine(make_nodes(1), {"a": {"gpus": 4}, "b": {"gpus": 4}}, "quota", resize_min_interval_seconds=0)
+    eng.submit(whole("blocker", "b", 4), 0)
+    eng.schedule(0)
+    eng.submit(whole("e", "b", 1, members=8, min_members=2), 1)
+    eng.schedule(1)
+    eng.finish("blocker", 2)
+    eng.schedule(2)
+    job = eng.jobs["e"]
+    assert (job.job_class, job.size) == (JobClass.BORROWED, 8)
+    assert eng.release_members("e", [job.running_members[-1]], 3, "its pod was deleted")
+    assert job.size == 7
+    assert job in eng.schedule(4).grown
+    assert job.size == 8
+    check_engine(eng)
+
+
 def test_whole_jobs_are_evicted_only_when_shrinking_is_not_enough() -> None:
     # a's guarantee is pinned to n2..n4; b's guarantee (n0) is full of its own job, so its elastic gang (3
     # nodes, minimum 1) and its opportunistic job borrow: n1 and two of a's nodes, and a's third node.

@@ -78,13 +78,13 @@ def _extra(session: Session, job: Job, missing: Sequence[int]) -> int:
         if job.job_class == JobClass.GUARANTEED and vc is not None:
             return min(len(missing), session.guarantee_room(vc) // per)
         if job.job_class == JobClass.BORROWED and vc is not None:
-            room, _ = borrowable_members(session, job, vc)
+            room, _ = borrowable_members(session, job, vc, need=per)
             return min(len(missing), room if job.member_milli else len(missing))
         return len(missing)
     if job.job_class == JobClass.GUARANTEED and vc is not None:
         return job.affordable(missing, session.guarantee_room(vc))
     if job.job_class == JobClass.BORROWED and vc is not None:
-        budget, why = borrow_room(session, job, vc)
+        budget, why = borrow_room(session, job, vc, need=min(job.charges))
         return 0 if why else job.affordable(missing, budget)
     return len(missing)
 

@@ -19,32 +19,34 @@ from kubecell.core.engine.session import Session
 from kubecell.core.tenancy.config import VirtualCluster
 
 
-def borrow_room(session: Session, job: Job, vc: VirtualCluster) -> tuple[int | None, str]:
+def borrow_room(session: Session, job: Job, vc: VirtualCluster, need: int | None = None) -> tuple[int | None, str]:
     """GPU units ``job``'s VC may still take as borrowed work (None: no limit), or 0 and why, when that is
-    less than the job's minimum needs."""
+    less than ``need``: the job's minimum for a start (the default); growth of a running job needs room for one
+    more member only (before, a borrowed gang of minimum 2 could never take the cohort's last free GPU)."""
+    least = job.min_milli if need is None else need
     room: int | None = None
     if not session.options.cells:
         held = sum(u.total_milli + u.admitted_milli for u in session.ledger.usage.values())
         unused = sum(v.guaranteed_milli for v in session.tenants.vcs) - held
-        if unused < job.min_milli:
+        if unused < least:
             return 0, "no unused quota left in the cohort to borrow"
         room = unused
     limit = vc.borrow_limit_milli
     if limit is not None:
         borrowed = session.ledger.of(vc.name).borrowed_milli
         left = limit - borrowed
-        if left < job.min_milli:
+        if left < least:
             return 0, f"VC {vc.name} borrowing limit reached ({borrowed / 1000:g} of {limit / 1000:g} GPUs)"
         room = left if room is None else min(room, left)
     return room, ""
 
 
-def borrowable_members(session: Session, job: Job, vc: VirtualCluster) -> tuple[int, str]:
+def borrowable_members(session: Session, job: Job, vc: VirtualCluster, need: int | None = None) -> tuple[int, str]:
     """How many more members of ``job`` (the first of its fill order) its VC may hold as borrowed work now,
-    and, if that is fewer than it needs, why."""
+    and, if that is fewer than it needs (``borrow_room``), why."""
     if not any(job.charges):
         return job.spec.members, ""
-    room, why = borrow_room(session, job, vc)
+    room, why = borrow_room(session, job, vc, need)
     if why:
         return 0, why
     return (job.spec.members if room is None else job.members_within(room)), ""
