@@ -105,6 +105,15 @@ def test_the_trimmed_pod_keeps_no_environment() -> None:
     assert kept["metadata"]["ownerReferences"]
 
 
+@pytest.mark.parametrize("statuses", [[None], ["x"], [{"name": "t", "state": "x"}], [{"state": {"waiting": 3}}], "x"])
+def test_a_malformed_container_status_is_trimmed_not_raised(statuses: Any) -> None:
+    """Read defensively (the watch transform raised AttributeError on a status that is not an object)."""
+    body = pod("Running", node="n1")
+    body["status"]["containerStatuses"] = statuses
+    kept = readers.trimmed(body)
+    assert all(isinstance(entry, dict) for entry in kept["status"]["containerStatuses"])
+
+
 @pytest.mark.parametrize(("text", "run"), [("0", 0), ("12", 12), ("012", None), ("-1", None), ("x", None),
                                            ("1" * 11, None)])
 def test_a_workers_rendezvous_run_is_its_label(text: str, run: int | None) -> None:

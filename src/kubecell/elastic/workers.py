@@ -226,11 +226,14 @@ def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
 def _container_states(listed: Any) -> list[dict[str, Any]]:
     """Of each container's status, what ``worker_state`` reads: its name, restarts, state and reason."""
     containers = []
-    for container in listed or []:
-        state = (container or {}).get("state") or {}
+    for container in listed if isinstance(listed, list) else []:
+        if not isinstance(container, Mapping):  # (the API server's schema makes each an object; read defensively)
+            continue
+        state = container.get("state")
+        state = state if isinstance(state, Mapping) else {}
         containers.append({"name": container.get("name"), "restartCount": container.get("restartCount", 0),
-                           "state": {key: {"reason": (value or {}).get("reason"),
-                                           "exitCode": (value or {}).get("exitCode")}
+                           "state": {key: {"reason": value.get("reason"), "exitCode": value.get("exitCode")}
+                                     if isinstance(value, Mapping) else {"reason": None, "exitCode": None}
                                      for key, value in state.items()}})
     return containers
 
