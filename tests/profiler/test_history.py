@@ -102,17 +102,46 @@ def test_a_gang_run_is_found_by_a_pod_it_holds(history: JobHistory) -> None:
     history.save(record(uid=f"{gang}x.20261124T153000Z", owner_name="nightly"))  # another gang's key, longer
     history.save(record(uid="gang-0123abc_.1", owner_name="nightly"))  # "_" is a LIKE wildcard: never matched
     one_pod = [("nightly-worker-1", started.astimezone(timezone(timedelta(hours=2))))]  # any time zone
-    assert history.run_holding(gang, one_pod) == f"{gang}.20261124T153000Z"
+    assert history.run_holding(gang, one_pod, namespace="team-a") == f"{gang}.20261124T153000Z"
     later = [("nightly-worker-0", started + timedelta(days=1))]
-    assert history.run_holding(gang, later) == f"{gang}.20261125T153000Z"
-    assert history.run_holding(gang, [("nightly-worker-0", started + timedelta(days=2))]) is None
-    assert history.run_holding(gang, []) is None
-    assert history.run_holding("gang-0123abc_", one_pod) == "gang-0123abc_.1"
-    assert history.run_holding("gang-0123abc_", later) is None, "'_' matched the 'd' of another gang's key"
+    assert history.run_holding(gang, later, namespace="team-a") == f"{gang}.20261125T153000Z"
+    assert history.run_holding(gang, [("nightly-worker-0", started + timedelta(days=2))],
+                               namespace="team-a") is None
+    assert history.run_holding(gang, [], namespace="team-a") is None
+    assert history.run_holding("gang-0123abc_", one_pod, namespace="team-a") == "gang-0123abc_.1"
+    assert history.run_holding("gang-0123abc_", later, namespace="team-a") is None, \
+        "'_' matched the 'd' of another gang's key"
     history.save(record(uid=gang, owner_name="legacy"))  # saved under the gang's key, before runs
-    assert history.run_holding(gang, [("legacy-worker-0", started)]) == gang
+    assert history.run_holding(gang, [("legacy-worker-0", started)], namespace="team-a") == gang
     many = [(f"a-{i:05}", started) for i in range(70_000)]  # more than one statement may bind (PostgreSQL: 65,535)
-    assert history.run_holding(gang, [*many, ("legacy-worker-1", started)]) == gang
+    assert history.run_holding(gang, [*many, ("legacy-worker-1", started)], namespace="team-a") == gang
+
+
+def test_a_gang_run_is_found_only_in_its_own_namespace(history: JobHistory) -> None:
+    """A job another namespace keeps under a key like a gang's (a squat saved before owner uids shaped as gangs'
+    keys were refused) holding pods named and started as the gang's is not the gang's run."""
+    gang = "gang-0123abcd"
+    started = T0 + timedelta(seconds=30)
+    history.save(replace(record(uid=f"{gang}.20261124T153000Z", owner_name="nightly"), namespace="mallory"))
+    pods = [("nightly-worker-0", started)]
+    assert history.run_holding(gang, pods, namespace="team-a") is None
+    assert history.run_holding(gang, pods, namespace="mallory") == f"{gang}.20261124T153000Z"
+
+
+def test_a_gang_key_another_namespace_squatted_is_given_to_the_gang(history: JobHistory) -> None:
+    """A gang's key is a digest of its own namespace: a job of another namespace under it can only be a squat
+    saved by an earlier kubecell, and the gang's run replaces it. Any other key stays its first namespace's."""
+    key = "gang-0123abcd.20261124T153000Z"
+    history.save(replace(record(uid=key, owner_name="squatter"), namespace="mallory"))
+    gang = replace(record(uid=key, owner_name="nightly", pods=1), owner_kind="Gang")
+    history.save(gang)
+    assert history.get(key) == gang
+    assert history.jobs(namespace="mallory") == []
+    with pytest.raises(ProfilerStoreError, match="keeps a job of namespace team-a"):
+        history.save(replace(gang, namespace="mallory", owner_kind="Job"))
+    history.save(record(uid="uid-9"))
+    with pytest.raises(ProfilerStoreError, match="keeps a job of namespace team-a"):
+        history.save(replace(record(uid="uid-9"), namespace="mallory", owner_kind="Gang"))
 
 
 class Twice(dict[str, Distribution]):

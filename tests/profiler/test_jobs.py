@@ -194,3 +194,60 @@ def test_a_run_saved_before_runs_were_told_apart_is_found_by_its_pods(tmp_path: 
         assert [record.uid for record in result.saved] == [job.run_of]
         (only,) = history.jobs()
         assert only.finished is not None
+
+
+def squatter(uid: str, *, kind: str = "Job", namespace: str = "mallory", name: str = "squatter") -> dict[str, Any]:
+    """A pod of another namespace whose owner reference names ``uid`` as its controller's (the API server checks
+    no owner reference)."""
+    body = pod(name, namespace=namespace)
+    body["metadata"]["ownerReferences"] = [{"kind": kind, "name": "nightly", "uid": uid, "controller": True}]
+    return body
+
+
+def test_an_owner_uid_shaped_as_a_gang_key_is_not_a_key() -> None:
+    """A gang's key is anyone's to compute (a digest of its namespace and name, and its run's creation second):
+    an owner uid that begins as one does is no API server's, and is not taken for the pod's key."""
+    (victim,) = group_pods(run_two())
+    (job,) = group_pods([squatter(victim.uid)])
+    assert job.uid == "uid-mallory-squatter", "keyed as if it had no owner: by the pod's own uid"
+    assert job.owner_kind == "Pod"
+    assert any("begins as kubecell's keys of gangs do" in problem for problem in job.problems)
+    member = gang_pod("w-9", "2026-11-02T10:00:00Z", "2026-11-02T10:02:00Z")
+    member["metadata"]["ownerReferences"] = [{"kind": "Gang", "name": "x", "uid": "gang-x", "controller": True}]
+    (gang,) = group_pods([member])
+    assert (gang.owner_kind, gang.run_of) == ("Gang", victim.run_of), "with a gang, keyed by its gang"
+
+
+def test_another_namespace_cannot_squat_a_gangs_next_run(tmp_path: Path) -> None:
+    """The hostile review's case: a pod of 'mallory' naming the key of the next run of a gang of 'ns' as its
+    controller's uid is profiled before that run exists; the run is still saved, in its own namespace."""
+    (victim,) = group_pods(run_two())
+    with JobHistory.open(f"sqlite:///{tmp_path}/h.db") as history:
+        profile_jobs(group_pods([squatter(victim.uid)]), NoSeries(), history)  # type: ignore[arg-type]
+        result = profile_jobs(group_pods([*run_two(), squatter(victim.uid)]), NoSeries(),  # type: ignore[arg-type]
+                              history)
+        assert result.refused == ()
+        kept = history.get(victim.uid)
+        assert kept is not None
+        assert (kept.namespace, kept.owner_kind) == ("ns", "Gang")
+
+
+def test_a_squat_saved_before_the_fix_gives_way_to_the_gang(tmp_path: Path) -> None:
+    """A history written by an earlier kubecell may keep a squatter's job under a gang's key, as finished and
+    holding pods named as the gang's: the gang's run is saved over it, not skipped as unchanged nor refused."""
+    from dataclasses import replace
+
+    (victim,) = group_pods(run_one())
+    (squat,) = group_pods([squatter("owner-x", name="w-0"), squatter("owner-x", name="w-1")])
+    squat = replace(squat, uid=victim.uid, finished=victim.finished, outcome=Outcome.SUCCEEDED)
+    with JobHistory.open(f"sqlite:///{tmp_path}/h.db") as history:
+        profile_jobs([squat], NoSeries(), history)  # type: ignore[arg-type]
+        squatted = history.get(victim.uid)
+        assert squatted is not None
+        assert squatted.namespace == "mallory"
+        result = profile_jobs(group_pods(run_one()), NoSeries(), history)  # type: ignore[arg-type]
+        assert (result.unchanged, result.refused) == ((), ())
+        kept = history.get(victim.uid)
+        assert kept is not None
+        assert (kept.namespace, kept.owner_kind) == ("ns", "Gang")
+        assert history.jobs(namespace="mallory") == []

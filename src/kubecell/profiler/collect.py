@@ -20,8 +20,12 @@ Each sample is weighted by the seconds it stands for (:func:`sample_weights`): t
 capped, so that an outage of the exporter or of Prometheus is not counted as hours at the last value seen.
 
 One bad pod never fails the job: a pod without series, with only NaN, or with too few samples becomes a
-:class:`Problem` and the job's distribution pools the others. Prometheus failing (down, refusing the query)
-is no pod's fault and raises :class:`~kubecell.profiler.prometheus.PrometheusError`.
+:class:`Problem` and the job's distribution pools the others. So does a series answered with native histograms
+instead of float samples (a tenant's pod exporting the series' name as one): it is skipped, and the pod's
+next source read where it has no other series. Prometheus failing (down, refusing the query, answering it with
+a series or sample that is no number) raises :class:`~kubecell.profiler.prometheus.PrometheusError`: the
+caller tells whether that costs the job (:attr:`~kubecell.profiler.prometheus.PrometheusError.refused`) or
+the pass.
 """
 
 from __future__ import annotations
@@ -219,12 +223,13 @@ def _batches(pods: Sequence[str]) -> Iterable[tuple[str, ...]]:
         yield tuple(pods[i:i + PODS_PER_QUERY])
 
 
-def _fetch(client: Prometheus, source: Source, job: Job, pods: Sequence[str],
-           chunk: float) -> dict[str, list[Series]]:
-    """Pod -> its raw series of ``source`` (sorted by labels), for the pods that have samples in the window since
-    their creation."""
+def _fetch(client: Prometheus, source: Source, job: Job, pods: Sequence[str], chunk: float, metric: str,
+           problems: list[Problem]) -> dict[str, list[Series]]:
+    """Pod -> its raw series of ``source`` (sorted by labels), for the pods that have float samples in the window
+    since their creation. A series' native-histogram samples there are skipped, one problem per pod told."""
     found: dict[str, list[Series]] = {}
     for batch in _batches(pods):
+        skipped: dict[str, int] = {}
         for series in client.raw(source.selector(job.namespace, batch), job.start, job.end, chunk=chunk,
                                  finite=False):
             pod = series.labels.get(source.pod_label, "")
@@ -232,8 +237,14 @@ def _fetch(client: Prometheus, source: Source, job: Job, pods: Sequence[str],
                 continue
             since = job.created.get(pod)
             samples = series.samples if since is None else tuple((t, v) for t, v in series.samples if t >= since)
+            histograms = sum(1 for t in series.histograms if since is None or t >= since)
+            if histograms:
+                skipped[pod] = skipped.get(pod, 0) + histograms
             if samples:
                 found.setdefault(pod, []).append(Series(series.labels, samples))
+        for pod, count in skipped.items():
+            problems.append(Problem(pod, metric, f"{source.name}: {count} native-histogram sample(s), not the "
+                                                 "exporter's float samples: skipped"))
     return found
 
 
@@ -276,7 +287,8 @@ def collect(client: Prometheus, job: Job, metrics: Sequence[Metric] = METRICS, *
             max_gap_factor: float = DEFAULT_MAX_GAP_FACTOR, fallback_interval: float = DEFAULT_FALLBACK_INTERVAL,
             min_samples: int = DEFAULT_MIN_SAMPLES) -> Profile:
     """The profile of ``job`` over its window: per metric, per-pod and pooled distributions, and the pods'
-    problems. Raises :class:`~kubecell.profiler.prometheus.PrometheusError` only when Prometheus fails."""
+    problems. Raises :class:`~kubecell.profiler.prometheus.PrometheusError` only when Prometheus fails or
+    answers with a series or sample that is no number (see the module)."""
     if len(set(job.pods)) != len(job.pods):
         raise KubecellError(f"job in {job.namespace}: a pod is named twice in {job.pods}")
     problems: list[Problem] = []
@@ -287,7 +299,7 @@ def collect(client: Prometheus, job: Job, metrics: Sequence[Metric] = METRICS, *
             left = [pod for pod in job.pods if pod not in chosen]
             if not left:
                 break
-            for pod, raw in _fetch(client, source, job, left, chunk).items():
+            for pod, raw in _fetch(client, source, job, left, chunk, metric.name, problems).items():
                 chosen[pod] = (source, raw)
         series: dict[str, PodSeries] = {}
         for pod in job.pods:

@@ -43,10 +43,17 @@ from kubecell.profiler.store.schema import (
     deciles_of,
 )
 
-__all__ = ["DEFAULT_LIMIT", "FamilySharing", "JobHistory", "JobRecord", "Outcome", "PodRecord", "ProfilerStoreError",
-           "SharedUse"]
+__all__ = ["DEFAULT_LIMIT", "GANG_KEY_PREFIX", "GANG_KIND", "FamilySharing", "JobHistory", "JobRecord", "Outcome",
+           "PodRecord", "ProfilerStoreError", "SharedUse"]
 
 DEFAULT_LIMIT = 1000
+
+GANG_KIND = "Gang"
+"""The owner kind of a job that is an owner-less gang (``kubecell.profiler.jobs``)."""
+GANG_KEY_PREFIX = "gang-"
+"""How an owner-less gang's key begins: ``gang-<sha256 of its namespace and gang>`` and its run. The digest is
+of the gang's own namespace, so no other namespace's gang has it, and no API server's uid (a UUID) begins so:
+the profiler never takes an owner uid that does for a key (``kubecell.profiler.jobs``)."""
 
 NAMES_PER_QUERY = 500
 """Pod names per query when a pass looks a gang's run up by its pods (SQLite and PostgreSQL bound the number of
@@ -214,6 +221,11 @@ class JobRecord:
         return (self.finished - self.started).total_seconds()
 
 
+def _gang_key(record: JobRecord) -> bool:
+    """Whether ``record`` is a run of an owner-less gang under its own key (see :data:`GANG_KEY_PREFIX`)."""
+    return record.owner_kind == GANG_KIND and record.uid.startswith(GANG_KEY_PREFIX)
+
+
 def _job_values(record: JobRecord) -> dict[str, Any]:
     return {"uid": record.uid, "namespace": record.namespace, "owner_kind": record.owner_kind,
             "owner_name": record.owner_name, "user_name": record.user, "vc": record.vc, "image": record.image,
@@ -310,10 +322,12 @@ class JobHistory:
             index_elements=[JobRow.uid], set_={key: value for key, value in values.items() if key != "uid"})
         with self._session(f"saving job {record.uid}") as session:
             kept = session.scalar(select(JobRow.namespace).where(JobRow.uid == record.uid))
-            if kept is not None and kept != record.namespace:
+            if kept is not None and kept != record.namespace and not _gang_key(record):
                 raise JobOfAnotherNamespaceError(
                     f"job {record.uid} of namespace {record.namespace}: the history keeps a job of namespace {kept} "
                     "under that owner uid; not replaced (a pod's owner reference names another namespace's owner)")
+            # a gang's key held by another namespace is a squat saved before the profiler refused owner uids
+            # that begin as gangs' keys do (the key is a digest of the gang's own namespace): replaced
             session.execute(upsert)
             for table in (PodMetricRow, JobMetricRow, SharingRow):
                 session.execute(delete(table).where(table.job_uid == record.uid))
@@ -348,12 +362,13 @@ class JobHistory:
         found = self._load(select(JobRow).where(JobRow.uid == uid), f"reading job {uid[:UID_LENGTH]}")
         return found[0] if found else None
 
-    def run_holding(self, gang: str, pods: Iterable[tuple[str, datetime]]) -> str | None:
-        """The uid of the saved run of the owner-less gang ``gang`` that holds one of ``pods`` (name, start
-        time), or None. A pass sees a run again by its pods, not by its key: the key carries the run's first
-        creation time, which changes when that pod is deleted (the pod garbage collector deletes the oldest first),
-        while a pod keeps its name and start. Runs saved under ``gang`` itself (before runs were told apart)
-        are found the same way."""
+    def run_holding(self, gang: str, pods: Iterable[tuple[str, datetime]], *, namespace: str) -> str | None:
+        """The uid of the saved run of the owner-less gang ``gang`` of ``namespace`` that holds one of ``pods``
+        (name, start time), or None. A pass sees a run again by its pods, not by its key: the key carries the run's
+        first creation time, which changes when that pod is deleted (the pod garbage collector deletes the oldest
+        first), while a pod keeps its name and start. Runs saved under ``gang`` itself (before runs were told
+        apart) are found the same way. Only ``namespace``'s jobs are looked at: a job another namespace keeps
+        under a key like the gang's (saved before such keys were refused to owners) is never its run."""
         wanted = {(name, _instant("pod start", started)) for name, started in pods}
         if not wanted:
             return None
@@ -363,7 +378,8 @@ class JobHistory:
         with self._session(f"finding the run of {gang[:UID_LENGTH]}") as session:
             for first in range(0, len(names), NAMES_PER_QUERY):  # a bound parameter per name, within any server's limit
                 chunk = names[first:first + NAMES_PER_QUERY]
-                query = select(PodRow.job_uid, PodRow.name, PodRow.started).where(of_gang, PodRow.name.in_(chunk))
+                query = select(PodRow.job_uid, PodRow.name, PodRow.started).join(JobRow, JobRow.uid == PodRow.job_uid)
+                query = query.where(of_gang, JobRow.namespace == namespace, PodRow.name.in_(chunk))
                 held.update(uid for uid, name, started in session.execute(query) if (name, started) in wanted)
         return min(held, key=lambda uid: (-held[uid], uid)) if held else None
 

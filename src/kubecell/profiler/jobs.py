@@ -11,6 +11,13 @@ pod of the run before it has ended starts a new run, keyed by the gang and the r
 (``run_of`` names the gang, so that a pass can find the run again in the history when that first pod is gone:
 ``JobHistory.run_holding``). Without it, a gang run again would replace its earlier run in the history.
 
+A gang's key (``gang-<digest of its namespace and name>.<run>``) is anyone's to compute, and an owner's uid is
+any text a pod writes in its owner reference: so an owner uid that begins as a gang's key does
+(:data:`~kubecell.profiler.history.GANG_KEY_PREFIX`), which no API server gives (its uids are UUIDs), is not
+taken for the pod's key. Before, a pod of another namespace naming a gang's next run's key as its controller's
+uid was saved under it first, and the gang's run was refused for good as another namespace's job. Such a pod is
+keyed as if it had no owner (its gang, else itself), with the reason among its job's problems.
+
 Everything here is read from objects users write, so nothing is trusted for more than a label: a pod whose
 demand cannot be read is still profiled (the reason is kept as a problem of its job) and its request counts as
 none; a name, an annotation or an image is stored as text, never interpreted. Families are per namespace
@@ -30,11 +37,11 @@ from kubecell.kube import pods as pod_fields
 from kubecell.kube.dialects.demand import PodDemand
 from kubecell.kube.dialects.pod import pod_demand
 from kubecell.kube.rest import Kube, list_all
-from kubecell.profiler.history import Outcome
+from kubecell.profiler.history import GANG_KEY_PREFIX, GANG_KIND, Outcome
 from kubecell.profiler.identity import job_name
 from kubecell.profiler.store.schema import KEY_LENGTH
 
-GANG = "Gang"
+GANG = GANG_KIND
 """The owner kind of a job that is an owner-less gang."""
 
 ANNOTATION_USER = "kubecell.io/user"
@@ -168,18 +175,25 @@ def _demand(pod: Mapping[str, Any]) -> Demand:
         return error
 
 
-def _key(pod: Mapping[str, Any], demand: Demand) -> tuple[str, str, str]:
-    """(uid, owner kind, owner name) of the job the pod belongs to."""
+def _key(pod: Mapping[str, Any], demand: Demand) -> tuple[str, str, str, str | None]:
+    """(uid, owner kind, owner name) of the job the pod belongs to, and why its controller's uid is not its key
+    (None: it is, or it has no controller)."""
     meta = pod["metadata"]
     owner = _controller(pod)
     name = job_name(pod, demand)  # the name the scheduler looks the job's family up by, too
+    unkeyed = None
     if owner is not None:
-        return str(owner["uid"])[:128], str(owner.get("kind") or "Unknown"), str(owner.get("name") or "")
+        uid = str(owner["uid"])
+        if not uid.startswith(GANG_KEY_PREFIX):
+            return uid[:128], str(owner.get("kind") or "Unknown"), str(owner.get("name") or ""), None
+        # a gang's key, anyone's to compute, and no API server's uid: taken, it would squat that gang's history
+        unkeyed = (f"pod {meta['name']}: its controller's uid {uid[:80]!r} begins as kubecell's keys of gangs "
+                   "do, which no API server's uid does: not its job's key (keyed as if it had no owner)")
     group = demand.group if isinstance(demand, PodDemand) else None  # an unreadable one: told with its request
     if group is not None:
         digest = hashlib.sha256(f"{meta.get('namespace', 'default')}/{group.key}".encode()).hexdigest()[:40]
-        return f"gang-{digest}", GANG, name
-    return str(meta["uid"]), "Pod", name
+        return f"{GANG_KEY_PREFIX}{digest}", GANG, name, unkeyed
+    return str(meta["uid"]), "Pod", name, unkeyed
 
 
 def _request(pod: Mapping[str, Any], demand: Demand,
@@ -204,11 +218,11 @@ def group_pods(pods: Iterable[Mapping[str, Any]]) -> list[FoundJob]:
             continue
         namespace = str(meta.get("namespace", "default"))
         demand = _demand(pod)  # read once: it names the gang and the request
-        uid, kind, name = _key(pod, demand)
+        uid, kind, name, unkeyed = _key(pod, demand)
         slot = (namespace, uid)
         grouped.setdefault(slot, []).append((pod, demand))
         keys.setdefault(slot, (kind, name))
-        problems.setdefault(slot, [])
+        problems.setdefault(slot, []).extend([unkeyed] if unkeyed else [])
     jobs = []
     for (namespace, uid), members in grouped.items():
         kind, name = keys[(namespace, uid)]

@@ -27,6 +27,14 @@ solo baselines observed long enough (``min_seconds``) count, and a family that b
 
 Untrusted input: the series are what a node wrote. A sample that is not a ratio of one GPU (not finite, below
 0, above 1) is dropped, and whatever the history is told stays within :class:`PairHistory`'s checks.
+
+Nor is a series' ``node`` and ``gpu`` believed on its own word. Where Prometheus also scrapes tenants' pods (and
+``--scrape-job`` is not given), a pod can export the agent's series for itself: Prometheus writes its own
+``namespace`` and ``pod`` over the ones it exports, but not ``node`` and ``gpu``, so it could say it sat on
+another tenant's GPU and write itself into that tenant's sharing as a partner (and that tenant into its own).
+So a pod is taken to be on a GPU only where the pass's pod list puts it (:class:`Place`): where its allocation
+record grants it that GPU, or, for a pod without a record (no partner: it is never named), on its own node.
+A series elsewhere is no pod's presence, and is left out (``observe_sharing``'s ``present``).
 """
 
 from __future__ import annotations
@@ -65,6 +73,20 @@ MAX_HELD_SAMPLES = 1_000_000
 
 PodId = tuple[str, str]
 """(namespace, pod name)."""
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where the API server's objects put a pod: its node, and the GPUs (UUIDs, as the node agent labels them)
+    its allocation record grants it there; ``gpus`` None for a pod without a record that names them (none, an
+    unreadable one, a MIG instance's, whose UUID is not its GPU's): any GPU of its node."""
+
+    node: str
+    gpus: frozenset[str] | None = None
+
+    def holds(self, node: str, gpu: str) -> bool:
+        """Whether a series of the pod on ``gpu`` of ``node`` can be the node agent's."""
+        return bool(self.node) and node == self.node and (self.gpus is None or gpu in self.gpus)
 
 
 def use_beside(own: Sequence[Sample], others: Mapping[PodId, Sequence[Sample]], *,
@@ -171,7 +193,8 @@ class GpuSeries:
 def observe_sharing(client: Prometheus, namespace: str, pods: Sequence[str], start: float, end: float,
                     family_key: Callable[[PodId], str | None], *, chunk: float = DEFAULT_CHUNK,
                     gpus: GpuSeries | None = None, placed: Mapping[str, tuple[str, str]] | None = None,
-                    created: Mapping[str, float] | None = None) -> Observed:
+                    created: Mapping[str, float] | None = None,
+                    present: Callable[[PodId, str, str], bool] | None = None) -> Observed:
     """How ``pods`` (of one job in ``namespace``) used their GPUs alone and beside each partner family over
     ``[start, end]`` (see the module). ``family_key`` names a pod's family (``namespace/family``), or None for
     a pod that is not to be counted (unknown, or under MPS): time beside it is dropped. ``gpus`` is the pass's
@@ -183,7 +206,12 @@ def observe_sharing(client: Prometheus, namespace: str, pods: Sequence[str], sta
     ``created`` gives a pod's creation time: its samples before it are a previous pod's of the same name (as in
     :class:`~kubecell.profiler.collect.Job`), not observed.
 
-    Raises :class:`~kubecell.profiler.prometheus.PrometheusError` only when Prometheus fails."""
+    ``present(pod, node, gpu)`` says whether a pod's series on that GPU can be the node agent's (see the module:
+    False where the pass's pod list puts the pod elsewhere); a series it says not is left out, as if it were
+    not there: neither a partner of the job's pods, nor a GPU of their own. None: every series is believed.
+
+    Raises :class:`~kubecell.profiler.prometheus.PrometheusError` only when Prometheus fails or answers with a
+    series or sample that is no number."""
     if not pods:
         return Observed((), ())
     gpus = gpus or GpuSeries(client, chunk=chunk)
@@ -206,8 +234,17 @@ def observe_sharing(client: Prometheus, namespace: str, pods: Sequence[str], sta
         pod, node, gpu = (series.labels.get(label, "") for label in ("pod", "node", "gpu"))
         if pod not in unplaced:
             continue
+        if series.histograms:
+            problems.append(f"pod {pod}: {len(series.histograms)} native-histogram sample(s) of {UTILIZATION.name}, "
+                            "not the agent's float samples: skipped")
+        if not series.samples:
+            continue
         if not node or not gpu:
             problems.append(f"pod {pod}: a {UTILIZATION.name} series without node or gpu label: not observed")
+            continue
+        if present is not None and not present((namespace, pod), node, gpu):
+            problems.append(f"pod {pod}: a {UTILIZATION.name} series on GPU {gpu[:80]} of node {node[:80]}, "
+                            "where its allocation record does not put it: not observed")
             continue
         merged = by_gpu.setdefault((node, gpu), {}).setdefault(pod, {})
         for t, v in series.samples:
@@ -219,7 +256,9 @@ def observe_sharing(client: Prometheus, namespace: str, pods: Sequence[str], sta
     for node, gpu in sorted(by_gpu)[:MAX_GPUS_PER_JOB]:
         everyone = gpus.on(node, gpu, start, end)
         for pod, samples in by_gpu[(node, gpu)].items():
-            others = {pod_id: s for pod_id, s in everyone.items() if pod_id != (namespace, pod)}
+            # a pod the pod list puts elsewhere was never on this GPU: its series here is a forgery, left out
+            others = {pod_id: s for pod_id, s in everyone.items() if pod_id != (namespace, pod)
+                      and (present is None or present(pod_id, node, gpu))}
             for partner, (seconds, busy) in use_beside(sorted(samples.items()), others).items():
                 key = ALONE if partner is None else family_key(partner)
                 if key is None:

@@ -17,8 +17,13 @@ against them.
 
 Every call has a timeout, and every failure (no connection, an HTTP error with Prometheus' ``error`` field, a
 body that is not the API's JSON, an answer too large to hold, an answer with ``warnings`` (a store failed, so it is
-partial), a NaN or infinite value where a number was needed) is a :class:`PrometheusError` naming the query, so a
-caller can report it for the job it was profiling.
+partial), a series or sample that is not what the API gives, a NaN or infinite value where a number was needed)
+is a :class:`PrometheusError` naming the query, so a caller can report it for the job it was profiling; those
+that are this query's answer's fault, not Prometheus', are :attr:`PrometheusError.refused`.
+
+Only float samples are read. A series answered with native histograms (``histograms``, not ``values``: a
+tenant's pod can export one of the profiler's series names as a native histogram) is no error: it comes back
+with its histograms' times (:attr:`Series.histograms`) and no samples, for the caller to tell.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ class PrometheusError(KubecellError):
     """A query Prometheus did not answer, refused, or answered with something that is not a usable number."""
 
     def __init__(self, url: str, query: str, reason: str, *, status: int | None = None,
-                 too_large: bool = False, partial: bool = False) -> None:
+                 too_large: bool = False, partial: bool = False, malformed: bool = False) -> None:
         self.url = url
         self.query = query
         self.reason = reason
@@ -64,21 +69,32 @@ class PrometheusError(KubecellError):
         self.partial = partial
         """Prometheus answered with warnings: a store it reads (``remote_read``, a Thanos store) failed, so the
         samples may be only part of what it keeps. Another query (another time range) may be answered whole."""
+        self.malformed = malformed
+        """The answer was the API's JSON, but a series or sample in it was not what the API gives (a value that is
+        not a number, or not a finite one where one was needed; a series without labels or samples): the series
+        this query matched are at fault (a broken exporter or proxy), not Prometheus'."""
         super().__init__(f"prometheus {url}: query {query!r}: {reason}")
 
     @property
     def refused(self) -> bool:
-        """Whether Prometheus answered and refused this query (400, 422), its answer was too large to read, or
-        it answered only in part: another query may still be answered."""
-        return self.too_large or self.partial or (self.status is not None and 400 <= self.status < 500)
+        """Whether Prometheus answered and refused this query (400, 422), its answer was too large to read, it
+        answered only in part, or its answer held a series or sample that is no usable number: another query
+        may still be answered."""
+        return self.too_large or self.partial or self.malformed or \
+            (self.status is not None and 400 <= self.status < 500)
 
 
 @dataclass(frozen=True)
 class Series:
-    """One series' labels (``__name__`` included) and its samples, in time order."""
+    """One series' labels (``__name__`` included) and its float samples, in time order, and the times of its
+    native-histogram samples, which are not read (:attr:`histograms`)."""
 
     labels: Mapping[str, str]
     samples: tuple[Sample, ...]
+    histograms: tuple[float, ...] = ()
+    """The times (unix seconds, in order) of the series' native-histogram samples: no float to read. A series
+    the profiler reads answered so is not the exporter's gauge (a tenant's pod exporting its name as a native
+    histogram, say): the caller skips them and says so."""
 
 
 def quote(text: str) -> str:
@@ -183,20 +199,34 @@ class Prometheus:
             value = float(text)
             sample = (float(at), value)
         except (TypeError, ValueError):
-            raise PrometheusError(self.url, query, f"malformed sample {pair!r}") from None
+            raise PrometheusError(self.url, query, f"malformed sample {str(pair)[:200]}",
+                                  malformed=True) from None
         if finite and not math.isfinite(value):
-            raise PrometheusError(self.url, query, f"value {text} at {at} is not a finite number")
+            raise PrometheusError(self.url, query, f"value {text} at {at} is not a finite number", malformed=True)
         return sample
+
+    def _histogram_times(self, query: str, pairs: list[Any]) -> tuple[float, ...]:
+        """The times of native-histogram samples (``[<unix seconds>, {...}]``; the histogram is not read)."""
+        try:
+            times = tuple(float(at) for at, _ in pairs)
+        except (TypeError, ValueError):
+            raise PrometheusError(self.url, query, f"malformed histogram samples {str(pairs)[:200]}",
+                                  malformed=True) from None
+        if not all(math.isfinite(at) for at in times):
+            raise PrometheusError(self.url, query, f"malformed histogram samples {str(pairs)[:200]}",
+                                  malformed=True)
+        return times
 
     def _labels(self, query: str, item: Any) -> dict[str, str]:
         labels = item.get("metric") if isinstance(item, dict) else None
         if not isinstance(labels, dict):
-            raise PrometheusError(self.url, query, f"malformed result {item!r}")
+            raise PrometheusError(self.url, query, f"malformed result {str(item)[:200]}", malformed=True)
         return {str(k): str(v) for k, v in labels.items()}
 
     def query(self, promql: str, at: float | None = None, *, finite: bool = True) -> list[Series]:
         """An instant query: a vector gives one single-sample series per element, a scalar one series without
-        labels, a matrix (a range selector) every sample of each series."""
+        labels, a matrix (a range selector) every sample of each series. A native histogram's samples are not
+        read: their times are its series' :attr:`Series.histograms`."""
         form = [("query", promql)] + ([("time", f"{at:.3f}")] if at is not None else [])
         data = self._call("query", promql, form)
         kind = data.get("resultType") if isinstance(data, dict) else None
@@ -208,21 +238,29 @@ class Prometheus:
         found: list[Series] = []
         for item in result:
             labels = self._labels(promql, item)
-            pairs = [item.get("value")] if kind == "vector" else item.get("values")
-            if not isinstance(pairs, list):
-                raise PrometheusError(self.url, promql, f"malformed result {item!r}")
-            found.append(Series(labels, tuple(self._number(promql, p, finite=finite) for p in pairs)))
+            if kind == "vector":
+                pairs = [item["value"]] if "value" in item else None
+                histograms = [item["histogram"]] if "histogram" in item else None
+            else:
+                pairs, histograms = item.get("values"), item.get("histograms")
+            if (pairs is None and histograms is None) or not all(isinstance(part, list | None)
+                                                                 for part in (pairs, histograms)):
+                raise PrometheusError(self.url, promql, f"malformed result {str(item)[:200]}", malformed=True)
+            found.append(Series(labels, tuple(self._number(promql, p, finite=finite) for p in pairs or ()),
+                                self._histogram_times(promql, histograms or [])))
         return found
 
     def raw(self, selector: str, start: float, end: float, *, chunk: float = DEFAULT_CHUNK,
             finite: bool = True) -> list[Series]:
         """Every sample of the series ``selector`` matches with ``start <= time <= end``, as stored (no
         resampling, no lookback), sorted by labels and time. ``finite=False`` keeps NaN and infinities for a
-        caller that reports them per series instead of failing the whole query."""
+        caller that reports them per series instead of failing the whole query. A series with native-histogram
+        samples in the window comes back with their times (:attr:`Series.histograms`), without samples where
+        it has no float ones: the caller skips it and tells."""
         if end < start or chunk <= 0:
             raise PrometheusError(self.url, selector, f"window [{start}, {end}] in chunks of {chunk} s is empty")
         selector = self._within_scrape_jobs(selector)
-        merged: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], dict[float, float]]] = {}
+        merged: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], dict[float, float], set[float]]] = {}
         at = start
         while True:
             at = min(at + chunk, end)
@@ -231,14 +269,15 @@ class Prometheus:
                 if not self._believed(series.labels):
                     continue
                 key = tuple(sorted(series.labels.items()))
-                _, samples = merged.setdefault(key, (dict(series.labels), {}))
+                _, samples, histograms = merged.setdefault(key, (dict(series.labels), {}, set()))
                 for t, v in series.samples:
                     if start <= t <= end:
                         samples.setdefault(t, v)
+                histograms.update(t for t in series.histograms if start <= t <= end)
             if at >= end:
                 break
-        return [Series(labels, tuple(sorted(samples.items()))) for _, (labels, samples) in sorted(merged.items())
-                if samples]
+        return [Series(labels, tuple(sorted(samples.items())), tuple(sorted(histograms)))
+                for _, (labels, samples, histograms) in sorted(merged.items()) if samples or histograms]
 
     def series(self, selector: str, start: float | None = None, end: float | None = None) -> list[dict[str, str]]:
         """The label sets of the series ``selector`` matches (with samples in the blocks overlapping
@@ -249,7 +288,7 @@ class Prometheus:
         form += [("end", f"{end:.3f}")] if end is not None else []
         data = self._call("series", selector, form)
         if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
-            raise PrometheusError(self.url, selector, f"malformed series list {str(data)[:200]!r}")
+            raise PrometheusError(self.url, selector, f"malformed series list {str(data)[:200]!r}", malformed=True)
         listed = [{str(k): str(v) for k, v in item.items()} for item in data]
         return [labels for labels in listed if self._believed(labels)]
 

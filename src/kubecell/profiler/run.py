@@ -7,30 +7,35 @@ the API some time after they finish, so a job is only as complete as the passes 
 more often than finished pods are deleted. While a job runs, a pass reads its last day
 (``RUNNING_WINDOW_SECONDS``), not its whole life again; the pass after it ends reads its whole life once. A job
 none of whose pods started costs no query. A job whose series are missing
-or bad is saved with its problems (one message per pod and metric); Prometheus or the database failing stops
-the pass with that error, since no job could be profiled.
+or bad is saved with its problems (one message per pod and metric); a query of the job that Prometheus refuses,
+answers only in part, or answers with a series or sample that is no number costs that job alone (``Pass.refused``,
+with the reason); Prometheus or the database failing stops the pass with that error, since no job could be
+profiled.
 
 A share job's record also keeps how its pods used their GPUs alone and beside each partner family
 (:mod:`kubecell.profiler.pairs`); partners are named from the pods this pass lists, so a partner already
-deleted is not counted. The jobs of a pass share one reader of whole GPUs
+deleted is not counted, and a pod is taken to be on a GPU only where this pass's pods put it
+(:func:`pod_places`: its allocation record, else its node), not where its series' labels say. The jobs of a pass
+share one reader of whole GPUs
 (:class:`~kubecell.profiler.pairs.GpuSeries`), so two jobs on one GPU read its series once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import Any
 
 from kubecell.core.errors import KubecellError
 from kubecell.core.model import MILLI_PER_GPU
 from kubecell.kube import pods as pod_fields
-from kubecell.kube.records import RecordError
+from kubecell.kube.records import AllocationRecord, RecordError
 from kubecell.profiler.collect import Job, collect
 from kubecell.profiler.history import JobHistory, JobRecord, Outcome, PodRecord, SharedUse
 from kubecell.profiler.identity import family_of
 from kubecell.profiler.jobs import FoundJob, created_at, finished_at, parse_time
-from kubecell.profiler.pairs import GpuSeries, PodId, observe_sharing
+from kubecell.profiler.pairs import GpuSeries, Place, PodId, observe_sharing
 from kubecell.profiler.prometheus import Prometheus, PrometheusError
 from kubecell.profiler.sources import METRICS
 from kubecell.profiler.store.errors import JobOfAnotherNamespaceError
@@ -60,30 +65,53 @@ class SharePod:
     gpu: tuple[str, str] | None
 
 
-def share_pods(jobs: Iterable[FoundJob]) -> dict[PodId, SharePod]:
-    """(namespace, pod) -> :class:`SharePod` of every time-sliced pod of ``jobs``, each record parsed once: the
-    partners a pass counts, and the pods it observes."""
-    found: dict[PodId, SharePod] = {}
+def _pod_records(jobs: Iterable[FoundJob]) -> Iterator[tuple[PodId, Mapping[str, Any], AllocationRecord | None]]:
+    """Every pod of ``jobs`` with its allocation record (None: none, or one that cannot be read)."""
     for job in jobs:
         for pod in job.pods:
             try:
                 record = pod_fields.record_of(pod)
             except RecordError:
-                continue
-            if record is None or record.isolation != "accounting":
-                continue
-            one = record.gpus[0].uuid if len(record.gpus) == 1 else ""
-            found[(job.namespace, str(pod["metadata"]["name"]))] = SharePod(
-                "/".join(family_of(pod)), (record.node, one) if record.node and one else None)
+                record = None  # a record it cannot read grants nothing
+            yield (job.namespace, str(pod["metadata"]["name"])), pod, record
+
+
+def share_pods(jobs: Iterable[FoundJob]) -> dict[PodId, SharePod]:
+    """(namespace, pod) -> :class:`SharePod` of every time-sliced pod of ``jobs``: the partners a pass counts,
+    and the pods it observes."""
+    found: dict[PodId, SharePod] = {}
+    for key, pod, record in _pod_records(jobs):
+        if record is None or record.isolation != "accounting":
+            continue
+        one = record.gpus[0].uuid if len(record.gpus) == 1 else ""
+        found[key] = SharePod("/".join(family_of(pod)), (record.node, one) if record.node and one else None)
+    return found
+
+
+def pod_places(jobs: Iterable[FoundJob]) -> dict[PodId, Place]:
+    """(namespace, pod) -> where the API server's objects put every pod of ``jobs``: the node and GPUs its
+    allocation record grants (the scheduler's, which the node agent enforces), else its ``spec.nodeName`` (any
+    GPU there). What a pass believes of a series' ``node`` and ``gpu`` labels (:mod:`kubecell.profiler.pairs`)."""
+    found: dict[PodId, Place] = {}
+    for key, pod, record in _pod_records(jobs):
+        if record is not None and record.gpus:
+            # a MIG instance's UUID is not the GPU's the agent labels: its node alone
+            found[key] = Place(record.node, frozenset(grant.uuid for grant in record.gpus)
+                               if record.isolation != "mig" else None)
+        else:
+            found[key] = Place(pod_fields.node_of(pod))
     return found
 
 
 def record_of(job: FoundJob, client: Prometheus, now: datetime,
-              partners: Mapping[PodId, SharePod] | None = None, gpus: GpuSeries | None = None) -> JobRecord:
+              partners: Mapping[PodId, SharePod] | None = None, gpus: GpuSeries | None = None,
+              places: Mapping[PodId, Place] | None = None) -> JobRecord:
     """``job`` with its series read over its life so far (from its first start, or its creation, to its end;
     while it runs, its last ``RUNNING_WINDOW_SECONDS``), and, for a share job, its sharing beside the
     ``partners`` (:func:`share_pods`, which names the job's own time-sliced pods too: the only ones observed),
-    its GPUs read through the pass's ``gpus``."""
+    its GPUs read through the pass's ``gpus``. ``places`` (:func:`pod_places` of the pass's pods) says where a
+    pod can have been: a series of a pod it puts on another GPU is left out (None: the job's own pods' places,
+    every other pod's series believed)."""
     # start and finish are what kubelets wrote (a node's to choose: 1970, 9999), the creation time is the API
     # server's and now is ours: the window stays within them, or one pod would cost a query per hour of decades
     created = job.created.timestamp()
@@ -108,8 +136,14 @@ def record_of(job: FoundJob, client: Prometheus, now: datetime,
             share = partners.get(pod)
             return share.family if share is not None else None
 
+        known = places if places is not None else pod_places([job])
+
+        def present(pod: PodId, node: str, gpu: str) -> bool:
+            place = known.get(pod)
+            return place is None or place.holds(node, gpu)  # a pod not listed: there, and never named
+
         observed = observe_sharing(client, job.namespace, list(sliced), start, end, family, gpus=gpus,
-                                   placed=placed, created=since)
+                                   placed=placed, created=since, present=present)
         sharing, sharing_problems = observed.sharing, observed.problems
     started, finished, clock_problems = _run_between(job, now)
     pods = []
@@ -158,7 +192,7 @@ def saved_run(history: JobHistory, job: FoundJob) -> FoundJob:
         return job
     started = [(str(pod["metadata"]["name"]), moment) for pod in job.pods
                if (moment := parse_time((pod.get("status") or {}).get("startTime"))) is not None]
-    uid = history.run_holding(job.run_of, started)
+    uid = history.run_holding(job.run_of, started, namespace=job.namespace)
     return replace(job, uid=uid) if uid is not None and uid != job.uid else job
 
 
@@ -169,6 +203,7 @@ def profile_jobs(jobs: Iterable[FoundJob], client: Prometheus, history: JobHisto
     now = now or datetime.now(UTC)
     jobs = list(jobs)
     partners = share_pods(jobs)
+    places = pod_places(jobs)
     gpus = GpuSeries(client)
     saved: list[JobRecord] = []
     unchanged: list[str] = []
@@ -181,16 +216,19 @@ def profile_jobs(jobs: Iterable[FoundJob], client: Prometheus, history: JobHisto
             known = history.get(job.uid)
             # kept as it was saved once its pods are all in it: the pod garbage collector deletes a finished
             # job's oldest pods first, and a record made again from what is left would lose them (and its length)
-            if known is not None and known.finished is not None \
+            # (another namespace's job under its key is not its record: the save below refuses or replaces it)
+            if known is not None and known.namespace == job.namespace and known.finished is not None \
                     and set(job.pod_names) <= {pod.name for pod in known.pods}:
                 unchanged.append(job.uid)
                 continue
         try:
             # a record the history would refuse fails here, before I/O
-            record = record_of(job, client, now, partners, gpus)
+            record = record_of(job, client, now, partners, gpus, places)
         except PrometheusError as error:
             if not error.refused:
                 raise  # Prometheus is down or failing: the pass stops, as every job would fail alike
+            # refused, too large, partial, or a series or sample of its answer that is no number: this job's
+            # query is at fault, not Prometheus; the others are profiled, and this one is tried again next pass
             refused.append((job.uid, str(error)))
             continue
         except (KubecellError, ArithmeticError) as error:
