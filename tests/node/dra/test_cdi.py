@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -234,11 +236,41 @@ def test_prepare_is_idempotent_and_survives_a_restart_without_the_api(node: Node
                 if p.name.startswith((cdi.PARTIAL_PREFIX, ".partial-"))], "no temporary file left"
 
 
-def test_a_corrupt_checkpoint_is_set_aside(tmp_path: Path) -> None:
+@pytest.mark.parametrize("text", [
+    "{not json",
+    "[" * 100_000 + "]" * 100_000,  # a RecursionError escaped, and the agent crash-looped
+    json.dumps({"version": 1, "claims": {"u": {"namespace": "ns", "name": "c", "devices": [],
+                                               "mpsGPUs": "GPU-abc"}}}),  # read as its characters
+    json.dumps({"version": 1, "claims": {"u": {"namespace": "ns", "name": "c", "mpsGPUs": [], "devices": [{
+        "requestNames": "gpu", "poolName": "p", "deviceName": "gpu-0", "cdiDeviceIDs": ["x"]}]}}}),
+], ids=["not-json", "deep", "mps-string", "names-string"])
+def test_a_corrupt_checkpoint_is_set_aside(tmp_path: Path, text: str) -> None:
     path = tmp_path / "checkpoint.json"
-    path.write_text("{not json")
+    path.write_text(text)
     assert Checkpoint.load(path).claims == {}
-    assert path.with_suffix(".corrupt").read_text() == "{not json"
+    assert path.with_suffix(".corrupt").read_text() == text
+
+
+def test_only_regular_files_of_the_shared_cdi_directory_are_read_and_only_their_head(tmp_path: Path) -> None:
+    """The CDI directory is shared with other vendors' tools: a FIFO named like a legacy partial hung the agent at
+    every start, and a huge one was read whole."""
+    os.mkfifo(tmp_path / ".partial-fifo.json")
+    (tmp_path / ".partial-zero.json").symlink_to("/dev/zero")
+    big = tmp_path / ".partial-big.json"
+    big.write_text(f'{{"kind": "{names.CDI_KIND}"}}' + " " * 2**20)
+    theirs = tmp_path / ".partial-theirs.json"
+    theirs.write_text('{"kind": "vendor.example/gpu"}')
+    done = threading.Event()
+    removed: list[Path] = []
+
+    def remove() -> None:
+        removed.extend(cdi.remove_partials(tmp_path))
+        done.set()
+
+    threading.Thread(target=remove, daemon=True).start()
+    assert done.wait(10), "remove_partials blocked on a FIFO"
+    assert removed == [big], "ours (by its head) goes; another vendor's, the FIFO and the link stay"
+    assert theirs.exists()
 
 
 # -- the gRPC services ------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -112,11 +113,7 @@ def remove_partials(directory: Path, *, owned: bool = False) -> list[Path]:
     ours; another vendor's files stay. Returns what was removed."""
     found = list(directory.glob(f"{PARTIAL_PREFIX}*{PARTIAL_SUFFIX}"))
     for path in directory.glob(LEGACY_PARTIAL):
-        try:
-            ours = owned or f'"kind": "{names.CDI_KIND}"' in path.read_text(errors="replace")[:4096]
-        except OSError:
-            continue
-        if ours:
+        if owned or f'"kind": "{names.CDI_KIND}"' in _head(path, 4096):
             found.append(path)
     removed = []
     for path in found:
@@ -128,6 +125,24 @@ def remove_partials(directory: Path, *, owned: bool = False) -> list[Path]:
     if removed:
         log.warning("removed %s, left half-written by a writer that was killed", ", ".join(p.name for p in removed))
     return removed
+
+
+def _head(path: Path, limit: int) -> str:
+    """The first ``limit`` bytes of a regular file, "" for anything else. The CDI directory is shared with other
+    vendors' tools: a file there may be huge, a link to ``/dev/zero``, or a FIFO that blocks a reader for ever
+    (before, it was read whole, and a FIFO hung the agent at every start)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        return os.read(fd, limit).decode(errors="replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def write_spec(directory: Path, claim_uid: str, spec: dict[str, Any]) -> Path:

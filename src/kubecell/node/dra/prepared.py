@@ -109,8 +109,8 @@ class PreparedDevice:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PreparedDevice:
         share, gpu, exclusive = data.get("shareID"), data.get("gpuUUID"), data.get("exclusive")
-        return cls(tuple(data["requestNames"]), str(data["poolName"]), str(data["deviceName"]),
-                   tuple(data["cdiDeviceIDs"]), None if share is None else str(share),
+        return cls(_texts(data["requestNames"]), str(data["poolName"]), str(data["deviceName"]),
+                   _texts(data["cdiDeviceIDs"]), None if share is None else str(share),
                    None if gpu is None else str(gpu), exclusive if isinstance(exclusive, bool) else None,
                    _amount(data.get("milli")), _amount(data.get("memoryMiB")))
 
@@ -122,6 +122,13 @@ class PreparedDevice:
         exclusive = self.share_id is None if self.exclusive is None else self.exclusive
         return Holding(self.device, self.gpu or device.gpu.uuid, device.is_mig, self.share_id, exclusive,
                        self.milli, self.memory_mib)
+
+
+def _texts(value: Any) -> tuple[str, ...]:
+    """A kept list of names; TypeError for anything else (a string would be read as its characters)."""
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise TypeError(f"expected a list of strings, got {type(value).__name__}")
+    return tuple(value)
 
 
 def _amount(value: Any) -> int:
@@ -144,7 +151,11 @@ class PreparedClaim:
     @classmethod
     def from_json(cls, uid: str, data: dict[str, Any]) -> PreparedClaim:
         return cls(ClaimRef(str(data["namespace"]), uid, str(data["name"])),
-                   tuple(PreparedDevice.from_json(d) for d in data["devices"]), tuple(data.get("mpsGPUs") or ()))
+                   tuple(PreparedDevice.from_json(d) for d in data["devices"]), _texts(data.get("mpsGPUs") or []))
+
+
+MAX_CHECKPOINT_BYTES = 16 * 2**20
+"""The largest checkpoint read (a node's prepared claims are a few KiB each): a bigger one is set aside."""
 
 
 @dataclass
@@ -162,14 +173,17 @@ class Checkpoint:
         if path.parent.is_dir():
             cdi.remove_partials(path.parent, owned=True)
         try:
+            if path.stat().st_size > MAX_CHECKPOINT_BYTES:
+                raise ValueError(f"longer than {MAX_CHECKPOINT_BYTES // 2**20} MiB")
             raw = json.loads(path.read_text())
             if raw.get("version") != CHECKPOINT_VERSION:
                 raise ValueError(f"version {raw.get('version')!r}, expected {CHECKPOINT_VERSION}")
             claims = {uid: PreparedClaim.from_json(uid, data) for uid, data in raw["claims"].items()}
         except FileNotFoundError:
             return cls(path)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-            log.error("DRA checkpoint %s cannot be read (%s); setting it aside and starting empty", path, error)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
+            log.error("DRA checkpoint %s cannot be read (%s); setting it aside and starting empty", path,
+                      str(error)[:300])
             path.replace(path.with_suffix(".corrupt"))
             return cls(path)
         return cls(path, claims)
