@@ -6,8 +6,9 @@ import pytest
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import Request
-from kubecell.core.placement.demand import DemandModel, DemandType, shape_of, total_variation
+from kubecell.core.placement.demand import LOOPED_ARRIVALS, DemandModel, DemandType, shape_of, total_variation
 from kubecell.core.placement.frag import PodShape
+from tests.core.support import engine, make_nodes, whole
 
 GIB = 1024
 
@@ -91,3 +92,34 @@ def test_a_gang_of_arrivals_weighs_exactly_as_the_same_arrivals_one_by_one() -> 
         together.observe(request, count)
     assert together.arrivals == one_by_one.arrivals == 49
     assert together.typical() == one_by_one.typical()
+
+
+@pytest.mark.parametrize("half_life", [7.0, 10_000.0, None])
+def test_a_gang_past_the_looped_arrivals_weighs_as_the_same_arrivals_one_by_one(half_life: float | None) -> None:
+    """Past ``LOOPED_ARRIVALS`` a gang's arrivals are added in closed form (rescales included at a half-life of 7)."""
+    one_by_one, together = DemandModel(half_life=half_life), DemandModel(half_life=half_life)
+    small, big = Request("s", cpu_milli=1000, memory_mib=100, gpu_count=1, gpu_milli=250), \
+        Request("b", cpu_milli=8000, memory_mib=900, gpu_count=2, gpu_milli=1000)
+    for request, count in ((small, 30), (big, LOOPED_ARRIVALS + 977), (small, 12)):
+        for _ in range(count):
+            one_by_one.observe(request)
+        together.observe(request, count)
+    assert together.arrivals == one_by_one.arrivals
+    got, want = together.typical(), one_by_one.typical()
+    assert [t.shape for t in got] == [t.shape for t in want]
+    assert [t.share for t in got] == pytest.approx([t.share for t in want], rel=1e-9)
+    assert [t.memory_mib for t in got] == [t.memory_mib for t in want]
+
+
+def test_a_headcount_of_millions_costs_no_loop_and_the_engine_counts_what_the_cluster_could_hold() -> None:
+    """A one-pod gang stating ``group-max: 4194304`` took 0.8 s of the scheduling thread at each formation, and
+    made every other shape vanish from what the placement policy learned."""
+    model = DemandModel()
+    model.observe(gpu_pod("huge"), 4_194_304)  # one step per arrival would take seconds
+    assert model.arrivals == 4_194_304
+    eng = engine(make_nodes(2), {"a": {"gpus": 16}})
+    seen: list[int] = []
+    eng.session.placer.policy.observe = lambda request, count=1: seen.append(count)  # type: ignore[method-assign]
+    eng.submit(whole("g", "a", 1, members=4_194_304, min_members=1), 0)
+    eng.submit(whole("s", "a", 4, members=3), 0)
+    assert seen == [16, 3], "the gang counts as the 16 members the cluster could hold"

@@ -53,7 +53,7 @@ from kubecell.core.engine.session import Session
 from kubecell.core.engine.turn import beyond_guarantee, removed_vc_reason, within_guarantee
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.limits import is_whole
-from kubecell.core.model import Allocation, Node, Request
+from kubecell.core.model import MILLI_PER_GPU, Allocation, Node, Request
 from kubecell.core.placement.policy import Policy
 from kubecell.core.placement.registry import DEFAULT_POLICY, make_policy
 from kubecell.core.shown import shown
@@ -117,8 +117,20 @@ class Engine:
         job.wait_reason = "submitted; waiting for the next scheduling cycle"
         s.queue.enqueue(job, now)
         for position, group in enumerate(spec.member_groups):  # the arrivals an online policy learns
-            s.placer.policy.observe(spec.member_request(spec.group_start(position)), group.count)
+            request = spec.member_request(spec.group_start(position))
+            s.placer.policy.observe(request, min(group.count, self._could_hold(request)))
         return job
+
+    def _could_hold(self, request: Request) -> int:
+        """How many members of ``request``'s shape the whole cluster could hold at most (by GPUs; by CPU for a
+        member without GPUs): the arrivals a gang can stand for. A pod may state a headcount of millions, and as
+        many arrivals of its shape would have made every other tenant's shapes vanish from what the placement
+        policy learned."""
+        book = self.session.book
+        if request.wants_gpu:
+            per = max(request.gpu_count, 1) * max(request.gpu_milli, 1)
+            return int(book.gpu_count.sum()) * MILLI_PER_GPU // per
+        return int(book.cpu_capacity.sum()) // max(request.cpu_milli, 1)
 
     def cancel(self, name: str, now: float) -> Job:
         """The user withdrew the job, waiting or running: it releases everything it holds."""
