@@ -19,18 +19,30 @@ only as trustworthy as whoever could write it. So a record counts only once it d
   free, and the engine grants the recorded class within the VC's guarantee or borrowing limit. Otherwise
   the record is removed (rolled back) and the pod decided again. A gated or terminating pod is never bound.
 
+What runs is fact, and a record not carried out yet is only a claim: every bound member of every job is restored
+(or, for a job with members still to bind, held where it runs) before any record on a pod not bound yet is judged,
+so the capacity a roll-forward finds free is free of everything that runs. Before (found by a hostile review), jobs
+were restored one at a time in the order they were placed, bound and unbound alike: a pod waiting since before
+another job was placed, with a forged unbound record naming that job's GPUs, was restored first, found them free
+and was bound there, and the job that ran on them could no longer be held (the node agent gave both pods the same
+GPUs). A record's ``createdAt`` is believed within the pod's life only: never before its pod was created, never
+after now (``placed_at``), as when the job started, or a record from the year 9999 kept a borrowed job inside its
+minimum run time for ever.
+
 Pods bound but not yet acknowledged on a node served by kubecell's device plugin hold that node's gate again.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubecell.core.engine.job import Job, JobClass
 from kubecell.core.engine.restore import RunningMember
 from kubecell.core.errors import InvalidInputError, KubecellError
+from kubecell.core.model import MILLI_PER_GPU, Request
 from kubecell.kube import pods
 from kubecell.kube.actions import Actions, retry
 from kubecell.kube.claim_writes import ClaimConflict
@@ -79,13 +91,18 @@ class Restorer:
         """Job name -> (its pods' uids, their member groups, each recorded pod's member index, its pods)."""
         self._pins: dict[str, tuple[str, frozenset[str] | None]] = {}
         """Job name -> (the one model an ElasticJob's gang runs on, what its pods accept) (``one_model``)."""
+        self._running: dict[str, list[str]] = {}
+        """Job name -> the engine's external holds of its bound members while its unbound ones wait (``_hold``)."""
+        self._now = 0.0
 
-    def restore(self, state: Tracking) -> None:
+    def restore(self, state: Tracking, now: float | None = None) -> None:
         """Every pod with a record it can believe is restored; the rest are held or rolled back (see the
-        module docstring). One pod or job that cannot be read never stops the others."""
+        module docstring). One pod or job that cannot be read never stops the others. ``now``: the wall clock
+        (epoch seconds) by default, as the scheduler's cycles run; no record's time is believed past it."""
         by_job: dict[str, list[Member]] = {}
         self._views = state.views
         self._pins.clear()
+        self._now = time.time() if now is None else now
         pod_groups = self.mirror.all_podgroups()
         for pod in list(self.mirror.pods.values()):
             if not pods.ours(pod, self.names) or pods.ended(pod):
@@ -107,13 +124,57 @@ class Restorer:
         for name in self._other_generations(by_job):
             del by_job[name]
         self._gangs = self._gang_pods(by_job, pod_groups)
-        for name, members in sorted(by_job.items(), key=lambda item: (placed_at(item[1]), item[0])):
+        # first what runs, in the order it was placed (where a guarantee shrank, the jobs placed first keep its
+        # standing): a job all bound is restored, the bound members of one with members still to bind are held
+        # where they run; then what was decided and not carried out, judged against all of that (a job with
+        # running members first, then the rest, each in the order they were placed)
+        bound_first = sorted((name for name, members in by_job.items() if any(m.bound for m in members)),
+                             key=lambda name: (placed_at([m for m in by_job[name] if m.bound], self._now), name))
+        unbound_only = sorted((name for name, members in by_job.items() if not any(m.bound for m in members)),
+                              key=lambda name: (placed_at(by_job[name], self._now), name))
+        partly: list[str] = []
+        try:
+            for name in bound_first:
+                if all(m.bound for m in by_job[name]):
+                    self._restore_one(state, name, by_job[name])
+                else:
+                    self._hold(state, name, [m for m in by_job[name] if m.bound])
+                    partly.append(name)
+            for name in [*partly, *unbound_only]:
+                self._let_go(state, name)
+                self._restore_one(state, name, by_job[name])
+        finally:
+            for name in list(self._running):
+                self._let_go(state, name)
+
+    def _restore_one(self, state: Tracking, name: str, members: list[Member]) -> None:
+        try:
+            self._job(state, name, members)
+        except ApiError:
+            raise  # the API server is away: the caller rebuilds once it is back
+        except Exception:
+            log.exception("cannot restore %s; its pods are held as found", name)
+
+    def _hold(self, state: Tracking, name: str, bound: Sequence[Member]) -> None:
+        """Hold what the bound members of job ``name`` run on (as their records say) while records on pods not
+        bound yet are judged before the job itself is restored (``_job``, which restores the job with them)."""
+        held = self._running.setdefault(name, [])
+        for member in bound:
+            record = member.record
+            gpus = held_indices(state, record)
+            milli = record.gpu_milli if gpus else 0
             try:
-                self._job(state, name, members)
-            except ApiError:
-                raise  # the API server is away: the caller rebuilds once it is back
-            except Exception:
-                log.exception("cannot restore %s; its pods are held as found", name)
+                request = Request(f"restoring:{pods.key(member.pod)}@{pods.uid(member.pod)}",
+                                  cpu_milli=record.cpu_milli, memory_mib=record.memory_mib, gpu_count=len(gpus),
+                                  gpu_milli=milli,
+                                  gpu_memory_mib=record.gpu_memory_mib if gpus and milli < MILLI_PER_GPU else 0)
+                held.append(state.engine.hold_external(request, record.node, gpus).name)
+            except Exception as error:  # where it cannot be held as recorded, its job cannot be either (``_adopt``)
+                log.warning("%s: cannot hold %s while records are judged: %s", name, pods.key(member.pod), error)
+
+    def _let_go(self, state: Tracking, name: str) -> None:
+        for held in self._running.pop(name, []):
+            state.engine.release_external(held)
 
     def _rightful(self, name: str, members: list[Member]) -> list[Member]:
         """The members of the one gang or pod alone whose job ``name`` is; the records of others that name it too
@@ -376,7 +437,7 @@ class Restorer:
         indices = member_indices(spec, parts, members)
         running = [RunningMember(indices[pods.uid(m.pod)], m.record.node, held_indices(state, m.record))
                    for m in members]
-        started = min(m.record.created_at for m in members).timestamp()
+        started = placed_at(members, self._now)  # a record's time within its pod's life: never in the future
         try:
             job = state.engine.restore(spec, running, JobClass(first.record.job_class), started_at=started)
         except InvalidInputError as error:

@@ -37,17 +37,19 @@ class Member:
 
 
 
-def placed_at(members: Sequence[Member]) -> float:
+def placed_at(members: Sequence[Member], now: float) -> float:
     """When a job was placed, as its records say, but never before its pods existed (``creationTimestamp`` is the
-    API server's; a record's time is only as honest as its writer). Jobs are restored in this order, so that where
-    a guarantee shrank since, the jobs placed first keep its standing, as they held it before the restart (in name
-    order, a job named ``a-...`` took it from an older ``b-...``)."""
+    API server's; a record's time is only as honest as its writer) nor after ``now`` (a record from the future,
+    ``createdAt`` 9999-12-31, would keep its job inside its minimum run time for ever, safe from reclaim). Jobs are
+    restored in this order, so that where a guarantee shrank since, the jobs placed first keep its standing, as
+    they held it before the restart (in name order, a job named ``a-...`` took it from an older ``b-...``); and a
+    restored job has run since then (its ``started_at``)."""
     def one(member: Member) -> float:
         try:
             created = pods.created(member.pod)
         except (ValueError, TypeError):
             created = 0.0
-        return max(member.record.created_at.timestamp(), created)
+        return min(max(member.record.created_at.timestamp(), created), now)
 
     return min(one(member) for member in members)
 
