@@ -40,6 +40,12 @@ class Mirror:
     """Keys of the claims changed since ``take_claims_changed`` (a pod waiting for its claim looks again)."""
     devices_version: int = 0
     """Counts changes of slices and device classes: what was read from them is read again after one."""
+    claims_awaiting_devices: dict[str, None] = field(default_factory=dict)
+    """Keys of claims someone else allocated that name devices of kubecell's driver not published (or not
+    confirmed) when last looked at (kept by ``ClaimBroker.hold_foreign``): a change of the slices marks them
+    changed, so that they are held once their devices are published again. Claims are otherwise looked at only
+    when they change, and a claim read while its node's slice was away (the kubelet wipes a driver's slices
+    when it starts, a GPU leaves the slice for an XID) was never held after the slice came back."""
 
     def take_changed(self) -> tuple[dict[str, None], bool]:
         """The pods changed (in the order they first changed) and whether any PodGroup did, since the
@@ -63,6 +69,8 @@ class Mirror:
             return self._apply(self.claims, event, claim_key)
         if event.kind in ("resourceslices", "deviceclasses"):
             self.devices_version += 1
+            if event.kind == "resourceslices":
+                self.claims_changed.update(self.claims_awaiting_devices)
             store = self.slices if event.kind == "resourceslices" else self.deviceclasses
             return self._apply(store, event, lambda o: str(o["metadata"]["name"]))
         if event.kind == "nodes":

@@ -25,7 +25,8 @@ import pytest
 pytest.importorskip("grpc", reason="tests/node needs the `node` extra: pip install -e '.[dev,node]' (grpcio)")
 
 from kubecell.node.dra import cdi
-from kubecell.node.dra.prepared import ClaimRef, PreparedClaim
+from kubecell.node.dra.prepared import Allocated, ClaimRef, PreparedClaim, request_record
+from kubecell.node.dra.slices import all_devices
 from tests.node.dra.test_cdi import Node, add_claim, result
 from tests.node.dra.test_slices import FakeKube
 
@@ -135,10 +136,20 @@ def test_an_unexpected_error_fails_only_its_claim(tmp_path: Path) -> None:
     [result("gpu-0"), result("gpu-0")],
     [result("gpu-0"), result("gpu-0", "other")],
     [result("gpu-3", share="s", consumed={"compute": "250"}), result("gpu-3", share="s", consumed={"compute": "250"})],
-], ids=["one request", "two requests", "one share"])
+    [result("gpu-0", share="a"), result("gpu-0", share="b")],
+    [result("gpu-0", "one", share="a"), result("gpu-0", "two", share="b")],
+    [result("gpu-0", share=share, consumed={"compute": "1000"}) for share in ("a", "b")],
+    [result("gpu-0", share="a"), result("gpu-0", share="b", consumed={"compute": "250"})],
+    [result("gpu-0"), result("gpu-0", share="b", consumed={"compute": "250"})],
+], ids=["one request", "two requests", "one share", "whole under two share IDs",
+        "whole under two share IDs, two requests", "all the compute twice", "whole beside a share",
+        "whole without a share ID beside a share"])
 def test_a_device_named_twice_in_an_allocation_is_refused(node: Node, results: list[dict[str, Any]]) -> None:
     """Only a scheduler bug (or a hand-written status) names a device twice; taken as written it doubled the
-    memory budget the container is told (``KUBECELL_GPU_MEMORY_MIB``: 80 GiB of a 40 GiB GPU)."""
+    memory budget the container is told (``KUBECELL_GPU_MEMORY_MIB``: 80 GiB of a 40 GiB GPU). Keyed on
+    (device, share ID), the check let a GPU named whole under two share IDs through: each result was read as
+    the whole GPU and the container told it had twice its memory. A device is named more than once only as
+    shares of it, each a part (``test_two_shares_of_one_gpu_in_one_claim_are_still_one_grant_of_the_sum``)."""
     ref = add_claim(node.fake, "twice", "uid-twice", results)
     answer = node.preparer.prepare([ref])[ref.uid]
     assert isinstance(answer, str)
@@ -151,6 +162,28 @@ def test_two_shares_of_one_gpu_in_one_claim_are_still_one_grant_of_the_sum(node:
                                                   result("gpu-3", share="b", consumed={"compute": "250"})])
     node.prepared(ref)
     assert node.env(ref, "gpu", "gpu-3")["KUBECELL_GPU_MILLI"] == "500"
+
+
+def test_a_mig_instance_named_under_two_share_ids_is_refused(tmp_path: Path) -> None:
+    node = Node(tmp_path, "a100-mig-1g")
+    ref = add_claim(node.fake, "mig", "uid-mig", [result("gpu-0-mig-0", "mig", share="a"),
+                                                  result("gpu-0-mig-0", "mig", share="b")])
+    answer = node.preparer.prepare([ref])[ref.uid]
+    assert isinstance(answer, str)
+    assert "more than once" in answer
+    assert cdi.read_spec(node.directory / "cdi", ref.uid) is None
+
+
+def test_shares_merged_into_one_grant_never_take_more_memory_than_the_gpu(node: Node) -> None:
+    """The prepare refuses shares whose memory comes to more than the GPU (:mod:`.exclusive`); the record built
+    from them caps the sum too, so that no path tells a container of more memory than its GPU has."""
+    assert node.inventory is not None
+    table = {device.name: device for device in all_devices(node.inventory)}
+    gpu = table["gpu-3"]
+    half = f"{gpu.memory_mib // 2 + 100}Mi"
+    members = [Allocated("gpu", gpu, share, {"compute": "250", "memory": half}) for share in ("a", "b")]
+    record = request_record(ClaimRef("ns", "uid", "c"), "n1", members, ("accounting",))
+    assert [(g.milli, g.memory_mib) for g in record.gpus] == [(500, gpu.memory_mib)]
 
 
 class SlowKube(FakeKube):

@@ -22,7 +22,8 @@ How a claim becomes a record, per request:
 Every problem is that claim's error string in the answer, never an exception out of the RPC: the kubelet
 retries a failed claim and fails only that pod's start. That holds for a bug too (``internal error: ...``
 for that claim; the others of the call are prepared), and for an allocation no scheduler should write: a
-device (or share) named twice, a negative consumed capacity. A restarted agent reads the checkpoint (JSON,
+device (or share) named twice (a device may be named more than once only as shares of it, none taking it
+whole), a negative consumed capacity. A restarted agent reads the checkpoint (JSON,
 written with a rename), so a repeated Prepare answers as before without the API, and Unprepare removes what
 an earlier process wrote. Unpreparing an unknown claim succeeds (the kubelet may repeat it); an Unprepare
 that fails (the checkpoint cannot be written) keeps the claim, so the kubelet's retry still releases its
@@ -239,7 +240,8 @@ def request_record(claim: ClaimRef, node: str, members: Sequence[Allocated], mod
         before = grants.get(grant.uuid)
         if before is not None:
             grant = grant.model_copy(update={"milli": min(MILLI_PER_GPU, before.milli + grant.milli),
-                                             "memory_mib": before.memory_mib + grant.memory_mib})
+                                             "memory_mib": min(member.device.memory_mib,
+                                                               before.memory_mib + grant.memory_mib)})
         grants[grant.uuid] = grant
     gpus = list(grants.values())
     if members[0].device.is_mig:
@@ -480,7 +482,23 @@ class ClaimPreparer:
             share = result.get("shareID")
             out.append(Allocated(str(result.get("request", "")), device, None if share is None else str(share),
                                  dict(result.get("consumedCapacity") or {})))
+        self._refuse_whole_twice(where, out)
         return out
+
+    @staticmethod
+    def _refuse_whole_twice(where: str, out: Sequence[Allocated]) -> None:
+        """A device named more than once (under other share IDs) where one of those results takes it whole (a
+        GPU without consumed compute, or all of it, or a MIG instance): each would be read as the whole device
+        and the container told it has the device's memory as many times over. Shares of one GPU, each a part of
+        it, may be named together (their sum is checked against the GPU, :mod:`.exclusive`)."""
+        named: dict[str, list[Allocated]] = {}
+        for allocated in out:
+            named.setdefault(allocated.device.name, []).append(allocated)
+        for name, results in named.items():
+            if len(results) > 1 and any(r.device.is_mig or grant_of(r).milli >= MILLI_PER_GPU for r in results):
+                shares = ", ".join(str(r.share_id) for r in results)
+                raise PrepareError(f"{where} names device {name} more than once (share IDs {shares}), taking it whole "
+                                   "in at least one: a device taken whole is named once")
 
     def _unprepare(self, ref: ClaimRef) -> None:
         known = self.checkpoint.claims.pop(ref.uid, None)
