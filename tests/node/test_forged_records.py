@@ -206,6 +206,35 @@ def test_records_are_taken_as_written_where_the_agent_served_nothing_or_cannot_a
     assert sample(nvml, monitor, 0, 1_000, 20) == set()
 
 
+def claim_pod(annotation: str) -> dict[str, Any]:
+    """A pod whose GPU is a DRA claim: no extended resource, its claim made from a template for it."""
+    pod = served_pod(annotation)
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "share"}]
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    pod["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "p-gpu-x1"}]
+    return pod
+
+
+def test_a_claim_pod_is_held_to_what_this_agent_prepared_for_its_claim(tmp_path: Path) -> None:
+    """A pod holding a 250 milli-GPU, 10 GiB DRA share rewrote its record to the whole GPU: the monitor took the
+    record as written (a claim pod asks no device-plugin resource), and a whole GPU is never over. The DRA
+    plugin's checkpoint says what it prepared: the pod is held to that."""
+    prepared = {("ns", "p-gpu-x1"): {GPU0: (250, 10_240)}, ("ns", "other"): {GPU0: (750, 0)}}
+    pod = claim_pod(record(UID, [(0, GPU0, 1000, 40_536)]))
+    nvml, monitor = watch(tmp_path, pod, None)
+    monitor.claimed = lambda: prepared
+    assert sample(nvml, monitor, 0, 38_000, 100) == {"memory", "utilization"}
+    honest = claim_pod(record(UID, [(0, GPU0, 250, 10_240)]))
+    nvml, monitor = watch(tmp_path, honest, None)
+    monitor.claimed = lambda: prepared
+    assert sample(nvml, monitor, 0, 9_000, 20) == set(), "within what its claim takes"
+    assert sample(nvml, monitor, 1, 1_000, 5) == {"memory"}, "its claim takes nothing of GPU 1"
+    unknown = {("ns", "p-gpu-x1"): None}  # kept by an older agent without its GPUs: the record as written
+    nvml, monitor = watch(tmp_path, pod, None)
+    monitor.claimed = lambda: unknown
+    assert sample(nvml, monitor, 0, 38_000, 100) == set()
+
+
 def test_the_agent_holds_the_monitor_to_its_own_plugins_devices_only() -> None:
     """What ``NodeAgent`` gives the monitor: each pod's devices of kubecell's two resources, from one PodResources
     ``List``; another device plugin's (NVIDIA's ``nvidia.com/gpu``) were not handed out by this agent."""

@@ -224,6 +224,8 @@ class NodeAgent:
                              cdi_dir=options.cdi_dir, isolation=lambda: NodeIsolation(self.modes, options.mps_root),
                              acquire=self._prepare, release=self.mps.release,
                              interval=options.interval, faults=self.publisher.health.faults) if options.dra else None
+        if self.dra is not None:  # what the plugin prepared bounds the records of the pods using claims
+            self.overuse.claimed = self.dra.claim_holdings
         self.plugins = [DevicePlugin(RESOURCE_GPU, self.whole, self.allocator, directory=options.device_plugin_dir),
                         DevicePlugin(RESOURCE_GPU_MILLI, self.milli, self.allocator,
                                      directory=options.device_plugin_dir)]

@@ -14,6 +14,7 @@ from collections.abc import Collection, Mapping
 from decimal import Decimal
 from typing import Any, Final
 
+from kubecell.core.model import MILLI_PER_GPU
 from kubecell.kube import pods
 from kubecell.kube.dialects.demand import DemandError, PodMeta
 from kubecell.kube.dialects.resources import container_amounts_of, containers_asking, pod_totals
@@ -29,7 +30,11 @@ from kubecell.kube.records import AllocationRecord, GpuGrant
 
 log = logging.getLogger("kubecell.node.grants")
 
-__all__ = ["MEMORY_RESOURCES", "PLUGIN_RESOURCES", "covered", "hami_memory_mib", "spec_memory_mib"]
+__all__ = ["MEMORY_RESOURCES", "PLUGIN_RESOURCES", "Holdings", "claim_names", "claimed", "covered", "hami_memory_mib",
+           "spec_memory_mib"]
+
+Holdings = Mapping[str, tuple[int, int]]
+"""Physical GPU UUID -> (milli-GPU, MiB) what prepared claims take of it (MiB 0: not stated)."""
 
 PLUGIN_RESOURCES: Final = frozenset((RESOURCE_GPU, RESOURCE_GPU_MILLI))
 MEMORY_RESOURCES: Final = frozenset((*GPU_MEMORY_MIB_PER_UNIT, HAMI_GPU_MEM_PERCENTAGE))
@@ -101,3 +106,37 @@ def hami_memory_mib(pod: PodMeta, gpu_memory_mib: int) -> int | None:
         total += math.ceil(per_gpu * gpus)
         stated = True
     return total if stated else None
+
+
+def claim_names(pod: Mapping[str, Any]) -> list[str]:
+    """The ResourceClaims (by name, in the pod's namespace) the pod uses: named in ``spec.resourceClaims``, or
+    made from a template for it (``status.resourceClaimStatuses``)."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    made = {str(entry.get("name")): entry.get("resourceClaimName")
+            for entry in status.get("resourceClaimStatuses") or [] if isinstance(entry, Mapping)}
+    names = []
+    for entry in spec.get("resourceClaims") or []:
+        if not isinstance(entry, Mapping):
+            continue
+        name = entry.get("resourceClaimName") or made.get(str(entry.get("name")))
+        if isinstance(name, str) and name:
+            names.append(name)
+    return names
+
+
+def claimed(record: AllocationRecord, holdings: Holdings, parent_of: Mapping[str, str]) -> list[GpuGrant]:
+    """The grants of ``record`` that the node's prepared claims of its pod bear out (``holdings``): none on a GPU
+    they do not take, a whole GPU only where a claim takes it whole, else at most the compute and memory they
+    take (MiB 0, not stated by the claims: no memory to hold it to)."""
+    grants = []
+    for gpu in record.gpus:
+        held = holdings.get(parent_of.get(gpu.uuid, gpu.uuid))
+        if held is None:
+            continue
+        milli, memory_mib = held
+        if milli >= MILLI_PER_GPU:
+            grants.append(gpu)
+            continue
+        memory = min(gpu.memory_mib, memory_mib) if memory_mib else 0
+        grants.append(gpu.model_copy(update={"milli": min(gpu.milli, milli), "memory_mib": memory}))
+    return grants

@@ -22,7 +22,9 @@ A record is written by whoever can write the pod, and can be rewritten after the
 by kubecell's device plugin, the record counts only where the kubelet's own devices cover it (its PodResources,
 ``handed``), as the allocator checked before the pod started: a GPU on which the kubelet gave the pod no device
 grants nothing, and a share no more milli-GPU than its slots (a whole GPU only where that GPU's device was given).
-A pod the agent served nothing (a share asked by labels, another device plugin's GPUs, a claim) is held to its
+A pod using DRA claims that this node's plugin prepared is held to what the plugin prepared for them (its
+checkpoint, ``Claimed``) the same way; before, such a pod that rewrote its 250 milli-GPU record to a whole GPU was
+never over. A pod the agent served nothing (a share asked by labels, another device plugin's GPUs) is held to its
 record as written: this agent handed it nothing to hold it to. Either way, memory is bounded by what the pod's spec
 asks (``kubecell.io/gpu-memory`` or another dialect's memory resource, summed as the kubelet sums it; a pod's
 resources cannot change once it exists):
@@ -65,7 +67,7 @@ from kubecell.kube.actions import Actions, eviction, pod_path
 from kubecell.kube.records import AllocationRecord, RecordError
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.cgroups import ProcCgroups, pod_uid_of_cgroup
-from kubecell.node.grants import PLUGIN_RESOURCES, covered, spec_memory_mib
+from kubecell.node.grants import PLUGIN_RESOURCES, Holdings, claim_names, claimed, covered, spec_memory_mib
 from kubecell.node.nvml import MIB, GpuBackend
 
 log = logging.getLogger("kubecell.node.overuse")
@@ -139,6 +141,9 @@ class Finding:
 
 PodsSource = Callable[[], Iterable[Mapping[str, Any]]]
 Handed = Callable[[], Mapping[tuple[str, str], Collection[str]]]
+Claimed = Callable[[], Mapping[tuple[str, str], Holdings | None]]
+"""(namespace, claim name) -> what the node's prepared claim takes of each GPU (the DRA plugin's checkpoint; None:
+not known)."""
 """(namespace, pod name) -> the device IDs of kubecell's device plugin the kubelet gave that pod (PodResources)."""
 def api_pods(kube: Kube, node: str) -> PodsSource:
     """The pods bound to ``node``, listed from the API server at each sample."""
@@ -167,7 +172,8 @@ class OveruseMonitor:
                  memory_tolerance_mib: int = DEFAULT_MEMORY_TOLERANCE_MIB,
                  utilization_tolerance: float = DEFAULT_UTILIZATION_TOLERANCE,
                  calm_samples: int = DEFAULT_CALM_SAMPLES, evict_after_seconds: float | None = None,
-                 clock: Callable[[], float] = time.monotonic, handed: Handed | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, handed: Handed | None = None,
+                 claimed: Claimed | None = None) -> None:
         if window < 1 or calm_samples < 1 or interval <= 0:
             raise KubecellError(f"overuse monitor: window ({window}) and calm_samples ({calm_samples}) must be >= 1 "
                                 f"and interval ({interval}) > 0")
@@ -181,6 +187,9 @@ class OveruseMonitor:
         self.handed = handed
         """What the kubelet gave the pods kubecell's device plugin serves, which bounds their records (``covered``);
         None: every record is taken as written."""
+        self.claimed = claimed
+        """What this node's DRA plugin prepared for each claim, which bounds the records of the pods using them
+        (``grants.claimed``); None: no DRA plugin here."""
         self.cgroups = ProcCgroups(proc_root)
         self.own_pod_uid = self.cgroups.own_pod_uid()
         """The agent's own pod: the MPS control daemons it runs start ``nvidia-cuda-mps-server`` in its cgroup,
@@ -227,7 +236,7 @@ class OveruseMonitor:
             # no GPU process in any pod: nothing to compare, and no API call on an idle node
             listed = {pods.uid(pod): pod for pod in self.pods_source()} if usage else {}
             self._export(usage, listed)
-            findings = self._compare(usage, listed, self._handed(usage, listed))
+            findings = self._compare(usage, listed, self._handed(usage, listed), self._claimed(usage, listed))
             self._track(findings, listed)
             return findings
 
@@ -289,8 +298,17 @@ class OveruseMonitor:
                         "plugin served are taken as written in this sample", error)
             return None
 
+    def _claimed(self, usage: Mapping[str, Mapping[str, Usage]], listed: Mapping[str, Mapping[str, Any]]
+                 ) -> Mapping[tuple[str, str], Holdings | None] | None:
+        """The node's prepared claims, read only where a pod using GPUs uses a claim; None where there is no DRA
+        plugin here (or none of them does)."""
+        if self.claimed is None or not any(uid in listed and claim_names(listed[uid]) for uid in usage):
+            return None
+        return self.claimed()
+
     def _compare(self, usage: Mapping[str, Mapping[str, Usage]], listed: Mapping[str, Mapping[str, Any]],
-                 handed: Mapping[tuple[str, str], Collection[str]] | None = None) -> list[Finding]:
+                 handed: Mapping[tuple[str, str], Collection[str]] | None = None,
+                 prepared: Mapping[tuple[str, str], Holdings | None] | None = None) -> list[Finding]:
         findings: list[Finding] = []
         seen_windows: set[tuple[str, str]] = set()
         for uid, gpus in usage.items():
@@ -310,6 +328,12 @@ class OveruseMonitor:
             if handed is not None and served:
                 held = covered(record, handed.get((pod["metadata"].get("namespace", "default"),
                                                    pod["metadata"]["name"]), ()))
+            namespace = str(pod["metadata"].get("namespace", "default"))
+            mine = [prepared[(namespace, c)] for c in claim_names(pod) if (namespace, c) in prepared] \
+                if prepared is not None else []
+            if mine and all(part is not None for part in mine):  # what this agent prepared bounds the record
+                held, served = claimed(record, _summed(part for part in mine if part is not None),
+                                       self.parent_of), True
             # a MIG instance is the pod's own (the hardware bounds it): its processes on the GPU are never over
             grants = {self.parent_of.get(gpu.uuid, gpu.uuid): gpu for gpu in held}
             # what is left of it: the spec's ask bounds all the pod's shares together
@@ -446,3 +470,13 @@ class OveruseMonitor:
                 pause = backoff
                 log.exception("overuse sample on %s: unexpected error", self.node)
             stop.wait(pause)
+
+
+def _summed(parts: Iterable[Holdings]) -> dict[str, tuple[int, int]]:
+    """What several claims of one pod take of each GPU together."""
+    total: dict[str, tuple[int, int]] = {}
+    for part in parts:
+        for gpu, (milli, memory) in part.items():
+            before = total.get(gpu, (0, 0))
+            total[gpu] = (min(MILLI_PER_GPU, before[0] + milli), before[1] + memory)
+    return total

@@ -236,6 +236,18 @@ def test_prepare_is_idempotent_and_survives_a_restart_without_the_api(node: Node
                 if p.name.startswith((cdi.PARTIAL_PREFIX, ".partial-"))], "no temporary file left"
 
 
+def test_what_each_prepared_claim_takes_of_each_gpu_is_told_to_the_overuse_monitor(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    share = add_claim(node.fake, "share", "uid-share", [
+        result("gpu-2", share="s", consumed={"compute": "250", "memory": "10Gi"})])
+    whole = add_claim(node.fake, "whole", "uid-whole", [result("gpu-0"), result("gpu-1")])
+    node.prepared(share)
+    node.prepared(whole)
+    assert node.preparer.claim_holdings() == {
+        ("ns", "share"): {node.uuid(2): (250, 10240)},
+        ("ns", "whole"): {node.uuid(0): (1000, 0), node.uuid(1): (1000, 0)}}
+
+
 @pytest.mark.parametrize("text", [
     "{not json",
     "[" * 100_000 + "]" * 100_000,  # a RecursionError escaped, and the agent crash-looped

@@ -253,6 +253,9 @@ class DraDriver:
     def mps_holders(self) -> dict[str, set[str]]:
         return self.preparer.mps_holders()
 
+    def claim_holdings(self) -> dict[tuple[str, str], dict[str, tuple[int, int]] | None]:
+        return self.preparer.claim_holdings()
+
     def sweep(self) -> None:
         """Release the claims the kubelet never unprepared (:mod:`.sweep`); called by the agent's housekeeping."""
         self.sweeper.sweep()

@@ -330,6 +330,25 @@ class ClaimPreparer:
                     holders.setdefault(uuid, set()).add(uid)
         return holders
 
+    def claim_holdings(self) -> dict[tuple[str, str], dict[str, tuple[int, int]] | None]:
+        """(namespace, claim name) -> what each prepared claim takes of each physical GPU, (milli-GPU, MiB; MiB 0
+        where its shares state none), for the overuse monitor; None for a claim a checkpoint of an older agent
+        kept without its GPUs (unknown: its pods' records are taken as written)."""
+        found: dict[tuple[str, str], dict[str, tuple[int, int]] | None] = {}
+        with self.lock:
+            for claim in self.checkpoint.claims.values():
+                taken: dict[str, tuple[int, int]] | None = {}
+                for device in claim.devices:
+                    whole = device.share_id is None if device.exclusive is None else device.exclusive
+                    if device.gpu is None or taken is None or not (whole or device.milli):
+                        taken = None  # (a share whose compute was not kept: unknown too)
+                        continue
+                    milli, memory = (MILLI_PER_GPU, 0) if whole else (device.milli, device.memory_mib)
+                    before = taken.get(device.gpu, (0, 0))
+                    taken[device.gpu] = (min(MILLI_PER_GPU, before[0] + milli), before[1] + memory)
+                found[(claim.ref.namespace, claim.ref.name)] = taken
+        return found
+
     def prepared_claims(self) -> list[ClaimRef]:
         """The claims this node holds prepared (a snapshot)."""
         with self.lock:
