@@ -122,15 +122,16 @@ class Engine:
         return job
 
     def _could_hold(self, request: Request) -> int:
-        """How many members of ``request``'s shape the whole cluster could hold at most (by GPUs; by CPU for a
-        member without GPUs): the arrivals a gang can stand for. A pod may state a headcount of millions, and as
+        """How many members of ``request``'s shape the whole cluster could hold at most (by GPUs; by CPU, a missing
+        request counted as 100m, and the kubelet's default 110 pods per node for a member without GPUs): the
+        arrivals a gang can stand for. A pod may state a headcount of millions, and as
         many arrivals of its shape would have made every other tenant's shapes vanish from what the placement
         policy learned."""
         book = self.session.book
         if request.wants_gpu:
             per = max(request.gpu_count, 1) * max(request.gpu_milli, 1)
             return int(book.gpu_count.sum()) * MILLI_PER_GPU // per
-        return int(book.cpu_capacity.sum()) // max(request.cpu_milli, 1)
+        return min(int(book.cpu_capacity.sum()) // max(request.cpu_milli, 100), book.size * MAX_PODS_PER_NODE)
 
     def cancel(self, name: str, now: float) -> Job:
         """The user withdrew the job, waiting or running: it releases everything it holds."""
@@ -434,6 +435,10 @@ class Engine:
     def check_invariants(self) -> None:
         """Raise ``EngineInvariantError`` if the engine's state broke any of its invariants."""
         check_invariants(self.session)
+
+
+MAX_PODS_PER_NODE = 110
+"""The kubelet's default ``maxPods``."""
 
 
 def check_time(now: object, field: str = "now") -> None:
