@@ -236,6 +236,17 @@ def test_prepare_is_idempotent_and_survives_a_restart_without_the_api(node: Node
                 if p.name.startswith((cdi.PARTIAL_PREFIX, ".partial-"))], "no temporary file left"
 
 
+def test_a_capacity_named_with_the_drivers_domain_is_the_same_capacity(tmp_path: Path) -> None:
+    """``gpu.kubecell.io/compute`` is ``compute`` (the API's two spellings of a driver's capacity; the scheduler
+    reads both): before, the qualified one was not read, and a 250 milli-GPU share was prepared as a whole GPU."""
+    node = Node(tmp_path)
+    ref = add_claim(node.fake, "share", "uid-q", [result("gpu-2", share="s", consumed={
+        f"{names.DRIVER}/compute": "250", f"{names.DRIVER}/memory": "10Gi"})])
+    node.prepared(ref)
+    env = node.env(ref, "gpu", "gpu-2")
+    assert (env["KUBECELL_GPU_MILLI"], env["KUBECELL_GPU_MEMORY_MIB"]) == ("250", "10240")
+
+
 def test_what_each_prepared_claim_takes_of_each_gpu_is_told_to_the_overuse_monitor(tmp_path: Path) -> None:
     node = Node(tmp_path)
     share = add_claim(node.fake, "share", "uid-share", [

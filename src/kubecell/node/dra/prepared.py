@@ -215,17 +215,23 @@ def _ceil(value: Any, unit: int, what: str) -> int:
     return math.ceil(amount / unit)
 
 
+def _consumed(consumed: Mapping[str, Any], name: str) -> Any:
+    """A consumed capacity by its name or the same name qualified by the driver's domain (the API's two spellings
+    of one capacity, as the scheduler reads them: a qualified ``compute`` left the share read as a whole GPU)."""
+    return consumed.get(name, consumed.get(f"{names.DRIVER}/{name}"))
+
+
 def grant_of(allocated: Allocated) -> GpuGrant:
     """The GPU (or MIG instance) one result holds, with its share (see the module docstring)."""
     device = allocated.device
     if device.is_mig:
         return GpuGrant(index=device.gpu.index, uuid=device.uuid, milli=MILLI_PER_GPU, memory_mib=device.memory_mib)
     consumed = allocated.consumed
-    compute = consumed.get(names.CAPACITY_COMPUTE)
+    compute = _consumed(consumed, names.CAPACITY_COMPUTE)
     milli = MILLI_PER_GPU if compute is None else min(MILLI_PER_GPU, max(1, _ceil(compute, 1, "compute")))
     if milli >= MILLI_PER_GPU:
         return GpuGrant(index=device.gpu.index, uuid=device.uuid, milli=MILLI_PER_GPU, memory_mib=device.memory_mib)
-    memory = consumed.get(names.CAPACITY_MEMORY)
+    memory = _consumed(consumed, names.CAPACITY_MEMORY)
     memory_mib = 0 if memory is None else min(device.memory_mib, _ceil(memory, MIB, "memory"))
     return GpuGrant(index=device.gpu.index, uuid=device.uuid, milli=milli, memory_mib=memory_mib)
 
