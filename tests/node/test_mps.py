@@ -202,6 +202,21 @@ def test_reconcile_starts_what_is_held_and_stops_what_a_previous_agent_left(fake
     assert daemons.holders == {}
 
 
+def test_a_hold_taken_while_the_pods_were_read_is_not_stopped_under_its_pod(fake: Fake) -> None:
+    """The housekeeping lists the node's pods, then reconciles: a pod admitted (or a claim prepared) in between was
+    not in the list, and its daemon was stopped under it (it ran without its limits until the next pass)."""
+    daemons = fake.daemons()
+    daemons.acquire(GPU1, "old-0")
+    token = daemons.token()  # the housekeeping begins to read the pods
+    daemons.acquire(GPU0, "new-0")  # admitted meanwhile: not in what it reads
+    assert daemons.reconcile({}, since=token) == []
+    assert daemons.running(GPU0)
+    assert daemons.holders == {GPU0: {"new-0"}}
+    assert not daemons.running(GPU1), "a hold taken before the read is as the read says: nobody's"
+    assert daemons.reconcile({}, since=daemons.token()) == []  # the next read has it, or it is gone
+    assert not daemons.running(GPU0)
+
+
 def test_a_process_the_daemon_forked_is_not_a_second_daemon(fake: Fake, tmp_path: Path) -> None:
     """Between fork and exec a child has its parent's command line and environment (the fake's ``sleep``, the
     real daemon's server): it is the same daemon, not someone else's second one."""

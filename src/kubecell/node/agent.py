@@ -272,10 +272,11 @@ class NodeAgent:
                 try:
                     # once discovered, only the node's GPUs: before, a record naming a GPU may be a running pod's
                     known = set(self.memory) if self.ready.is_set() else None
+                    token = self.mps.token()  # holds taken while the pods are read are kept
                     holders = mps_holders(api_pods(self.kube, self.options.node)(), self.options.node, known)
                     for uuid, held in (self.dra.mps_holders() if self.dra is not None else {}).items():
                         holders.setdefault(uuid, set()).update(held)  # claims prepared through DRA hold too
-                    self.mps.reconcile(holders)
+                    self.mps.reconcile(holders, since=token)
                 except (KubecellError, OSError) as error:
                     log.warning("MPS housekeeping failed: %s", error)
             if stop.wait(self.options.housekeeping_seconds):

@@ -100,6 +100,9 @@ class MpsDaemons:
         self.starts = 0
         """Daemons started (restarts of dead ones included), for tests and metrics."""
         self._lock = threading.RLock()
+        self._generation = 0
+        self._acquired: dict[str, dict[str, int]] = {}
+        """GPU UUID -> holder -> the generation it was acquired at, until a ``reconcile`` reads past it."""
 
     @classmethod
     def for_backend(cls, isolation: NodeIsolation, backend: GpuBackend, **options: Any) -> MpsDaemons:
@@ -165,6 +168,14 @@ class MpsDaemons:
             if not self.running(uuid):
                 self._start(uuid)
             self.holders.setdefault(uuid, set()).add(holder)
+            self._generation += 1
+            self._acquired.setdefault(uuid, {})[holder] = self._generation
+
+    def token(self) -> int:
+        """Take before reading who holds what for ``reconcile(since=...)``: a hold acquired after it is one the
+        reading may have missed."""
+        with self._lock:
+            return self._generation
 
     def release(self, uuid: str, holder: str) -> None:
         """``holder`` no longer uses GPU ``uuid``; the daemon is stopped when nobody holds it. Idempotent."""
@@ -173,18 +184,30 @@ class MpsDaemons:
             if held is None:
                 return
             held.discard(holder)
+            self._acquired.get(uuid, {}).pop(holder, None)
             if not held:
                 del self.holders[uuid]
                 self._stop(uuid)
 
-    def reconcile(self, wanted: Mapping[str, Iterable[str]]) -> list[str]:
+    def reconcile(self, wanted: Mapping[str, Iterable[str]], *, since: int | None = None) -> list[str]:
         """Make the daemons match ``wanted`` (GPU UUID -> holders, e.g. :func:`mps_holders` of the node's
         pods): start the missing or dead ones, stop those nobody holds, including daemons a previous agent
-        left running under the MPS root. Returns the problems met (each GPU is tried; one failing GPU does
-        not keep another's daemon from starting or stopping)."""
+        left running under the MPS root. ``since``: the ``token`` taken before ``wanted`` was read; holds
+        acquired after it are kept too (a pod admitted, a claim prepared, while the node's pods were listed:
+        before, its daemon was stopped under it, and it ran without its limits until the next pass). Returns the
+        problems met (each GPU is tried; one failing GPU does not keep another's daemon from starting or
+        stopping)."""
         problems = []
         with self._lock:
             desired = {uuid: set(held) for uuid, held in wanted.items() if held}
+            if since is not None:
+                for uuid, stamps in list(self._acquired.items()):
+                    fresh = {holder for holder, stamp in stamps.items() if stamp > since}
+                    if fresh:
+                        desired.setdefault(uuid, set()).update(fresh)
+                    self._acquired[uuid] = {holder: stamps[holder] for holder in fresh}  # the rest: as read
+                    if not fresh:
+                        del self._acquired[uuid]
             for uuid in sorted(set(self.holders) | self._leftover()):
                 if uuid not in desired:
                     self.holders.pop(uuid, None)
