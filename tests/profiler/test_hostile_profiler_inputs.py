@@ -172,3 +172,21 @@ def test_the_report_is_utf8_whatever_the_locale(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     page = (tmp_path / "out" / "index.html").read_bytes().decode("utf-8")
     assert "ns/训练-ë: pod 训练-0: no series" in page
+
+
+def test_a_tenants_absurd_utilization_moves_only_its_own_bar_within_what_its_gpus_could_show() -> None:
+    """A pod exports its own series (where tenants' pods are scraped): a mean of 1e18 cut its VC's used GPU-hours
+    to nothing useful and squashed every other job's bar. The report reads a pod's utilization within 0 to one
+    per GPU."""
+    from kubecell.profiler.distribution import distribution
+    from kubecell.profiler.history import JobRecord
+    from kubecell.profiler.report import gpu_hours
+
+    def job(mean: float) -> JobRecord:
+        return JobRecord(uid="u", namespace="ns", owner_kind="Job", owner_name="x", created=T, pod_count=2,
+                         gpus_per_pod=4, milli_gpu_per_pod=1000, started=T, finished=T + timedelta(hours=1),
+                         metrics={"gpu_utilization": distribution([mean], [1.0])})
+
+    assert gpu_hours(job(1e18)) == (8.0, 8.0), "two pods of four GPUs, busy at most"
+    assert gpu_hours(job(-5.0)) == (8.0, 0.0)
+    assert gpu_hours(job(0.5)) == (8.0, 1.0)

@@ -35,7 +35,14 @@ def gpu_hours(record: JobRecord) -> tuple[float, float] | None:
     if util is None or seconds is None or record.gpus_per_pod <= 0:
         return None
     asked = record.pod_count * record.gpus_per_pod * min(record.milli_gpu_per_pod, MILLI_PER_GPU) / MILLI_PER_GPU
-    return asked * seconds / 3600.0, util.mean * record.pod_count * seconds / 3600.0
+    return asked * seconds / 3600.0, _possible(util.mean, record) * record.pod_count * seconds / 3600.0
+
+
+def _possible(utilization: float, record: JobRecord) -> float:
+    """A pod's GPU utilization within what its GPUs could show (0 to one per GPU): the series are what a pod's
+    node, or a tenant's own exporter, wrote, and one tenant's 1e18 squashed every other job's bar and cut its
+    VC's used GPU-hours."""
+    return min(max(utilization, 0.0), float(max(record.gpus_per_pod, 1)))
 
 
 def _usage_plot(records: Sequence[JobRecord], path: Path) -> bool:
@@ -44,7 +51,7 @@ def _usage_plot(records: Sequence[JobRecord], path: Path) -> bool:
         return False
     fig, ax = plt.subplots(figsize=(9, 0.3 * len(shown) + 1.5))
     for row, record in enumerate(shown):
-        d = record.metrics[GPU_UTILIZATION].deciles
+        d = [_possible(value, record) for value in record.metrics[GPU_UTILIZATION].deciles]
         ax.plot([d[0], d[10]], [row, row], color="0.6", linewidth=1)
         ax.barh(row, d[9] - d[1], left=d[1], height=0.6, color="tab:blue", alpha=0.6)
         ax.plot([d[5]], [row], marker="|", color="black", markersize=10)
