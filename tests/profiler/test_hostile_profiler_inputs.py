@@ -190,3 +190,22 @@ def test_a_tenants_absurd_utilization_moves_only_its_own_bar_within_what_its_gpu
     assert gpu_hours(job(1e18)) == (8.0, 8.0), "two pods of four GPUs, busy at most"
     assert gpu_hours(job(-5.0)) == (8.0, 0.0)
     assert gpu_hours(job(0.5)) == (8.0, 1.0)
+
+
+def test_a_history_of_many_families_plots_those_that_asked_the_most(tmp_path: Path) -> None:
+    """One row per family made a history of 1,700 families a 990 x 65,653 pixel image (about 260 MB raster)."""
+    import matplotlib.pyplot as plt
+
+    from kubecell.profiler.distribution import distribution
+    from kubecell.profiler.history import JobRecord
+    from kubecell.profiler.report import MAX_GROUPS_PLOTTED, write_report
+
+    records = [JobRecord(uid=f"u{i}", namespace="ns", owner_kind="Job", owner_name=f"family{i}-x", created=T,
+                         pod_count=1 + i % 3, gpus_per_pod=1, milli_gpu_per_pod=1000, started=T,
+                         finished=T + timedelta(hours=1), vc="a",
+                         metrics={"gpu_utilization": distribution([0.5], [1.0])})
+               for i in range(3 * MAX_GROUPS_PLOTTED)]
+    page = write_report(records, tmp_path / "report")
+    height = plt.imread(tmp_path / "report" / "asked-used.png").shape[0]
+    assert height <= (0.35 * (MAX_GROUPS_PLOTTED + 1) + 1.5) * 110 + 1, height
+    assert "asked the most" in page.read_text()

@@ -26,6 +26,8 @@ from kubecell.profiler.pairs import PairSpeed
 from kubecell.profiler.recommend import GPU_UTILIZATION, FamilyAdvice, advise
 
 MAX_JOBS_PLOTTED = 40
+MAX_GROUPS_PLOTTED = 60
+"""VCs, and workload families, in the asked-and-used plot: those that asked the most GPU-hours."""
 
 
 def gpu_hours(record: JobRecord) -> tuple[float, float] | None:
@@ -81,7 +83,10 @@ def _asked_used(records: Sequence[JobRecord]) -> dict[str, dict[str, tuple[float
 
 
 def _asked_used_plot(groups: dict[str, dict[str, tuple[float, float]]], path: Path) -> bool:
-    rows = [(f"{kind}: {name}", asked, used) for kind, by in groups.items() for name, (asked, used) in by.items()]
+    """Per kind (VCs, families), the ``MAX_GROUPS_PLOTTED`` that asked the most GPU-hours: a row per group made a
+    history of thousands of families one image of hundreds of megabytes."""
+    rows = [(f"{kind}: {name}", asked, used) for kind, by in groups.items()
+            for name, (asked, used) in sorted(by.items(), key=lambda item: -item[1][0])[:MAX_GROUPS_PLOTTED]]
     if not rows:
         return False
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(rows) + 1.5))
@@ -137,7 +142,8 @@ def write_report(records: Sequence[JobRecord], out: Path, pairs: Sequence[PairSp
         parts.append(f"<h2>What jobs used (the {MAX_JOBS_PLOTTED} newest with a GPU series)</h2>"
                      "<img src='usage.png' alt='per-job GPU utilization deciles'>")
     if asked_used:
-        parts.append("<h2>Asked and used, per VC and workload family</h2>"
+        parts.append(f"<h2>Asked and used, per VC and workload family (the {MAX_GROUPS_PLOTTED} of each that asked "
+                     "the most)</h2>"
                      "<img src='asked-used.png' alt='GPU-hours asked and used'>")
     parts.append("<h2>Recommended requests (per GPU)</h2><table border='1' cellpadding='4'>"
                  "<tr><th>namespace</th><th>family</th><th>jobs</th><th>asked per pod</th><th>share</th>"
