@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kubecell.core.model import MILLI_PER_GPU
-from kubecell.scheduler.intake import foreign_hold, unread_hold
+from kubecell.scheduler.foreign_holds import foreign_hold, unread_hold
 from tests.core.support import engine, make_nodes
 from tests.scheduler.test_shrink_pods import Loop
 from tests.scheduler.trust_support import pod_body

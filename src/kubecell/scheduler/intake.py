@@ -8,27 +8,21 @@ reads ten pods. A rebuild marks every pod changed, which is the full scan a fres
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from decimal import Decimal
 from typing import Any
 
 from kubecell.core.engine.job import JobPhase, JobSpec
 from kubecell.core.errors import InvalidInputError, KubecellError
-from kubecell.core.limits import MAX_CPU_MILLI, MAX_GPUS_PER_NODE, MAX_MEMORY_MIB
-from kubecell.core.model import MILLI_PER_GPU, Request
 from kubecell.kube import pods
 from kubecell.kube.dialects import DemandError, PodDemand, pod_demand
-from kubecell.kube.dialects.demand import PodMeta
-from kubecell.kube.dialects.resources import mib_up, pod_totals
 from kubecell.kube.elasticjobs import ElasticRef, elastic_owner
 from kubecell.kube.inventory import NodeView
-from kubecell.kube.names import MANAGED_RESOURCES, NVIDIA_GPU, RESOURCE_GPU
 from kubecell.kube.records import MAX_JOB_CHARS
 from kubecell.scheduler.claims import ClaimBroker, ClaimsDeferred, ClaimsPending
 from kubecell.scheduler.cluster import Mirror
+from kubecell.scheduler.foreign_holds import foreign_hold
 from kubecell.scheduler.jobs import (
     Tracked,
     gang_disagreement,
@@ -472,35 +466,3 @@ def isolation_nodes(views: Mapping[str, NodeView], mode: str) -> tuple[frozenset
     if not reasons:
         return None, ""
     return frozenset(able), ", ".join(f"{count} node(s) {reason}" for reason, count in sorted(reasons.items()))
-
-
-def foreign_hold(pod: Mapping[str, Any], name: str) -> Request:
-    """What a pod another scheduler bound is taken to hold, as kubecell accounts it: its CPU and memory,
-    and its GPUs as whole GPUs (a share another scheduler granted is not one kubecell can see). A pod whose ask
-    kubecell cannot read (a malformed kubecell annotation: the kubelet runs it all the same) is held by its
-    containers' resources alone (``unread_hold``)."""
-    try:
-        request = pod_demand(pod).request
-    except DemandError:
-        return unread_hold(pod, name)
-    gpus = max(request.gpu_count, 1) if (request.gpu_count or request.gpu_memory_mib) else 0
-    return Request(name, cpu_milli=request.cpu_milli, memory_mib=request.memory_mib, gpu_count=gpus,
-                   gpu_milli=MILLI_PER_GPU if gpus else 0)
-
-
-def unread_hold(pod: Mapping[str, Any], name: str) -> Request:
-    """A running pod's hold from its resources alone: its CPU and memory, its whole GPUs as counted
-    (``nvidia.com/gpu``, ``kubecell.io/gpu``), and one GPU at least where it asks any GPU resource kubecell
-    knows (a share, GPU memory). Before, a pod whose ask could not be read held nothing, and its GPUs were
-    given to another tenant's pod (found by a hostile review)."""
-    try:
-        totals = pod_totals(PodMeta.of(pod))
-    except DemandError:
-        totals = {}
-    whole = sum(totals.get(resource, Decimal(0)) for resource in (RESOURCE_GPU, NVIDIA_GPU))
-    gpus = min(math.ceil(max(whole, Decimal(0))), MAX_GPUS_PER_NODE)
-    if not gpus and pods.asks_for_any(pod, frozenset(MANAGED_RESOURCES)):
-        gpus = 1
-    cpu = min(math.ceil(max(totals.get("cpu", Decimal(0)), Decimal(0)) * 1000), MAX_CPU_MILLI)
-    memory = min(mib_up(max(totals.get("memory", Decimal(0)), Decimal(0))), MAX_MEMORY_MIB)
-    return Request(name, cpu_milli=cpu, memory_mib=memory, gpu_count=gpus, gpu_milli=MILLI_PER_GPU if gpus else 0)

@@ -30,9 +30,10 @@ from kubecell.kube.records import AllocationRecord, GpuGrant
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.node import protos
 from kubecell.node.dra import cdi
+from kubecell.node.dra.checkpoint import Checkpoint, ClaimRef, PreparedClaim
 from kubecell.node.dra.health import HealthService
 from kubecell.node.dra.plugin import KubeletPlugin, PluginPaths
-from kubecell.node.dra.prepared import Checkpoint, ClaimPreparer, ClaimRef, PreparedClaim
+from kubecell.node.dra.prepared import ClaimPreparer
 from kubecell.node.isolation import NodeIsolation, container_allocation
 from tests.node.dra.test_slices import FakeKube, inventory_of
 

@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("grpc", reason="tests/node needs the `node` extra: pip install -e '.[dev,node]' (grpcio)")
 
 from kubecell.node.dra import cdi
+from kubecell.node.dra.checkpoint import ClaimRef, PreparedClaim
 from kubecell.node.dra.exclusive import Holding, conflicts
-from kubecell.node.dra.prepared import ClaimRef, PreparedClaim
 from tests.node.dra.test_cdi import Node, add_claim, result
 
 SHARE = {"compute": "250", "memory": "10Gi"}

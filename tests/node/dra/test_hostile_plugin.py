@@ -25,7 +25,8 @@ import pytest
 pytest.importorskip("grpc", reason="tests/node needs the `node` extra: pip install -e '.[dev,node]' (grpcio)")
 
 from kubecell.node.dra import cdi
-from kubecell.node.dra.prepared import Allocated, ClaimRef, PreparedClaim, request_record
+from kubecell.node.dra.checkpoint import ClaimRef, PreparedClaim
+from kubecell.node.dra.prepared import Allocated, request_record
 from kubecell.node.dra.slices import all_devices
 from tests.node.dra.test_cdi import Node, add_claim, result
 from tests.node.dra.test_slices import FakeKube

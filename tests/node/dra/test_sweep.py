@@ -14,7 +14,7 @@ pytest.importorskip("grpc", reason="tests/node needs the `node` extra: pip insta
 
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.node.dra import cdi
-from kubecell.node.dra.prepared import ClaimRef, PreparedClaim
+from kubecell.node.dra.checkpoint import ClaimRef, PreparedClaim
 from kubecell.node.dra.sweep import ClaimSweeper
 from tests.node.dra.test_cdi import NODE, Node, add_claim, result
 

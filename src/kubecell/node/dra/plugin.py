@@ -38,8 +38,9 @@ from kubecell.kube.records import AllocationRecord
 from kubecell.kube.rest import Kube
 from kubecell.node import protos
 from kubecell.node.dra.cdi import CDI_DIR
+from kubecell.node.dra.checkpoint import Checkpoint, ClaimRef
 from kubecell.node.dra.health import HealthBoard, HealthService, device_health
-from kubecell.node.dra.prepared import Checkpoint, ClaimPreparer, ClaimRef
+from kubecell.node.dra.prepared import ClaimPreparer
 from kubecell.node.dra.publisher import DEFAULT_INTERVAL, SlicePublisher
 from kubecell.node.dra.sweep import ClaimSweeper
 from kubecell.node.isolation import NodeIsolation

@@ -33,7 +33,8 @@ from typing import Any
 from kubecell.kube import dra_names as names
 from kubecell.kube.pods import TERMINAL_PHASES
 from kubecell.kube.rest import ApiError, Kube
-from kubecell.node.dra.prepared import ClaimPreparer, ClaimRef
+from kubecell.node.dra.checkpoint import ClaimRef
+from kubecell.node.dra.prepared import ClaimPreparer
 from kubecell.node.overuse import api_pods
 
 log = logging.getLogger("kubecell.node.dra")

@@ -30,7 +30,7 @@ from kubecell.kube.inventory import NodeView, node_view
 from kubecell.kube.names import ANNOTATION_GPU_FAULTS
 from kubecell.kube.records import AllocationRecord, RecordError
 from kubecell.kube.trust import disagreement
-from kubecell.scheduler.intake import foreign_hold
+from kubecell.scheduler.foreign_holds import foreign_hold
 
 OTHER = "other"
 """The VC, class and isolation of GPUs held by pods another scheduler bound."""
