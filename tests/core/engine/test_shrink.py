@@ -5,6 +5,7 @@ only when that is not enough, resize a job at most once per interval (a guarante
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -78,19 +79,26 @@ def test_the_newest_members_go_first() -> None:
     check_engine(eng)
 
 
+def borrowed_quota_gang(**options: Any) -> Engine:
+    """One 8-GPU node, quota VCs a and b of 4 GPUs each: b's gang ``e`` of 8 x 1 GPU (minimum 2) starts borrowed
+    beside b's blocker and grows to 8 into a's idle quota when the blocker ends (t=2)."""
+    eng = engine(make_nodes(1), {"a": {"gpus": 4}, "b": {"gpus": 4}}, "quota", **options)
+    eng.submit(whole("blocker", "b", 4), 0)
+    eng.schedule(0)
+    eng.submit(whole("e", "b", 1, members=8, min_members=2), 1)
+    eng.schedule(1)
+    eng.finish("blocker", 2)
+    eng.schedule(2)
+    return eng
+
+
 def test_the_drivers_highest_ranks_go_first() -> None:
     """An ElasticJob's controller keeps workers 0..target-1: the scheduler ranks each member by its worker's index,
     and a shrink gives up the highest (before, the newest member went, which after a replacement was worker 0,
     and the controller then removed the highest worker too: two workers lost for one). Without cells any
     member's GPU will do for the preemptor, so the ranks alone decide."""
     for ranked, expected in ((False, ("e/7", "e/6")), (True, ("e/0", "e/1"))):
-        eng = engine(make_nodes(1), {"a": {"gpus": 4}, "b": {"gpus": 4}}, "quota")
-        eng.submit(whole("blocker", "b", 4), 0)
-        eng.schedule(0)
-        eng.submit(whole("e", "b", 1, members=8, min_members=2), 1)
-        eng.schedule(1)
-        eng.finish("blocker", 2)
-        eng.schedule(2)
+        eng = borrowed_quota_gang()
         job = eng.jobs["e"]
         assert job.size == 8
         if ranked:  # e/0 is the highest worker index, e/7 the lowest; a name not running is ignored
@@ -114,13 +122,7 @@ def test_a_new_run_forgets_the_ranks_of_the_last() -> None:
 def test_a_borrowed_gang_grows_into_the_cohorts_last_free_gpu() -> None:
     """Growth needs room for one more member, not for the gang's minimum: a borrowed gang of minimum 2 that lost a
     member could never take the cohort's last free GPU back ("no unused quota left")."""
-    eng = engine(make_nodes(1), {"a": {"gpus": 4}, "b": {"gpus": 4}}, "quota", resize_min_interval_seconds=0)
-    eng.submit(whole("blocker", "b", 4), 0)
-    eng.schedule(0)
-    eng.submit(whole("e", "b", 1, members=8, min_members=2), 1)
-    eng.schedule(1)
-    eng.finish("blocker", 2)
-    eng.schedule(2)
+    eng = borrowed_quota_gang(resize_min_interval_seconds=0)
     job = eng.jobs["e"]
     assert (job.job_class, job.size) == (JobClass.BORROWED, 8)
     assert eng.release_members("e", [job.running_members[-1]], 3, "its pod was deleted")

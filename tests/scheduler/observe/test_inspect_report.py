@@ -203,23 +203,25 @@ def test_cordoned_nodes_keep_their_gpus_and_say_why_nothing_new_lands() -> None:
     assert (len(n2.gpus), n2.milli_allocated, n2.models) == (2, 500, ["V100M32"])
 
 
-def test_an_unhealthy_gpu_is_reported_unhealthy() -> None:
+def sick_node() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Node n3 whose inventory has GPU 1 unhealthy, and that inventory."""
     sick = make_node("n3", cpu_milli=8000, memory_mib=64_000, gpu_count=2, gpu_model="A100")
     obj = node_manifest(sick)
     inventory = json.loads(obj["metadata"]["annotations"]["kubecell.io/gpu-inventory"])
     inventory["gpus"][1]["healthy"] = False
     obj["metadata"]["annotations"]["kubecell.io/gpu-inventory"] = json.dumps(inventory)
+    return obj, inventory
+
+
+def test_an_unhealthy_gpu_is_reported_unhealthy() -> None:
+    obj, _ = sick_node()
     report = build_report([obj], [])
     assert [g.healthy for g in report.nodes[0].gpus] == [True, False]
     assert [g.fault for g in report.nodes[0].gpus] == ["", ""]
 
 
 def test_a_faulted_gpu_is_shown_with_the_xid_the_node_agent_recorded() -> None:
-    sick = make_node("n3", cpu_milli=8000, memory_mib=64_000, gpu_count=2, gpu_model="A100")
-    obj = node_manifest(sick)
-    inventory = json.loads(obj["metadata"]["annotations"]["kubecell.io/gpu-inventory"])
-    inventory["gpus"][1]["healthy"] = False
-    obj["metadata"]["annotations"]["kubecell.io/gpu-inventory"] = json.dumps(inventory)
+    obj, inventory = sick_node()
     uuid = inventory["gpus"][1]["uuid"]
     obj["metadata"]["annotations"]["kubecell.io/gpu-faults"] = json.dumps(
         {uuid: {"xid": 79, "at": "2026-12-03T13:00:00Z"}, "GPU-gone": {"xid": 48, "at": "2026-12-01T00:00:00Z"}})
@@ -395,11 +397,7 @@ def test_the_default_view_is_a_row_per_node_with_a_mark_per_gpu() -> None:
 
 
 def test_unhealthy_gpus_and_exclusion_share_the_health_column() -> None:
-    sick = make_node("n3", cpu_milli=8000, memory_mib=64_000, gpu_count=2, gpu_model="A100")
-    obj = node_manifest(sick)
-    inventory = json.loads(obj["metadata"]["annotations"]["kubecell.io/gpu-inventory"])
-    inventory["gpus"][1]["healthy"] = False
-    obj["metadata"]["annotations"]["kubecell.io/gpu-inventory"] = json.dumps(inventory)
+    obj, _ = sick_node()
     obj["spec"]["unschedulable"] = True
     text = rendered(build_report([obj], []))
     assert "cordoned (spec.unschedulable); 1 unhealthy" in text
