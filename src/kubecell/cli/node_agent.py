@@ -11,6 +11,7 @@ from typing import Annotated, cast
 import typer
 
 from kubecell.cli.output import configure_logging
+from kubecell.core.digits import decimal_digits
 from kubecell.core.errors import InvalidInputError
 from kubecell.kube.inventory_schema import IsolationMode
 from kubecell.kube.names import ISOLATION_MODES
@@ -80,7 +81,7 @@ def node_agent(
     metrics = None
     if metrics_listen:
         host, _, port = metrics_listen.rpartition(":")
-        if not (port.isascii() and port.isdigit()):
+        if not decimal_digits(port):
             raise InvalidInputError(f"--metrics-listen {metrics_listen!r}", field="metrics-listen",
                                     accepted="HOST:PORT, or '' for none")
         metrics = (host or "0.0.0.0", int(port))

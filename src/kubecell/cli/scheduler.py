@@ -11,6 +11,7 @@ import typer
 
 from kubecell.cli.output import configure_logging
 from kubecell.cli.service import default_identity, run
+from kubecell.core.digits import decimal_digits
 from kubecell.core.engine.options import PRESETS, QUEUE_ORDERS
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.interference.admission import RULE_SYNTAX, parse_rule
@@ -25,7 +26,7 @@ def listen_address(text: str) -> tuple[str, int] | None:
     if not text:
         return None
     host, _, port = text.rpartition(":")
-    if not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+    if not decimal_digits(port) or not 0 < int(port) < 65536:
         raise InvalidInputError(f"--listen {text!r}", field="listen", accepted="HOST:PORT, e.g. 127.0.0.1:10259, "
                                 "or '' for no HTTP server")
     return host or "0.0.0.0", int(port)

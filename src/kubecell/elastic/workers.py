@@ -12,6 +12,7 @@ import datetime
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kubecell.core.digits import decimal_digits
 from kubecell.elastic.states import Worker
 from kubecell.kube.elasticjobs import (
     LABEL_JOB,
@@ -60,7 +61,7 @@ def role(pod: Mapping[str, Any]) -> str:
 def worker_run(pod: Mapping[str, Any]) -> int | None:
     """The rendezvous run the worker joins (its label), None when unreadable (never of the current run)."""
     text = labels(pod).get(LABEL_RUN)
-    if not isinstance(text, str) or not (text.isascii() and text.isdigit()) or len(text) > 10 \
+    if not isinstance(text, str) or not decimal_digits(text) or len(text) > 10 \
             or text != str(int(text)):
         return None
     return int(text)

@@ -21,6 +21,7 @@ import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from kubecell.core.digits import decimal_digits
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.interference.profile import InvalidProfileError, JobKey, SharedRun, SoloProfile
 from kubecell.core.shown import shown
@@ -74,7 +75,7 @@ def _key(row: Mapping[str, str], suffix: str, where: str) -> JobKey:
     batch_size = 0
     if row.get(batch_column):
         text = row[batch_column]
-        if not (text.isascii() and text.isdigit() and len(text) <= MAX_BATCH_DIGITS):  # ("²" is a digit)
+        if not (decimal_digits(text) and len(text) <= MAX_BATCH_DIGITS):
             raise InvalidInputError(f"not a whole number >= 0: {shown(text)}", location=where, field=batch_column,
                                     accepted=f"a whole number of at most {MAX_BATCH_DIGITS} digits")
         batch_size = int(text)

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from kubecell.core.digits import decimal_digits
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.shown import shown
 from kubecell.core.validation import key_path
@@ -175,7 +176,7 @@ def worker_index(pod: Mapping[str, Any], job: str) -> int | None:
     """A worker Pod's index: its label, which must also be its name's (``<job>-worker-<i>``), else None."""
     found = (pod.get("metadata") or {}).get("labels")
     text = found.get(LABEL_INDEX) if isinstance(found, Mapping) else None
-    if not isinstance(text, str) or not (text.isascii() and text.isdigit()) or len(text) > 4:
+    if not isinstance(text, str) or not decimal_digits(text) or len(text) > 4:
         return None
     index = int(text)
     if text != str(index) or index >= MAX_REPLICAS:
@@ -415,8 +416,8 @@ def _whole_gpus(template: Mapping[str, Any]) -> int:
                 for value in found:
                     if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_NPROC_PER_NODE:
                         total += value
-                    elif isinstance(value, str) and value.isascii() and value.isdigit() \
-                            and 0 < int(value) <= MAX_NPROC_PER_NODE:  # ("²" is a digit int() refuses)
+                    elif isinstance(value, str) and decimal_digits(value) \
+                            and 0 < int(value) <= MAX_NPROC_PER_NODE:
                         total += int(value)
                 break
     return min(total, MAX_NPROC_PER_NODE)

@@ -36,6 +36,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from kubecell.core.digits import decimal_digits
 from kubecell.core.errors import KubecellError
 from kubecell.kube import pods
 from kubecell.kube.records import RecordError
@@ -141,7 +142,7 @@ class MpsDaemons:
         except OSError as error:
             raise MpsError(f"cannot list processes in {self.proc_root}: {error}") from None
         for entry in entries:
-            if not (entry.name.isascii() and entry.name.isdigit()):
+            if not decimal_digits(entry.name):
                 continue
             try:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")

@@ -26,6 +26,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from kubecell.core.digits import decimal_digits
 from kubecell.kube.names import RESOURCE_GPU_MILLI
 from kubecell.kube.rightsize import Resize, right_sized
 
@@ -104,7 +105,7 @@ def webhook_app(advice: Advice, *, max_held_bytes: int = MAX_HELD_BYTES) -> Star
     async def mutate(request: Request) -> Response:
         too_large = PlainTextResponse(f"a review over {MAX_BODY_BYTES} bytes", status_code=413)
         declared = request.headers.get("content-length", "")
-        if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:  # ("²" is a digit)
+        if decimal_digits(declared) and int(declared) > MAX_BODY_BYTES:
             return too_large
         chunks: list[bytes] = []
         size = 0

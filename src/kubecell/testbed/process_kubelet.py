@@ -48,6 +48,7 @@ from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from kubecell.core.digits import decimal_digits
 from kubecell.kube.clock import rfc3339, rfc3339_micro
 from kubecell.kube.rest import ApiError, Kube
 from kubecell.testbed.kubelet_modes import OWNED_SELECTOR, RUNS_LABEL, RUNS_PROCESSES
@@ -333,7 +334,7 @@ def find_container_log(testbed_dir: Path, namespace: str, pod: str, container: s
     directories = ([root_of(testbed_dir) / "pods" / f"{namespace}_{pod}_{uid}"] if uid
                    else _pod_directories(testbed_dir, namespace, pod)[-1:])
     for directory in directories:
-        runs = sorted((p for p in (directory / container).glob("*.log") if p.stem.isascii() and p.stem.isdigit()),
+        runs = sorted((p for p in (directory / container).glob("*.log") if decimal_digits(p.stem)),
                       key=lambda p: int(p.stem))
         if len(runs) > int(previous):
             return runs[-1 - int(previous)]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kubecell.core.digits import decimal_digits
 from kubecell.kube.rest import Kube
 
 CONTAINER_ID_SCHEME = "process://"
@@ -42,7 +43,7 @@ def marked_processes(marker: str) -> list[int]:
     needle = f"{CONTAINER_MARKER}={marker}\0".encode()
     found: list[int] = []
     for entry in os.listdir("/proc"):
-        if not (entry.isascii() and entry.isdigit()):
+        if not decimal_digits(entry):
             continue
         try:
             environ = Path(f"/proc/{entry}/environ").read_bytes()

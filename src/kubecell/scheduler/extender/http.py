@@ -18,6 +18,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from kubecell.core.digits import decimal_digits
 from kubecell.scheduler.extender import protocol
 from kubecell.scheduler.extender.verbs import Extender
 
@@ -80,7 +81,7 @@ async def _bounded_body(request: Request, held: _Held, taken: list[int]) -> byte
     """The body, read up to ``MAX_BODY_BYTES`` whatever the header said, each chunk taken from ``held`` (and
     added to ``taken[0]``, for the caller to give back). Raises :class:`_RefusedError`."""
     declared = request.headers.get("content-length", "")
-    if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:  # ("²" is a digit)
+    if decimal_digits(declared) and int(declared) > MAX_BODY_BYTES:
         raise _RefusedError(413, f"a request over {MAX_BODY_BYTES} bytes")
     chunks: list[bytes] = []
     size = 0

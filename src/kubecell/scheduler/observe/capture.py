@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from kubecell.core.book import AllocationBook
+from kubecell.core.digits import decimal_digits
 from kubecell.core.engine.engine import Engine
 from kubecell.core.model import MILLI_PER_GPU
 from kubecell.core.placement.frag import FragmentationMeasure, TypicalPod
@@ -133,7 +134,7 @@ def _holders(state: Tracking, mirror: Mapping[str, Mapping[str, Any]], nodes: se
             job = jobs.get(job_name)
             owner = job.vc if job is not None else OTHER
             tracked = tracked_jobs.get(job_name)
-            uid = tracked.members.get(int(member)) if tracked is not None and member.isascii() and member.isdigit() \
+            uid = tracked.members.get(int(member)) if tracked is not None and decimal_digits(member) \
                 else None
         pod = mirror.get(uid) if uid is not None else None
         pod_name = pods.key(pod) if pod is not None else (uid or name)
