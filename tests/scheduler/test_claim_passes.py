@@ -16,7 +16,8 @@ from kubecell.kube.dra import cel
 from kubecell.kube.dra.claims import ClaimError
 from kubecell.kube.dra.slices import published_devices
 from kubecell.kube.rest import Kube
-from kubecell.scheduler.claims import ClaimBroker, ClaimsDeferred, Devices
+from kubecell.scheduler.claim_devices import Devices
+from kubecell.scheduler.claims import ClaimBroker, ClaimsDeferred
 from kubecell.scheduler.cluster import Mirror
 from tests.kube.dra import CLASSES, claim, gpu_device, node_slice, request
 

@@ -11,7 +11,8 @@ import pytest
 from kubecell.kube.dra.claims import ClaimError
 from kubecell.kube.dra.slices import published_devices
 from kubecell.kube.rest import Kube
-from kubecell.scheduler.claims import ClaimBroker, Devices
+from kubecell.scheduler.claim_devices import Devices
+from kubecell.scheduler.claims import ClaimBroker
 from kubecell.scheduler.cluster import Mirror
 from tests.kube.dra import CLASSES, claim, gpu_device, node_slice, request
 
