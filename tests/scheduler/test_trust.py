@@ -322,3 +322,63 @@ def test_a_gang_member_with_an_edited_record_is_held_where_it_runs(
     engine = second.scheduler.engine
     assert engine is not None
     engine.check_invariants()
+
+
+def test_a_running_pod_whose_owner_edits_its_vc_is_reclaimable_after_a_restart(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, start_scheduler: type[RunningScheduler]) -> None:
+    """The owner of a running pod edits its ``kubecell.io/vc`` (no admission policy in the way) and the scheduler
+    restarts. Its record, which kubecell wrote, no longer names the pod's VC. Before, the pod was then held as
+    another scheduler's (never evicted, charged to no VC): one edit made it unreclaimable. It now forfeits its
+    standing: restored alone as opportunistic work on the GPUs it holds, and the next pod that needs them takes
+    them."""
+    pinned = {"nodeSelector": {"kubernetes.io/hostname": "philly-041"}}
+    first = start_scheduler(testbed)
+    target = create_pod(kube, namespace, "edited", {"nvidia.com/gpu": "8"}, spec=pinned)
+    wait_for("the pod bound", lambda: bound_node(kube, namespace, "edited"))
+    first.close()
+    kube.patch(f"/api/v1/namespaces/{namespace}/pods/edited", {"metadata": {"annotations": {"kubecell.io/vc": "mine"}}})
+    second = start_scheduler(testbed)
+    engine = second.scheduler.engine
+    assert engine is not None
+    job = engine.jobs.get(alone(target))
+    assert job is not None, held_on(second.scheduler, "philly-041")
+    assert job.job_class == JobClass.OPPORTUNISTIC
+    assert job.vc == "default", "the record's VC, never the one its owner wrote"
+    assert free_whole_gpus(second.scheduler, "philly-041") == 0
+    assert not [name for name, _, _ in held_on(second.scheduler, "philly-041") if name.startswith("external:")]
+    assert any("opportunistic" in m and "'mine'" in m for m in warnings_of(kube, namespace, "edited", UNTRUSTED))
+    (row,) = list(build_report([node_obj(kube, "philly-041")], [pod(kube, namespace, "edited")]).pods)
+    assert (row.job_class, row.vc, row.gpus) == ("opportunistic", "default", tuple(range(8))), row
+    create_pod(kube, namespace, "claimant", {"nvidia.com/gpu": "8"}, spec=pinned)
+    wait_for("the claimant placed on the GPUs reclaimed from the edited pod",
+             lambda: bound_node(kube, namespace, "claimant") == "philly-041")
+    assert "edited" not in {p["metadata"]["name"] for p in kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+                            if not p["metadata"].get("deletionTimestamp")}
+    engine.check_invariants()
+
+
+def test_a_gang_member_moved_to_another_gang_keeps_running_alone_and_the_gang_keeps_its_standing(
+        testbed: ControlPlaneState, kube: Kube, namespace: str, start_scheduler: type[RunningScheduler]) -> None:
+    """One member of a running pair is moved to another gang by its owner (``kubecell.io/group`` edited) before a
+    restart: that member runs on alone as opportunistic work, the other is restored as its gang, as recorded."""
+    first = start_scheduler(testbed)
+    notes = {"kubecell.io/group": "pair", "kubecell.io/group-size": "2"}
+    pinned = {"nodeSelector": {"kubernetes.io/hostname": "philly-042"}}
+    made = {name: create_pod(kube, namespace, name, {"nvidia.com/gpu": "4"}, annotations=notes, spec=pinned)
+            for name in ("m-0", "m-1")}
+    wait_for("the gang bound", lambda: all(bound_node(kube, namespace, n) for n in made))
+    recorded_class = JobClass(record_of(kube, namespace, "m-1")["class"])  # type: ignore[index]
+    first.close()
+    kube.patch(f"/api/v1/namespaces/{namespace}/pods/m-0", {"metadata": {"annotations": {"kubecell.io/group": "solo"}}})
+    second = start_scheduler(testbed)
+    engine = second.scheduler.engine
+    assert engine is not None
+    moved = engine.jobs.get(alone(made["m-0"]))
+    assert moved is not None
+    assert moved.job_class == JobClass.OPPORTUNISTIC
+    (gang,) = [job for name, job in engine.jobs.items() if name.startswith(f"{namespace}/pair#")]
+    assert gang.job_class == recorded_class
+    assert len(gang.running_members) == 1
+    assert free_whole_gpus(second.scheduler, "philly-042") == 0
+    assert not [name for name, _, _ in held_on(second.scheduler, "philly-042") if name.startswith("external:")]
+    engine.check_invariants()

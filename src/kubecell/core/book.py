@@ -223,8 +223,8 @@ class AllocationBook:
         if the request does not fit exactly as given.
 
         ``adopt``: the allocation already exists in the world (work found running when a scheduler restarts),
-        so a failed or closed node and unhealthy GPUs do not refuse it; capacity still does: nothing is ever
-        counted twice."""
+        so a failed or closed node, unhealthy GPUs and GPU models the request no longer allows (its pod's owner
+        may edit them while it runs) do not refuse it; capacity still does: nothing is ever counted twice."""
         if request.name in self.allocations:
             raise AllocationError(f"allocation {request.name!r} already exists")
         if not 0 <= node < self.size:
@@ -240,7 +240,8 @@ class AllocationBook:
                 f"{where}: CPU/memory oversubscribed (free {self.cpu_free[node]}m / "
                 f"{self.mem_free[node]}MiB, asked {request.cpu_milli}m / {request.memory_mib}MiB)"
             )
-        if request.gpu_models is not None and gpus and self.nodes[node].gpu_model not in request.gpu_models:
+        model = self.nodes[node].gpu_model
+        if request.gpu_models is not None and gpus and not adopt and model not in request.gpu_models:
             raise AllocationError(f"{where}: GPU model {self.nodes[node].gpu_model} not allowed")
         fits = (self._capacity_fits(node, request) if adopt else self.gpu_fits(node, request)) if gpus else None
         for gpu in gpus:

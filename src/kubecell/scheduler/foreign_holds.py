@@ -52,3 +52,10 @@ def unread_hold(pod: Mapping[str, Any], name: str) -> Request:
     cpu = min(math.ceil(max(totals.get("cpu", Decimal(0)), Decimal(0)) * 1000), MAX_CPU_MILLI)
     memory = min(mib_up(max(totals.get("memory", Decimal(0)), Decimal(0))), MAX_MEMORY_MIB)
     return Request(name, cpu_milli=cpu, memory_mib=memory, gpu_count=gpus, gpu_milli=MILLI_PER_GPU if gpus else 0)
+
+
+def gpus_only(held: Request) -> Request:
+    """``held`` without its CPU and memory: what is still held of a running pod whose CPU or memory the node's books
+    cannot fit (resized in place past them, or a node that reports less than it runs). Its GPUs matter most: held as
+    nothing, they were given to another pod while it used them (found by a hostile review)."""
+    return Request(held.name, gpu_count=held.gpu_count, gpu_milli=held.gpu_milli, gpu_memory_mib=held.gpu_memory_mib)

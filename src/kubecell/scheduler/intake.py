@@ -22,7 +22,7 @@ from kubecell.kube.inventory import NodeView
 from kubecell.kube.records import MAX_JOB_CHARS
 from kubecell.scheduler.claims import ClaimBroker, ClaimsDeferred, ClaimsPending
 from kubecell.scheduler.cluster import Mirror
-from kubecell.scheduler.foreign_holds import foreign_hold
+from kubecell.scheduler.foreign_holds import foreign_hold, gpus_only
 from kubecell.scheduler.jobs import (
     Tracked,
     gang_disagreement,
@@ -234,12 +234,15 @@ class Intake:
                 engine.release_external(state.external.pop(uid))
                 dirty = True
             elif pod is not None and wanted and uid not in state.external and pods.node_of(pod) in engine.book.index:
-                try:
-                    held = foreign_hold(pod, f"external:{pods.key(pod)}@{uid[:8]}")
-                    state.external[uid] = engine.hold_external(held, pods.node_of(pod)).name
-                    dirty = True
-                except InvalidInputError as error:
-                    log.warning("cannot account %s bound by another scheduler: %s", pods.key(pod), error)
+                held = foreign_hold(pod, f"external:{pods.key(pod)}@{uid[:8]}")
+                for hold in (held, gpus_only(held)):  # its GPUs held even where its CPU or memory do not fit
+                    try:
+                        state.external[uid] = engine.hold_external(hold, pods.node_of(pod)).name
+                        dirty = True
+                        break
+                    except InvalidInputError as error:
+                        log.warning("cannot account %s bound by another scheduler%s: %s", pods.key(pod),
+                                    "" if hold is held else " (its GPUs alone)", error)
         return dirty
 
     def _submit_new_pods(self, state: Tracking, changed: Mapping[str, None]) -> bool:

@@ -18,6 +18,7 @@ from kubecell.core.model import Request, TopologyLevel
 from kubecell.kube import pods
 from kubecell.kube.dialects import Isolation, PodDemand
 from kubecell.kube.elasticjobs import ElasticRef
+from kubecell.kube.trust import lone_job
 
 
 @dataclass
@@ -103,7 +104,7 @@ def job_name(demand: PodDemand, pod: Mapping[str, Any], generation: int) -> str:
     ``Intake.renew``), ``ns/group#n`` for the n-th gang formed under a group key."""
     if demand.group is not None:
         return f"{demand.group.key}#{generation}"
-    base = f"{pods.key(pod)}@{pods.uid(pod)[:8]}"
+    base = lone_job(pod)
     return f"{base}#{generation}" if generation else base
 
 

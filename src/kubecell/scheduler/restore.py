@@ -2,12 +2,16 @@
 
 The records are the truth about what kubecell decided, but a record is an annotation, and an annotation is
 only as trustworthy as whoever could write it. So a record counts only once it describes its own pod
-(``trust.disagreement``: node, job, VC, isolation, the GPUs the pod asks for):
+(``trust.placement_disagreement``: node, the GPUs the pod asks for; ``trust.standing_disagreement``: job,
+VC, isolation, class):
 
 * a **bound** pod with a record that checks out is restored as the job it belongs to; one whose record does
   not (unreadable, copied, edited, or naming another node than ``spec.nodeName``) is held on the node it
   really runs on as another scheduler's pod is held (whole GPUs, never less than it could use), and told so
-  in a Warning Event;
+  in a Warning Event; one whose record agrees on its node and GPUs but not on its gang, VC, isolation or class
+  (its owner edited those annotations while it ran) forfeits its standing: it is restored alone, as
+  opportunistic work (reclaimed first) on what it holds (``trust.forfeited``), never as another scheduler's
+  pod, which nothing may evict;
 * a bound pod that is **terminating** (evicted by a shrink or a preemption, or deleted) is no member of its
   job any more: a shrunk gang is restored with the pods it runs on (its headcount the pods that exist, as
   for any gang whose pods changed), and the leaving pod is held where it runs, as another scheduler's
@@ -37,6 +41,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from kubecell.core.engine.job import Job, JobClass
@@ -47,26 +52,30 @@ from kubecell.kube import pods
 from kubecell.kube.actions import Actions, retry
 from kubecell.kube.claim_writes import ClaimConflict
 from kubecell.kube.dialects import DemandError, PodDemand, pod_demand
+from kubecell.kube.dialects.demand import OPPORTUNISTIC
 from kubecell.kube.elasticjobs import elastic_owner
 from kubecell.kube.inventory import NodeView
 from kubecell.kube.names import ANNOTATION_ALLOCATION
-from kubecell.kube.records import AllocationRecord, RecordError
+from kubecell.kube.records import RecordError
 from kubecell.kube.rest import ApiError
-from kubecell.kube.trust import disagreement
+from kubecell.kube.trust import forfeited, placement_disagreement, standing_disagreement
 from kubecell.scheduler.claims import ClaimsPending
 from kubecell.scheduler.cluster import Mirror
 from kubecell.scheduler.gate import NodeGate
-from kubecell.scheduler.intake import Intake, isolation_nodes
+from kubecell.scheduler.intake import Intake
 from kubecell.scheduler.jobs import Tracked, gang_spec, on_one_model
 from kubecell.scheduler.knowledge import as_granted, informed
 from kubecell.scheduler.restore_members import (
     Member,
+    gang_pods,
     generation_of,
     held_indices,
     member_indices,
+    oldest_created,
     one_model,
     placed_at,
 )
+from kubecell.scheduler.roll_forward import class_refused, why_not_forward
 from kubecell.scheduler.tracking import Tracking
 
 log = logging.getLogger("kubecell.scheduler")
@@ -93,6 +102,11 @@ class Restorer:
         """Job name -> (the one model an ElasticJob's gang runs on, what its pods accept) (``one_model``)."""
         self._running: dict[str, list[str]] = {}
         """Job name -> the engine's external holds of its bound members while its unbound ones wait (``_hold``)."""
+        self._forfeited: set[str] = set()
+        """The uids of the pods forfeited in this restore: each once, however many paths find it."""
+        self._forfeits: list[Member] = []
+        """Bound pods whose records agree on where they run but not on whose work they are (``trust.forfeited``):
+        each is restored alone, as opportunistic work, once every believed job runs again."""
         self._now = 0.0
 
     def restore(self, state: Tracking, now: float | None = None) -> None:
@@ -102,6 +116,8 @@ class Restorer:
         by_job: dict[str, list[Member]] = {}
         self._views = state.views
         self._pins.clear()
+        self._forfeits.clear()
+        self._forfeited.clear()
         self._now = time.time() if now is None else now
         pod_groups = self.mirror.all_podgroups()
         for pod in list(self.mirror.pods.values()):
@@ -140,12 +156,19 @@ class Restorer:
                 else:
                     self._hold(state, name, [m for m in by_job[name] if m.bound])
                     partly.append(name)
+            self._restore_forfeits(state)  # what runs too, but counted after every job whose records agree
             for name in [*partly, *unbound_only]:
                 self._let_go(state, name)
                 self._restore_one(state, name, by_job[name])
+            self._restore_forfeits(state)  # the bound members of a job found to make no job among them
         finally:
             for name in list(self._running):
                 self._let_go(state, name)
+
+    def _restore_forfeits(self, state: Tracking) -> None:
+        while self._forfeits:
+            member = self._forfeits.pop(0)
+            self._restore_one(state, member.record.job, [member])
 
     def _restore_one(self, state: Tracking, name: str, members: list[Member]) -> None:
         try:
@@ -177,12 +200,12 @@ class Restorer:
             state.engine.release_external(held)
 
     def _rightful(self, name: str, members: list[Member]) -> list[Member]:
-        """The members of the one gang or pod alone whose job ``name`` is; the records of others that name it too
-        are distrusted. Each record names its own pod's job (``trust``), yet a gang's name is its pods' to choose:
-        a group named ``<pod>@<uid8>`` (or ``<group>#<n>``) gives its pods' records the name of another pod's (or
-        gang's) job, and believing them would make them members of that job, in its VC and class. A pod alone's
-        name holds its own uid, so it is never another's; else the gang whose name it is with a generation, as
-        kubecell names gangs."""
+        """The members of the one gang or pod alone whose job ``name`` is; the records of others that name it too are
+        disowned (``_disown``). Each record names its own pod's job (``trust``), yet a gang's name is its pods' to
+        choose: a group named ``<pod>@<uid8>`` (or ``<group>#<n>``) gives its pods' records the name of another
+        pod's (or gang's) job, and believing them would make them members of that job, in its VC and class. A pod
+        alone's name holds its own uid, so it is never another's; else the gang whose name it is with a generation,
+        as kubecell names gangs."""
         owners: dict[tuple[bool, str], list[Member]] = {}
         for member in members:
             group = member.demand.group
@@ -197,14 +220,13 @@ class Restorer:
                 whose = (f"gang {rightful[1]}" if rightful[0]
                          else f"pod {pods.key(owners[rightful][0].pod)} alone")
                 for member in others:
-                    self._distrust(member.pod, f"allocation record {member.record.allocation_id} names job {name!r}, "
-                                               f"which is the job of {whose}")
+                    self._disown(member, f"names job {name!r}, which is the job of {whose}")
         return owners[rightful]
 
     def _other_generations(self, by_job: Mapping[str, list[Member]]) -> list[str]:
-        """The job names of a gang that kubecell cannot have written beside one it can: their records are
-        distrusted. Intake forms a gang's next generation (``<key>#<n+1>``) while an earlier one runs when more pods
-        of its group come, so several well-formed generations restore as several jobs, each of its own recorded
+        """The job names of a gang that kubecell cannot have written beside one it can: their records are disowned
+        (``_disown``). Intake forms a gang's next generation (``<key>#<n+1>``) while an earlier one runs when more
+        pods of its group come, so several well-formed generations restore as several jobs, each of its own recorded
         pods (``_gang_pods``). Before, each was made of every pod of the gang, and the last restored took the
         others' pods in ``pod_job``: the first's pods, once ended, never finished it, and its GPUs stayed held. A
         name not of kubecell's form (the bare key, ``#0``, ``#01``, a non-ASCII digit) is kept only where the gang
@@ -219,62 +241,20 @@ class Restorer:
             if len(names) < 2:
                 continue
             ours = [name for name in names if generation_of(key, name) is not None]
-            kept = set(ours) or {min(names, key=lambda name: (self._oldest(by_job[name]), name))}
+            kept = set(ours) or {min(names, key=lambda name: (oldest_created(by_job[name]), name))}
             for name in sorted(set(names) - kept):
                 dropped.append(name)
                 rightful = ", ".join(repr(n) for n in sorted(kept))
                 for member in by_job[name]:
-                    self._distrust(member.pod, f"allocation record {member.record.allocation_id} names job {name!r}, "
-                                               f"which kubecell does not name a job of gang {key} beside {rightful}")
+                    self._disown(member, f"names job {name!r}, which kubecell does not name a job of gang {key} "
+                                         f"beside {rightful}")
         return dropped
-
-    @staticmethod
-    def _oldest(members: Sequence[Member]) -> float:
-        try:  # set by the API server, written by no one else
-            return min(pods.created(m.pod) for m in members)
-        except (ValueError, TypeError):
-            return float("inf")
 
     def _gang_pods(self, by_job: Mapping[str, list[Member]], pod_groups: Mapping[tuple[str, str], Mapping[str, Any]]
                    ) -> dict[str, list[tuple[dict[str, Any], PodDemand]]]:
-        """Every pod of each recorded gang's job, by job name, read in one pass over the pods of their namespaces.
-        A gang restored as one job is made of all its pods, recorded or not (a gang's spec is made of all its pods,
-        and its unrecorded pods are where it grows); of a gang restored as several generations, each is made of
-        its own recorded pods, and the unrecorded ones form the next when complete, as before the restart."""
-        keys = {m.demand.group.key for members in by_job.values() for m in members if m.demand.group is not None}
-        found: dict[str, list[tuple[dict[str, Any], PodDemand]]] = {key: [] for key in keys}
-        if not keys:
-            return found
-        recorded = {pods.uid(m.pod): m for members in by_job.values() for m in members}
-        namespaces = {key.split("/", 1)[0] for key in keys}
-        for pod in self.mirror.pods.values():
-            if (pod["metadata"].get("namespace") or "default") not in namespaces or not pods.ours(pod, self.names):
-                continue
-            member = recorded.get(pods.uid(pod))
-            if member is not None:
-                demand = member.demand
-            elif pods.node_of(pod) or pods.is_done(pod) or pods.gated(pod):
-                continue  # bound without a record kubecell believes: held where it runs, never a free member
-            else:
-                try:
-                    demand = self._demand(pod, pod_groups)
-                except Exception:  # told when intake reads it; it is no member of the gang meanwhile
-                    continue
-            if demand.group is not None and demand.group.key in found:
-                found[demand.group.key].append((pod, demand))
-        jobs_of: dict[str, list[str]] = {}
-        for name, members in by_job.items():
-            if members[0].demand.group is not None:
-                jobs_of.setdefault(members[0].demand.group.key, []).append(name)
-        by_name: dict[str, list[tuple[dict[str, Any], PodDemand]]] = {}
-        for key, names in jobs_of.items():
-            if len(names) == 1:
-                by_name[names[0]] = sorted(found[key], key=lambda item: pods.key(item[0]))
-            else:
-                for name in names:
-                    by_name[name] = sorted(((m.pod, m.demand) for m in by_job[name]),
-                                           key=lambda item: pods.key(item[0]))
-        return by_name
+        """Every pod of each recorded gang's job, by job name (``restore_members.gang_pods``)."""
+        candidates = (pod for pod in self.mirror.pods.values() if pods.ours(pod, self.names))
+        return gang_pods(by_job, candidates, lambda pod: self._demand(pod, pod_groups))
 
     def _read(self, pod: dict[str, Any], pod_groups: Mapping[tuple[str, str], Mapping[str, Any]]) -> Member | None:
         bound = bool(pods.node_of(pod))
@@ -297,11 +277,43 @@ class Restorer:
         except (DemandError, ClaimsPending) as error:
             self._distrust(pod, f"allocation record {record.allocation_id} cannot be checked: {error}")
             return None
-        problem = disagreement(pod, record, demand, default_vc=self.intake.default_vc)
+        problem = placement_disagreement(pod, record, demand)
         if problem is not None:
             self._distrust(pod, f"allocation record {record.allocation_id} {problem}")
             return None
+        if bound:  # the CPU and memory kubecell reserved, as the instance that placed it counts them: an owner's
+            # resize in place (past the node, or making its gang's pods differ) neither unseats nor reshapes it
+            demand = replace(demand, request=replace(demand.request, cpu_milli=record.cpu_milli,
+                                                     memory_mib=record.memory_mib))
+        problem = standing_disagreement(pod, record, demand, default_vc=self.intake.default_vc)
+        if problem is not None:
+            self._disown(Member(pod, record, demand), problem)
+            return None
         return Member(pod, record, demand)
+
+    def _disown(self, member: Member, problem: str) -> None:
+        """A record that names a job which is not its pod's own to join: a bound pod forfeits its standing (it
+        runs where its record says), an unbound one loses the record."""
+        if member.bound:
+            self._forfeit(member, problem)
+        else:
+            self._distrust(member.pod, f"allocation record {member.record.allocation_id} {problem}")
+
+    def _forfeit(self, member: Member, problem: str) -> None:
+        """A bound pod whose record agrees on where it runs and what it holds, but not on its gang, VC, isolation or
+        class (its owner edited them while it ran), or whose job its pods no longer make (``_adopt``): alone, as
+        opportunistic work in the record's VC, on the GPUs and with the isolation its node gives it
+        (``trust.forfeited``). If even that cannot be held (the GPUs are another job's), it is held as another
+        scheduler's pod, as before."""
+        if pods.uid(member.pod) in self._forfeited:
+            return  # its lone job is what could not be restored: held as another scheduler's pod
+        self._forfeited.add(pods.uid(member.pod))
+        record = forfeited(member.record, member.pod)
+        demand = replace(member.demand, group=None, vc=record.vc, priority=OPPORTUNISTIC, isolation=record.isolation)
+        self._forfeits.append(Member(member.pod, record, demand))
+        self._warn(member.pod, f"allocation record {member.record.allocation_id} {problem}; kubecell keeps the pod "
+                               f"where it runs, alone and as opportunistic work of virtual cluster {record.vc!r} "
+                               "(reclaimed first), until it ends")
 
     def _demand(self, pod: dict[str, Any], pod_groups: Mapping[tuple[str, str], Mapping[str, Any]]) -> PodDemand:
         """What the pod asks for, its DRA claims included (a record is checked against the claims' GPUs)."""
@@ -341,7 +353,7 @@ class Restorer:
     def _job(self, state: Tracking, name: str, members: list[Member]) -> None:
         bound = [m for m in members if m.bound]
         unbound = [m for m in members if not m.bound]
-        why_not = self._why_not_forward(state, members, unbound) if unbound else None
+        why_not = why_not_forward(state, self.intake, members, unbound) if unbound else None
         if why_not is not None:
             for member in unbound:
                 self._roll_back(member.pod, f"allocation record {member.record.allocation_id} not carried out: "
@@ -361,39 +373,11 @@ class Restorer:
         if job is None:
             return  # its bound pods are held where they run, as another scheduler's pods
         if unbound:
-            refused = self._class_refused(state, job, unbound[0].record)
+            refused = class_refused(state, job, unbound[0].record)
             if refused is not None:
                 self._undo(state, name, unbound, refused)
                 return
         self._finish(state, name, bound, unbound)
-
-    def _why_not_forward(self, state: Tracking, members: list[Member], unbound: list[Member]) -> str | None:
-        """Why the unbound members' records are not a decision kubecell would carry out now, or None."""
-        batch = max(m.record.batch for m in members)
-        if len(members) < batch:
-            return f"only {len(members)} of the decision's {batch} records exist"
-        engine = state.engine
-        vc = unbound[0].record.vc
-        if engine.tenants.get(vc) is None:
-            return f"virtual cluster {vc!r} does not exist"
-        for member in unbound:
-            node = member.record.node
-            view = state.views.get(node)
-            if view is None or view.node is None or node not in engine.book.index:
-                return f"node {node} is not one kubecell places on"
-            if view.excluded:
-                return f"node {node} is {view.excluded}"
-            try:
-                allowed, _ = self.intake.allowed_nodes(state, [member.pod])
-            except InvalidInputError as error:
-                return str(error)
-            if allowed is not None and node not in allowed:
-                return f"the pod's node constraints do not allow node {node}"
-            if member.demand.request.wants_gpu:
-                able, _ = isolation_nodes(state.views, member.demand.isolation)
-                if able is not None and node not in able:
-                    return f"node {node} cannot isolate by {member.demand.isolation}"
-        return None
 
     def _adopt(self, state: Tracking, name: str, members: Sequence[Member]) -> Job | None:
         """The job restored from ``members`` as recorded, or None (nothing changed) where it cannot be. A gang's
@@ -408,14 +392,19 @@ class Restorer:
         except InvalidInputError:
             nodes = None  # it runs where its record says; a malformed constraint only stops new placements
         minimum = group.minimum if group is not None else None
-        size = len(gang)
-        if group is not None and group.maximum is not None:  # an elastic gang may grow to its maximum again
-            size = max(group.maximum, size)
+        submitted = min(pods.created(pod) for pod, _ in gang)
         try:
-            spec, parts = gang_spec(name, gang, size, minimum and min(minimum, size), first.record.vc,
-                                    min(pods.created(pod) for pod, _ in gang), nodes)
+            size = len(gang)
+            spec, parts = gang_spec(name, gang, size, minimum and min(minimum, size), first.record.vc, submitted, nodes)
+            if group is not None and group.maximum is not None and group.maximum > size and not parts:
+                size = group.maximum  # an elastic gang of one shape may grow to its maximum again (one of several
+                spec, parts = gang_spec(name, gang, size, minimum and min(minimum, size), first.record.vc,  # shapes
+                                        submitted, nodes)  # is as many pods as it has, as intake forms it)
         except InvalidInputError as error:
             log.error("cannot restore %s: %s", name, error)
+            for member in members:  # what its pods now say makes no job: each runs on where it runs, alone
+                if member.bound:
+                    self._forfeit(member, f"cannot be restored as job {name!r}: {error}")
             return None
         # as granted (a share placed by use), and with what the history says of it, as intake gave it: the
         # co-location rule judges the shares already on a GPU by their families' use, before a restart and after
@@ -445,23 +434,6 @@ class Restorer:
             return None
         self._adopted[name] = ([pods.uid(pod) for pod, _ in gang], parts, indices, gang)
         return job
-
-    def _class_refused(self, state: Tracking, job: Job, record: AllocationRecord) -> str | None:
-        """Why the engine would not have granted the class a rolled-forward record claims, or None."""
-        engine = state.engine
-        granted = job.job_class.value if job.job_class is not None else "?"
-        if granted != record.job_class:
-            return f"it claims class {record.job_class} but the engine grants {granted}"
-        vc = engine.tenants.get(job.vc)
-        if vc is None:
-            return f"virtual cluster {job.vc!r} does not exist"
-        usage = engine.usage.get(job.vc)
-        if job.job_class == JobClass.BORROWED and usage is not None and vc.borrow_limit_milli is not None \
-                and usage.borrowed_milli > vc.borrow_limit_milli:
-            return f"VC {vc.name} would borrow {usage.borrowed_milli / 1000:g} GPUs, beyond its limit"
-        if job.job_class == JobClass.GUARANTEED and engine.session.guarantee_room(vc) < 0:
-            return f"VC {vc.name}'s guarantee has no room for it"
-        return None
 
     def _undo(self, state: Tracking, name: str, unbound: list[Member], why: str) -> None:
         """A rolled-forward decision that is not one kubecell would make: nothing of it is carried out. Its

@@ -1,5 +1,5 @@
-"""The pods of one recorded job as the restore reads them: which member each pod is, where its GPUs are now,
-and when the job was placed.
+"""The pods of one recorded job as the restore reads them: which pods make each gang's job, which member each pod
+is, where its GPUs are now, and when the job was placed.
 
 Split from ``restore`` (which decides whether a record is believed and rolled forward) because these answers
 are plain arithmetic on records the restore has already checked, and the MIG tests ask ``held_indices`` alone.
@@ -8,7 +8,7 @@ are plain arithmetic on records the restore has already checked, and the MIG tes
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,8 @@ from kubecell.scheduler.tracking import Tracking
 
 log = logging.getLogger("kubecell.scheduler")
 
-__all__ = ["Member", "generation_of", "held_indices", "member_indices", "one_model", "placed_at"]
+__all__ = ["Member", "gang_pods", "generation_of", "held_indices", "member_indices", "oldest_created", "one_model",
+           "placed_at"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,58 @@ class Member:
     def bound(self) -> bool:
         return bool(pods.node_of(self.pod))
 
+
+
+def gang_pods(by_job: Mapping[str, list[Member]], candidates: Iterable[dict[str, Any]],
+              demand_of: Callable[[dict[str, Any]], PodDemand]) -> dict[str, list[tuple[dict[str, Any], PodDemand]]]:
+    """Every pod of each recorded gang's job, by job name, read in one pass over ``candidates`` (the pods kubecell
+    places) of their namespaces; ``demand_of`` reads a pod without a record.
+    A gang restored as one job is made of all its pods, recorded or not (a gang's spec is made of all its pods,
+    and its unrecorded pods are where it grows); of a gang restored as several generations, each is made of
+    its own recorded pods, and the unrecorded ones form the next when complete, as before the restart."""
+    keys = {m.demand.group.key for members in by_job.values() for m in members if m.demand.group is not None}
+    found: dict[str, list[tuple[dict[str, Any], PodDemand]]] = {key: [] for key in keys}
+    if not keys:
+        return found
+    recorded = {pods.uid(m.pod): m for members in by_job.values() for m in members}
+    namespaces = {key.split("/", 1)[0] for key in keys}
+    for pod in candidates:
+        if (pod["metadata"].get("namespace") or "default") not in namespaces:
+            continue
+        member = recorded.get(pods.uid(pod))
+        if member is not None:
+            demand = member.demand
+        elif pods.node_of(pod) or pods.is_done(pod) or pods.gated(pod):
+            continue  # bound without a record kubecell believes: held where it runs, never a free member
+        else:
+            try:
+                demand = demand_of(pod)
+            except Exception:  # told when intake reads it; it is no member of the gang meanwhile
+                continue
+        if demand.group is not None and demand.group.key in found:
+            found[demand.group.key].append((pod, demand))
+    jobs_of: dict[str, list[str]] = {}
+    for name, members in by_job.items():
+        if members[0].demand.group is not None:
+            jobs_of.setdefault(members[0].demand.group.key, []).append(name)
+    by_name: dict[str, list[tuple[dict[str, Any], PodDemand]]] = {}
+    for key, names in jobs_of.items():
+        if len(names) == 1:
+            by_name[names[0]] = sorted(found[key], key=lambda item: pods.key(item[0]))
+        else:
+            for name in names:
+                by_name[name] = sorted(((m.pod, m.demand) for m in by_job[name]),
+                                       key=lambda item: pods.key(item[0]))
+    return by_name
+
+
+def oldest_created(members: Sequence[Member]) -> float:
+    """When the API server created the oldest of ``members``' pods (set by it, written by no one else); infinity
+    where a time cannot be read."""
+    try:
+        return min(pods.created(m.pod) for m in members)
+    except (ValueError, TypeError):
+        return float("inf")
 
 
 def placed_at(members: Sequence[Member], now: float) -> float:

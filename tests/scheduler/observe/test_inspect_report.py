@@ -402,3 +402,24 @@ def test_unhealthy_gpus_and_exclusion_share_the_health_column() -> None:
     text = rendered(build_report([obj], []))
     assert "cordoned (spec.unschedulable); 1 unhealthy" in text
     assert "·✗" in text
+
+
+def test_a_pod_whose_owner_edited_its_vc_shows_as_opportunistic_and_never_doubles_a_gpu() -> None:
+    """As a restarted scheduler counts them (``kube.trust.forfeited``): a running pod whose ``kubecell.io/vc`` was
+    edited is opportunistic work alone, in its record's VC, on its record's GPUs; one whose record names GPUs that
+    another pod's believed record holds (a copied placement, no admission policy) is another scheduler's pod, never
+    a second holder of those GPUs."""
+    edited = recorded("edited", N1, (0,), 1000, vc="team-a", job_class=JobClass.BORROWED)
+    edited["metadata"]["annotations"]["kubecell.io/vc"] = "team-b"
+    kept = recorded("kept", N1, (1,), 1000)
+    copied = recorded("a-copy", N1, (1,), 1000)  # sorted before "kept": the believed record counts first all the same
+    copied["metadata"]["annotations"]["kubecell.io/vc"] = "team-c"
+    report = build_report(NODES, [edited, kept, copied])
+    rows = {p.pod: p for p in report.pods}
+    assert (rows["team-a/edited"].job_class, rows["team-a/edited"].vc, rows["team-a/edited"].gpus) == (
+        "opportunistic", "team-a", (0,))
+    assert (rows["team-a/kept"].job_class, rows["team-a/kept"].gpus) == ("guaranteed", (1,))
+    assert rows["team-a/a-copy"].vc == OTHER
+    assert "another pod's record holds" in rows["team-a/a-copy"].error
+    assert gpu(report, "n1", 1).pods == ["team-a/kept"]
+    assert gpu(report, "n1", 1).milli_allocated == 1000

@@ -19,6 +19,7 @@ from typing import Any
 
 from kubecell.core.errors import InvalidInputError
 from kubecell.core.model import MILLI_PER_GPU, Node
+from kubecell.core.tenancy.config import Tenants
 from kubecell.kube.accepted import AcceptedVc
 from kubecell.kube.dialects import DemandError, pod_demand
 from kubecell.kube.tenant_source import SourceKind, TenantInputs, TenantMemory, choose_tenants
@@ -29,7 +30,7 @@ from kubecell.kube.gpu_faults import GpuFaultsError, RecordedFault, parse_faults
 from kubecell.kube.inventory import NodeView, node_view
 from kubecell.kube.names import ANNOTATION_GPU_FAULTS
 from kubecell.kube.records import AllocationRecord, RecordError
-from kubecell.kube.trust import disagreement
+from kubecell.kube.trust import forfeited, placement_disagreement, standing_disagreement
 from kubecell.scheduler.foreign_holds import foreign_hold
 
 OTHER = "other"
@@ -265,6 +266,7 @@ def build_report(node_objs: Sequence[Mapping[str, Any]], pod_objs: Sequence[Mapp
     vcs = {vc.name: VcReport(vc.name, vc.guaranteed_gpus) for vc in (tenants.vcs if tenants else ())}
     rows: list[PodReport] = []
     pending: list[PendingReport] = []
+    forfeits: list[tuple[Mapping[str, Any], AllocationRecord, str]] = []
     for pod in sorted(pod_objs, key=pods.key):
         name, node_name = pods.key(pod), pods.node_of(pod)
         scheduler_name = str((pod.get("spec") or {}).get("schedulerName") or "default-scheduler")
@@ -274,48 +276,78 @@ def build_report(node_objs: Sequence[Mapping[str, Any]], pod_objs: Sequence[Mapp
             continue
         if not pods.holds(pod):  # ended; a terminating pod holds its GPUs until it is gone, as the scheduler counts
             continue
-        record, error = _believed(pod, default_vc)
-        node = nodes.get(node_name)
-        if record is None:
-            _count_other(pod, name, node_name, scheduler_name, error, node, rows, vcs)
+        record, error, forfeit = _believed(pod, default_vc)
+        if forfeit and record is not None:  # counted after every record believed as it is, as the scheduler does
+            forfeits.append((pod, record, scheduler_name))
             continue
-        job_class = record.job_class if tenants is None or tenants.get(record.vc) is not None else "opportunistic"
-        rows.append(PodReport(name, node_name, tuple(g.index for g in record.gpus), record.gpu_milli,
-                              record.gpu_memory_mib, record.isolation, record.vc, job_class, scheduler_name))
-        by_index = {gpu.index: gpu for gpu in node.gpus} if node is not None else {}
-        for grant in record.gpus:
-            gpu = by_index.get(grant.index)
-            if gpu is None:
-                warnings.append(f"pod {name}: its record holds GPU {grant.index} of node {node_name}, "
-                                "which the node does not report")
-                continue
-            gpu.milli_allocated += grant.milli
-            gpu.memory_allocated_mib += grant.memory_mib
-            gpu.pods.append(name)
-        if record.gpus:
-            vc = vcs.setdefault(record.vc, VcReport(record.vc))
-            vc.in_use_milli[job_class] += sum(grant.milli for grant in record.gpus)
-            vc.pods += 1
+        if record is None:
+            _count_other(pod, name, node_name, scheduler_name, error, nodes.get(node_name), rows, vcs)
+            continue
+        _count_record(name, node_name, record, scheduler_name, tenants, nodes, rows, vcs, warnings)
+    for pod, record, scheduler_name in forfeits:
+        name, node_name = pods.key(pod), pods.node_of(pod)
+        if _taken(record, nodes.get(node_name)):  # the scheduler cannot hold it so: another's pod, as it holds it
+            _count_other(pod, name, node_name, scheduler_name, f"allocation record {record.allocation_id} names GPUs "
+                         "another pod's record holds", nodes.get(node_name), rows, vcs)
+            continue
+        _count_record(name, node_name, record, scheduler_name, tenants, nodes, rows, vcs, warnings)
     return InspectReport(list(nodes.values()), rows, pending, list(vcs.values()), warnings, source)
 
 
-def _believed(pod: Mapping[str, Any], default_vc: str) -> tuple[AllocationRecord | None, str]:
-    """The pod's record when the scheduler would believe it (``scheduler.trust``), else None and why not (empty
-    for a pod without a record)."""
+def _believed(pod: Mapping[str, Any], default_vc: str) -> tuple[AllocationRecord | None, str, bool]:
+    """The pod's record as the scheduler would count it (``kube.trust``), else None and why not (empty for a pod
+    without a record); and whether it is forfeited (a bound pod whose owner edited its gang, VC, isolation or class
+    counts as opportunistic work alone, ``forfeited``). Called for bound pods only."""
     try:
         record = pods.record_of(pod)
     except RecordError as error:
-        return None, str(error)
+        return None, str(error), False
     if record is None:
-        return None, ""
+        return None, "", False
     try:
         demand = pod_demand(pod)
     except DemandError as error:
-        return None, f"allocation record {record.allocation_id} cannot be checked: {error}"
-    problem = disagreement(pod, record, demand, default_vc=default_vc)
+        return None, f"allocation record {record.allocation_id} cannot be checked: {error}", False
+    problem = placement_disagreement(pod, record, demand)
     if problem is not None:
-        return None, f"allocation record {record.allocation_id} {problem}"
-    return record, ""
+        return None, f"allocation record {record.allocation_id} {problem}", False
+    if standing_disagreement(pod, record, demand, default_vc=default_vc) is not None:
+        return forfeited(record, pod), "", True
+    return record, "", False
+
+
+def _taken(record: AllocationRecord, node: NodeReport | None) -> bool:
+    """Whether a GPU ``record`` names is already counted past what it can take beside the record's share."""
+    by_index = {gpu.index: gpu for gpu in node.gpus} if node is not None else {}
+    for grant in record.gpus:
+        gpu = by_index.get(grant.index)
+        if gpu is not None and gpu.milli_allocated + grant.milli > MILLI_PER_GPU:
+            return True
+    return False
+
+
+def _count_record(name: str, node_name: str, record: AllocationRecord, scheduler_name: str, tenants: Tenants | None,
+                  nodes: Mapping[str, NodeReport], rows: list[PodReport], vcs: dict[str, VcReport],
+                  warnings: list[str]) -> None:
+    """A pod counted as its record says: its row, its GPUs' use, its VC's."""
+    node = nodes.get(node_name)
+    job_class = record.job_class if tenants is None or tenants.get(record.vc) is not None else "opportunistic"
+    rows.append(PodReport(name, node_name, tuple(g.index for g in record.gpus), record.gpu_milli,
+                          record.gpu_memory_mib, record.isolation, record.vc, job_class, scheduler_name))
+    by_index = {gpu.index: gpu for gpu in node.gpus} if node is not None else {}
+    for grant in record.gpus:
+        gpu = by_index.get(grant.index)
+        if gpu is None:
+            warnings.append(f"pod {name}: its record holds GPU {grant.index} of node {node_name}, "
+                            "which the node does not report")
+            continue
+        gpu.milli_allocated += grant.milli
+        gpu.memory_allocated_mib += grant.memory_mib
+        gpu.pods.append(name)
+    if record.gpus:
+        vc = vcs.setdefault(record.vc, VcReport(record.vc))
+        vc.in_use_milli[job_class] += sum(grant.milli for grant in record.gpus)
+        vc.pods += 1
 
 
 def _count_other(pod: Mapping[str, Any], name: str, node_name: str, scheduler_name: str, error: str,
