@@ -172,6 +172,15 @@ class Extender:
             return self._fail(candidates, told[0] if told else "kubecell has not taken this pod up yet")
         job = state.engine.jobs[name]
         node = self._node_of(state, name, uid)
+        # Only nodes kubecell places on narrow a pod's next decision, and never to none: the port answers whoever
+        # reaches it, and a filter naming a node that does not exist stranded the pod it named (by uid) for good.
+        known = frozenset(n for n in candidates if n in state.engine.book.index)
+        limited = self.holds.nodes_for(uid)
+        if limited is not None and known and known != limited and job.phase == JobPhase.PENDING:
+            self.holds.limit(state.tracked[name].pod_uids, sorted(known))  # the latest filter's nodes, not the
+            s.intake.renew(state, name)  # first's: a limit someone set is lifted by kube-scheduler's next ask
+            s.dirty = True
+            return None
         if job.phase not in (JobPhase.RUNNING, JobPhase.RESERVED) or node is None:
             reason = job.wait_reason
             excluded = state.excluded_by_constraints.get(name)
@@ -184,7 +193,10 @@ class Extender:
             return Verdict([node], {}, {})
         if not self.holds.keeps(name):
             return self._fail(candidates, f"kubecell placed it on {node}, which kube-scheduler's filters rule out")
-        self.holds.limit(state.tracked[name].pod_uids, candidates)
+        if not known:
+            return self._fail(candidates, f"kubecell placed it on {node}; none of the nodes asked about is one it "
+                                          "places on")
+        self.holds.limit(state.tracked[name].pod_uids, sorted(known))
         s.intake.renew(state, name)
         s.dirty = True
         return None
