@@ -270,7 +270,8 @@ class Engine:
     def reload(self, tenants: Tenants, now: float) -> list[Job]:
         """Adopt a new tenant configuration as a diff: running jobs keep running. Guaranteed jobs whose
         cells the new guarantees still cover, oldest first within the guaranteed count, stay guaranteed; the
-        others become borrowed (or opportunistic when their VC is gone) and are the first reclaimed. Waiting
+        others become borrowed (or opportunistic when their VC is gone) and are the first reclaimed. Jobs a
+        reload lowered before go back up where the new guarantees cover them (``_raise_classes``). Waiting
         jobs of a removed VC are rejected (nothing could ever admit them). Nothing is evicted. Returns
         downgraded jobs."""
         check_time(now)
@@ -284,8 +285,9 @@ class Engine:
             s.reject(job, removed_vc_reason(s, job.vc))
         downgraded: list[Job] = []
         kept: Counter[str] = Counter()  # without cells: guaranteed milli-GPUs kept so far, oldest jobs first
-        for job in sorted(s.running.values(), key=lambda j: (j.started_at if j.started_at is not None else 0.0,
-                                                             j.name)):
+        oldest_first = sorted(s.running.values(), key=lambda j: (j.started_at if j.started_at is not None else 0.0,
+                                                                 j.name))
+        for job in oldest_first:
             tenant = tenants.get(job.vc)
             if tenant is None:
                 if job.job_class != JobClass.OPPORTUNISTIC:
@@ -302,9 +304,37 @@ class Engine:
             if not covered:
                 s.set_class(job, JobClass.BORROWED)
                 downgraded.append(job)
+        self._raise_classes(oldest_first, kept)
         release_idle_cells(s, everything=True)
         s.queue.mark_dirty()
         return downgraded
+
+    def _raise_classes(self, oldest_first: Sequence[Job], kept: Counter[str]) -> None:
+        """After a reload lowered what it must: a running job below the class its VC now gives it goes back up,
+        oldest first, within the guarantee room the guaranteed jobs left (``kept``) and the borrowing limit.
+
+        Why: a reload only lowered classes. A VC removed by a bad configuration push and restored by the next
+        left its running jobs opportunistic for good, though its guarantee covered them again; a borrower then
+        evicted one as opportunistic work, which restarted guaranteed and evicted its own VC's next job, which
+        evicted the borrower: three evictions in two cycles where none was needed (found by a hostile review).
+        A guarantee that shrank and grew back left its jobs borrowed, and reclaimable, the same way. A job that
+        asked to be opportunistic stays so."""
+        s = self.session
+        for job in oldest_first:
+            tenant = s.tenants.get(job.vc)
+            if tenant is None or job.job_class == JobClass.GUARANTEED or job.spec.opportunistic:
+                continue
+            before = job.job_class
+            if kept[tenant.name] + job.held_gpu_milli <= tenant.guaranteed_milli:
+                s.set_class(job, JobClass.GUARANTEED)
+                if not s.options.cells or adopt_cells(s, job):
+                    kept[tenant.name] += job.held_gpu_milli
+                    continue
+                s.set_class(job, before if before is not None else JobClass.BORROWED)
+            limit = tenant.borrow_limit_milli
+            if job.job_class == JobClass.OPPORTUNISTIC and s.options.borrowing and (
+                    limit is None or s.ledger.of(tenant.name).borrowed_milli + job.held_gpu_milli <= limit):
+                s.set_class(job, JobClass.BORROWED)
 
     def restore(self, spec: JobSpec, members: Sequence[RunningMember], job_class: JobClass, *, started_at: float,
                 preemptions: int = 0) -> Job:
